@@ -1,0 +1,22 @@
+//! podprobe: the kubelet's prober and the probe half of its status manager,
+//! as a node-local sidecar.
+//!
+//! Layout, from the edges in:
+//! - [`probe`]: one probe's spec and the exec/HTTP/TCP/gRPC handlers, with the
+//!   kubelet's common wrapper (retries, result mapping, events);
+//! - [`cri`]: the container runtime client (ExecSync, StopContainer, ...);
+//! - [`oneshot`]: `podprobe probe`, one probe run once from the command line;
+//! - [`results`], [`worker`], [`manager`]: the kubelet's prober state machines;
+//! - [`status`]: desired pod status and the patches that reach it.
+
+pub mod cri;
+pub mod manager;
+pub mod oneshot;
+pub mod probe;
+pub mod results;
+pub mod status;
+pub mod worker;
+
+/// Default `MAJOR.MINOR` in `User-Agent: kube-probe/...`: the Kubernetes
+/// release podprobe tracks.
+pub const KUBE_PROBE_VERSION: &str = "1.35";

@@ -1,0 +1,349 @@
+//! `podprobe probe`: runs one probe once and reports what the kubelet would
+//! conclude. Input is a core/v1 `Probe`, or a Pod manifest plus the container
+//! and probe kind to pick from it, as YAML or JSON.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use serde::Serialize;
+
+use crate::cri::{CriClient, DEFAULT_ENDPOINT};
+use crate::probe::spec::{self, Handler, Scheme};
+use crate::probe::{join_host_port, ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
+
+/// Exit status for input that cannot be run (BSD `EX_USAGE`).
+pub const EXIT_INVALID_INPUT: u8 = 64;
+
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// The probe to run: a file with a core/v1 Probe, or with a Pod manifest
+    /// (then also give --container and --kind); YAML or JSON; `-` reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub probe: PathBuf,
+
+    /// Container of the Pod manifest whose probe runs; may be omitted when the
+    /// pod has one container. Also used to resolve named ports and `$(VAR)`
+    /// references; restartable init containers count too.
+    #[arg(long, value_name = "NAME")]
+    pub container: Option<String>,
+
+    /// Which probe of the container runs; may be omitted when it has exactly
+    /// one. For a bare Probe it decides validation and event wording
+    /// (default: readiness).
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
+
+    /// Pod IP that network probes without `host` target.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub pod_ip: String,
+
+    /// Runtime container ID for exec probes (`containerd://` or `cri-o://`
+    /// prefixes accepted).
+    #[arg(long, value_name = "ID")]
+    pub container_id: Option<String>,
+
+    /// CRI runtime endpoint for exec probes.
+    #[arg(long, value_name = "URI", env = "PODPROBE_CRI_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    pub cri_endpoint: String,
+
+    /// Version sent in `User-Agent: kube-probe/MAJOR.MINOR`.
+    #[arg(long, value_name = "MAJOR.MINOR", default_value = crate::KUBE_PROBE_VERSION)]
+    pub kube_probe_version: String,
+
+    /// How to report the result.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KindArg {
+    Readiness,
+    Liveness,
+    Startup,
+}
+
+impl From<KindArg> for ProbeKind {
+    fn from(k: KindArg) -> Self {
+        match k {
+            KindArg::Readiness => ProbeKind::Readiness,
+            KindArg::Liveness => ProbeKind::Liveness,
+            KindArg::Startup => ProbeKind::Startup,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Input that cannot be run; the message names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not valid YAML or JSON: {message}")]
+    Parse { path: String, message: String },
+    #[error("{0}")]
+    Selection(String),
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+}
+
+/// The chosen probe, ready to run.
+#[derive(Debug)]
+pub struct Selected {
+    pub kind: ProbeKind,
+    pub container: String,
+    pub spec: ProbeSpec,
+}
+
+/// The JSON report, one object.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub kind: ProbeKind,
+    pub container: String,
+    pub handler: String,
+    pub result: ProbeResult,
+    pub output: String,
+    pub error: Option<String>,
+    pub event: Option<ProbeEvent>,
+    pub attempts: u32,
+    pub duration_ms: f64,
+}
+
+/// Entry point of `podprobe probe`.
+pub fn main(args: ProbeArgs) -> ExitCode {
+    let selected = match read_input(&args.probe).and_then(|doc| select(&doc, &args)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("podprobe probe: invalid input: {e}");
+            return ExitCode::from(EXIT_INVALID_INPUT);
+        }
+    };
+    if matches!(selected.spec.handler, Handler::Exec(_)) && args.container_id.is_none() {
+        eprintln!("podprobe probe: invalid input: an exec probe needs --container-id");
+        return ExitCode::from(EXIT_INVALID_INPUT);
+    }
+    let cri = match CriClient::new(&args.cri_endpoint) {
+        Ok(c) => Some(c),
+        Err(e) if matches!(selected.spec.handler, Handler::Exec(_)) => {
+            eprintln!("podprobe probe: invalid input: --cri-endpoint: {e}");
+            return ExitCode::from(EXIT_INVALID_INPUT);
+        }
+        Err(_) => None,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("podprobe probe: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let prober = Prober::new(&args.kube_probe_version, cri);
+    let target = ProbeTarget {
+        pod_ip: &args.pod_ip,
+        container_id: args.container_id.as_deref(),
+    };
+    let started = std::time::Instant::now();
+    let verdict = runtime.block_on(prober.probe(selected.kind, &selected.spec, target));
+    let report = report(&selected, &args.pod_ip, verdict, started.elapsed());
+    match args.output {
+        OutputFormat::Json => match serde_json::to_string(&report) {
+            Ok(line) => println!("{line}"),
+            Err(e) => eprintln!("podprobe probe: cannot encode the report: {e}"),
+        },
+        OutputFormat::Text => print!("{}", render_text(&report)),
+    }
+    ExitCode::from(exit_code(&report))
+}
+
+/// 0 success or warning, 1 failure, 2 unknown or error.
+pub fn exit_code(report: &Report) -> u8 {
+    match (report.error.is_some(), report.result) {
+        (true, _) | (false, ProbeResult::Unknown) => 2,
+        (false, ProbeResult::Success | ProbeResult::Warning) => 0,
+        (false, ProbeResult::Failure) => 1,
+    }
+}
+
+fn read_input(path: &std::path::Path) -> Result<serde_json::Value, InputError> {
+    let shown = path.display().to_string();
+    let mut text = String::new();
+    let read = if shown == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::read_to_string(path).map(|t| text = t)
+    };
+    read.map_err(|source| InputError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    parse_document(&text).map_err(|message| InputError::Parse { path: shown, message })
+}
+
+/// Parses YAML (and so JSON) into a JSON value.
+pub fn parse_document(text: &str) -> Result<serde_json::Value, String> {
+    serde_yaml_ng::from_str::<serde_json::Value>(text).map_err(|e| e.to_string())
+}
+
+/// Picks the probe to run from a parsed document.
+pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, InputError> {
+    let is_pod = doc.get("kind").and_then(|k| k.as_str()) == Some("Pod") || doc.get("spec").is_some();
+    if !is_pod {
+        let probe: Probe = serde_json::from_value(doc.clone())
+            .map_err(|e| InputError::Selection(format!("not a core/v1 Probe: {e}")))?;
+        let kind = args.kind.map(ProbeKind::from).unwrap_or(ProbeKind::Readiness);
+        let container = Container {
+            name: args.container.clone().unwrap_or_default(),
+            ..Container::default()
+        };
+        let spec = spec::normalize(kind, &probe, &container)?;
+        return Ok(Selected {
+            kind,
+            container: container.name,
+            spec,
+        });
+    }
+    let pod: Pod = serde_json::from_value(doc.clone())
+        .map_err(|e| InputError::Selection(format!("not a core/v1 Pod: {e}")))?;
+    let container = pick_container(&pod, args.container.as_deref())?;
+    let kind = match args.kind {
+        Some(k) => ProbeKind::from(k),
+        None => only_probe_kind(container)?,
+    };
+    let probe = probe_of(container, kind).ok_or_else(|| {
+        InputError::Selection(format!(
+            "container {:?} has no {}",
+            container.name,
+            kind.field_name()
+        ))
+    })?;
+    let spec = spec::normalize(kind, probe, container)?;
+    Ok(Selected {
+        kind,
+        container: container.name.clone(),
+        spec,
+    })
+}
+
+fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container, InputError> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(InputError::Selection("the Pod manifest has no spec".into()));
+    };
+    let restartable_init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    let candidates: Vec<&Container> = spec.containers.iter().chain(restartable_init).collect();
+    let names = || {
+        candidates
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match name {
+        Some(name) => candidates.iter().copied().find(|c| c.name == name).ok_or_else(|| {
+            InputError::Selection(format!(
+                "--container {name:?}: no such container in the pod (containers: {})",
+                names()
+            ))
+        }),
+        None if candidates.len() == 1 => Ok(candidates[0]),
+        None => Err(InputError::Selection(format!(
+            "--container is required: the pod has {} probeable containers ({})",
+            candidates.len(),
+            names()
+        ))),
+    }
+}
+
+fn probe_of(container: &Container, kind: ProbeKind) -> Option<&Probe> {
+    match kind {
+        ProbeKind::Liveness => container.liveness_probe.as_ref(),
+        ProbeKind::Readiness => container.readiness_probe.as_ref(),
+        ProbeKind::Startup => container.startup_probe.as_ref(),
+    }
+}
+
+fn only_probe_kind(container: &Container) -> Result<ProbeKind, InputError> {
+    let present: Vec<ProbeKind> = ProbeKind::ALL
+        .into_iter()
+        .filter(|k| probe_of(container, *k).is_some())
+        .collect();
+    match present.as_slice() {
+        [kind] => Ok(*kind),
+        [] => Err(InputError::Selection(format!(
+            "container {:?} has no probes",
+            container.name
+        ))),
+        _ => Err(InputError::Selection(format!(
+            "--kind is required: container {:?} has several probes",
+            container.name
+        ))),
+    }
+}
+
+/// A one-line description of the handler for reports.
+pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
+    match handler {
+        Handler::Exec(a) => format!("exec {:?}", a.command),
+        Handler::HttpGet(a) => {
+            let scheme = match a.scheme {
+                Scheme::Http => "http",
+                Scheme::Https => "https",
+            };
+            let host = a.host.as_deref().unwrap_or(pod_ip);
+            format!("httpGet {scheme}://{}{}", join_host_port(host, a.port), a.path)
+        }
+        Handler::TcpSocket(a) => format!(
+            "tcpSocket {}",
+            join_host_port(a.host.as_deref().unwrap_or(pod_ip), a.port)
+        ),
+        Handler::Grpc(a) => format!("grpc {} service {:?}", join_host_port(pod_ip, a.port), a.service),
+    }
+}
+
+fn report(selected: &Selected, pod_ip: &str, verdict: ProbeVerdict, took: Duration) -> Report {
+    Report {
+        kind: selected.kind,
+        container: selected.container.clone(),
+        handler: describe_handler(&selected.spec.handler, pod_ip),
+        result: verdict.result,
+        output: verdict.output,
+        error: verdict.error,
+        event: verdict.event,
+        attempts: verdict.attempts,
+        duration_ms: took.as_secs_f64() * 1000.0,
+    }
+}
+
+/// The human-readable report.
+pub fn render_text(report: &Report) -> String {
+    let mut out = format!("{} probe ({}): {}", report.kind, report.handler, report.result);
+    if let Some(error) = &report.error {
+        out.push_str(&format!(" (errored after {} attempts: {error})", report.attempts));
+    }
+    out.push('\n');
+    if !report.output.is_empty() {
+        out.push_str(&format!("output: {}\n", report.output));
+    }
+    if let Some(event) = &report.event {
+        out.push_str(&format!(
+            "event: {:?} {}: {}\n",
+            event.type_, event.reason, event.message
+        ));
+    }
+    out.push_str(&format!("took {:.1} ms\n", report.duration_ms));
+    out
+}

@@ -1,0 +1,239 @@
+//! The kubelet's common probe wrapper (`prober.probe`): dispatch to the
+//! handler, up to three attempts on errors only, the mapping of low-level
+//! results to success or failure, and the Event the run would record.
+
+use std::time::Duration;
+
+use super::spec::{Handler, ProbeSpec};
+use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, grpc, http, tcp};
+use crate::cri::CriClient;
+
+/// Attempts per probe run; only errors are retried (`maxProbeRetries`).
+pub const MAX_PROBE_RETRIES: u32 = 3;
+
+/// Where a probe runs: the pod IP for network probes, the runtime container
+/// ID for exec probes.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeTarget<'a> {
+    pub pod_ip: &'a str,
+    pub container_id: Option<&'a str>,
+}
+
+/// Kubernetes Event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An Event the kubelet would record on the container for this run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProbeEvent {
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Event reasons the prober records (`pkg/kubelet/events`).
+pub mod reasons {
+    pub const UNHEALTHY: &str = "Unhealthy";
+    pub const PROBE_WARNING: &str = "ProbeWarning";
+}
+
+/// What one probe run concluded, after retries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeVerdict {
+    /// Low-level result of the last attempt.
+    pub result: ProbeResult,
+    /// Output of the last attempt (empty when it errored).
+    pub output: String,
+    /// Set when every attempt errored: the worker throws such a run away.
+    pub error: Option<String>,
+    pub event: Option<ProbeEvent>,
+    pub attempts: u32,
+}
+
+impl ProbeVerdict {
+    /// The cached result the kubelet derives: `success` and `warning` pass,
+    /// everything else (including errors) fails.
+    pub fn is_success(&self) -> bool {
+        self.error.is_none() && matches!(self.result, ProbeResult::Success | ProbeResult::Warning)
+    }
+
+    /// Builds the verdict of a run from its last attempt, with the event the
+    /// kubelet would record for it.
+    pub fn from_attempt(kind: ProbeKind, attempt: Attempt, attempts: u32) -> Self {
+        let warning = |reason, message| {
+            Some(ProbeEvent {
+                type_: EventType::Warning,
+                reason,
+                message,
+            })
+        };
+        match attempt {
+            Err(ProbeError { result, message }) => ProbeVerdict {
+                result,
+                output: String::new(),
+                event: warning(
+                    reasons::UNHEALTHY,
+                    format!("{kind} probe errored and resulted in {result} state: {message}"),
+                ),
+                error: Some(message),
+                attempts,
+            },
+            Ok(outcome) => {
+                let event = match outcome.result {
+                    ProbeResult::Success | ProbeResult::Unknown => None,
+                    ProbeResult::Warning => warning(
+                        reasons::PROBE_WARNING,
+                        format!("{kind} probe warning: {}", outcome.output),
+                    ),
+                    ProbeResult::Failure => warning(
+                        reasons::UNHEALTHY,
+                        format!("{kind} probe failed: {}", outcome.output),
+                    ),
+                };
+                ProbeVerdict {
+                    result: outcome.result,
+                    output: outcome.output,
+                    error: None,
+                    event,
+                    attempts,
+                }
+            }
+        }
+    }
+}
+
+/// Runs probes; shared by every worker.
+#[derive(Clone, Debug)]
+pub struct Prober {
+    user_agent: String,
+    cri: Option<CriClient>,
+}
+
+impl Prober {
+    /// `kube_probe_version` is `MAJOR.MINOR`, sent as `kube-probe/MAJOR.MINOR`.
+    /// Without a CRI client exec probes error.
+    pub fn new(kube_probe_version: &str, cri: Option<CriClient>) -> Self {
+        Prober {
+            user_agent: format!("kube-probe/{kube_probe_version}"),
+            cri,
+        }
+    }
+
+    pub fn user_agent(&self) -> &str {
+        &self.user_agent
+    }
+
+    /// Runs `spec` once, retrying errors up to [`MAX_PROBE_RETRIES`] times.
+    pub async fn probe(&self, kind: ProbeKind, spec: &ProbeSpec, target: ProbeTarget<'_>) -> ProbeVerdict {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let attempt = self.run_handler(spec, target).await;
+            if attempt.is_ok() || attempts >= MAX_PROBE_RETRIES {
+                return ProbeVerdict::from_attempt(kind, attempt, attempts);
+            }
+        }
+    }
+
+    /// One attempt, dispatched to the spec's handler.
+    pub async fn run_handler(&self, spec: &ProbeSpec, target: ProbeTarget<'_>) -> Attempt {
+        let timeout = spec.timeout();
+        match &spec.handler {
+            Handler::HttpGet(action) => http::probe(action, target.pod_ip, timeout, &self.user_agent).await,
+            Handler::TcpSocket(action) => {
+                let host = action.host.as_deref().unwrap_or(target.pod_ip);
+                tcp::probe(host, action.port, timeout).await
+            }
+            Handler::Grpc(action) => {
+                grpc::probe(target.pod_ip, action.port, &action.service, timeout, &self.user_agent).await
+            }
+            Handler::Exec(action) => {
+                let (Some(cri), Some(id)) = (&self.cri, target.container_id) else {
+                    return Err(ProbeError::unknown(
+                        "exec probe needs a container ID and a CRI endpoint",
+                    ));
+                };
+                exec::probe(cri, id, &action.command, exec_timeout(timeout)).await
+            }
+        }
+    }
+}
+
+/// Exec probes pass the timeout to the runtime in whole seconds.
+fn exec_timeout(timeout: Duration) -> Duration {
+    Duration::from_secs(timeout.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::Outcome;
+
+    fn verdict(attempt: Attempt) -> ProbeVerdict {
+        ProbeVerdict::from_attempt(ProbeKind::Liveness, attempt, 1)
+    }
+
+    #[test]
+    fn p4_success_has_no_event() {
+        let v = verdict(Ok(Outcome::new(ProbeResult::Success, "ok")));
+        assert!(v.is_success());
+        assert_eq!(v.event, None);
+    }
+
+    #[test]
+    fn p4_warning_is_success_with_probe_warning_event() {
+        let v = verdict(Ok(Outcome::new(ProbeResult::Warning, "Probe terminated redirects, Response body: x")));
+        assert!(v.is_success());
+        let event = v.event.unwrap();
+        assert_eq!(event.type_, EventType::Warning);
+        assert_eq!(event.reason, "ProbeWarning");
+        assert_eq!(
+            event.message,
+            "Liveness probe warning: Probe terminated redirects, Response body: x"
+        );
+    }
+
+    #[test]
+    fn p4_failure_records_unhealthy_with_output() {
+        let v = verdict(Ok(Outcome::new(
+            ProbeResult::Failure,
+            "HTTP probe failed with statuscode: 404",
+        )));
+        assert!(!v.is_success());
+        let event = v.event.unwrap();
+        assert_eq!(event.reason, "Unhealthy");
+        assert_eq!(
+            event.message,
+            "Liveness probe failed: HTTP probe failed with statuscode: 404"
+        );
+    }
+
+    #[test]
+    fn p4_unknown_without_error_fails_silently() {
+        let v = verdict(Ok(Outcome::new(ProbeResult::Unknown, "")));
+        assert!(!v.is_success());
+        assert_eq!(v.event, None);
+    }
+
+    #[test]
+    fn p3_error_records_errored_event_with_last_result() {
+        let v = ProbeVerdict::from_attempt(
+            ProbeKind::Readiness,
+            Err(ProbeError {
+                result: ProbeResult::Failure,
+                message: "connection reset by peer".into(),
+            }),
+            3,
+        );
+        assert!(!v.is_success());
+        assert_eq!(v.error.as_deref(), Some("connection reset by peer"));
+        assert_eq!(
+            v.event.unwrap().message,
+            "Readiness probe errored and resulted in failure state: connection reset by peer"
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! Desired pod status and patch building.
