@@ -220,7 +220,7 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Inp
         Some(k) => ProbeKind::from(k),
         None => only_probe_kind(container)?,
     };
-    let probe = probe_of(container, kind).ok_or_else(|| {
+    let probe = spec::container_probe(container, kind).ok_or_else(|| {
         InputError::Selection(format!(
             "container {:?} has no {}",
             container.name,
@@ -268,18 +268,10 @@ fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container,
     }
 }
 
-fn probe_of(container: &Container, kind: ProbeKind) -> Option<&Probe> {
-    match kind {
-        ProbeKind::Liveness => container.liveness_probe.as_ref(),
-        ProbeKind::Readiness => container.readiness_probe.as_ref(),
-        ProbeKind::Startup => container.startup_probe.as_ref(),
-    }
-}
-
 fn only_probe_kind(container: &Container) -> Result<ProbeKind, InputError> {
     let present: Vec<ProbeKind> = ProbeKind::ALL
         .into_iter()
-        .filter(|k| probe_of(container, *k).is_some())
+        .filter(|k| spec::container_probe(container, *k).is_some())
         .collect();
     match present.as_slice() {
         [kind] => Ok(*kind),

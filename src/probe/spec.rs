@@ -99,6 +99,15 @@ pub struct SpecError {
     pub message: String,
 }
 
+/// The `kind` probe of `container`, if it has one.
+pub fn container_probe(container: &Container, kind: ProbeKind) -> Option<&Probe> {
+    match kind {
+        ProbeKind::Liveness => container.liveness_probe.as_ref(),
+        ProbeKind::Readiness => container.readiness_probe.as_ref(),
+        ProbeKind::Startup => container.startup_probe.as_ref(),
+    }
+}
+
 /// Defaults, validates and resolves `probe`, the `kind` probe of `container`.
 pub fn normalize(kind: ProbeKind, probe: &Probe, container: &Container) -> Result<ProbeSpec, SpecError> {
     let _ = (kind, probe, container);
