@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what building and testing podprobe needs on a fresh Debian machine
+# (as root): protoc for the CRI protos, rustfmt and clippy. The container
+# runtime's packages are installed by hack/containerd.sh. Idempotent.
+set -euo pipefail
+
+need_apt=()
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "install-deps: apt-get install ${need_apt[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^${component}" \
+      || rustup component add "$component"
+  done
+fi
