@@ -1,0 +1,305 @@
+//! `podprobe probe` end to end, as a process: real servers on loopback, real
+//! exit codes, real JSON.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Output, Stdio};
+use std::thread;
+
+use serde_json::Value;
+
+/// A one-thread HTTP/1 server on 127.0.0.1 that answers every request with
+/// `status` and `headers`/`body`, until the test process exits.
+fn http_server(status: u16, extra_headers: &'static str, body: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            answer(stream, status, extra_headers, body);
+        }
+    });
+    port
+}
+
+fn answer(mut stream: TcpStream, status: u16, extra_headers: &str, body: &str) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut line = String::new();
+    while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+        if line == "\r\n" {
+            break;
+        }
+        line.clear();
+    }
+    let response = format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n{extra_headers}\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes());
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+fn podprobe(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podprobe"))
+        .arg("probe")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn podprobe");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait podprobe")
+}
+
+/// Runs a probe given on stdin and returns (exit code, parsed JSON report).
+fn probe_json(probe: &str, extra: &[&str]) -> (i32, Value) {
+    let mut args = vec!["--probe", "-", "--output", "json"];
+    args.extend_from_slice(extra);
+    let out = podprobe(&args, probe);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}): {stdout:?}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().expect("exit code"), report)
+}
+
+fn invalid(probe: &str, extra: &[&str]) -> String {
+    let mut args = vec!["--probe", "-"];
+    args.extend_from_slice(extra);
+    let out = podprobe(&args, probe);
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "want exit 64; stdout {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn http_success_exits_0_with_body_as_output() {
+    let port = http_server(200, "", "all good");
+    let (code, report) = probe_json(&format!("httpGet: {{path: /healthz, port: {port}}}"), &[]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["result"], "success");
+    assert_eq!(report["output"], "all good");
+    assert_eq!(report["error"], Value::Null);
+    assert_eq!(report["event"], Value::Null);
+    assert!(report["duration_ms"].as_f64().is_some());
+}
+
+#[test]
+fn http_failure_exits_1_with_unhealthy_event() {
+    let port = http_server(503, "", "secret body");
+    let (code, report) = probe_json(
+        &format!(r#"{{"httpGet": {{"port": {port}}}}}"#),
+        &["--kind", "liveness"],
+    );
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["result"], "failure");
+    assert_eq!(report["output"], "HTTP probe failed with statuscode: 503");
+    assert_eq!(report["event"]["type"], "Warning");
+    assert_eq!(report["event"]["reason"], "Unhealthy");
+    assert_eq!(
+        report["event"]["message"],
+        "Liveness probe failed: HTTP probe failed with statuscode: 503"
+    );
+}
+
+#[test]
+fn http_redirect_to_other_host_exits_0_with_probe_warning() {
+    let port = http_server(302, "Location: http://other.invalid/\r\n", "moved");
+    let (code, report) = probe_json(&format!("httpGet: {{port: {port}}}"), &[]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["result"], "warning");
+    assert_eq!(report["event"]["reason"], "ProbeWarning");
+    assert_eq!(
+        report["event"]["message"],
+        "Readiness probe warning: Probe terminated redirects, Response body: moved"
+    );
+}
+
+#[test]
+fn tcp_open_port_exits_0_and_closed_port_exits_1() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let open = listener.local_addr().expect("addr").port();
+    let (code, report) = probe_json(&format!("tcpSocket: {{port: {open}}}"), &[]);
+    assert_eq!((code, &report["result"]), (0, &Value::from("success")), "{report}");
+
+    let closed = closed_port();
+    let (code, report) = probe_json(&format!("tcpSocket: {{port: {closed}}}"), &[]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        report["output"],
+        format!("dial tcp 127.0.0.1:{closed}: connect: connection refused")
+    );
+}
+
+#[test]
+fn pod_manifest_selects_container_and_kind_and_resolves_named_port() {
+    let port = http_server(200, "", "");
+    let pod = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: web}}
+spec:
+  containers:
+  - name: sidecar
+    image: busybox
+  - name: app
+    image: busybox
+    ports: [{{name: http, containerPort: {port}}}]
+    livenessProbe:
+      httpGet: {{path: /live, port: http}}
+    readinessProbe:
+      tcpSocket: {{port: 1}}
+"#
+    );
+    let (code, report) = probe_json(&pod, &["--container", "app", "--kind", "liveness"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["kind"], "liveness");
+    assert_eq!(report["container"], "app");
+    assert_eq!(
+        report["handler"],
+        format!("httpGet http://127.0.0.1:{port}/live")
+    );
+}
+
+#[test]
+fn text_output_names_kind_handler_and_result() {
+    let port = http_server(200, "", "ok");
+    let out = podprobe(
+        &["--probe", "-"],
+        &format!("httpGet: {{port: {port}, path: /x}}"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!(
+            "Readiness probe (httpGet http://127.0.0.1:{port}/x): success\n"
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn probe_file_is_read_from_a_path() {
+    let port = http_server(200, "", "");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("probe.json");
+    std::fs::write(&path, format!(r#"{{"httpGet":{{"port":{port}}}}}"#)).expect("write");
+    let out = podprobe(&["--probe", path.to_str().expect("utf-8 path")], "");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[test]
+fn unknown_named_port_is_invalid_input_naming_the_field() {
+    let pod = r#"
+kind: Pod
+spec:
+  containers:
+  - name: app
+    readinessProbe:
+      httpGet: {port: web}
+"#;
+    let stderr = invalid(pod, &["--container", "app"]);
+    assert!(
+        stderr.contains(r#"readinessProbe.httpGet.port: port "web" not found in container "app""#),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn probe_without_handler_is_invalid_input() {
+    let stderr = invalid("periodSeconds: 3", &[]);
+    assert!(stderr.contains("must specify a handler type"), "{stderr}");
+}
+
+#[test]
+fn liveness_success_threshold_other_than_1_is_invalid_input() {
+    let stderr = invalid(
+        "{tcpSocket: {port: 80}, successThreshold: 2}",
+        &["--kind", "liveness"],
+    );
+    assert!(stderr.contains("livenessProbe.successThreshold"), "{stderr}");
+}
+
+#[test]
+fn malformed_yaml_and_wrong_types_are_invalid_input() {
+    for input in ["{httpGet: [", "httpGet: {port: {}}", "\u{0}\u{1}garbage", "[]", "42"] {
+        let stderr = invalid(input, &[]);
+        assert!(stderr.contains("invalid input"), "{input:?}: {stderr}");
+    }
+}
+
+#[test]
+fn missing_probe_file_is_invalid_input() {
+    let out = podprobe(&["--probe", "/nonexistent/probe.yaml"], "");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/probe.yaml"));
+}
+
+#[test]
+fn exec_probe_without_container_id_is_invalid_input() {
+    let stderr = invalid("exec: {command: [true]}", &[]);
+    assert!(stderr.contains("--container-id"), "{stderr}");
+}
+
+#[test]
+fn pod_with_several_containers_needs_container_flag() {
+    let pod = "kind: Pod\nspec:\n  containers:\n  - name: a\n  - name: b\n";
+    let stderr = invalid(pod, &[]);
+    assert!(stderr.contains("--container is required"), "{stderr}");
+    assert!(stderr.contains("a, b"), "{stderr}");
+}
+
+#[test]
+fn exec_probe_against_unreachable_runtime_errors_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = format!("unix://{}/none.sock", dir.path().display());
+    let (code, report) = probe_json(
+        "exec: {command: [true]}",
+        &["--container-id", "containerd://abc", "--cri-endpoint", &socket],
+    );
+    assert_eq!(code, 2, "{report}");
+    assert_eq!(report["attempts"], 3);
+    let error = report["error"].as_str().expect("error text");
+    assert!(error.contains("none.sock"), "{error}");
+    assert_eq!(report["event"]["reason"], "Unhealthy");
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_podprobe"))
+        .args(["probe", "--help"])
+        .output()
+        .expect("run");
+    let mut help = String::new();
+    out.stdout.as_slice().read_to_string(&mut help).expect("utf-8");
+    for flag in [
+        "--probe",
+        "--container",
+        "--kind",
+        "--pod-ip",
+        "--container-id",
+        "--cri-endpoint",
+        "--kube-probe-version",
+        "--output",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+}
