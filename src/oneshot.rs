@@ -339,3 +339,87 @@ pub fn render_text(report: &Report) -> String {
     out.push_str(&format!("took {:.1} ms\n", report.duration_ms));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn args(container: Option<&str>, kind: Option<KindArg>) -> ProbeArgs {
+        ProbeArgs {
+            probe: PathBuf::from("-"),
+            container: container.map(str::to_string),
+            kind,
+            pod_ip: "127.0.0.1".into(),
+            container_id: None,
+            cri_endpoint: DEFAULT_ENDPOINT.into(),
+            kube_probe_version: crate::KUBE_PROBE_VERSION.into(),
+            output: OutputFormat::Json,
+        }
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            "[a-zA-Z0-9$()/: -]{0,12}".prop_map(serde_json::Value::from),
+        ];
+        let keys = prop_oneof![
+            Just("kind".to_string()),
+            Just("spec".to_string()),
+            Just("containers".to_string()),
+            Just("name".to_string()),
+            Just("httpGet".to_string()),
+            Just("tcpSocket".to_string()),
+            Just("grpc".to_string()),
+            Just("exec".to_string()),
+            Just("port".to_string()),
+            Just("command".to_string()),
+            Just("readinessProbe".to_string()),
+            "[a-z]{1,8}",
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                prop::collection::btree_map(keys.clone(), inner, 0..5)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// `podprobe probe` never panics, whatever the document: it either
+        /// selects a runnable probe or says what is wrong.
+        #[test]
+        fn select_never_panics(doc in json_value(), container in proptest::option::of("[a-z]{1,3}")) {
+            let _ = select(&doc, &args(container.as_deref(), Some(KindArg::Readiness)));
+            let _ = select(&doc, &args(container.as_deref(), None));
+        }
+
+        #[test]
+        fn parse_document_never_panics(text in "\\PC{0,64}") {
+            let _ = parse_document(&text);
+        }
+    }
+
+    #[test]
+    fn exit_codes_follow_the_contract() {
+        let report = |result, error: Option<&str>| Report {
+            kind: ProbeKind::Readiness,
+            container: String::new(),
+            handler: String::new(),
+            result,
+            output: String::new(),
+            error: error.map(str::to_string),
+            event: None,
+            attempts: 1,
+            duration_ms: 0.0,
+        };
+        assert_eq!(exit_code(&report(ProbeResult::Success, None)), 0);
+        assert_eq!(exit_code(&report(ProbeResult::Warning, None)), 0);
+        assert_eq!(exit_code(&report(ProbeResult::Failure, None)), 1);
+        assert_eq!(exit_code(&report(ProbeResult::Unknown, None)), 2);
+        assert_eq!(exit_code(&report(ProbeResult::Failure, Some("reset"))), 2);
+    }
+}

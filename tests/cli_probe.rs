@@ -255,7 +255,7 @@ fn missing_probe_file_is_invalid_input() {
 
 #[test]
 fn exec_probe_without_container_id_is_invalid_input() {
-    let stderr = invalid("exec: {command: [true]}", &[]);
+    let stderr = invalid("exec: {command: [\"true\"]}", &[]);
     assert!(stderr.contains("--container-id"), "{stderr}");
 }
 
@@ -272,7 +272,7 @@ fn exec_probe_against_unreachable_runtime_errors_with_exit_2() {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = format!("unix://{}/none.sock", dir.path().display());
     let (code, report) = probe_json(
-        "exec: {command: [true]}",
+        "exec: {command: [\"true\"]}",
         &["--container-id", "containerd://abc", "--cri-endpoint", &socket],
     );
     assert_eq!(code, 2, "{report}");
