@@ -125,7 +125,12 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
                 kind,
             };
             if workers.contains_key(&key) {
-                tracing::trace!(pod_uid, container = %container.name, probe = %kind, "probe worker already exists");
+                tracing::trace!(
+                    pod_uid,
+                    container = %container.name,
+                    probe = %kind,
+                    "probe worker already exists"
+                );
                 continue;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -212,7 +217,14 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
             };
             let triggered = workers.get(&key).is_some_and(|r| r.handle.trigger());
             if !triggered {
-                tracing::info!(pod_uid, container = %key.container, probe = %key.kind, "failed to trigger a manual run");
+                // The kubelet logs this at info; a not-ready container can hit
+                // it on every status update, so steady state stays quiet.
+                tracing::debug!(
+                    pod_uid,
+                    container = %key.container,
+                    probe = %key.kind,
+                    "failed to trigger a manual run"
+                );
             }
         }
     }

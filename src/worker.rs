@@ -135,7 +135,8 @@ pub struct ProbeRun<'a> {
     /// errored: such a run is thrown away (D11) and not counted (M2).
     pub result: Option<CachedResult>,
     /// From the start of the iteration (status lookup included) to the end of
-    /// the probe, as the kubelet measures `prober_probe_duration_seconds` (M3).
+    /// the probe, as the kubelet measures `prober_probe_duration_seconds` (M3,
+    /// which the kubelet observes for successful runs only).
     pub duration: Duration,
 }
 
@@ -1247,6 +1248,37 @@ mod tests {
     }
 
     #[test]
+    fn k4_restarted_container_is_probed_after_its_own_initial_delay() {
+        let config = config(ProbeKind::Liveness, probe_spec(10, 30, 1, 3));
+        let restarted = pod_status(vec![running("app", ID2, at(150), Some(true))], vec![]);
+        let on_hold = || WorkerState {
+            container_id: Some(ID.to_string()),
+            last_result: CachedResult::Failure,
+            on_hold: true,
+            ..WorkerState::default()
+        };
+        let at_time = |now| Observation {
+            status: Some(&restarted),
+            now,
+            prober_start: epoch(),
+        };
+        let mut early = on_hold();
+        let step = early.before_probe(&config, &at_time(at(179)));
+        assert_eq!(
+            step.action,
+            Action::Continue,
+            "29 s after the new startedAt"
+        );
+        assert_eq!(step.writes[1], set(ID2, CachedResult::Success));
+        assert!(!early.on_hold);
+        let mut late = on_hold();
+        assert_eq!(
+            late.before_probe(&config, &at_time(at(180))).action,
+            Action::Probe
+        );
+    }
+
+    #[test]
     fn d4_same_container_id_writes_nothing() {
         let config = config(ProbeKind::Readiness, probe_spec(10, 300, 1, 3));
         let mut state = WorkerState::default();
@@ -1891,6 +1923,18 @@ mod tests {
             assert!((0.0..10.0).contains(&times[0]), "{times:?}");
             handle.stop();
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn w5_no_jitter_once_the_prober_ran_one_period() {
+        let rig = rig(ScriptedRunner::always(ProbeResult::Success));
+        rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
+        // Exactly one period: Go's `period > time.Since(start)` is false.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let origin = Instant::now();
+        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Liveness, default_spec()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(rig.runner.call_times(origin), vec![0.0]);
     }
 
     #[tokio::test(start_paused = true)]
