@@ -4,12 +4,32 @@
 //!
 //! Everything here is pure; errors name the probe kind, the container and the
 //! field, so that a user can fix the manifest or annotation at once.
+//!
+//! The steps, each after its upstream counterpart:
+//! - defaults: `SetDefaults_Probe` / `SetDefaults_HTTPGetAction` (V1, V2);
+//! - validation: the API server's `validateProbe` (V3-V7),
+//!   and for whole containers the init-container rule (V9);
+//! - ports: the kubelet's `ResolveContainerPort` ([`resolve_container_port`],
+//!   H19-H22);
+//! - exec commands: the kubelet's `$(VAR)` expansion ([`expand_command`],
+//!   E1, E2).
+
+mod expand;
+mod port;
+mod quote;
+mod validation;
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use self::quote::go_quote;
+use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
+
+pub use self::expand::{env_map, expand, expand_command};
+pub use self::port::{AtoiFailure, PortError, resolve_container_port};
 
 /// A probe after defaulting, validation and resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +129,177 @@ pub fn container_probe(container: &Container, kind: ProbeKind) -> Option<&Probe>
 }
 
 /// Defaults, validates and resolves `probe`, the `kind` probe of `container`.
-pub fn normalize(kind: ProbeKind, probe: &Probe, container: &Container) -> Result<ProbeSpec, SpecError> {
-    let _ = (kind, probe, container);
-    unimplemented!("probe spec normalisation")
+///
+/// Validation is the API server's, after its defaulting; when the probe has
+/// several errors the first, in the API server's order, is returned
+/// ([`validate_container_probes`] gives them all). A valid probe then has its
+/// `httpGet`/`tcpSocket` port resolved against the container's ports; a port
+/// name the container does not declare is an error here
+/// (`readinessProbe.httpGet.port: port "web" not found in container "app"`),
+/// where the kubelet would accept the pod and let every run of the probe
+/// error. `exec` commands get the container's `env` expanded into them.
+///
+/// Whether `container` may have probes at all (V9) is the caller's question:
+/// see [`validate_container_probes`].
+pub fn normalize(
+    kind: ProbeKind,
+    probe: &Probe,
+    container: &Container,
+) -> Result<ProbeSpec, SpecError> {
+    let to_spec_error = |e: FieldError| spec_error(kind, container, e);
+    let probe = with_defaults(probe);
+    if let Some(first) = validation::validate_probe(kind, &probe).into_iter().next() {
+        return Err(to_spec_error(first));
+    }
+    let handler = build_handler(kind, &probe, container).map_err(to_spec_error)?;
+    Ok(ProbeSpec {
+        handler,
+        initial_delay_seconds: int(probe.initial_delay_seconds),
+        timeout_seconds: int(probe.timeout_seconds),
+        period_seconds: int(probe.period_seconds),
+        success_threshold: int(probe.success_threshold),
+        failure_threshold: int(probe.failure_threshold),
+        termination_grace_period_seconds: probe.termination_grace_period_seconds,
+    })
 }
+
+/// Every probe error of `container` as the API server reports them, in its
+/// order (liveness, readiness, startup). An init container (`is_init`)
+/// without `restartPolicy: Always` may not have probes at all (V9); other
+/// containers have each probe validated as [`normalize`] validates it.
+/// Ports are not resolved here: the API server does not resolve them either.
+pub fn validate_container_probes(container: &Container, is_init: bool) -> Vec<SpecError> {
+    let may_have_probes = !is_init || container.restart_policy.as_deref() == Some("Always");
+    let mut errs = Vec::new();
+    for kind in [
+        ProbeKind::Liveness,
+        ProbeKind::Readiness,
+        ProbeKind::Startup,
+    ] {
+        let Some(probe) = container_probe(container, kind) else {
+            continue;
+        };
+        let found = if may_have_probes {
+            validation::validate_probe(kind, &with_defaults(probe))
+        } else {
+            vec![FieldError::forbidden(
+                kind.field_name().to_string(),
+                "may not be set for init containers without restartPolicy=Always",
+            )]
+        };
+        errs.extend(found.into_iter().map(|e| spec_error(kind, container, e)));
+    }
+    errs
+}
+
+fn spec_error(kind: ProbeKind, container: &Container, e: FieldError) -> SpecError {
+    SpecError {
+        container: container.name.clone(),
+        kind,
+        field: e.field,
+        message: e.message,
+    }
+}
+
+/// The probe as the API server stores it: `SetDefaults_Probe` (0 or unset
+/// means the default, V1/V2), `SetDefaults_HTTPGetAction` (path `/`, scheme
+/// `HTTP`) and the declarative `grpc.service` default "".
+fn with_defaults(probe: &Probe) -> Probe {
+    let mut probe = probe.clone();
+    for (field, default) in [
+        (&mut probe.timeout_seconds, 1),
+        (&mut probe.period_seconds, 10),
+        (&mut probe.success_threshold, 1),
+        (&mut probe.failure_threshold, 3),
+    ] {
+        if int(*field) == 0 {
+            *field = Some(default);
+        }
+    }
+    if let Some(http) = probe.http_get.as_mut() {
+        default_empty(&mut http.path, "/");
+        default_empty(&mut http.scheme, "HTTP");
+    }
+    if let Some(grpc) = probe.grpc.as_mut() {
+        grpc.service.get_or_insert_with(String::new);
+    }
+    probe
+}
+
+fn default_empty(field: &mut Option<String>, default: &str) {
+    if field.as_deref().unwrap_or_default().is_empty() {
+        *field = Some(default.to_string());
+    }
+}
+
+/// The runnable handler of a valid, defaulted probe.
+fn build_handler(
+    kind: ProbeKind,
+    probe: &Probe,
+    container: &Container,
+) -> Result<Handler, FieldError> {
+    let root = kind.field_name();
+    let handler = match validation::handlers(probe).first() {
+        None => return Err(validation::no_handler(root)),
+        Some(HandlerRef::Exec(exec)) => Handler::Exec(ExecAction {
+            command: expand_command(
+                exec.command.as_deref().unwrap_or_default(),
+                container.env.as_deref().unwrap_or_default(),
+            ),
+        }),
+        Some(HandlerRef::HttpGet(http)) => Handler::HttpGet(HttpGetAction {
+            scheme: match http.scheme.as_deref() {
+                Some("HTTPS") => Scheme::Https,
+                _ => Scheme::Http,
+            },
+            host: non_empty(&http.host),
+            port: container_port(format!("{root}.httpGet.port"), &http.port, container)?,
+            path: http.path.clone().unwrap_or_default(),
+            headers: http
+                .http_headers
+                .iter()
+                .flatten()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+        }),
+        Some(HandlerRef::TcpSocket(tcp)) => Handler::TcpSocket(TcpSocketAction {
+            host: non_empty(&tcp.host),
+            port: container_port(format!("{root}.tcpSocket.port"), &tcp.port, container)?,
+        }),
+        Some(HandlerRef::Grpc(grpc)) => Handler::Grpc(GrpcAction {
+            port: validation::port_number(format!("{root}.grpc.port"), grpc.port)?,
+            service: grpc.service.clone().unwrap_or_default(),
+        }),
+    };
+    Ok(handler)
+}
+
+/// An empty host means the pod IP, as unset does.
+fn non_empty(host: &Option<String>) -> Option<String> {
+    host.clone().filter(|h| !h.is_empty())
+}
+
+/// Resolves a validated `httpGet`/`tcpSocket` port. Validation has made a
+/// string port a service name (it has a letter), so the kubelet's only
+/// possible failure for it is a name the container does not declare, which
+/// is reported as such.
+fn container_port(
+    field: String,
+    port: &IntOrString,
+    container: &Container,
+) -> Result<u16, FieldError> {
+    resolve_container_port(port, container).map_err(|e| {
+        let message = match e {
+            PortError::NotANumber { port, .. } => format!(
+                "port {} not found in container {}",
+                go_quote(&port),
+                go_quote(&container.name)
+            ),
+            PortError::OutOfRange(_) => e.to_string(),
+        };
+        FieldError { field, message }
+    })
+}
+
+#[cfg(test)]
+mod tests;

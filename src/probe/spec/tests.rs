@@ -1,0 +1,706 @@
+//! Rule-by-rule tests of [`normalize`] and [`validate_container_probes`].
+
+use k8s_openapi::api::core::v1::{Container, Probe};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+
+fn probe(value: Value) -> Probe {
+    serde_json::from_value(value).expect("test probe is a valid core/v1 Probe")
+}
+
+/// A container named "app" with ports `web` (8080) and `metrics` (9090) and a
+/// little `env`.
+fn app() -> Container {
+    serde_json::from_value(json!({
+        "name": "app",
+        "ports": [
+            {"name": "web", "containerPort": 8080},
+            {"name": "metrics", "containerPort": 9090},
+            {"containerPort": 7070}
+        ],
+        "env": [
+            {"name": "HEALTH_FILE", "value": "/tmp/healthy"},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        ]
+    }))
+    .expect("test container is a valid core/v1 Container")
+}
+
+fn ok(kind: ProbeKind, value: Value) -> ProbeSpec {
+    normalize(kind, &probe(value), &app()).expect("probe is valid")
+}
+
+/// The Display of the error `normalize` gives.
+fn err(kind: ProbeKind, value: Value) -> String {
+    normalize(kind, &probe(value), &app())
+        .expect_err("probe is invalid")
+        .to_string()
+}
+
+/// Every error of `app` carrying `value` as its `kind` probe.
+fn all_errors(kind: ProbeKind, value: Value) -> Vec<String> {
+    let mut container = app();
+    let slot = match kind {
+        ProbeKind::Liveness => &mut container.liveness_probe,
+        ProbeKind::Readiness => &mut container.readiness_probe,
+        ProbeKind::Startup => &mut container.startup_probe,
+    };
+    *slot = Some(probe(value));
+    validate_container_probes(&container, false)
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+fn tcp_web() -> Value {
+    json!({"tcpSocket": {"port": "web"}})
+}
+
+fn with(mut base: Value, extra: Value) -> Value {
+    if let (Some(base), Some(extra)) = (base.as_object_mut(), extra.as_object()) {
+        base.extend(extra.clone());
+    }
+    base
+}
+
+#[test]
+fn v1_defaults_applied_when_unset() {
+    let spec = ok(ProbeKind::Readiness, json!({"httpGet": {"port": 8080}}));
+    assert_eq!(spec.initial_delay_seconds, 0);
+    assert_eq!(spec.timeout_seconds, 1);
+    assert_eq!(spec.period_seconds, 10);
+    assert_eq!(spec.success_threshold, 1);
+    assert_eq!(spec.failure_threshold, 3);
+    assert_eq!(spec.termination_grace_period_seconds, None);
+    assert_eq!(
+        spec.handler,
+        Handler::HttpGet(HttpGetAction {
+            scheme: Scheme::Http,
+            host: None,
+            port: 8080,
+            path: "/".into(),
+            headers: vec![],
+        })
+    );
+}
+
+#[test]
+fn v1_defaults_applied_when_zero() {
+    let spec = ok(
+        ProbeKind::Liveness,
+        json!({
+            "httpGet": {"port": 8080, "path": "", "scheme": ""},
+            "initialDelaySeconds": 0, "timeoutSeconds": 0, "periodSeconds": 0,
+            "successThreshold": 0, "failureThreshold": 0
+        }),
+    );
+    assert_eq!(
+        (
+            spec.initial_delay_seconds,
+            spec.timeout_seconds,
+            spec.period_seconds,
+            spec.success_threshold,
+            spec.failure_threshold
+        ),
+        (0, 1, 10, 1, 3)
+    );
+    let Handler::HttpGet(http) = spec.handler else {
+        panic!("expected httpGet, got {:?}", spec.handler);
+    };
+    assert_eq!((http.scheme, http.path.as_str()), (Scheme::Http, "/"));
+}
+
+#[test]
+fn v1_explicit_values_kept() {
+    let spec = ok(
+        ProbeKind::Readiness,
+        json!({
+            "httpGet": {"port": 8080, "path": "/healthz?full=1", "scheme": "HTTPS", "host": "10.0.0.9",
+                        "httpHeaders": [{"name": "X-B", "value": "2"}, {"name": "accept", "value": "a"},
+                                        {"name": "X-B", "value": "1"}]},
+            "initialDelaySeconds": 5, "timeoutSeconds": 3, "periodSeconds": 7,
+            "successThreshold": 2, "failureThreshold": 9
+        }),
+    );
+    assert_eq!(
+        (
+            spec.initial_delay_seconds,
+            spec.timeout_seconds,
+            spec.period_seconds,
+            spec.success_threshold,
+            spec.failure_threshold
+        ),
+        (5, 3, 7, 2, 9)
+    );
+    assert_eq!(
+        spec.handler,
+        Handler::HttpGet(HttpGetAction {
+            scheme: Scheme::Https,
+            host: Some("10.0.0.9".into()),
+            port: 8080,
+            path: "/healthz?full=1".into(),
+            headers: vec![
+                ("X-B".into(), "2".into()),
+                ("accept".into(), "a".into()),
+                ("X-B".into(), "1".into()),
+            ],
+        })
+    );
+}
+
+#[test]
+fn v1_grpc_service_defaults_to_empty() {
+    let spec = ok(ProbeKind::Liveness, json!({"grpc": {"port": 9000}}));
+    assert_eq!(
+        spec.handler,
+        Handler::Grpc(GrpcAction {
+            port: 9000,
+            service: String::new()
+        })
+    );
+    let spec = ok(
+        ProbeKind::Liveness,
+        json!({"grpc": {"port": 9000, "service": "db"}}),
+    );
+    assert_eq!(
+        spec.handler,
+        Handler::Grpc(GrpcAction {
+            port: 9000,
+            service: "db".into()
+        })
+    );
+}
+
+#[test]
+fn empty_host_means_pod_ip() {
+    let spec = ok(
+        ProbeKind::Readiness,
+        json!({"tcpSocket": {"port": 80, "host": ""}}),
+    );
+    assert_eq!(
+        spec.handler,
+        Handler::TcpSocket(TcpSocketAction {
+            host: None,
+            port: 80
+        })
+    );
+    let spec = ok(
+        ProbeKind::Readiness,
+        json!({"httpGet": {"port": 80, "host": ""}}),
+    );
+    let Handler::HttpGet(http) = spec.handler else {
+        panic!("expected httpGet, got {:?}", spec.handler);
+    };
+    assert_eq!(http.host, None);
+}
+
+#[test]
+fn v3_negative_fields_rejected() {
+    for field in [
+        "initialDelaySeconds",
+        "timeoutSeconds",
+        "periodSeconds",
+        "successThreshold",
+        "failureThreshold",
+    ] {
+        assert_eq!(
+            err(ProbeKind::Readiness, with(tcp_web(), json!({ field: -1 }))),
+            format!(
+                "readinessProbe.{field}: Invalid value: -1: must be greater than or equal to 0"
+            )
+        );
+    }
+}
+
+#[test]
+fn v3_negative_success_threshold_on_liveness_breaks_two_rules() {
+    assert_eq!(
+        all_errors(
+            ProbeKind::Liveness,
+            with(tcp_web(), json!({"successThreshold": -2}))
+        ),
+        [
+            "livenessProbe.successThreshold: Invalid value: -2: must be greater than or equal to 0",
+            "livenessProbe.successThreshold: Invalid value: -2: must be 1",
+        ]
+    );
+}
+
+#[test]
+fn v4_no_handler_rejected() {
+    assert_eq!(
+        err(ProbeKind::Readiness, json!({"periodSeconds": 5})),
+        "readinessProbe: Required value: must specify a handler type"
+    );
+}
+
+#[test]
+fn v4_more_than_one_handler_rejected() {
+    assert_eq!(
+        err(
+            ProbeKind::Startup,
+            json!({"exec": {"command": ["true"]}, "httpGet": {"port": 80}})
+        ),
+        "startupProbe.httpGet: Forbidden: may not specify more than 1 handler type"
+    );
+    // Handlers are taken in the order exec, httpGet, tcpSocket, grpc; only the
+    // first is checked, every further one is forbidden.
+    assert_eq!(
+        all_errors(
+            ProbeKind::Readiness,
+            json!({"grpc": {"port": 9000}, "tcpSocket": {"port": 0}, "httpGet": {"port": 80}})
+        ),
+        [
+            "readinessProbe.tcpSocket: Forbidden: may not specify more than 1 handler type",
+            "readinessProbe.grpc: Forbidden: may not specify more than 1 handler type",
+        ]
+    );
+    assert_eq!(
+        all_errors(
+            ProbeKind::Readiness,
+            json!({"httpGet": {"port": 0}, "exec": {"command": []}})
+        ),
+        [
+            "readinessProbe.exec.command: Required value",
+            "readinessProbe.httpGet: Forbidden: may not specify more than 1 handler type",
+        ]
+    );
+}
+
+#[test]
+fn v5_liveness_success_threshold_must_be_1() {
+    assert_eq!(
+        err(
+            ProbeKind::Liveness,
+            with(tcp_web(), json!({"successThreshold": 2}))
+        ),
+        "livenessProbe.successThreshold: Invalid value: 2: must be 1"
+    );
+}
+
+#[test]
+fn v5_startup_success_threshold_must_be_1() {
+    assert_eq!(
+        err(
+            ProbeKind::Startup,
+            with(tcp_web(), json!({"successThreshold": 3}))
+        ),
+        "startupProbe.successThreshold: Invalid value: 3: must be 1"
+    );
+}
+
+#[test]
+fn v5_zero_success_threshold_defaults_to_1_on_liveness() {
+    let spec = ok(
+        ProbeKind::Liveness,
+        with(tcp_web(), json!({"successThreshold": 0})),
+    );
+    assert_eq!(spec.success_threshold, 1);
+}
+
+#[test]
+fn v5_readiness_success_threshold_may_exceed_1() {
+    let spec = ok(
+        ProbeKind::Readiness,
+        with(tcp_web(), json!({"successThreshold": 3})),
+    );
+    assert_eq!(spec.success_threshold, 3);
+}
+
+#[test]
+fn v6_probe_grace_period_must_be_positive() {
+    for (kind, value) in [(ProbeKind::Liveness, 0), (ProbeKind::Startup, -5)] {
+        assert_eq!(
+            err(
+                kind,
+                with(tcp_web(), json!({"terminationGracePeriodSeconds": value}))
+            ),
+            format!(
+                "{}.terminationGracePeriodSeconds: Invalid value: {value}: must be greater than 0",
+                kind.field_name()
+            )
+        );
+    }
+}
+
+#[test]
+fn v6_probe_grace_period_kept_for_liveness_and_startup() {
+    for kind in [ProbeKind::Liveness, ProbeKind::Startup] {
+        let spec = ok(
+            kind,
+            with(tcp_web(), json!({"terminationGracePeriodSeconds": 7})),
+        );
+        assert_eq!(spec.termination_grace_period_seconds, Some(7));
+    }
+}
+
+#[test]
+fn v6_probe_grace_period_forbidden_on_readiness() {
+    assert_eq!(
+        err(
+            ProbeKind::Readiness,
+            with(tcp_web(), json!({"terminationGracePeriodSeconds": 30}))
+        ),
+        "readinessProbe.terminationGracePeriodSeconds: Invalid value: 30: must not be set for readinessProbes"
+    );
+    assert_eq!(
+        all_errors(
+            ProbeKind::Readiness,
+            with(tcp_web(), json!({"terminationGracePeriodSeconds": 0}))
+        ),
+        [
+            "readinessProbe.terminationGracePeriodSeconds: Invalid value: 0: must be greater than 0",
+            "readinessProbe.terminationGracePeriodSeconds: Invalid value: 0: must not be set for readinessProbes",
+        ]
+    );
+}
+
+#[test]
+fn v7_exec_command_required() {
+    for exec in [json!({}), json!({"command": []})] {
+        assert_eq!(
+            err(ProbeKind::Startup, json!({ "exec": exec })),
+            "startupProbe.exec.command: Required value"
+        );
+    }
+}
+
+#[test]
+fn v7_http_scheme_must_be_http_or_https() {
+    for scheme in ["FTP", "https", "http"] {
+        assert_eq!(
+            err(
+                ProbeKind::Readiness,
+                json!({"httpGet": {"port": 80, "scheme": scheme}})
+            ),
+            format!(
+                "readinessProbe.httpGet.scheme: Unsupported value: \"{scheme}\": supported values: \"HTTP\", \"HTTPS\""
+            )
+        );
+    }
+}
+
+#[test]
+fn v7_port_number_must_be_in_range() {
+    for (handler, port) in [("httpGet", 0), ("tcpSocket", 65536), ("grpc", -1)] {
+        assert_eq!(
+            err(ProbeKind::Readiness, json!({ handler: {"port": port} })),
+            format!(
+                "readinessProbe.{handler}.port: Invalid value: {port}: must be between 1 and 65535, inclusive"
+            )
+        );
+    }
+}
+
+#[test]
+fn v7_port_name_must_be_iana_service_name() {
+    assert_eq!(
+        err(ProbeKind::Readiness, json!({"httpGet": {"port": "8080"}})),
+        r#"readinessProbe.httpGet.port: Invalid value: "8080": must contain at least one letter (a-z)"#
+    );
+    assert_eq!(
+        all_errors(
+            ProbeKind::Liveness,
+            json!({"tcpSocket": {"port": "-Web--"}})
+        ),
+        [
+            r#"livenessProbe.tcpSocket.port: Invalid value: "-Web--": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"#,
+            r#"livenessProbe.tcpSocket.port: Invalid value: "-Web--": must not contain consecutive hyphens"#,
+            r#"livenessProbe.tcpSocket.port: Invalid value: "-Web--": must not begin or end with a hyphen"#,
+        ]
+    );
+}
+
+#[test]
+fn v7_header_names_must_be_tokens() {
+    assert_eq!(
+        all_errors(
+            ProbeKind::Readiness,
+            json!({"httpGet": {"port": 80, "httpHeaders": [
+                {"name": "X Bad", "value": "1"},
+                {"name": "X-Good", "value": "2"},
+                {"name": "", "value": "3"}
+            ]}})
+        ),
+        [
+            "readinessProbe.httpGet.httpHeaders: Invalid value: \"X Bad\": a valid HTTP header must consist of alphanumeric characters or '-' (e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')",
+            "readinessProbe.httpGet.httpHeaders: Invalid value: \"\": a valid HTTP header must consist of alphanumeric characters or '-' (e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')",
+        ]
+    );
+}
+
+#[test]
+fn v7_errors_come_in_api_server_order() {
+    assert_eq!(
+        all_errors(
+            ProbeKind::Liveness,
+            json!({
+                "httpGet": {"port": 0, "scheme": "FTP"},
+                "periodSeconds": -1,
+                "successThreshold": 2,
+                "terminationGracePeriodSeconds": -1
+            })
+        ),
+        [
+            "livenessProbe.httpGet.port: Invalid value: 0: must be between 1 and 65535, inclusive",
+            r#"livenessProbe.httpGet.scheme: Unsupported value: "FTP": supported values: "HTTP", "HTTPS""#,
+            "livenessProbe.periodSeconds: Invalid value: -1: must be greater than or equal to 0",
+            "livenessProbe.terminationGracePeriodSeconds: Invalid value: -1: must be greater than 0",
+            "livenessProbe.successThreshold: Invalid value: 2: must be 1",
+        ]
+    );
+    // normalize reports the first of them.
+    assert_eq!(
+        err(
+            ProbeKind::Liveness,
+            json!({"httpGet": {"port": 0, "scheme": "FTP"}, "periodSeconds": -1})
+        ),
+        "livenessProbe.httpGet.port: Invalid value: 0: must be between 1 and 65535, inclusive"
+    );
+}
+
+#[test]
+fn spec_error_names_container_kind_and_field() {
+    let e = normalize(
+        ProbeKind::Startup,
+        &probe(json!({"grpc": {"port": 0}})),
+        &app(),
+    )
+    .expect_err("port 0 is invalid");
+    assert_eq!(e.container, "app");
+    assert_eq!(e.kind, ProbeKind::Startup);
+    assert_eq!(e.field, "startupProbe.grpc.port");
+    assert_eq!(
+        e.message,
+        "Invalid value: 0: must be between 1 and 65535, inclusive"
+    );
+}
+
+#[test]
+fn v9_init_container_without_restart_always_may_not_set_probes() {
+    let mut init = app();
+    init.liveness_probe = Some(probe(tcp_web()));
+    init.startup_probe = Some(probe(json!({"exec": {"command": ["true"]}})));
+    let errs: Vec<String> = validate_container_probes(&init, true)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        errs,
+        [
+            "livenessProbe: Forbidden: may not be set for init containers without restartPolicy=Always",
+            "startupProbe: Forbidden: may not be set for init containers without restartPolicy=Always",
+        ]
+    );
+    init.restart_policy = Some("OnFailure".into());
+    assert_eq!(validate_container_probes(&init, true).len(), 2);
+}
+
+#[test]
+fn v9_restartable_init_and_regular_containers_are_validated() {
+    let mut sidecar = app();
+    sidecar.restart_policy = Some("Always".into());
+    sidecar.readiness_probe = Some(probe(tcp_web()));
+    sidecar.liveness_probe = Some(probe(json!({"exec": {}})));
+    for is_init in [true, false] {
+        let errs = validate_container_probes(&sidecar, is_init);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(
+            errs[0].to_string(),
+            "livenessProbe.exec.command: Required value"
+        );
+        assert_eq!(
+            (errs[0].kind, errs[0].container.as_str()),
+            (ProbeKind::Liveness, "app")
+        );
+    }
+    sidecar.liveness_probe = None;
+    assert!(validate_container_probes(&sidecar, true).is_empty());
+}
+
+#[test]
+fn h19_named_port_resolved_against_container() {
+    let spec = ok(
+        ProbeKind::Readiness,
+        json!({"httpGet": {"port": "metrics"}}),
+    );
+    let Handler::HttpGet(http) = spec.handler else {
+        panic!("expected httpGet, got {:?}", spec.handler);
+    };
+    assert_eq!(http.port, 9090);
+    let spec = ok(ProbeKind::Liveness, tcp_web());
+    assert_eq!(
+        spec.handler,
+        Handler::TcpSocket(TcpSocketAction {
+            host: None,
+            port: 8080
+        })
+    );
+}
+
+#[test]
+fn h19_unknown_port_name_is_a_friendly_error() {
+    assert_eq!(
+        err(ProbeKind::Readiness, json!({"httpGet": {"port": "web2"}})),
+        r#"readinessProbe.httpGet.port: port "web2" not found in container "app""#
+    );
+    assert_eq!(
+        err(ProbeKind::Liveness, json!({"tcpSocket": {"port": "db"}})),
+        r#"livenessProbe.tcpSocket.port: port "db" not found in container "app""#
+    );
+    let bare = Container {
+        name: "app".into(),
+        ..Container::default()
+    };
+    let e = normalize(
+        ProbeKind::Readiness,
+        &probe(json!({"httpGet": {"port": "web"}})),
+        &bare,
+    )
+    .expect_err("no ports declared");
+    assert_eq!(
+        e.to_string(),
+        r#"readinessProbe.httpGet.port: port "web" not found in container "app""#
+    );
+}
+
+#[test]
+fn h20_named_port_declared_out_of_range() {
+    let broken: Container = serde_json::from_value(json!({
+        "name": "app",
+        "ports": [{"name": "web", "containerPort": 70000}]
+    }))
+    .expect("container");
+    let e = normalize(ProbeKind::Readiness, &probe(tcp_web()), &broken).expect_err("port 70000");
+    assert_eq!(
+        e.to_string(),
+        "readinessProbe.tcpSocket.port: invalid port number: 70000"
+    );
+}
+
+#[test]
+fn e1_exec_command_expanded_from_container_env() {
+    let spec = ok(
+        ProbeKind::Liveness,
+        json!({"exec": {"command": ["cat", "$(HEALTH_FILE)", "$(HOME)", "$$(HEALTH_FILE)"]}}),
+    );
+    assert_eq!(
+        spec.handler,
+        Handler::Exec(ExecAction {
+            command: vec![
+                "cat".into(),
+                "/tmp/healthy".into(),
+                "$(HOME)".into(),
+                "$(HEALTH_FILE)".into()
+            ],
+        })
+    );
+}
+
+#[test]
+fn e2_value_from_expands_to_empty_in_normalize() {
+    let spec = ok(
+        ProbeKind::Readiness,
+        json!({"exec": {"command": ["ping", "-c1", "[$(POD_IP)]"]}}),
+    );
+    assert_eq!(
+        spec.handler,
+        Handler::Exec(ExecAction {
+            command: vec!["ping".into(), "-c1".into(), "[]".into()],
+        })
+    );
+}
+
+/// Any JSON-ish probe: each field absent or set to an arbitrary value of its
+/// type, with values biased towards the edges the rules care about.
+fn arb_probe() -> impl Strategy<Value = Value> {
+    let int = prop_oneof![
+        Just(0i64),
+        Just(1),
+        Just(-1),
+        Just(65535),
+        Just(65536),
+        any::<i32>().prop_map(i64::from)
+    ];
+    let text = prop_oneof![
+        Just(String::new()),
+        Just("web".to_string()),
+        Just("8080".to_string()),
+        Just("HTTPS".to_string()),
+        "[ -~]{0,20}",
+        ".{0,8}",
+    ];
+    let port = prop_oneof![
+        int.clone().prop_map(Value::from),
+        text.clone().prop_map(Value::from)
+    ];
+    let opt = |s: BoxedStrategy<Value>| proptest::option::of(s).boxed();
+    let headers = proptest::collection::vec(
+        (text.clone(), text.clone()).prop_map(|(n, v)| json!({"name": n, "value": v})),
+        0..3,
+    )
+    .prop_map(Value::from);
+    let http = (port.clone(), opt(text.clone().prop_map(Value::from).boxed()), opt(text.clone().prop_map(Value::from).boxed()), opt(headers.boxed()))
+        .prop_map(|(port, path, scheme, headers)| json!({"port": port, "path": path, "scheme": scheme, "httpHeaders": headers}));
+    let exec = proptest::collection::vec(text.clone(), 0..4).prop_map(|c| json!({"command": c}));
+    let tcp = (port, opt(text.clone().prop_map(Value::from).boxed()))
+        .prop_map(|(port, host)| json!({"port": port, "host": host}));
+    let grpc = (any::<i32>(), opt(text.prop_map(Value::from).boxed()))
+        .prop_map(|(port, service)| json!({"port": port, "service": service}));
+    let ints = proptest::collection::vec(opt(int.prop_map(Value::from).boxed()), 6);
+    (
+        opt(exec.boxed()),
+        opt(http.boxed()),
+        opt(tcp.boxed()),
+        opt(grpc.boxed()),
+        ints,
+    )
+        .prop_map(|(exec, http, tcp, grpc, ints)| {
+            let mut p = json!({
+                "exec": exec, "httpGet": http, "tcpSocket": tcp, "grpc": grpc,
+                "initialDelaySeconds": ints[0], "timeoutSeconds": ints[1], "periodSeconds": ints[2],
+                "successThreshold": ints[3], "failureThreshold": ints[4],
+                "terminationGracePeriodSeconds": ints[5]
+            });
+            if let Some(map) = p.as_object_mut() {
+                map.retain(|_, v| !v.is_null());
+            }
+            p
+        })
+}
+
+proptest! {
+    #[test]
+    fn normalize_never_panics_and_accepts_only_valid_probes(
+        value in arb_probe(),
+        kind in prop_oneof![Just(ProbeKind::Liveness), Just(ProbeKind::Readiness), Just(ProbeKind::Startup)],
+    ) {
+        // Out-of-range integers (terminationGracePeriodSeconds is i64, the
+        // others i32) make some documents unparsable; those are skipped.
+        if let Ok(p) = serde_json::from_value::<Probe>(value) {
+            match normalize(kind, &p, &app()) {
+                Ok(spec) => {
+                    prop_assert!(spec.timeout_seconds >= 1 && spec.period_seconds >= 1);
+                    prop_assert!(spec.success_threshold >= 1 && spec.failure_threshold >= 1);
+                    prop_assert!(spec.initial_delay_seconds >= 0);
+                    if kind != ProbeKind::Readiness {
+                        prop_assert_eq!(spec.success_threshold, 1);
+                    }
+                }
+                Err(e) => {
+                    prop_assert!(e.field.starts_with(kind.field_name()), "{}", e);
+                    prop_assert!(!e.message.is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn e2_expansion_without_dollar_is_identity(input in "[^$]*") {
+        let env = app().env.unwrap_or_default();
+        let vars = env_map(&env);
+        prop_assert_eq!(expand(&input, &vars), input);
+    }
+}
