@@ -84,8 +84,8 @@ pub enum AnnotationError {
     #[error("podprobe.io/probes: container {container:?} is not in the pod")]
     UnknownContainer { container: String },
     #[error(
-        "podprobe.io/probes: container {container:?} is an init container without restartPolicy: Always; \
-         only containers and restartable init containers can have probes"
+        "podprobe.io/probes: container {container:?}: probes may not be set for init containers without \
+         restartPolicy=Always"
     )]
     InitContainer { container: String },
     #[error(
@@ -282,12 +282,22 @@ fn json_type(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::Handler;
     use crate::status::testutil::*;
+    use k8s_openapi::api::core::v1::ContainerPort;
 
     fn pod_spec() -> PodSpec {
+        let app = Container {
+            ports: Some(vec![ContainerPort {
+                name: Some("web".to_string()),
+                container_port: 8080,
+                ..ContainerPort::default()
+            }]),
+            ..container("app")
+        };
         PodSpec {
             init_containers: Some(vec![container("setup"), sidecar("proxy")]),
-            containers: vec![container("app"), container("worker")],
+            containers: vec![app, container("worker")],
             ..PodSpec::default()
         }
     }
@@ -297,6 +307,98 @@ mod tests {
             Ok(probes) => panic!("expected an error, got {probes:?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    fn parsed(value: &str) -> AnnotatedProbes {
+        parse_probes(&pod_spec(), value).expect("valid annotation")
+    }
+
+    #[test]
+    fn annotation_probes_listed_in_kubelet_worker_order() {
+        let probes = parsed(
+            r#"{
+                "app": {"livenessProbe": {"tcpSocket": {"port": 8080}},
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": "web"}}},
+                "worker": {"livenessProbe": {"exec": {"command": ["true"]}}},
+                "proxy": {"startupProbe": {"grpc": {"port": 9090}}}
+            }"#,
+        );
+        let order: Vec<_> = probes
+            .iter()
+            .map(|p| (p.container.as_str(), p.kind))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("proxy", ProbeKind::Startup),
+                ("app", ProbeKind::Readiness),
+                ("app", ProbeKind::Liveness),
+                ("worker", ProbeKind::Liveness),
+            ]
+        );
+    }
+
+    #[test]
+    fn annotation_probes_get_api_defaults_and_resolved_ports() {
+        let probes = parsed(
+            r#"{"app": {"readinessProbe": {"httpGet": {"path": "/ready", "port": "web"}}}}"#,
+        );
+        let spec = probes
+            .get("app", ProbeKind::Readiness)
+            .expect("readiness probe");
+        let Handler::HttpGet(action) = &spec.handler else {
+            panic!("expected httpGet, got {:?}", spec.handler);
+        };
+        assert_eq!((action.port, action.path.as_str()), (8080, "/ready"));
+        assert_eq!(
+            (
+                spec.timeout_seconds,
+                spec.period_seconds,
+                spec.success_threshold,
+                spec.failure_threshold
+            ),
+            (1, 10, 1, 3)
+        );
+        assert!(probes.get("app", ProbeKind::Liveness).is_none());
+    }
+
+    #[test]
+    fn annotation_readiness_or_startup_probe_gates_readiness() {
+        let probes = parsed(
+            r#"{"app": {"startupProbe": {"tcpSocket": {"port": 8080}}},
+                "worker": {"livenessProbe": {"tcpSocket": {"port": 80}}},
+                "proxy": {"readinessProbe": {"tcpSocket": {"port": 80}}}}"#,
+        );
+        assert!(probes.gates_readiness("app"));
+        assert!(probes.gates_readiness("proxy"));
+        assert!(!probes.gates_readiness("worker"));
+    }
+
+    #[test]
+    fn annotation_null_probe_is_absent() {
+        assert!(parsed(r#"{"app": {"readinessProbe": null}}"#).is_empty());
+    }
+
+    #[test]
+    fn annotation_read_from_the_pod() {
+        let mut pod = pod(vec![], pod_spec().containers, &[], Default::default());
+        let value = r#"{"worker": {"livenessProbe": {"tcpSocket": {"port": 80}}}}"#;
+        pod.metadata.annotations =
+            Some([(PROBES_ANNOTATION.to_string(), value.to_string())].into());
+        let probes = pod_probes(&pod).expect("valid annotation");
+        assert!(probes.get("worker", ProbeKind::Liveness).is_some());
+    }
+
+    #[test]
+    fn annotation_spec_errors_name_container_probe_and_field() {
+        assert_eq!(
+            error(r#"{"app": {"readinessProbe": {"tcpSocket": {"port": "metrics"}}}}"#),
+            r#"podprobe.io/probes: container "app": readinessProbe.tcpSocket.port: port "metrics" not found in container "app""#
+        );
+        assert_eq!(
+            error(r#"{"worker": {"livenessProbe": {"periodSeconds": 10}}}"#),
+            r#"podprobe.io/probes: container "worker": livenessProbe: Required value: must specify a handler type"#
+        );
     }
 
     #[test]
@@ -338,7 +440,7 @@ mod tests {
     fn annotation_classic_init_container_rejected() {
         assert_eq!(
             error(r#"{"setup": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#),
-            r#"podprobe.io/probes: container "setup" is an init container without restartPolicy: Always; only containers and restartable init containers can have probes"#
+            r#"podprobe.io/probes: container "setup": probes may not be set for init containers without restartPolicy=Always"#
         );
     }
 
