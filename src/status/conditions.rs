@@ -16,8 +16,9 @@ pub const CONTAINERS_READY: &str = "ContainersReady";
 /// Condition type: the pod can serve traffic.
 pub const POD_READY: &str = "Ready";
 
-/// Condition status values.
+/// Condition status `True`.
 pub const TRUE: &str = "True";
+/// Condition status `False`.
 pub const FALSE: &str = "False";
 
 /// Reasons the kubelet puts on `False` conditions.
