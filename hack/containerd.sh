@@ -145,8 +145,7 @@ start_containerd() {
     # fd 9 holds the lock; containerd must not keep it.
     setsid containerd --config "$CONFIG" >>"$LOG" 2>&1 </dev/null 9>&- &
     echo $! >"$PIDFILE"
-    local i
-    for i in $(seq 1 300); do
+    for _ in $(seq 1 300); do
         cri_ready && return 0
         pid_of_ours >/dev/null || break
         sleep 0.2
@@ -156,13 +155,13 @@ start_containerd() {
 }
 
 stop_containerd() {
-    local pid i
+    local pid
     pid=$(pid_of_ours) || {
         rm -f "$PIDFILE"
         return 0
     }
     kill -TERM "$pid"
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
@@ -275,6 +274,11 @@ remove_containers() {
 
 cmd_down() {
     require_root
+    # A containerd that died leaves shims and containers behind: start it
+    # again so that it removes them.
+    if ! pid_of_ours >/dev/null && [ -f "$CONFIG" ]; then
+        (start_containerd) || log "could not restart containerd to remove its containers"
+    fi
     if pid_of_ours >/dev/null; then
         remove_containers
         stop_containerd
@@ -286,7 +290,9 @@ cmd_down() {
         awk -v dir="$DIR/" 'index($2, dir) == 1 { print $2 }' /proc/self/mounts | sort -r |
             while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
     fi
-    ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE" || true
+    if ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link delete "$BRIDGE" || true
+    fi
     rm -rf "$DIR"
     log "down"
 }

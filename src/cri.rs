@@ -7,9 +7,10 @@
 //! and container lifecycle calls a node agent (and the tests) need.
 //!
 //! The connection is made on first use and re-made by itself after the
-//! runtime restarts: a call that finds the connection gone fails, the next one
-//! dials again. Every call has the kubelet's deadline (the runtime request
-//! timeout, 2 min, plus what the call itself may take).
+//! runtime restarts: once the client has seen the old connection close, the
+//! next call dials again (a call in flight while the runtime goes away fails,
+//! as it does for the kubelet). Every call has the kubelet's deadline (the
+//! runtime request timeout, 2 min, plus what the call itself may take).
 
 use std::error::Error as _;
 use std::future::Future;

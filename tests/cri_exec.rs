@@ -9,7 +9,7 @@ mod cri_support;
 use std::time::{Duration, Instant};
 
 use cri_support::{TestPod, client, containerd_sh, containerd_up, strings};
-use podprobe::cri::{ContainerState, CriClient, CriError};
+use podprobe::cri::{ContainerFilter, ContainerState, CriClient, CriError};
 use podprobe::probe::spec::ExecAction;
 use podprobe::probe::{
     Handler, MAX_OUTPUT_BYTES, Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
@@ -151,7 +151,7 @@ async fn stop_container_with_grace_period_stops_it() {
 async fn list_containers_finds_the_pod_container() {
     let cri = client();
     let pod = TestPod::start(&cri, "list-containers").await;
-    let filter = podprobe::cri::ContainerFilter {
+    let filter = ContainerFilter {
         pod_sandbox_id: pod.sandbox_id.clone(),
         ..Default::default()
     };
