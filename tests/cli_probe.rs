@@ -137,7 +137,11 @@ fn tcp_open_port_exits_0_and_closed_port_exits_1() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let open = listener.local_addr().expect("addr").port();
     let (code, report) = probe_json(&format!("tcpSocket: {{port: {open}}}"), &[]);
-    assert_eq!((code, &report["result"]), (0, &Value::from("success")), "{report}");
+    assert_eq!(
+        (code, &report["result"]),
+        (0, &Value::from("success")),
+        "{report}"
+    );
 
     let closed = closed_port();
     let (code, report) = probe_json(&format!("tcpSocket: {{port: {closed}}}"), &[]);
@@ -235,12 +239,21 @@ fn liveness_success_threshold_other_than_1_is_invalid_input() {
         "{tcpSocket: {port: 80}, successThreshold: 2}",
         &["--kind", "liveness"],
     );
-    assert!(stderr.contains("livenessProbe.successThreshold"), "{stderr}");
+    assert!(
+        stderr.contains("livenessProbe.successThreshold"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn malformed_yaml_and_wrong_types_are_invalid_input() {
-    for input in ["{httpGet: [", "httpGet: {port: {}}", "\u{0}\u{1}garbage", "[]", "42"] {
+    for input in [
+        "{httpGet: [",
+        "httpGet: {port: {}}",
+        "\u{0}\u{1}garbage",
+        "[]",
+        "42",
+    ] {
         let stderr = invalid(input, &[]);
         assert!(stderr.contains("invalid input"), "{input:?}: {stderr}");
     }
@@ -273,7 +286,12 @@ fn exec_probe_against_unreachable_runtime_errors_with_exit_2() {
     let socket = format!("unix://{}/none.sock", dir.path().display());
     let (code, report) = probe_json(
         "exec: {command: [\"true\"]}",
-        &["--container-id", "containerd://abc", "--cri-endpoint", &socket],
+        &[
+            "--container-id",
+            "containerd://abc",
+            "--cri-endpoint",
+            &socket,
+        ],
     );
     assert_eq!(code, 2, "{report}");
     assert_eq!(report["attempts"], 3);
@@ -289,7 +307,10 @@ fn help_explains_every_flag() {
         .output()
         .expect("run");
     let mut help = String::new();
-    out.stdout.as_slice().read_to_string(&mut help).expect("utf-8");
+    out.stdout
+        .as_slice()
+        .read_to_string(&mut help)
+        .expect("utf-8");
     for flag in [
         "--probe",
         "--container",

@@ -128,7 +128,12 @@ impl Prober {
     }
 
     /// Runs `spec` once, retrying errors up to [`MAX_PROBE_RETRIES`] times.
-    pub async fn probe(&self, kind: ProbeKind, spec: &ProbeSpec, target: ProbeTarget<'_>) -> ProbeVerdict {
+    pub async fn probe(
+        &self,
+        kind: ProbeKind,
+        spec: &ProbeSpec,
+        target: ProbeTarget<'_>,
+    ) -> ProbeVerdict {
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -143,13 +148,22 @@ impl Prober {
     pub async fn run_handler(&self, spec: &ProbeSpec, target: ProbeTarget<'_>) -> Attempt {
         let timeout = spec.timeout();
         match &spec.handler {
-            Handler::HttpGet(action) => http::probe(action, target.pod_ip, timeout, &self.user_agent).await,
+            Handler::HttpGet(action) => {
+                http::probe(action, target.pod_ip, timeout, &self.user_agent).await
+            }
             Handler::TcpSocket(action) => {
                 let host = action.host.as_deref().unwrap_or(target.pod_ip);
                 tcp::probe(host, action.port, timeout).await
             }
             Handler::Grpc(action) => {
-                grpc::probe(target.pod_ip, action.port, &action.service, timeout, &self.user_agent).await
+                grpc::probe(
+                    target.pod_ip,
+                    action.port,
+                    &action.service,
+                    timeout,
+                    &self.user_agent,
+                )
+                .await
             }
             Handler::Exec(action) => {
                 let (Some(cri), Some(id)) = (&self.cri, target.container_id) else {
@@ -186,7 +200,10 @@ mod tests {
 
     #[test]
     fn p4_warning_is_success_with_probe_warning_event() {
-        let v = verdict(Ok(Outcome::new(ProbeResult::Warning, "Probe terminated redirects, Response body: x")));
+        let v = verdict(Ok(Outcome::new(
+            ProbeResult::Warning,
+            "Probe terminated redirects, Response body: x",
+        )));
         assert!(v.is_success());
         let event = v.event.unwrap();
         assert_eq!(event.type_, EventType::Warning);
