@@ -8,6 +8,11 @@ use std::thread;
 
 use serde_json::Value;
 
+// Shared with the CRI tests; this file uses only part of it.
+#[allow(dead_code)]
+#[path = "support/cri.rs"]
+mod cri_support;
+
 /// A one-thread HTTP/1 server on 127.0.0.1 that answers every request with
 /// `status` and `headers`/`body`, until the test process exits.
 fn http_server(status: u16, extra_headers: &'static str, body: &'static str) -> u16 {
@@ -323,4 +328,37 @@ fn help_explains_every_flag() {
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
+}
+
+#[tokio::test]
+async fn exec_probe_runs_in_a_real_container_with_env_expansion() {
+    let cri = cri_support::client();
+    let pod = cri_support::TestPod::start(&cri, "cli-exec").await;
+    let id = pod.kubernetes_container_id();
+    let manifest = r#"
+kind: Pod
+spec:
+  containers:
+  - name: app
+    env: [{name: WORD, value: hello}]
+    readinessProbe:
+      exec: {command: [sh, -c, "echo $(WORD); echo oops >&2; exit 3"]}
+"#;
+    let args = [
+        "--container-id",
+        id.as_str(),
+        "--cri-endpoint",
+        cri_support::endpoint(),
+    ];
+    let (code, report) = probe_json(manifest, &args);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["result"], "failure");
+    assert_eq!(report["output"], "hello\noops\n");
+    assert_eq!(
+        report["event"]["message"],
+        "Readiness probe failed: hello\noops\n"
+    );
+
+    let (code, report) = probe_json(r#"{"exec": {"command": ["true"]}}"#, &args);
+    assert_eq!((code, &report["result"]), (0, &Value::from("success")), "{report}");
 }
