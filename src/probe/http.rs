@@ -25,21 +25,28 @@ use self::url::go_quote;
 use super::spec::HttpGetAction;
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult};
 
-
 /// Requests Go's client sends before giving up on a redirect chain.
 const MAX_REQUESTS: usize = 10;
 
 /// Go's client error when the deadline passes before the response headers.
-const HEADERS_TIMEOUT: &str = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)";
+const HEADERS_TIMEOUT: &str =
+    "context deadline exceeded (Client.Timeout exceeded while awaiting headers)";
 
 /// Go's body-read error when the deadline passes while reading the body.
-const BODY_TIMEOUT: &str = "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
+const BODY_TIMEOUT: &str =
+    "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
 
 /// Runs one HTTP GET probe against `action` (host defaulting to `pod_ip`)
 /// within `timeout` (zero: no limit, as for Go's client), sending
 /// `user_agent` unless the action sets its own `User-Agent`.
-pub async fn probe(action: &HttpGetAction, pod_ip: &str, timeout: Duration, user_agent: &str) -> Attempt {
-    let first = Hop::first(action, pod_ip, user_agent).map_err(|e| ProbeError::unknown(e.to_string()))?;
+pub async fn probe(
+    action: &HttpGetAction,
+    pod_ip: &str,
+    timeout: Duration,
+    user_agent: &str,
+) -> Attempt {
+    let first =
+        Hop::first(action, pod_ip, user_agent).map_err(|e| ProbeError::unknown(e.to_string()))?;
     let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
     let mut exchange = match follow_redirects(&first, deadline).await {
         Ok(exchange) => exchange,
@@ -94,7 +101,10 @@ async fn follow_redirects(first: &Hop, deadline: Option<Instant>) -> Result<Exch
             return Ok(exchange);
         };
         let next = hop.url.resolve(&location).map_err(|err| {
-            let text = format!("failed to parse Location header {}: {err}", go_quote(&location));
+            let text = format!(
+                "failed to parse Location header {}: {err}",
+                go_quote(&location)
+            );
             client_error(&hop.url.to_string(), &text)
         })?;
         if next.hostname() != first.url.hostname() {
@@ -135,12 +145,18 @@ mod tests {
         assert_eq!(result(299).result, ProbeResult::Success);
         assert_eq!(
             result(301),
-            Outcome::new(ProbeResult::Warning, "Probe terminated redirects, Response body: body")
+            Outcome::new(
+                ProbeResult::Warning,
+                "Probe terminated redirects, Response body: body"
+            )
         );
         assert_eq!(result(399).result, ProbeResult::Warning);
         assert_eq!(
             result(199),
-            Outcome::new(ProbeResult::Failure, "HTTP probe failed with statuscode: 199")
+            Outcome::new(
+                ProbeResult::Failure,
+                "HTTP probe failed with statuscode: 199"
+            )
         );
         assert_eq!(result(400).result, ProbeResult::Failure);
     }
@@ -160,7 +176,10 @@ mod tests {
     #[test]
     fn client_errors_quote_the_url_like_go() {
         assert_eq!(
-            client_error("http://127.0.0.1:1/", "dial tcp 127.0.0.1:1: connect: connection refused"),
+            client_error(
+                "http://127.0.0.1:1/",
+                "dial tcp 127.0.0.1:1: connect: connection refused"
+            ),
             "Get \"http://127.0.0.1:1/\": dial tcp 127.0.0.1:1: connect: connection refused"
         );
     }

@@ -25,17 +25,34 @@ pub struct Hop {
 }
 
 /// Headers Go's HTTP/1 writer takes from elsewhere or leaves out of a GET.
-const NOT_WRITTEN: [&str; 5] = ["Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer"];
+const NOT_WRITTEN: [&str; 5] = [
+    "Host",
+    "User-Agent",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Trailer",
+];
 
 impl Hop {
     /// The first request for `action`, targeting `pod_ip` unless the action
     /// names a host. Fails where Go's `http.NewRequest` fails (H18).
-    pub fn first(action: &HttpGetAction, pod_ip: &str, user_agent: &str) -> Result<Hop, ParseError> {
-        let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
+    pub fn first(
+        action: &HttpGetAction,
+        pod_ip: &str,
+        user_agent: &str,
+    ) -> Result<Hop, ParseError> {
+        let host = action
+            .host
+            .as_deref()
+            .filter(|h| !h.is_empty())
+            .unwrap_or(pod_ip);
         let url = probe_url(action.scheme, host, action.port, &action.path)?;
         let mut header = Header::new();
         for (name, value) in &action.headers {
-            header.entry(canonical_header_key(name)).or_default().push(value.clone());
+            header
+                .entry(canonical_header_key(name))
+                .or_default()
+                .push(value.clone());
         }
         apply_default_headers(&mut header, user_agent);
         let host = first_value(&header, "Host").to_string();
@@ -74,7 +91,11 @@ impl Hop {
             if NOT_WRITTEN.contains(&name.as_str()) {
                 continue;
             }
-            lines.extend(values.iter().map(|v| (name.clone(), trim_value(v).to_string())));
+            lines.extend(
+                values
+                    .iter()
+                    .map(|v| (name.clone(), trim_value(v).to_string())),
+            );
         }
         if !self.asks_to_close() {
             lines.push(("Connection".into(), "close".into()));
@@ -102,11 +123,18 @@ impl Hop {
     fn check_header(&self) -> Result<(), String> {
         for (name, values) in &self.header {
             if name.is_empty() || !name.bytes().all(is_token_byte) {
-                return Err(format!("net/http: invalid header field name {}", go_quote(name)));
+                return Err(format!(
+                    "net/http: invalid header field name {}",
+                    go_quote(name)
+                ));
             }
-            let valid_value = |v: &String| v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f));
+            let valid_value =
+                |v: &String| v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f));
             if !values.iter().all(valid_value) {
-                return Err(format!("net/http: invalid header field value for {}", go_quote(name)));
+                return Err(format!(
+                    "net/http: invalid header field value for {}",
+                    go_quote(name)
+                ));
             }
         }
         Ok(())
@@ -221,7 +249,10 @@ mod tests {
             host: None,
             port: 8080,
             path: path.to_string(),
-            headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
@@ -233,19 +264,37 @@ mod tests {
     fn h4_url_building_matches_upstream_format_url_cases() {
         use Scheme::{Http, Https};
         assert_eq!(url(Http, "localhost", 93, ""), "http://localhost:93");
-        assert_eq!(url(Https, "localhost", 93, "/path?bar"), "https://localhost:93/path?bar");
-        assert_eq!(url(Http, "localhost", 93, "?foo"), "http://localhost:93?foo");
+        assert_eq!(
+            url(Https, "localhost", 93, "/path?bar"),
+            "https://localhost:93/path?bar"
+        );
+        assert_eq!(
+            url(Http, "localhost", 93, "?foo"),
+            "http://localhost:93?foo"
+        );
         assert_eq!(url(Http, "hostname", 76, "path"), "http://hostname:76/path");
-        assert_eq!(url(Http, "fd00::1", 8080, "/healthz"), "http://[fd00::1]:8080/healthz");
-        assert_eq!(url(Http, "10.0.0.1", 80, "http://elsewhere:1/x"), "http://10.0.0.1:80/x");
+        assert_eq!(
+            url(Http, "fd00::1", 8080, "/healthz"),
+            "http://[fd00::1]:8080/healthz"
+        );
+        assert_eq!(
+            url(Http, "10.0.0.1", 80, "http://elsewhere:1/x"),
+            "http://10.0.0.1:80/x"
+        );
         assert_eq!(url(Http, "10.0.0.1", 80, "%zz"), "http://10.0.0.1:80/%25zz");
-        assert_eq!(url(Http, "10.0.0.1", 80, "/a b#frag"), "http://10.0.0.1:80/a%20b#frag");
+        assert_eq!(
+            url(Http, "10.0.0.1", 80, "/a b#frag"),
+            "http://10.0.0.1:80/a%20b#frag"
+        );
     }
 
     #[test]
     fn h18_unparsable_url_is_a_request_error() {
         let err = probe_url(Scheme::Http, "bad host", 80, "/").unwrap_err();
-        assert_eq!(err.to_string(), "parse \"http://bad%20host:80/\": invalid URL escape \"%20\"");
+        assert_eq!(
+            err.to_string(),
+            "parse \"http://bad%20host:80/\": invalid URL escape \"%20\""
+        );
     }
 
     #[test]
@@ -265,7 +314,15 @@ mod tests {
         assert_eq!(canonical_header_key("accept"), "Accept");
         assert_eq!(canonical_header_key("x y"), "x y");
         let hop = Hop::first(
-            &action("/", &[("accept", "application/json"), ("Accept", "*/*"), ("X-b", "2"), ("x-a", "1")]),
+            &action(
+                "/",
+                &[
+                    ("accept", "application/json"),
+                    ("Accept", "*/*"),
+                    ("X-b", "2"),
+                    ("x-a", "1"),
+                ],
+            ),
             "10.0.0.1",
             "kube-probe/1.35",
         )
@@ -281,7 +338,10 @@ mod tests {
             ("X-B", "2"),
             ("Connection", "close"),
         ];
-        let expected: Vec<_> = expected.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
         assert_eq!(lines, expected);
     }
 
@@ -298,19 +358,31 @@ mod tests {
         assert!(custom.contains(&("User-Agent".into(), "mine".into())));
         assert!(custom.contains(&("Accept".into(), "text/plain".into())));
         let removed = names(&[("User-Agent", ""), ("Accept", "")]);
-        assert!(removed.iter().all(|(n, _)| n != "User-Agent" && n != "Accept"), "{removed:?}");
+        assert!(
+            removed
+                .iter()
+                .all(|(n, _)| n != "User-Agent" && n != "Accept"),
+            "{removed:?}"
+        );
     }
 
     #[test]
     fn h8_host_header_overrides_host_line_and_survives_relative_redirects_only() {
-        let first = Hop::first(&action("/a", &[("host", "svc.example")]), "10.0.0.1", "ua").unwrap();
-        assert_eq!(first.header_lines().unwrap()[0], ("Host".into(), "svc.example".into()));
+        let first =
+            Hop::first(&action("/a", &[("host", "svc.example")]), "10.0.0.1", "ua").unwrap();
+        assert_eq!(
+            first.header_lines().unwrap()[0],
+            ("Host".into(), "svc.example".into())
+        );
         let next = first.url.resolve("/b").unwrap();
         let relative = first.redirected(&first, "/b", next.clone());
         assert_eq!(relative.host, "svc.example");
         assert_eq!(relative.header["Referer"], ["http://10.0.0.1:8080/a"]);
         let absolute = first.redirected(&first, "http://10.0.0.1:8080/b", next);
-        assert_eq!(absolute.header_lines().unwrap()[0], ("Host".into(), "10.0.0.1:8080".into()));
+        assert_eq!(
+            absolute.header_lines().unwrap()[0],
+            ("Host".into(), "10.0.0.1:8080".into())
+        );
     }
 
     #[test]
@@ -320,14 +392,23 @@ mod tests {
             .header_lines()
             .unwrap();
         let connection: Vec<_> = lines.iter().filter(|(n, _)| n == "Connection").collect();
-        assert_eq!(connection, [&("Connection".to_string(), "Close".to_string())]);
+        assert_eq!(
+            connection,
+            [&("Connection".to_string(), "Close".to_string())]
+        );
     }
 
     #[test]
     fn invalid_header_names_and_values_fail_like_go() {
         let hop = Hop::first(&action("/", &[("x y", "1")]), "10.0.0.1", "ua").unwrap();
-        assert_eq!(hop.header_lines().unwrap_err(), "net/http: invalid header field name \"x y\"");
+        assert_eq!(
+            hop.header_lines().unwrap_err(),
+            "net/http: invalid header field name \"x y\""
+        );
         let hop = Hop::first(&action("/", &[("X", "a\rb")]), "10.0.0.1", "ua").unwrap();
-        assert_eq!(hop.header_lines().unwrap_err(), "net/http: invalid header field value for \"X\"");
+        assert_eq!(
+            hop.header_lines().unwrap_err(),
+            "net/http: invalid header field value for \"X\""
+        );
     }
 }

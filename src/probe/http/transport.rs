@@ -92,13 +92,19 @@ impl Drop for AbortOnDrop {
 impl Exchange {
     /// Reads at most `limit` bytes of the body; reaching the limit is not an
     /// error and nothing past it is read.
-    pub async fn read_body(&mut self, limit: usize, deadline: Option<Instant>) -> Result<Vec<u8>, BodyError> {
+    pub async fn read_body(
+        &mut self,
+        limit: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<u8>, BodyError> {
         let mut body = Vec::new();
         while body.len() < limit {
             let frame = match within(deadline, self.response.body_mut().frame()).await {
                 Err(_) => return Err(BodyError::Timeout),
                 Ok(None) => break,
-                Ok(Some(Err(err))) => return Err(BodyError::Failed(body_error_text(&err, self.addrs))),
+                Ok(Some(Err(err))) => {
+                    return Err(BodyError::Failed(body_error_text(&err, self.addrs)));
+                }
                 Ok(Some(Ok(frame))) => frame,
             };
             if let Ok(data) = frame.into_data() {
@@ -111,7 +117,10 @@ impl Exchange {
 }
 
 /// Runs `future` until `deadline` (no deadline: until it completes).
-pub async fn within<F: Future>(deadline: Option<Instant>, future: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+pub async fn within<F: Future>(
+    deadline: Option<Instant>,
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
     match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, future).await,
         None => Ok(future.await),
@@ -163,7 +172,10 @@ fn dial_port(hop: &Hop) -> &str {
 }
 
 /// The GET request with the given target and header lines, no body.
-fn build_request(target: &str, lines: &[(String, String)]) -> Result<http::Request<Empty<Bytes>>, String> {
+fn build_request(
+    target: &str,
+    lines: &[(String, String)],
+) -> Result<http::Request<Empty<Bytes>>, String> {
     let uri = http::Uri::try_from(target)
         .or_else(|_| http::Uri::try_from(escape_request_line(target)))
         .map_err(|e| format!("net/http: invalid request target {}: {e}", go_quote(target)))?;
@@ -173,8 +185,12 @@ fn build_request(target: &str, lines: &[(String, String)]) -> Result<http::Reque
     for (name, value) in lines {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| format!("net/http: invalid header field name {}", go_quote(name)))?;
-        let value = HeaderValue::from_bytes(value.as_bytes())
-            .map_err(|_| format!("net/http: invalid header field value for {}", go_quote(name.as_str())))?;
+        let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|_| {
+            format!(
+                "net/http: invalid header field value for {}",
+                go_quote(name.as_str())
+            )
+        })?;
         headers.append(name, value);
     }
     Ok(request)
@@ -213,13 +229,15 @@ async fn dial(hostname: &str, port: &str) -> Result<TcpStream, ExchangeError> {
         match connect(*addr).await {
             Ok(stream) => return Ok(stream),
             Err(err) => {
-                first_error.get_or_insert_with(|| format!("dial tcp {addr}: connect: {}", errno_text(&err)));
+                first_error.get_or_insert_with(|| {
+                    format!("dial tcp {addr}: connect: {}", errno_text(&err))
+                });
             }
         }
     }
-    Err(ExchangeError::Failed(
-        first_error.unwrap_or_else(|| format!("dial tcp: lookup {hostname}: no such host")),
-    ))
+    Err(ExchangeError::Failed(first_error.unwrap_or_else(|| {
+        format!("dial tcp: lookup {hostname}: no such host")
+    })))
 }
 
 /// Opens one TCP connection with SO_LINGER {on, 1 s}.
@@ -238,7 +256,11 @@ pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
 }
 
 /// Performs the HTTP/1.1 exchange over an established connection.
-async fn send<S>(stream: S, request: http::Request<Empty<Bytes>>, addrs: ConnAddrs) -> Result<Exchange, ExchangeError>
+async fn send<S>(
+    stream: S,
+    request: http::Request<Empty<Bytes>>,
+    addrs: ConnAddrs,
+) -> Result<Exchange, ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -279,10 +301,14 @@ async fn tls_handshake(
     let handshake_deadline = Instant::now() + TLS_HANDSHAKE_TIMEOUT;
     if deadline.is_some_and(|d| d <= handshake_deadline) {
         // The probe deadline comes first; the caller reports it.
-        return handshake.await.map_err(|(err, io)| tls_failure(&err, &io, addrs));
+        return handshake
+            .await
+            .map_err(|(err, io)| tls_failure(&err, &io, addrs));
     }
     match tokio::time::timeout_at(handshake_deadline, handshake).await {
-        Err(_) => Err(ExchangeError::Failed("net/http: TLS handshake timeout".into())),
+        Err(_) => Err(ExchangeError::Failed(
+            "net/http: TLS handshake timeout".into(),
+        )),
         Ok(result) => result.map_err(|(err, io)| tls_failure(&err, &io, addrs)),
     }
 }
@@ -296,9 +322,18 @@ fn tls_error_text(err: &io::Error, first_bytes: &[u8], addrs: ConnAddrs) -> Stri
     if first_bytes.starts_with(b"HTTP/") {
         return "http: server gave HTTP response to HTTPS client".into();
     }
-    match err.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
-        Some(rustls::Error::AlertReceived(alert)) => format!("remote error: tls: {}", alert_text(*alert)),
-        Some(rustls::Error::InvalidMessage(_)) if first_bytes.first().is_some_and(|b| !(0x14..=0x18).contains(b)) => {
+    match err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::AlertReceived(alert)) => {
+            format!("remote error: tls: {}", alert_text(*alert))
+        }
+        Some(rustls::Error::InvalidMessage(_))
+            if first_bytes
+                .first()
+                .is_some_and(|b| !(0x14..=0x18).contains(b)) =>
+        {
             "tls: first record does not look like a TLS handshake".into()
         }
         Some(other) => format!("tls: {other}"),
@@ -350,7 +385,9 @@ fn tls_config() -> Arc<ClientConfig> {
     CONFIG
         .get_or_init(|| {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = Arc::new(AcceptAnyCertificate(provider.signature_verification_algorithms));
+            let verifier = Arc::new(AcceptAnyCertificate(
+                provider.signature_verification_algorithms,
+            ));
             let mut config = ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .expect("the ring provider supports the default TLS versions")
@@ -422,7 +459,11 @@ impl<S> FirstBytes<S> {
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for FirstBytes<S> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -436,7 +477,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for FirstBytes<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytes<S> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
     }
 
@@ -466,7 +511,9 @@ fn response_error_text(err: &hyper::Error, addrs: ConnAddrs) -> String {
 /// Go's text for an error while reading the body.
 fn body_error_text(err: &hyper::Error, addrs: ConnAddrs) -> String {
     match source_io_error(err) {
-        Some(io_err) if io_err.kind() != io::ErrorKind::UnexpectedEof => io_error_text(io_err, addrs),
+        Some(io_err) if io_err.kind() != io::ErrorKind::UnexpectedEof => {
+            io_error_text(io_err, addrs)
+        }
         Some(_) => "unexpected EOF".into(),
         None if err.is_incomplete_message() => "unexpected EOF".into(),
         None => err.to_string(),
@@ -495,7 +542,12 @@ fn io_error_text(err: &io::Error, addrs: ConnAddrs) -> String {
     } else {
         "read"
     };
-    format!("{op} tcp {}->{}: {op}: {}", addrs.local, addrs.peer, errno_text(err))
+    format!(
+        "{op} tcp {}->{}: {op}: {}",
+        addrs.local,
+        addrs.peer,
+        errno_text(err)
+    )
 }
 
 /// An OS error as Go's `syscall.Errno` prints it (`connection refused`).

@@ -88,7 +88,10 @@ impl Url {
         if url.scheme.is_empty() {
             url.scheme.clone_from(&self.scheme);
         }
-        if !reference.scheme.is_empty() || !reference.host.is_empty() || reference.userinfo.is_some() {
+        if !reference.scheme.is_empty()
+            || !reference.host.is_empty()
+            || reference.userinfo.is_some()
+        {
             url.path = remove_dot_segments(&reference.path, "");
             return Ok(url);
         }
@@ -298,7 +301,10 @@ fn parse_host(host: &str) -> Result<String, String> {
 
 /// Empty, or `:` followed by digits only.
 fn valid_optional_port(port: &str) -> bool {
-    port.is_empty() || port.strip_prefix(':').is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_digit()))
+    port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Go's `splitHostPort` (used by `Hostname` and `Port`).
@@ -337,7 +343,9 @@ fn check_escapes(s: &str, component: Option<Component>) -> Result<(), String> {
         let b = bytes[i];
         if b == b'%' {
             let escape_text = &s[i..(i + 3).min(s.len())];
-            let well_formed = i + 2 < bytes.len() && bytes[i + 1].is_ascii_hexdigit() && bytes[i + 2].is_ascii_hexdigit();
+            let well_formed = i + 2 < bytes.len()
+                && bytes[i + 1].is_ascii_hexdigit()
+                && bytes[i + 2].is_ascii_hexdigit();
             if !well_formed {
                 return Err(format!("invalid URL escape {}", go_quote(escape_text)));
             }
@@ -485,11 +493,17 @@ mod tests {
         let reason = |raw: &str| Url::parse(raw).unwrap_err().reason;
         assert_eq!(reason("%zz"), "invalid URL escape \"%zz\"");
         assert_eq!(Url::parse("a:b/c").unwrap().opaque, "b/c");
-        assert_eq!(reason("1:b"), "first path segment in URL cannot contain colon");
+        assert_eq!(
+            reason("1:b"),
+            "first path segment in URL cannot contain colon"
+        );
         assert_eq!(reason(":x"), "missing protocol scheme");
         assert_eq!(reason("http://h:x/"), "invalid port \":x\" after host");
         assert_eq!(reason("http://[::1/"), "missing ']' in host");
-        assert_eq!(reason("http://a b/"), "invalid character \" \" in host name");
+        assert_eq!(
+            reason("http://a b/"),
+            "invalid character \" \" in host name"
+        );
         assert_eq!(reason("/a\nb"), "net/url: invalid control character in URL");
         assert_eq!(
             Url::parse("http://a b/").unwrap_err().to_string(),
