@@ -520,6 +520,31 @@ async fn h9_https_accepts_a_self_signed_certificate() {
 }
 
 #[tokio::test]
+async fn h9_https_negotiates_http2_like_the_kubelet_transport() {
+    let server = TestServer::start_h2(LOCAL, 200, b"over h2").await;
+    let mut https = with_headers(
+        action(server.port(), "/h2?x=1"),
+        &[("host", "svc.example"), ("X-Custom", "1")],
+    );
+    https.scheme = Scheme::Https;
+    let got = outcome(&https).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "over h2"));
+    let request = &server.received()[0];
+    assert_eq!(request.request_line, "GET /h2?x=1 HTTP/2.0");
+    assert_eq!(request.header(":authority"), ["svc.example"]);
+    assert_eq!(request.header("user-agent"), [USER_AGENT]);
+    assert_eq!(request.header("accept"), ["*/*"]);
+    assert_eq!(request.header("x-custom"), ["1"]);
+    for absent in ["host", "connection", "accept-encoding"] {
+        assert!(
+            !request.has_header(absent),
+            "{absent}: {:?}",
+            request.headers
+        );
+    }
+}
+
+#[tokio::test]
 async fn h9_https_sends_sni_for_dns_names() {
     let server = TestServer::start_tls(LOCAL, |_| reply(200, b"")).await;
     let mut https = action(server.port(), "/");

@@ -13,6 +13,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -66,11 +70,12 @@ pub enum Step {
 }
 
 type Script = dyn Fn(&Received) -> Vec<Step> + Send + Sync;
+type Log = Arc<Mutex<Vec<Received>>>;
 
 /// A running server; stops when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,
-    received: Arc<Mutex<Vec<Received>>>,
+    received: Log,
     connections: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
@@ -82,20 +87,66 @@ impl Drop for TestServer {
 }
 
 impl TestServer {
-    /// Serves plain HTTP on `bind` (`127.0.0.1:0`, `[::1]:0`).
+    /// Serves plain HTTP/1.1 on `bind` (`127.0.0.1:0`, `[::1]:0`).
     pub async fn start(
         bind: &str,
         script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
     ) -> TestServer {
-        Self::spawn(bind, None, Arc::new(script)).await
+        let script: Arc<Script> = Arc::new(script);
+        Self::listen(bind, move |stream, log| {
+            let script = script.clone();
+            async move { serve_script(stream, None, &log, &*script).await }
+        })
+        .await
     }
 
-    /// Serves HTTPS on `bind` with a fresh self-signed certificate.
+    /// Serves HTTPS (HTTP/1.1, no ALPN) on `bind` with a fresh self-signed
+    /// certificate.
     pub async fn start_tls(
         bind: &str,
         script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
     ) -> TestServer {
-        Self::spawn(bind, Some(self_signed_acceptor()), Arc::new(script)).await
+        let script: Arc<Script> = Arc::new(script);
+        let acceptor = self_signed_acceptor(Vec::new());
+        Self::listen(bind, move |stream, log| {
+            let (script, acceptor) = (script.clone(), acceptor.clone());
+            async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = stream.get_ref().1.server_name().map(str::to_string);
+                serve_script(stream, sni, &log, &*script).await;
+            }
+        })
+        .await
+    }
+
+    /// Serves HTTPS that selects `h2` over ALPN, through hyper's HTTP/2
+    /// server, answering every request with `status` and `body`. Recorded
+    /// header names are lower-case, with `:authority` first.
+    pub async fn start_h2(bind: &str, status: u16, body: &'static [u8]) -> TestServer {
+        let acceptor = self_signed_acceptor(vec![b"h2".to_vec()]);
+        Self::listen(bind, move |stream, log| {
+            let acceptor = acceptor.clone();
+            async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = stream.get_ref().1.server_name().map(str::to_string);
+                let service =
+                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                        log.lock().unwrap().push(received_h2(&request, sni.clone()));
+                        let response = hyper::Response::builder()
+                            .status(status)
+                            .body(Full::new(Bytes::from_static(body)));
+                        async move { response }
+                    });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            }
+        })
+        .await
     }
 
     /// Requests received so far, in arrival order.
@@ -113,34 +164,24 @@ impl TestServer {
         self.addr.port()
     }
 
-    async fn spawn(
-        bind: &str,
-        tls: Option<tokio_rustls::TlsAcceptor>,
-        script: Arc<Script>,
-    ) -> TestServer {
+    /// Accepts connections on `bind`, counting them, and runs `serve` on
+    /// each in its own task.
+    async fn listen<F, Fut>(bind: &str, serve: F) -> TestServer
+    where
+        F: Fn(TcpStream, Log) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let listener = TcpListener::bind(bind)
             .await
             .expect("bind loopback test server");
         let addr = listener.local_addr().unwrap();
-        let received = Arc::new(Mutex::new(Vec::new()));
+        let received = Log::default();
         let connections = Arc::new(AtomicUsize::new(0));
         let (log, count) = (received.clone(), connections.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                let (log, script, tls) = (log.clone(), script.clone(), tls.clone());
-                tokio::spawn(async move {
-                    match tls {
-                        None => serve(stream, None, &log, &*script).await,
-                        Some(acceptor) => {
-                            let Ok(stream) = acceptor.accept(stream).await else {
-                                return;
-                            };
-                            let sni = stream.get_ref().1.server_name().map(str::to_string);
-                            serve(stream, sni, &log, &*script).await;
-                        }
-                    }
-                });
+                tokio::spawn(serve(stream, log.clone()));
             }
         });
         TestServer {
@@ -169,8 +210,12 @@ impl TcpBacked for tokio_rustls::server::TlsStream<TcpStream> {
     }
 }
 
-async fn serve<S>(mut stream: S, sni: Option<String>, log: &Mutex<Vec<Received>>, script: &Script)
-where
+async fn serve_script<S>(
+    mut stream: S,
+    sni: Option<String>,
+    log: &Mutex<Vec<Received>>,
+    script: &Script,
+) where
     S: AsyncRead + AsyncWrite + TcpBacked + Unpin,
 {
     let head = read_head(&mut stream).await;
@@ -237,19 +282,37 @@ fn parse_head(head: &[u8], sni: Option<String>) -> Received {
     }
 }
 
-fn self_signed_acceptor() -> tokio_rustls::TlsAcceptor {
+fn received_h2(request: &hyper::Request<Incoming>, sni: Option<String>) -> Received {
+    let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let authority = request.uri().authority().map_or("", |a| a.as_str());
+    let mut headers = vec![(":authority".to_string(), authority.to_string())];
+    headers.extend(request.headers().iter().map(|(name, value)| {
+        (
+            name.to_string(),
+            String::from_utf8_lossy(value.as_bytes()).into_owned(),
+        )
+    }));
+    Received {
+        request_line: format!("{} {target} {:?}", request.method(), request.version()),
+        headers,
+        sni,
+    }
+}
+
+fn self_signed_acceptor(alpn: Vec<Vec<u8>>) -> tokio_rustls::TlsAcceptor {
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let cert = CertificateDer::from(certified.cert.der().to_vec());
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
         certified.signing_key.serialize_der(),
     ));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(vec![cert], key)
         .unwrap();
+    config.alpn_protocols = alpn;
     tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 

@@ -1,7 +1,9 @@
-//! One HTTP/1.1 exchange on a fresh connection, made the way the kubelet's Go
+//! One HTTP exchange on a fresh connection, made the way the kubelet's Go
 //! transport makes it (H9): a new TCP connection per request with SO_LINGER
-//! {on, 1 s}, TLS without certificate verification for `https`, no proxy, no
-//! compression, `Connection: close`; and Go's error texts for what can go
+//! {on, 1 s}, no proxy, no compression; HTTP/1.1 with `Connection: close`,
+//! or for `https` (certificate not verified) HTTP/2 when the server picks
+//! `h2` over ALPN, since the kubelet's transport is set up for HTTP/2
+//! (`utilnet.SetTransportDefaults`); and Go's error texts for what can go
 //! wrong on the way (H16, H17).
 //!
 //! Go texts reproduced exactly: `dial tcp <addr>: connect: <errno>`,
@@ -14,8 +16,8 @@
 //! Approximated: DNS failures (`dial tcp: lookup <host>: no such host`,
 //! without Go's resolver address), other TLS failures (`tls: <rustls
 //! error>`), and malformed responses (`net/http: HTTP/1.x transport
-//! connection broken: <hyper error>`, where Go quotes the offending line).
-//! Only HTTP/1.1 is offered over TLS: Go's transport would also offer h2.
+//! connection broken: <hyper error>`, where Go quotes the offending line),
+//! HTTP/2 protocol errors (hyper's text).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -25,10 +27,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::Uri;
 use http::header::{HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -144,18 +148,21 @@ pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, 
     if hop.url.host.is_empty() {
         return Err(ExchangeError::Failed("http: no Host in request URL".into()));
     }
-    let request = build_request(&hop.url.request_uri(), &lines).map_err(ExchangeError::Failed)?;
+    let target = request_target(&hop.url.request_uri())?;
     within(deadline, async {
         let stream = dial(hop.url.hostname(), dial_port(hop)).await?;
         let addrs = ConnAddrs {
             local: stream.local_addr().map_err(io_failure)?,
             peer: stream.peer_addr().map_err(io_failure)?,
         };
-        if tls {
-            let stream = tls_handshake(stream, hop.url.hostname(), addrs, deadline).await?;
-            send(stream, request, addrs).await
+        if !tls {
+            return send_http1(stream, http1_request(target, &lines)?, addrs).await;
+        }
+        let stream = tls_handshake(stream, hop.url.hostname(), addrs, deadline).await?;
+        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            send_http2(stream, http2_request(target, &lines)?, addrs).await
         } else {
-            send(stream, request, addrs).await
+            send_http1(stream, http1_request(target, &lines)?, addrs).await
         }
     })
     .await
@@ -171,29 +178,16 @@ fn dial_port(hop: &Hop) -> &str {
     }
 }
 
-/// The GET request with the given target and header lines, no body.
-fn build_request(
-    target: &str,
-    lines: &[(String, String)],
-) -> Result<http::Request<Empty<Bytes>>, String> {
-    let uri = http::Uri::try_from(target)
-        .or_else(|_| http::Uri::try_from(escape_request_line(target)))
-        .map_err(|e| format!("net/http: invalid request target {}: {e}", go_quote(target)))?;
-    let mut request = http::Request::new(Empty::new());
-    *request.uri_mut() = uri;
-    let headers = request.headers_mut();
-    for (name, value) in lines {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("net/http: invalid header field name {}", go_quote(name)))?;
-        let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|_| {
-            format!(
-                "net/http: invalid header field value for {}",
-                go_quote(name.as_str())
-            )
-        })?;
-        headers.append(name, value);
-    }
-    Ok(request)
+/// The request target as `http` can carry it.
+fn request_target(target: &str) -> Result<PathAndQuery, ExchangeError> {
+    PathAndQuery::try_from(target)
+        .or_else(|_| PathAndQuery::try_from(escape_request_line(target)))
+        .map_err(|e| {
+            ExchangeError::Failed(format!(
+                "net/http: invalid request target {}: {e}",
+                go_quote(target)
+            ))
+        })
 }
 
 /// Percent-encodes what a request line cannot carry (a space in the query):
@@ -209,6 +203,78 @@ fn escape_request_line(target: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The HTTP/1.1 request: origin-form target and Go's header lines.
+fn http1_request(
+    target: PathAndQuery,
+    lines: &[(String, String)],
+) -> Result<Request, ExchangeError> {
+    build_request(Uri::from(target), http::Version::HTTP_11, lines)
+}
+
+/// Header lines that Go's HTTP/2 transport does not send as headers (the
+/// `Host` line becomes `:authority`).
+const NOT_SENT_OVER_HTTP2: [&str; 6] = [
+    "Host",
+    "Connection",
+    "Keep-Alive",
+    "Proxy-Connection",
+    "Transfer-Encoding",
+    "Upgrade",
+];
+
+/// The HTTP/2 request: the `Host` line as `:authority`, connection-specific
+/// lines dropped, as Go's HTTP/2 transport sends it.
+fn http2_request(
+    target: PathAndQuery,
+    lines: &[(String, String)],
+) -> Result<Request, ExchangeError> {
+    let authority = lines
+        .iter()
+        .find(|(name, _)| name == "Host")
+        .map_or("", |(_, value)| value.as_str());
+    let uri = Uri::builder()
+        .scheme(http::uri::Scheme::HTTPS)
+        .authority(authority)
+        .path_and_query(target)
+        .build()
+        .map_err(|_| ExchangeError::Failed("http2: invalid Host header".into()))?;
+    let lines: Vec<(String, String)> = lines
+        .iter()
+        .filter(|(name, _)| !NOT_SENT_OVER_HTTP2.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    build_request(uri, http::Version::HTTP_2, &lines)
+}
+
+type Request = http::Request<Empty<Bytes>>;
+
+/// A bodiless GET with the given header lines.
+fn build_request(
+    uri: Uri,
+    version: http::Version,
+    lines: &[(String, String)],
+) -> Result<Request, ExchangeError> {
+    let mut request = http::Request::new(Empty::new());
+    *request.uri_mut() = uri;
+    *request.version_mut() = version;
+    let headers = request.headers_mut();
+    for (name, value) in lines {
+        let invalid_name = || format!("net/http: invalid header field name {}", go_quote(name));
+        let invalid_value = || {
+            format!(
+                "net/http: invalid header field value for {}",
+                go_quote(name)
+            )
+        };
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| ExchangeError::Failed(invalid_name()))?;
+        let value = HeaderValue::from_bytes(value.as_bytes())
+            .map_err(|_| ExchangeError::Failed(invalid_value()))?;
+        headers.append(name, value);
+    }
+    Ok(request)
 }
 
 /// Resolves and connects like Go's dialer with the kubelet's SO_LINGER
@@ -255,10 +321,11 @@ pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     socket.connect(addr).await
 }
 
-/// Performs the HTTP/1.1 exchange over an established connection.
-async fn send<S>(
+/// Performs an HTTP/1.1 exchange over an established connection; header
+/// names go out in Go's canonical case.
+async fn send_http1<S>(
     stream: S,
-    request: http::Request<Empty<Bytes>>,
+    request: Request,
     addrs: ConnAddrs,
 ) -> Result<Exchange, ExchangeError>
 where
@@ -269,12 +336,40 @@ where
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ExchangeError::Failed(response_error_text(&e, addrs)))?;
+    finish(connection, sender.send_request(request), addrs).await
+}
+
+/// Performs an HTTP/2 exchange over a TLS connection that negotiated `h2`.
+async fn send_http2<S>(
+    stream: S,
+    request: Request,
+    addrs: ConnAddrs,
+) -> Result<Exchange, ExchangeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ExchangeError::Failed(response_error_text(&e, addrs)))?;
+    finish(connection, sender.send_request(request), addrs).await
+}
+
+/// Drives `connection` in its own task while waiting for `response`.
+async fn finish<C>(
+    connection: C,
+    response: impl Future<Output = hyper::Result<http::Response<Incoming>>>,
+    addrs: ConnAddrs,
+) -> Result<Exchange, ExchangeError>
+where
+    C: Future + Send + 'static,
+    C::Output: Send,
+{
     let connection = AbortOnDrop(tokio::spawn(async move {
-        // Its errors reach the request and the body; nothing to add here.
+        // Its errors reach the response and the body; nothing to add here.
         let _ = connection.await;
     }));
-    let response = sender
-        .send_request(request)
+    let response = response
         .await
         .map_err(|e| ExchangeError::Failed(response_error_text(&e, addrs)))?;
     Ok(Exchange {
@@ -379,7 +474,8 @@ fn alert_text(alert: rustls::AlertDescription) -> String {
 }
 
 /// The client TLS configuration, built once: ring provider, TLS 1.2 and
-/// 1.3, HTTP/1.1 only, no client certificate, any server certificate.
+/// 1.3, ALPN `h2` then `http/1.1` (as Go's transport with the kubelet's
+/// HTTP/2 defaults offers), no client certificate, any server certificate.
 fn tls_config() -> Arc<ClientConfig> {
     static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     CONFIG
@@ -394,7 +490,7 @@ fn tls_config() -> Arc<ClientConfig> {
                 .dangerous()
                 .with_custom_certificate_verifier(verifier)
                 .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
             Arc::new(config)
         })
         .clone()
