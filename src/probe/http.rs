@@ -20,7 +20,7 @@ use http::StatusCode;
 use tokio::time::Instant;
 
 use self::request::Hop;
-use self::transport::{BodyError, Exchange, ExchangeError};
+use self::transport::{Exchange, TransportError};
 use self::url::go_quote;
 use super::spec::HttpGetAction;
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult};
@@ -58,8 +58,8 @@ pub async fn probe(
         .map_err(|err| ProbeError {
             result: ProbeResult::Failure,
             message: match err {
-                BodyError::Timeout => BODY_TIMEOUT.to_string(),
-                BodyError::Failed(text) => text,
+                TransportError::Timeout => BODY_TIMEOUT.to_string(),
+                TransportError::Failed(text) => text,
             },
         })?;
     Ok(outcome(exchange.response.status(), &body))
@@ -91,8 +91,8 @@ async fn follow_redirects(first: &Hop, deadline: Option<Instant>) -> Result<Exch
     loop {
         let exchange = transport::exchange(&hop, deadline).await.map_err(|err| {
             let text = match err {
-                ExchangeError::Timeout => HEADERS_TIMEOUT.to_string(),
-                ExchangeError::Failed(text) => text,
+                TransportError::Timeout => HEADERS_TIMEOUT.to_string(),
+                TransportError::Failed(text) => text,
             };
             client_error(&hop.url.to_string(), &text)
         })?;

@@ -48,24 +48,17 @@ use super::url::go_quote;
 
 /// SO_LINGER for probe sockets (T3): the socket leaves TIME-WAIT after about
 /// a second instead of a minute, so frequent probes do not exhaust ports.
-pub const PROBE_LINGER: Duration = Duration::from_secs(1);
+const PROBE_LINGER: Duration = Duration::from_secs(1);
 
 /// Go's `Transport.TLSHandshakeTimeout` as the kubelet's transport defaults set it.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Why an exchange produced no response.
+/// Why an exchange produced no response, or its body was cut short.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExchangeError {
-    /// The probe's deadline passed before the response headers arrived.
+pub enum TransportError {
+    /// The probe's deadline passed.
     Timeout,
     /// Anything else, as Go's transport words it.
-    Failed(String),
-}
-
-/// Why reading a response body stopped short.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BodyError {
-    Timeout,
     Failed(String),
 }
 
@@ -100,14 +93,14 @@ impl Exchange {
         &mut self,
         limit: usize,
         deadline: Option<Instant>,
-    ) -> Result<Vec<u8>, BodyError> {
+    ) -> Result<Vec<u8>, TransportError> {
         let mut body = Vec::new();
         while body.len() < limit {
             let frame = match within(deadline, self.response.body_mut().frame()).await {
-                Err(_) => return Err(BodyError::Timeout),
+                Err(_) => return Err(TransportError::Timeout),
                 Ok(None) => break,
                 Ok(Some(Err(err))) => {
-                    return Err(BodyError::Failed(body_error_text(&err, self.addrs)));
+                    return Err(TransportError::Failed(body_error_text(&err, self.addrs)));
                 }
                 Ok(Some(Ok(frame))) => frame,
             };
@@ -121,7 +114,7 @@ impl Exchange {
 }
 
 /// Runs `future` until `deadline` (no deadline: until it completes).
-pub async fn within<F: Future>(
+async fn within<F: Future>(
     deadline: Option<Instant>,
     future: F,
 ) -> Result<F::Output, tokio::time::error::Elapsed> {
@@ -133,20 +126,22 @@ pub async fn within<F: Future>(
 
 /// Sends `hop` as a GET on a new connection and waits for the response
 /// headers, all before `deadline`.
-pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, ExchangeError> {
+pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, TransportError> {
     let tls = match hop.url.scheme.as_str() {
         "http" => false,
         "https" => true,
         other => {
-            return Err(ExchangeError::Failed(format!(
+            return Err(TransportError::Failed(format!(
                 "unsupported protocol scheme {}",
                 go_quote(other)
             )));
         }
     };
-    let lines = hop.header_lines().map_err(ExchangeError::Failed)?;
+    let lines = hop.header_lines().map_err(TransportError::Failed)?;
     if hop.url.host.is_empty() {
-        return Err(ExchangeError::Failed("http: no Host in request URL".into()));
+        return Err(TransportError::Failed(
+            "http: no Host in request URL".into(),
+        ));
     }
     let target = request_target(&hop.url.request_uri())?;
     within(deadline, async {
@@ -166,7 +161,7 @@ pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, 
         }
     })
     .await
-    .unwrap_or(Err(ExchangeError::Timeout))
+    .unwrap_or(Err(TransportError::Timeout))
 }
 
 /// The port to dial: the URL's, else the scheme's default.
@@ -179,11 +174,11 @@ fn dial_port(hop: &Hop) -> &str {
 }
 
 /// The request target as `http` can carry it.
-fn request_target(target: &str) -> Result<PathAndQuery, ExchangeError> {
+fn request_target(target: &str) -> Result<PathAndQuery, TransportError> {
     PathAndQuery::try_from(target)
         .or_else(|_| PathAndQuery::try_from(escape_request_line(target)))
         .map_err(|e| {
-            ExchangeError::Failed(format!(
+            TransportError::Failed(format!(
                 "net/http: invalid request target {}: {e}",
                 go_quote(target)
             ))
@@ -209,7 +204,7 @@ fn escape_request_line(target: &str) -> String {
 fn http1_request(
     target: PathAndQuery,
     lines: &[(String, String)],
-) -> Result<Request, ExchangeError> {
+) -> Result<Request, TransportError> {
     build_request(Uri::from(target), http::Version::HTTP_11, lines)
 }
 
@@ -229,7 +224,7 @@ const NOT_SENT_OVER_HTTP2: [&str; 6] = [
 fn http2_request(
     target: PathAndQuery,
     lines: &[(String, String)],
-) -> Result<Request, ExchangeError> {
+) -> Result<Request, TransportError> {
     let authority = lines
         .iter()
         .find(|(name, _)| name == "Host")
@@ -239,7 +234,7 @@ fn http2_request(
         .authority(authority)
         .path_and_query(target)
         .build()
-        .map_err(|_| ExchangeError::Failed("http2: invalid Host header".into()))?;
+        .map_err(|_| TransportError::Failed("http2: invalid Host header".into()))?;
     let lines: Vec<(String, String)> = lines
         .iter()
         .filter(|(name, _)| !NOT_SENT_OVER_HTTP2.contains(&name.as_str()))
@@ -255,7 +250,7 @@ fn build_request(
     uri: Uri,
     version: http::Version,
     lines: &[(String, String)],
-) -> Result<Request, ExchangeError> {
+) -> Result<Request, TransportError> {
     let mut request = http::Request::new(Empty::new());
     *request.uri_mut() = uri;
     *request.version_mut() = version;
@@ -269,9 +264,9 @@ fn build_request(
             )
         };
         let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| ExchangeError::Failed(invalid_name()))?;
+            .map_err(|_| TransportError::Failed(invalid_name()))?;
         let value = HeaderValue::from_bytes(value.as_bytes())
-            .map_err(|_| ExchangeError::Failed(invalid_value()))?;
+            .map_err(|_| TransportError::Failed(invalid_value()))?;
         headers.append(name, value);
     }
     Ok(request)
@@ -279,10 +274,10 @@ fn build_request(
 
 /// Resolves and connects like Go's dialer with the kubelet's SO_LINGER
 /// control: each address in turn, the first error reported.
-async fn dial(hostname: &str, port: &str) -> Result<TcpStream, ExchangeError> {
+async fn dial(hostname: &str, port: &str) -> Result<TcpStream, TransportError> {
     let port: u16 = port
         .parse()
-        .map_err(|_| ExchangeError::Failed(format!("dial tcp: address {port}: invalid port")))?;
+        .map_err(|_| TransportError::Failed(format!("dial tcp: address {port}: invalid port")))?;
     let addrs: Vec<SocketAddr> = match hostname.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => tokio::net::lookup_host((hostname, port))
@@ -301,13 +296,13 @@ async fn dial(hostname: &str, port: &str) -> Result<TcpStream, ExchangeError> {
             }
         }
     }
-    Err(ExchangeError::Failed(first_error.unwrap_or_else(|| {
+    Err(TransportError::Failed(first_error.unwrap_or_else(|| {
         format!("dial tcp: lookup {hostname}: no such host")
     })))
 }
 
 /// Opens one TCP connection with SO_LINGER {on, 1 s}.
-pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -327,7 +322,7 @@ async fn send_http1<S>(
     stream: S,
     request: Request,
     addrs: ConnAddrs,
-) -> Result<Exchange, ExchangeError>
+) -> Result<Exchange, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -335,7 +330,7 @@ where
         .title_case_headers(true)
         .handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| ExchangeError::Failed(response_error_text(&e, addrs)))?;
+        .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
     finish(connection, sender.send_request(request), addrs).await
 }
 
@@ -344,14 +339,14 @@ async fn send_http2<S>(
     stream: S,
     request: Request,
     addrs: ConnAddrs,
-) -> Result<Exchange, ExchangeError>
+) -> Result<Exchange, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| ExchangeError::Failed(response_error_text(&e, addrs)))?;
+        .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
     finish(connection, sender.send_request(request), addrs).await
 }
 
@@ -360,7 +355,7 @@ async fn finish<C>(
     connection: C,
     response: impl Future<Output = hyper::Result<http::Response<Incoming>>>,
     addrs: ConnAddrs,
-) -> Result<Exchange, ExchangeError>
+) -> Result<Exchange, TransportError>
 where
     C: Future + Send + 'static,
     C::Output: Send,
@@ -371,7 +366,7 @@ where
     }));
     let response = response
         .await
-        .map_err(|e| ExchangeError::Failed(response_error_text(&e, addrs)))?;
+        .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
     Ok(Exchange {
         response,
         addrs,
@@ -387,7 +382,7 @@ async fn tls_handshake(
     hostname: &str,
     addrs: ConnAddrs,
     deadline: Option<Instant>,
-) -> Result<tokio_rustls::client::TlsStream<FirstBytes<TcpStream>>, ExchangeError> {
+) -> Result<tokio_rustls::client::TlsStream<FirstBytes<TcpStream>>, TransportError> {
     let server_name = ServerName::try_from(hostname.trim_end_matches('.').to_string())
         .unwrap_or_else(|_| ServerName::IpAddress(addrs.peer.ip().into()));
     let handshake = TlsConnector::from(tls_config())
@@ -401,15 +396,15 @@ async fn tls_handshake(
             .map_err(|(err, io)| tls_failure(&err, &io, addrs));
     }
     match tokio::time::timeout_at(handshake_deadline, handshake).await {
-        Err(_) => Err(ExchangeError::Failed(
+        Err(_) => Err(TransportError::Failed(
             "net/http: TLS handshake timeout".into(),
         )),
         Ok(result) => result.map_err(|(err, io)| tls_failure(&err, &io, addrs)),
     }
 }
 
-fn tls_failure(err: &io::Error, io: &FirstBytes<TcpStream>, addrs: ConnAddrs) -> ExchangeError {
-    ExchangeError::Failed(tls_error_text(err, &io.first, addrs))
+fn tls_failure(err: &io::Error, io: &FirstBytes<TcpStream>, addrs: ConnAddrs) -> TransportError {
+    TransportError::Failed(tls_error_text(err, &io.first, addrs))
 }
 
 /// Go's texts for a failed TLS handshake.
@@ -657,8 +652,8 @@ fn errno_text(err: &io::Error) -> String {
     }
 }
 
-fn io_failure(err: io::Error) -> ExchangeError {
-    ExchangeError::Failed(err.to_string())
+fn io_failure(err: io::Error) -> TransportError {
+    TransportError::Failed(err.to_string())
 }
 
 #[cfg(test)]
