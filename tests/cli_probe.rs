@@ -360,5 +360,9 @@ spec:
     );
 
     let (code, report) = probe_json(r#"{"exec": {"command": ["true"]}}"#, &args);
-    assert_eq!((code, &report["result"]), (0, &Value::from("success")), "{report}");
+    assert_eq!(
+        (code, &report["result"]),
+        (0, &Value::from("success")),
+        "{report}"
+    );
 }
