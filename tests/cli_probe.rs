@@ -366,3 +366,44 @@ spec:
         "{report}"
     );
 }
+
+/// A tonic health server on 127.0.0.1 where "" is SERVING and "down" is
+/// NOT_SERVING, on a runtime of its own until the test process exits.
+fn grpc_health_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let (reporter, service) = tonic_health::server::health_reporter();
+            reporter
+                .set_service_status("down", tonic_health::ServingStatus::NotServing)
+                .await;
+            let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let _ = tonic::transport::Server::builder()
+                .serve_with_incoming(service, incoming)
+                .await;
+        });
+    });
+    port
+}
+
+#[test]
+fn grpc_serving_exits_0_and_not_serving_exits_1() {
+    let port = grpc_health_server();
+    let (code, report) = probe_json(&format!("grpc: {{port: {port}}}"), &[]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["output"], "service healthy");
+
+    let (code, report) = probe_json(&format!("grpc: {{port: {port}, service: down}}"), &[]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        report["event"]["message"],
+        r#"Readiness probe failed: service unhealthy (responded with "NOT_SERVING")"#
+    );
+}
