@@ -90,6 +90,7 @@ for b in "${binaries[@]}"; do
   [ -x "$tmp/$b" ] || { echo "k8s-build: $b was not built" >&2; exit 1; }
 done
 rm -rf "$bin_dir"
+chmod 755 "$tmp"
 mv "$tmp" "$bin_dir"
 trap - EXIT
 echo "$stamp" >"$version_dir/stamp"
