@@ -10,7 +10,8 @@
 #   hack/local-cluster.sh status  one line per part; exit 1 unless all are up
 #   hack/local-cluster.sh env     print KUBECONFIG=... for eval
 #   hack/local-cluster.sh check   prove it works: a busybox pod runs, `kubectl exec`
-#                                 works, an exec readiness probe turns the pod Ready
+#                                 and `kubectl logs` work, an exec readiness probe
+#                                 turns the pod Ready
 #
 # Everything lives under ${PODPROBE_CLUSTER_DIR:-/tmp/podprobe-cluster}: pki/,
 # kubeconfigs, run/<part>.pid, logs/<part>.log, the kubelet's root and pod
@@ -148,10 +149,20 @@ check_ports() {
 
 # ---------------------------------------------------------------- PKI
 
-# Writes an ECDSA P-256 key pair $PKI/$1.{key,crt} signed by the cluster CA for
-# subject $2 with X.509 extended key usage $3 and subjectAltName $4 (optional).
+# Writes a self-signed ECDSA P-256 CA $PKI/$1.{key,crt} with common name $2.
+make_ca() {
+    local name=$1 cn=$2
+    [ -s "$PKI/$name.crt" ] && return 0
+    openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/$name.key" 2>/dev/null
+    openssl req -x509 -new -key "$PKI/$name.key" -subj "/CN=$cn" -days 3650 -sha256 \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -out "$PKI/$name.crt"
+}
+
+# Writes an ECDSA P-256 key pair $PKI/$2.{key,crt} signed by CA $1 for subject
+# $3 with X.509 extended key usage $4 and subjectAltName $5 (optional).
 issue_cert() {
-    local name=$1 subject=$2 usage=$3 san=${4:-}
+    local ca=$1 name=$2 subject=$3 usage=$4 san=${5:-}
     [ -s "$PKI/$name.crt" ] && return 0
     openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/$name.key" 2>/dev/null
     openssl req -new -key "$PKI/$name.key" -subj "$subject" -out "$PKI/$name.csr"
@@ -161,31 +172,36 @@ issue_cert() {
         echo "extendedKeyUsage = $usage"
         [ -n "$san" ] && echo "subjectAltName = $san"
     } >"$PKI/$name.ext"
-    openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
         -days 3650 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
     rm -f "$PKI/$name.csr" "$PKI/$name.ext"
 }
 
 ensure_pki() {
+    if [ ! -s "$PKI/ca.crt" ]; then
+        # Certificates of an earlier CA would not verify: start over.
+        rm -rf "$PKI"
+        log "generating the cluster CA and certificates in $PKI"
+    fi
     mkdir -p "$PKI"
     chmod 700 "$PKI"
-    if [ ! -s "$PKI/ca.crt" ]; then
-        log "generating the cluster CA and certificates in $PKI"
-        openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/ca.key" 2>/dev/null
-        openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=podprobe-local-ca" -days 3650 -sha256 \
-            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-            -out "$PKI/ca.crt"
-    fi
-    issue_cert apiserver "/CN=kube-apiserver" serverAuth \
+    make_ca ca podprobe-local-ca
+    issue_cert ca apiserver "/CN=kube-apiserver" serverAuth \
         "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:$SERVICE_IP,IP:$NODE_IP"
-    issue_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
-    issue_cert admin "/O=system:masters/CN=kubernetes-admin" clientAuth
-    issue_cert kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
-    issue_cert kube-scheduler "/CN=system:kube-scheduler" clientAuth
+    issue_cert ca apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+    issue_cert ca admin "/O=system:masters/CN=kubernetes-admin" clientAuth
+    issue_cert ca kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
+    issue_cert ca kube-scheduler "/CN=system:kube-scheduler" clientAuth
     # The Node authorizer and NodeRestriction know the kubelet by this name.
-    issue_cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
-    issue_cert kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" serverAuth \
+    issue_cert ca kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+    issue_cert ca kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" serverAuth \
         "DNS:$NODE_NAME,IP:$NODE_IP,IP:127.0.0.1"
+    # The API server publishes the front proxy's CA in
+    # kube-system/extension-apiserver-authentication; the controller manager
+    # and scheduler read it for delegated authentication and log errors
+    # every few seconds while it is missing.
+    make_ca front-proxy-ca podprobe-local-front-proxy-ca
+    issue_cert front-proxy-ca front-proxy-client "/CN=front-proxy-client" clientAuth
     if [ ! -s "$PKI/sa.pub" ]; then
         openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
         openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -276,6 +292,13 @@ ensure_apiserver() {
             --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
             --kubelet-certificate-authority "$PKI/ca.crt" \
             --kubelet-preferred-address-types InternalIP \
+            --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" \
+            --requestheader-allowed-names front-proxy-client \
+            --requestheader-username-headers X-Remote-User \
+            --requestheader-group-headers X-Remote-Group \
+            --requestheader-extra-headers-prefix X-Remote-Extra- \
+            --proxy-client-cert-file "$PKI/front-proxy-client.crt" \
+            --proxy-client-key-file "$PKI/front-proxy-client.key" \
             --service-account-issuer https://kubernetes.default.svc.cluster.local \
             --service-account-key-file "$PKI/sa.pub" \
             --service-account-signing-key-file "$PKI/sa.key" \
@@ -544,8 +567,8 @@ part_health() {
 }
 
 # One pod proves the node works end to end: it is scheduled and runs from the
-# local busybox image, `kubectl exec` reaches it through the API server and
-# the kubelet, and its exec readiness probe turns it Ready once the file the
+# local busybox image, `kubectl exec` and `kubectl logs` reach it through the
+# API server and the kubelet, and its exec readiness probe turns it Ready once the file the
 # probe reads exists.
 cmd_check() {
     BIN=$("$HACK/k8s-build.sh" --bin-dir)
@@ -562,7 +585,7 @@ spec:
   - name: main
     image: docker.io/local/busybox:latest
     imagePullPolicy: Never
-    command: [sleep, "3600"]
+    command: [sh, -c, "echo started; exec sleep 3600"]
     readinessProbe:
       exec:
         command: [cat, /tmp/ready]
@@ -573,6 +596,9 @@ EOF
     out=$(kubectl_ exec "$pod" -- sh -c 'echo exec-ok')
     [ "$out" = exec-ok ] || die "check: kubectl exec printed '$out', want 'exec-ok'"
     log "check: kubectl exec works"
+    out=$(kubectl_ logs "$pod")
+    [ "$out" = started ] || die "check: kubectl logs printed '$out', want 'started'"
+    log "check: kubectl logs works"
     [ "$(kubectl_ get pod "$pod" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ] ||
         die "check: pod is Ready before its readiness probe can pass"
     kubectl_ exec "$pod" -- touch /tmp/ready
