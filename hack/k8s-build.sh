@@ -55,6 +55,15 @@ if cache_is_complete; then
   exit 0
 fi
 
+# One build at a time; a caller that waited finds the other's binaries.
+mkdir -p "$version_dir"
+exec 8>"$version_dir/build.lock"
+flock 8
+if cache_is_complete; then
+  echo "$bin_dir"
+  exit 0
+fi
+
 command -v go >/dev/null 2>&1 || {
   echo "k8s-build: needs a Go toolchain (go >= 1.25) on PATH" >&2
   exit 1
@@ -70,7 +79,6 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-mkdir -p "$version_dir"
 tmp="$(mktemp -d "$version_dir/build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -81,7 +89,7 @@ start=$SECONDS
   # `tool` names every tool directive of go.mod. Static binaries, like
   # upstream's release builds of these components.
   CGO_ENABLED=0 GOFLAGS=-p=1 nice -n 19 \
-    go build -p 1 -trimpath -ldflags "$ldflags" -o "$tmp/" tool
+    go build -p 1 -trimpath -ldflags "$ldflags" -o "$tmp/" tool 8>&-
 )
 # The etcd server's main package is its module's root, go.etcd.io/etcd/server/v3,
 # which go names "server".

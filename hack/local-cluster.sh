@@ -503,14 +503,18 @@ remove_pod_cgroups() {
     done
 }
 
-# The kubelet links container logs into /var/log/containers; drop the links
-# into this cluster's pod logs.
-remove_log_links() {
+# Two kubelet paths are fixed whatever its root directory: it links container
+# logs into /var/log/containers and serves device plugin registration at
+# /var/lib/kubelet/device-plugins/kubelet.sock. Remove what points into this
+# cluster, and the directories if that left them empty.
+remove_host_leftovers() {
     local link
     for link in /var/log/containers/*.log; do
         [ -L "$link" ] || continue
         case "$(readlink "$link")" in "$DIR"/*) rm -f "$link" ;; esac
     done
+    rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+    rmdir /var/log/containers /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
 }
 
 cmd_down() {
@@ -527,7 +531,7 @@ cmd_down() {
     restore_sysctls
     unmount_all
     remove_pod_cgroups
-    remove_log_links
+    remove_host_leftovers
     ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE"
     find "$DIR" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
     log "down (logs kept in $LOGS)"
