@@ -87,7 +87,7 @@ pid_of() {
     [ -f "$pidfile" ] || return 1
     pid=$(cat "$pidfile")
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1 | grep -qx "$BIN/$1" || return 1
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1 | grep -qxF "$BIN/$1" || return 1
     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR/" || return 1
     echo "$pid"
 }
