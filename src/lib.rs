@@ -9,11 +9,17 @@
 //! - [`results`], [`worker`], [`manager`]: the kubelet's prober state machines;
 //! - [`status`]: desired pod status and the patches that reach it.
 
+pub mod config;
 pub mod cri;
+pub mod daemon;
+pub mod events;
 pub mod manager;
+pub mod metrics;
 pub mod oneshot;
+pub mod pods;
 pub mod probe;
 pub mod results;
+pub mod server;
 pub mod status;
 pub mod worker;
 
