@@ -109,32 +109,9 @@ impl std::fmt::Display for GrpcStatus {
         write!(
             f,
             "rpc error: code = {} desc = {}",
-            go_code_name(self.code),
+            crate::probe::gofmt::go_code_name(self.code),
             self.message
         )
-    }
-}
-
-/// Go's `codes.Code.String()`.
-fn go_code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "Canceled",
-        Code::Unknown => "Unknown",
-        Code::InvalidArgument => "InvalidArgument",
-        Code::DeadlineExceeded => "DeadlineExceeded",
-        Code::NotFound => "NotFound",
-        Code::AlreadyExists => "AlreadyExists",
-        Code::PermissionDenied => "PermissionDenied",
-        Code::ResourceExhausted => "ResourceExhausted",
-        Code::FailedPrecondition => "FailedPrecondition",
-        Code::Aborted => "Aborted",
-        Code::OutOfRange => "OutOfRange",
-        Code::Unimplemented => "Unimplemented",
-        Code::Internal => "Internal",
-        Code::Unavailable => "Unavailable",
-        Code::DataLoss => "DataLoss",
-        Code::Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -542,7 +519,10 @@ mod tests {
             status.to_string(),
             "rpc error: code = NotFound desc = container \"x\" not found"
         );
-        assert_eq!(go_code_name(Code::Cancelled), "Canceled");
+        assert_eq!(
+            crate::probe::gofmt::go_code_name(Code::Cancelled),
+            "Canceled"
+        );
     }
 
     #[test]

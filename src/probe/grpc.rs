@@ -211,7 +211,7 @@ fn check_outcome(check: Check, timeout: Duration) -> Outcome {
         Check::TimedOut => rpc_timeout(timeout),
         Check::Failed(status) => failure(format!(
             "error: health rpc probe failed: rpc error: code = {} desc = {}",
-            go_code_name(status.code()),
+            crate::probe::gofmt::go_code_name(status.code()),
             status.message()
         )),
     }
@@ -230,29 +230,6 @@ fn serving_status_name(status: i32) -> String {
     ServingStatus::try_from(status)
         .map(|known| known.as_str_name().to_owned())
         .unwrap_or_else(|_| status.to_string())
-}
-
-/// grpc-go's `codes.Code` names, which appear in its status error text.
-fn go_code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "Canceled",
-        Code::Unknown => "Unknown",
-        Code::InvalidArgument => "InvalidArgument",
-        Code::DeadlineExceeded => "DeadlineExceeded",
-        Code::NotFound => "NotFound",
-        Code::AlreadyExists => "AlreadyExists",
-        Code::PermissionDenied => "PermissionDenied",
-        Code::ResourceExhausted => "ResourceExhausted",
-        Code::FailedPrecondition => "FailedPrecondition",
-        Code::Aborted => "Aborted",
-        Code::OutOfRange => "OutOfRange",
-        Code::Unimplemented => "Unimplemented",
-        Code::Internal => "Internal",
-        Code::Unavailable => "Unavailable",
-        Code::DataLoss => "DataLoss",
-        Code::Unauthenticated => "Unauthenticated",
-    }
 }
 
 /// An error and its causes, `: `-separated, like Go's wrapped errors.

@@ -9,7 +9,7 @@
 
 pub mod dial;
 pub mod exec;
-mod gofmt;
+pub(crate) mod gofmt;
 pub mod grpc;
 pub mod http;
 pub mod prober;
