@@ -138,3 +138,14 @@ async fn t3_probe_socket_lingers_one_second() {
     assert_eq!(linger, Some(PROBE_LINGER));
     assert_eq!(PROBE_LINGER, Duration::from_secs(1));
 }
+
+/// Go's dialer sets TCP_NODELAY on every connection; gRPC probes depend on
+/// it to avoid waiting for delayed ACKs.
+#[tokio::test]
+async fn probe_socket_sets_tcp_nodelay_like_go() {
+    let addr = accepting_listener("127.0.0.1:0").await;
+    let stream = dial("127.0.0.1", addr.port(), Instant::now() + TIMEOUT)
+        .await
+        .expect("dial the listener");
+    assert!(stream.get_ref().nodelay().expect("read TCP_NODELAY"));
+}
