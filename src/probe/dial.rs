@@ -53,7 +53,8 @@ pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<ProbeStrea
     let addrs = resolve(host, port, deadline).await?;
     let mut first_error = None;
     for (tried, &addr) in addrs.iter().enumerate() {
-        let Some(attempt_deadline) = share_of_deadline(Instant::now(), deadline, addrs.len() - tried)
+        let Some(attempt_deadline) =
+            share_of_deadline(Instant::now(), deadline, addrs.len() - tried)
         else {
             first_error.get_or_insert(DialError::Timeout { addr });
             break;
@@ -105,7 +106,9 @@ fn no_such_host(host: &str) -> DialError {
 /// of the time left, but at least [`MIN_SHARE_PER_ADDRESS`] (or all of it
 /// when less is left). `None` when the time is up.
 fn share_of_deadline(now: Instant, deadline: Instant, remaining: usize) -> Option<Instant> {
-    let left = deadline.checked_duration_since(now).filter(|d| !d.is_zero())?;
+    let left = deadline
+        .checked_duration_since(now)
+        .filter(|d| !d.is_zero())?;
     let share = left / u32::try_from(remaining.max(1)).unwrap_or(u32::MAX);
     Some(now + share.max(MIN_SHARE_PER_ADDRESS.min(left)))
 }
@@ -201,11 +204,15 @@ impl ProbeStream {
 
     /// The underlying socket, e.g. to read its options.
     pub fn get_ref(&self) -> &TcpStream {
-        self.stream.as_ref().expect("the stream is present until drop")
+        self.stream
+            .as_ref()
+            .expect("the stream is present until drop")
     }
 
     fn get_mut(&mut self) -> &mut TcpStream {
-        self.stream.as_mut().expect("the stream is present until drop")
+        self.stream
+            .as_mut()
+            .expect("the stream is present until drop")
     }
 }
 
@@ -276,27 +283,51 @@ mod tests {
             syscall: "connect",
             source: io::Error::from_raw_os_error(111),
         };
-        assert_eq!(refused.to_string(), "dial tcp 10.0.0.1:80: connect: connection refused");
-        assert_eq!(DialError::Timeout { addr }.to_string(), "dial tcp 10.0.0.1:80: i/o timeout");
+        assert_eq!(
+            refused.to_string(),
+            "dial tcp 10.0.0.1:80: connect: connection refused"
+        );
+        assert_eq!(
+            DialError::Timeout { addr }.to_string(),
+            "dial tcp 10.0.0.1:80: i/o timeout"
+        );
         let v6: SocketAddr = "[fd00::1]:8080".parse().expect("literal address");
-        assert_eq!(DialError::Timeout { addr: v6 }.to_string(), "dial tcp [fd00::1]:8080: i/o timeout");
-        assert_eq!(no_such_host("db").to_string(), "dial tcp: lookup db: no such host");
+        assert_eq!(
+            DialError::Timeout { addr: v6 }.to_string(),
+            "dial tcp [fd00::1]:8080: i/o timeout"
+        );
+        assert_eq!(
+            no_such_host("db").to_string(),
+            "dial tcp: lookup db: no such host"
+        );
     }
 
     #[test]
     fn go_lookup_text_maps_unknown_names_to_no_such_host() {
-        let unknown = io::Error::other("failed to lookup address information: Name or service not known");
+        let unknown =
+            io::Error::other("failed to lookup address information: Name or service not known");
         assert_eq!(go_lookup_text(&unknown), "no such host");
-        let other = io::Error::other("failed to lookup address information: Temporary failure in name resolution");
-        assert_eq!(go_lookup_text(&other), "temporary failure in name resolution");
+        let other = io::Error::other(
+            "failed to lookup address information: Temporary failure in name resolution",
+        );
+        assert_eq!(
+            go_lookup_text(&other),
+            "temporary failure in name resolution"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn each_address_gets_an_equal_share_but_at_least_two_seconds() {
         let now = Instant::now();
         let ten = now + Duration::from_secs(10);
-        assert_eq!(share_of_deadline(now, ten, 2), Some(now + Duration::from_secs(5)));
-        assert_eq!(share_of_deadline(now, ten, 10), Some(now + Duration::from_secs(2)));
+        assert_eq!(
+            share_of_deadline(now, ten, 2),
+            Some(now + Duration::from_secs(5))
+        );
+        assert_eq!(
+            share_of_deadline(now, ten, 10),
+            Some(now + Duration::from_secs(2))
+        );
         let one = now + Duration::from_secs(1);
         assert_eq!(share_of_deadline(now, one, 3), Some(one));
         assert_eq!(share_of_deadline(now, now, 1), None);

@@ -85,7 +85,9 @@ async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) 
             Ok(Err(error)) => tracing::debug!(%error, host, port, "gRPC connection attempt failed"),
             Err(_) => tracing::debug!(host, port, "gRPC connection attempt timed out"),
         }
-        timeout_at(deadline, tokio::time::sleep(backoff)).await.ok()?;
+        timeout_at(deadline, tokio::time::sleep(backoff))
+            .await
+            .ok()?;
         retries += 1;
     }
 }
@@ -158,7 +160,14 @@ async fn check(channel: Channel, service: &str, deadline: Instant) -> Check {
     // Sent as `grpc-timeout`, as grpc-go does with the context deadline.
     request.set_timeout(deadline.saturating_duration_since(Instant::now()));
     let mut client = HealthClient::new(channel);
-    match timeout_at(deadline, client.check(request)).await {
+    let answer = timeout_at(deadline, client.check(request)).await;
+    // grpc-go's client gives up at its own deadline, so an answer seen only
+    // then lost that race. It may be the server's reaction to the expired
+    // `grpc-timeout` (tonic servers answer CANCELLED), not a health answer.
+    if Instant::now() >= deadline {
+        return Check::TimedOut;
+    }
+    match answer {
         Err(_) => Check::TimedOut,
         Ok(Err(status)) => Check::Failed(status),
         Ok(Ok(response)) => Check::Responded(response.into_inner().status),
@@ -309,7 +318,12 @@ impl PrefaceSniffer {
         if self.seen < FRAME_HEADER_LEN {
             return None;
         }
-        let stream_id = u32::from_be_bytes([self.header[5], self.header[6], self.header[7], self.header[8]]);
+        let stream_id = u32::from_be_bytes([
+            self.header[5],
+            self.header[6],
+            self.header[7],
+            self.header[8],
+        ]);
         Some(self.header[3] == FRAME_TYPE_SETTINGS && stream_id & 0x7fff_ffff == 0)
     }
 }
@@ -401,13 +415,25 @@ mod tests {
     #[test]
     fn g5_other_statuses_fail_with_their_proto_names() {
         let cases = [
-            (ServingStatus::Unknown as i32, r#"service unhealthy (responded with "UNKNOWN")"#),
-            (ServingStatus::NotServing as i32, r#"service unhealthy (responded with "NOT_SERVING")"#),
-            (ServingStatus::ServiceUnknown as i32, r#"service unhealthy (responded with "SERVICE_UNKNOWN")"#),
+            (
+                ServingStatus::Unknown as i32,
+                r#"service unhealthy (responded with "UNKNOWN")"#,
+            ),
+            (
+                ServingStatus::NotServing as i32,
+                r#"service unhealthy (responded with "NOT_SERVING")"#,
+            ),
+            (
+                ServingStatus::ServiceUnknown as i32,
+                r#"service unhealthy (responded with "SERVICE_UNKNOWN")"#,
+            ),
             (7, r#"service unhealthy (responded with "7")"#),
         ];
         for (status, want) in cases {
-            assert_eq!(output(Check::Responded(status)), (ProbeResult::Failure, want.to_owned()));
+            assert_eq!(
+                output(Check::Responded(status)),
+                (ProbeResult::Failure, want.to_owned())
+            );
         }
     }
 
@@ -415,14 +441,19 @@ mod tests {
     fn g5_rpc_errors_read_like_grpc_go() {
         let cases = [
             (
-                Check::Failed(tonic::Status::unimplemented("unknown service grpc.health.v1.Health")),
+                Check::Failed(tonic::Status::unimplemented(
+                    "unknown service grpc.health.v1.Health",
+                )),
                 "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): unknown service grpc.health.v1.Health",
             ),
             (
                 Check::Failed(tonic::Status::deadline_exceeded("whatever")),
                 "timeout: health rpc did not complete within 2s",
             ),
-            (Check::TimedOut, "timeout: health rpc did not complete within 2s"),
+            (
+                Check::TimedOut,
+                "timeout: health rpc did not complete within 2s",
+            ),
             (
                 Check::Failed(tonic::Status::not_found("unknown service")),
                 "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service",
@@ -465,7 +496,23 @@ mod tests {
 
     #[test]
     fn preface_sniffer_accepts_settings_split_across_reads() {
-        let settings = [0, 0, 6, FRAME_TYPE_SETTINGS, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        let settings = [
+            0,
+            0,
+            6,
+            FRAME_TYPE_SETTINGS,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            3,
+            0,
+            0,
+            0,
+            100,
+        ];
         let mut sniffer = PrefaceSniffer::default();
         assert_eq!(sniffer.feed(&settings[..4]), None);
         assert_eq!(sniffer.feed(&settings[4..]), Some(true));
@@ -473,7 +520,10 @@ mod tests {
 
     #[test]
     fn g7_preface_sniffer_rejects_http1_and_early_close() {
-        assert_eq!(PrefaceSniffer::default().feed(b"HTTP/1.1 400 Bad Request\r\n"), Some(false));
+        assert_eq!(
+            PrefaceSniffer::default().feed(b"HTTP/1.1 400 Bad Request\r\n"),
+            Some(false)
+        );
         let mut sniffer = PrefaceSniffer::default();
         assert_eq!(sniffer.feed(&[0, 0]), None);
         assert_eq!(sniffer.feed(&[]), Some(false));
