@@ -95,7 +95,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     // Multi-threaded with one worker per core, as Go runs with GOMAXPROCS = nproc.
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("probe-load: cannot start the async runtime: {e}");
@@ -143,7 +146,13 @@ async fn run_probers(cfg: &Config, start: Instant) -> Vec<Sample> {
     samples
 }
 
-async fn prober(target: &Target, first: Instant, period: Duration, end: Instant, capacity: usize) -> Sample {
+async fn prober(
+    target: &Target,
+    first: Instant,
+    period: Duration,
+    end: Instant,
+    capacity: usize,
+) -> Sample {
     let mut sample = Sample {
         latencies_us: Vec::with_capacity(capacity),
         ..Sample::default()
@@ -196,9 +205,13 @@ impl Target {
 
     async fn probe(&self) -> Attempt {
         match self.kind {
-            Kind::Http => http::probe(&self.http_action, LOOPBACK, self.timeout, &self.user_agent).await,
+            Kind::Http => {
+                http::probe(&self.http_action, LOOPBACK, self.timeout, &self.user_agent).await
+            }
             Kind::Tcp => tcp::probe(LOOPBACK, self.port, self.timeout).await,
-            Kind::Grpc => grpc::probe(LOOPBACK, self.port, "", self.timeout, &self.user_agent).await,
+            Kind::Grpc => {
+                grpc::probe(LOOPBACK, self.port, "", self.timeout, &self.user_agent).await
+            }
         }
     }
 }
@@ -212,7 +225,13 @@ fn failure(attempt: &Attempt) -> Option<String> {
     }
 }
 
-fn summarize(cfg: &Config, samples: Vec<Sample>, elapsed: Duration, before: Usage, after: Usage) -> Report {
+fn summarize(
+    cfg: &Config,
+    samples: Vec<Sample>,
+    elapsed: Duration,
+    before: Usage,
+    after: Usage,
+) -> Report {
     let mut all = Vec::new();
     let mut failures = 0;
     let mut first_failure = None;
