@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Benchmark of podprobe's network probe handlers against the kubelet's own
+# probe packages: builds both harnesses (release), starts the loopback servers
+# once, runs Go and Rust alternately for each (kind, N) and prints a markdown
+# table with the Rust/Go ratios. A measurement, not a test: CI does not run it.
+#
+# Knobs (environment): KINDS ("http tcp grpc"), NS ("100 500"), PERIOD_MS (100),
+# DURATION_S (15), TIMEOUT_MS (1000), ROUNDS (2), OUT (bench/out/<time>).
+# Bounded: every run is under `timeout`, there are |KINDS|*|NS|*ROUNDS*2 runs.
+# Only loopback (127.0.0.1) is used; only processes this script started are
+# stopped, by PID.
+set -euo pipefail
+
+KINDS=${KINDS:-"http tcp grpc"}
+NS=${NS:-"100 500"}
+PERIOD_MS=${PERIOD_MS:-100}
+DURATION_S=${DURATION_S:-15}
+TIMEOUT_MS=${TIMEOUT_MS:-1000}
+ROUNDS=${ROUNDS:-2}
+
+BENCH=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$BENCH/out/$(date -u +%Y%m%dT%H%M%SZ)}
+BIN=$OUT/bin
+RESULTS=$OUT/results.jsonl
+mkdir -p "$BIN"
+: >"$RESULTS"
+
+log() { echo "run.sh: $*" >&2; }
+
+# --- build -----------------------------------------------------------------
+log "building the Go harness"
+(
+    cd "$BENCH/kubelet-probes"
+    # gitMajor/gitMinor give the gRPC prober its real User-Agent
+    # (kube-probe/1.35), as a kubelet built by the release tooling has.
+    go build -trimpath \
+        -ldflags "-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35" \
+        -o "$BIN/kubelet-probes" .
+)
+log "building the Rust harness"
+cargo build --quiet --release --manifest-path "$BENCH/probe-load/Cargo.toml"
+target_dir=${CARGO_TARGET_DIR:-$BENCH/probe-load/target}
+# A private copy, so that another build into a shared target dir cannot swap
+# the binary mid-run.
+cp "$target_dir/release/probe-load" "$BIN/probe-load"
+
+# --- servers ---------------------------------------------------------------
+"$BIN/kubelet-probes" serve >"$OUT/ports.json" 2>"$OUT/serve.log" &
+SERVE_PID=$!
+echo "$SERVE_PID" >"$OUT/serve.pid"
+trap 'kill "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true' EXIT
+
+for _ in $(seq 50); do
+    [[ -s $OUT/ports.json ]] && break
+    sleep 0.1
+done
+[[ -s $OUT/ports.json ]] || { log "servers did not start (see $OUT/serve.log)"; exit 1; }
+log "servers (pid $SERVE_PID): $(cat "$OUT/ports.json")"
+
+# --- runs ------------------------------------------------------------------
+# One harness run; appends its JSON line, with the machine's 1-minute load
+# average and round number added, to $RESULTS.
+run_one() {
+    local impl=$1 kind=$2 n=$3 round=$4 port line load
+    port=$(jq -r ".$kind" "$OUT/ports.json")
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    case $impl in
+    go)
+        line=$(timeout $((DURATION_S + 30)) "$BIN/kubelet-probes" load -kind "$kind" -n "$n" \
+            -period "${PERIOD_MS}ms" -duration "${DURATION_S}s" -timeout "${TIMEOUT_MS}ms" -port "$port")
+        ;;
+    rust)
+        line=$(timeout $((DURATION_S + 30)) "$BIN/probe-load" --kind "$kind" --n "$n" \
+            --period-ms "$PERIOD_MS" --duration-s "$DURATION_S" --timeout-ms "$TIMEOUT_MS" --port "$port")
+        ;;
+    esac
+    jq -c --argjson load "$load" --argjson round "$round" \
+        '. + {loadavg_1m_before: $load, round: $round}' <<<"$line" | tee -a "$RESULTS" >&2
+}
+
+i=0
+for kind in $KINDS; do
+    for n in $NS; do
+        for round in $(seq "$ROUNDS"); do
+            # Alternate which side goes first, so neither always runs on the
+            # machine the other has just warmed or loaded.
+            if ((i % 2 == 0)); then order="go rust"; else order="rust go"; fi
+            i=$((i + 1))
+            for impl in $order; do
+                log "$kind n=$n round=$round $impl"
+                run_one "$impl" "$kind" "$n" "$round"
+            done
+        done
+    done
+done
+
+log "raw results: $RESULTS"
+python3 "$BENCH/table.py" "$RESULTS"
