@@ -1,0 +1,509 @@
+//! The `podprobe.io/probes` annotation: gate mode's probe source.
+//!
+//! The value is a JSON object keyed by container name; each value holds any of
+//! `startupProbe`, `readinessProbe` and `livenessProbe` in the core/v1 `Probe`
+//! schema:
+//!
+//! ```json
+//! {"app": {"readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}}
+//! ```
+//!
+//! Regular containers and restartable init containers (sidecars) can be
+//! annotated, as they can carry probes in the spec; classic init containers
+//! cannot. Fields are checked strictly (an unknown field is an error, like
+//! `kubectl --validate=strict`) because a misspelt field in an annotation
+//! would otherwise be dropped without a word. Each probe is then defaulted,
+//! validated and resolved by [`normalize`] against its container.
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Probe};
+use serde_json::{Map, Value};
+
+use super::{is_restartable_init_container, readiness_containers};
+use crate::probe::spec::normalize;
+use crate::probe::{ProbeKind, ProbeSpec, SpecError};
+
+/// The annotation holding gate mode's probes.
+pub const PROBES_ANNOTATION: &str = "podprobe.io/probes";
+
+/// One annotated probe, defaulted, validated and resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotatedProbe {
+    pub container: String,
+    pub kind: ProbeKind,
+    pub spec: ProbeSpec,
+}
+
+/// A pod's annotated probes in the order the kubelet creates workers:
+/// restartable init containers, then regular containers, each in spec order,
+/// and per container [`ProbeKind::ALL`] order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AnnotatedProbes {
+    probes: Vec<AnnotatedProbe>,
+}
+
+impl AnnotatedProbes {
+    /// Whether the annotation declares no probe at all.
+    pub fn is_empty(&self) -> bool {
+        self.probes.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &AnnotatedProbe> {
+        self.probes.iter()
+    }
+
+    /// The `kind` probe of `container`, if annotated.
+    pub fn get(&self, container: &str, kind: ProbeKind) -> Option<&ProbeSpec> {
+        self.probes
+            .iter()
+            .find(|p| p.container == container && p.kind == kind)
+            .map(|p| &p.spec)
+    }
+
+    /// Whether `container` has an annotated probe that holds back its
+    /// readiness: a readiness probe, or a startup probe (until it succeeds the
+    /// kubelet reports the container not ready, status.md rule 1.2).
+    pub fn gates_readiness(&self, container: &str) -> bool {
+        self.get(container, ProbeKind::Readiness).is_some()
+            || self.get(container, ProbeKind::Startup).is_some()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn from_probes(probes: Vec<AnnotatedProbe>) -> Self {
+        AnnotatedProbes { probes }
+    }
+}
+
+/// Why the annotation cannot be used; the message names the container, the
+/// probe and the field to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnnotationError {
+    #[error("podprobe.io/probes: invalid JSON: {0}")]
+    InvalidJson(String),
+    #[error("podprobe.io/probes: expected a JSON object keyed by container name, got {found}")]
+    NotAnObject { found: &'static str },
+    #[error("podprobe.io/probes: container {container:?} is not in the pod")]
+    UnknownContainer { container: String },
+    #[error(
+        "podprobe.io/probes: container {container:?}: probes may not be set for init containers without \
+         restartPolicy=Always"
+    )]
+    InitContainer { container: String },
+    #[error(
+        "podprobe.io/probes: container {container:?}: expected an object with startupProbe, readinessProbe \
+         or livenessProbe, got {found}"
+    )]
+    ContainerNotAnObject {
+        container: String,
+        found: &'static str,
+    },
+    #[error(
+        "podprobe.io/probes: container {container:?}: unknown key {key:?} (expected startupProbe, \
+         readinessProbe or livenessProbe)"
+    )]
+    UnknownKey { container: String, key: String },
+    /// The probe does not decode as a core/v1 `Probe`, or has a field the
+    /// schema does not know.
+    #[error("podprobe.io/probes: container {container:?}: {field}: {message}")]
+    InvalidProbe {
+        container: String,
+        field: String,
+        message: String,
+    },
+    /// The probe decodes but fails defaulting, validation or resolution.
+    #[error("podprobe.io/probes: container {container:?}: {error}")]
+    Spec { container: String, error: SpecError },
+}
+
+/// The probes in `pod`'s `podprobe.io/probes` annotation; none when the pod
+/// has no such annotation.
+pub fn pod_probes(pod: &Pod) -> Result<AnnotatedProbes, AnnotationError> {
+    let value = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PROBES_ANNOTATION));
+    match value {
+        None => Ok(AnnotatedProbes::default()),
+        Some(value) => parse_probes(&pod.spec.clone().unwrap_or_default(), value),
+    }
+}
+
+/// Parses and validates an annotation value against the pod spec it belongs to.
+pub fn parse_probes(spec: &PodSpec, value: &str) -> Result<AnnotatedProbes, AnnotationError> {
+    let document: Value =
+        serde_json::from_str(value).map_err(|e| AnnotationError::InvalidJson(e.to_string()))?;
+    let Value::Object(by_container) = document else {
+        return Err(AnnotationError::NotAnObject {
+            found: json_type(&document),
+        });
+    };
+    for name in by_container.keys() {
+        probeable_container(spec, name)?;
+    }
+    let mut probes = Vec::new();
+    // The containers that may carry probes, in the kubelet's worker order.
+    for container in readiness_containers(spec) {
+        if let Some(entry) = by_container.get(&container.name) {
+            probes.extend(container_probes(container, entry)?);
+        }
+    }
+    Ok(AnnotatedProbes { probes })
+}
+
+/// The container `name`, if it may carry probes.
+fn probeable_container<'a>(
+    spec: &'a PodSpec,
+    name: &str,
+) -> Result<&'a Container, AnnotationError> {
+    if let Some(container) = spec.containers.iter().find(|c| c.name == name) {
+        return Ok(container);
+    }
+    match spec
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)
+    {
+        Some(container) if is_restartable_init_container(container) => Ok(container),
+        Some(_) => Err(AnnotationError::InitContainer {
+            container: name.to_string(),
+        }),
+        None => Err(AnnotationError::UnknownContainer {
+            container: name.to_string(),
+        }),
+    }
+}
+
+/// The probes of one container's annotation entry, in [`ProbeKind::ALL`] order.
+fn container_probes(
+    container: &Container,
+    entry: &Value,
+) -> Result<Vec<AnnotatedProbe>, AnnotationError> {
+    let Value::Object(by_kind) = entry else {
+        return Err(AnnotationError::ContainerNotAnObject {
+            container: container.name.clone(),
+            found: json_type(entry),
+        });
+    };
+    if let Some(key) = by_kind.keys().find(|key| kind_for_key(key).is_none()) {
+        return Err(AnnotationError::UnknownKey {
+            container: container.name.clone(),
+            key: key.clone(),
+        });
+    }
+    let mut probes = Vec::new();
+    for kind in ProbeKind::ALL {
+        // A null probe is an absent one, as when Go decodes a nil pointer.
+        let Some(value) = by_kind.get(kind.field_name()).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let probe = decode_probe(container, kind, value)?;
+        let spec = normalize(kind, &probe, container).map_err(|error| AnnotationError::Spec {
+            container: container.name.clone(),
+            error,
+        })?;
+        probes.push(AnnotatedProbe {
+            container: container.name.clone(),
+            kind,
+            spec,
+        });
+    }
+    Ok(probes)
+}
+
+fn kind_for_key(key: &str) -> Option<ProbeKind> {
+    ProbeKind::ALL
+        .into_iter()
+        .find(|kind| kind.field_name() == key)
+}
+
+/// Decodes `value` as a core/v1 `Probe`, rejecting fields the schema lacks.
+fn decode_probe(
+    container: &Container,
+    kind: ProbeKind,
+    value: &Value,
+) -> Result<Probe, AnnotationError> {
+    let invalid = |field: String, message: String| AnnotationError::InvalidProbe {
+        container: container.name.clone(),
+        field,
+        message,
+    };
+    let probe: Probe = serde_json::from_value(value.clone())
+        .map_err(|e| invalid(kind.field_name().to_string(), e.to_string()))?;
+    // The schema's fields are exactly those that survive a round trip.
+    let known = serde_json::to_value(&probe)
+        .map_err(|e| invalid(kind.field_name().to_string(), e.to_string()))?;
+    if let Some(path) = unknown_field(value, &known) {
+        return Err(invalid(
+            format!("{}{path}", kind.field_name()),
+            "unknown field".to_string(),
+        ));
+    }
+    Ok(probe)
+}
+
+/// The path (`.httpGet.prot`, `.httpHeaders[0].nmae`) of the first field of
+/// `given` that is missing from `known`, the same document after a round trip
+/// through the typed schema. Null fields are skipped: they decode to absent.
+fn unknown_field(given: &Value, known: &Value) -> Option<String> {
+    match (given, known) {
+        (Value::Object(given), Value::Object(known)) => unknown_in_object(given, known),
+        (Value::Array(given), Value::Array(known)) => given
+            .iter()
+            .zip(known)
+            .enumerate()
+            .find_map(|(i, (g, k))| unknown_field(g, k).map(|path| format!("[{i}]{path}"))),
+        _ => None,
+    }
+}
+
+fn unknown_in_object(given: &Map<String, Value>, known: &Map<String, Value>) -> Option<String> {
+    given
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .find_map(|(key, value)| match known.get(key) {
+            None => Some(format!(".{key}")),
+            Some(known) => unknown_field(value, known).map(|path| format!(".{key}{path}")),
+        })
+}
+
+/// The JSON type name of `value`, for error messages.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::Handler;
+    use crate::status::testutil::*;
+    use k8s_openapi::api::core::v1::ContainerPort;
+
+    fn pod_spec() -> PodSpec {
+        let app = Container {
+            ports: Some(vec![ContainerPort {
+                name: Some("web".to_string()),
+                container_port: 8080,
+                ..ContainerPort::default()
+            }]),
+            ..container("app")
+        };
+        PodSpec {
+            init_containers: Some(vec![container("setup"), sidecar("proxy")]),
+            containers: vec![app, container("worker")],
+            ..PodSpec::default()
+        }
+    }
+
+    fn error(value: &str) -> String {
+        match parse_probes(&pod_spec(), value) {
+            Ok(probes) => panic!("expected an error, got {probes:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn parsed(value: &str) -> AnnotatedProbes {
+        parse_probes(&pod_spec(), value).expect("valid annotation")
+    }
+
+    #[test]
+    fn annotation_probes_listed_in_kubelet_worker_order() {
+        let probes = parsed(
+            r#"{
+                "app": {"livenessProbe": {"tcpSocket": {"port": 8080}},
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": "web"}}},
+                "worker": {"livenessProbe": {"exec": {"command": ["true"]}}},
+                "proxy": {"startupProbe": {"grpc": {"port": 9090}}}
+            }"#,
+        );
+        let order: Vec<_> = probes
+            .iter()
+            .map(|p| (p.container.as_str(), p.kind))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("proxy", ProbeKind::Startup),
+                ("app", ProbeKind::Readiness),
+                ("app", ProbeKind::Liveness),
+                ("worker", ProbeKind::Liveness),
+            ]
+        );
+    }
+
+    #[test]
+    fn annotation_probes_get_api_defaults_and_resolved_ports() {
+        let probes = parsed(
+            r#"{"app": {"readinessProbe": {"httpGet": {"path": "/ready", "port": "web"}}}}"#,
+        );
+        let spec = probes
+            .get("app", ProbeKind::Readiness)
+            .expect("readiness probe");
+        let Handler::HttpGet(action) = &spec.handler else {
+            panic!("expected httpGet, got {:?}", spec.handler);
+        };
+        assert_eq!((action.port, action.path.as_str()), (8080, "/ready"));
+        assert_eq!(
+            (
+                spec.timeout_seconds,
+                spec.period_seconds,
+                spec.success_threshold,
+                spec.failure_threshold
+            ),
+            (1, 10, 1, 3)
+        );
+        assert!(probes.get("app", ProbeKind::Liveness).is_none());
+    }
+
+    #[test]
+    fn annotation_readiness_or_startup_probe_gates_readiness() {
+        let probes = parsed(
+            r#"{"app": {"startupProbe": {"tcpSocket": {"port": 8080}}},
+                "worker": {"livenessProbe": {"tcpSocket": {"port": 80}}},
+                "proxy": {"readinessProbe": {"tcpSocket": {"port": 80}}}}"#,
+        );
+        assert!(probes.gates_readiness("app"));
+        assert!(probes.gates_readiness("proxy"));
+        assert!(!probes.gates_readiness("worker"));
+    }
+
+    #[test]
+    fn annotation_null_probe_is_absent() {
+        assert!(parsed(r#"{"app": {"readinessProbe": null}}"#).is_empty());
+    }
+
+    #[test]
+    fn annotation_read_from_the_pod() {
+        let mut pod = pod(vec![], pod_spec().containers, &[], Default::default());
+        let value = r#"{"worker": {"livenessProbe": {"tcpSocket": {"port": 80}}}}"#;
+        pod.metadata.annotations =
+            Some([(PROBES_ANNOTATION.to_string(), value.to_string())].into());
+        let probes = pod_probes(&pod).expect("valid annotation");
+        assert!(probes.get("worker", ProbeKind::Liveness).is_some());
+    }
+
+    #[test]
+    fn annotation_spec_errors_name_container_probe_and_field() {
+        assert_eq!(
+            error(r#"{"app": {"readinessProbe": {"tcpSocket": {"port": "metrics"}}}}"#),
+            r#"podprobe.io/probes: container "app": readinessProbe.tcpSocket.port: port "metrics" not found in container "app""#
+        );
+        assert_eq!(
+            error(r#"{"worker": {"livenessProbe": {"periodSeconds": 10}}}"#),
+            r#"podprobe.io/probes: container "worker": livenessProbe: Required value: must specify a handler type"#
+        );
+    }
+
+    #[test]
+    fn annotation_absent_means_no_probes() {
+        let pod = pod(vec![], vec![container("app")], &[], Default::default());
+        assert_eq!(pod_probes(&pod), Ok(AnnotatedProbes::default()));
+    }
+
+    #[test]
+    fn annotation_empty_object_means_no_probes() {
+        assert!(parse_probes(&pod_spec(), "{}").is_ok_and(|p| p.is_empty()));
+    }
+
+    #[test]
+    fn annotation_invalid_json_carries_serde_message() {
+        assert_eq!(
+            error(r#"{"app": "#),
+            "podprobe.io/probes: invalid JSON: EOF while parsing a value at line 1 column 8"
+        );
+    }
+
+    #[test]
+    fn annotation_must_be_an_object() {
+        assert_eq!(
+            error(r#"["app"]"#),
+            "podprobe.io/probes: expected a JSON object keyed by container name, got an array"
+        );
+    }
+
+    #[test]
+    fn annotation_unknown_container() {
+        assert_eq!(
+            error(r#"{"x": {}}"#),
+            r#"podprobe.io/probes: container "x" is not in the pod"#
+        );
+    }
+
+    #[test]
+    fn annotation_classic_init_container_rejected() {
+        assert_eq!(
+            error(r#"{"setup": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#),
+            r#"podprobe.io/probes: container "setup": probes may not be set for init containers without restartPolicy=Always"#
+        );
+    }
+
+    #[test]
+    fn annotation_container_entry_must_be_an_object() {
+        assert_eq!(
+            error(r#"{"app": true}"#),
+            r#"podprobe.io/probes: container "app": expected an object with startupProbe, readinessProbe or livenessProbe, got a boolean"#
+        );
+    }
+
+    #[test]
+    fn annotation_unknown_probe_key() {
+        assert_eq!(
+            error(r#"{"app": {"readyProbe": {}}}"#),
+            r#"podprobe.io/probes: container "app": unknown key "readyProbe" (expected startupProbe, readinessProbe or livenessProbe)"#
+        );
+    }
+
+    #[test]
+    fn annotation_probe_of_wrong_type() {
+        assert_eq!(
+            error(r#"{"app": {"livenessProbe": {"periodSeconds": "10"}}}"#),
+            r#"podprobe.io/probes: container "app": livenessProbe: invalid type: string "10", expected i32"#
+        );
+    }
+
+    #[test]
+    fn annotation_unknown_probe_field_is_named() {
+        assert_eq!(
+            error(r#"{"app": {"readinessProbe": {"perodSeconds": 5, "httpGet": {"port": 80}}}}"#),
+            r#"podprobe.io/probes: container "app": readinessProbe.perodSeconds: unknown field"#
+        );
+        assert_eq!(
+            error(
+                r#"{"app": {"readinessProbe": {"httpGet": {"port": 80, "httpHeaders": [{"name": "a", "value": "b", "vlaue": "c"}]}}}}"#
+            ),
+            r#"podprobe.io/probes: container "app": readinessProbe.httpGet.httpHeaders[0].vlaue: unknown field"#
+        );
+    }
+
+    #[test]
+    fn annotation_null_fields_are_not_unknown() {
+        let given =
+            serde_json::json!({"periodSeconds": null, "tcpSocket": {"port": 80, "host": null}});
+        let known = serde_json::json!({"tcpSocket": {"port": 80}});
+        assert_eq!(unknown_field(&given, &known), None);
+    }
+
+    #[test]
+    fn annotation_spec_errors_are_prefixed_with_the_container() {
+        let err = AnnotationError::Spec {
+            container: "app".to_string(),
+            error: SpecError {
+                container: "app".to_string(),
+                kind: ProbeKind::Readiness,
+                field: "readinessProbe.httpGet.port".to_string(),
+                message: "must be between 1 and 65535, inclusive".to_string(),
+            },
+        };
+        assert_eq!(
+            err.to_string(),
+            r#"podprobe.io/probes: container "app": readinessProbe.httpGet.port: must be between 1 and 65535, inclusive"#
+        );
+    }
+}
