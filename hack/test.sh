@@ -21,4 +21,4 @@ export PODPROBE_CRI_ENDPOINT
 
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked
+cargo test --locked --no-fail-fast

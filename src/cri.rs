@@ -1,23 +1,595 @@
 //! CRI `RuntimeService` client over the runtime's unix socket.
+//!
+//! The kubelet talks to containerd or CRI-O through the CRI v1 gRPC API; so
+//! does podprobe, with the subset in `proto/api.proto`: `ExecSync` for exec
+//! probes, `StopContainer` to act on liveness and startup failures,
+//! `ContainerStatus`/`ListContainers` to look containers up, and the sandbox
+//! and container lifecycle calls a node agent (and the tests) need.
+//!
+//! The connection is made on first use and re-made by itself after the
+//! runtime restarts: once the client has seen the old connection close, the
+//! next call dials again (a call in flight while the runtime goes away fails,
+//! as it does for the kubelet). Every call has the kubelet's deadline (the
+//! runtime request timeout, 2 min, plus what the call itself may take).
+
+use std::error::Error as _;
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// Code generated from `proto/api.proto` by `build.rs`.
+mod v1 {
+    tonic::include_proto!("runtime.v1");
+}
+
+pub use v1::{
+    Container, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState,
+    ContainerStateValue, ContainerStatus, ExecSyncResponse, ImageSpec, KeyValue, PodSandboxConfig,
+    PodSandboxMetadata, VersionResponse,
+};
+
+use v1::runtime_service_client::RuntimeServiceClient;
 
 /// containerd's CRI socket, the default endpoint.
 pub const DEFAULT_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 
+/// The kubelet's `--runtime-request-timeout` default: the deadline of plain
+/// CRI calls, and the slack added to calls that wait on purpose (exec, stop).
+pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Largest response accepted, as the kubelet's CRI client (16 MiB), so that
+/// big exec output is received whole before the prober caps it.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The CRI API version the kubelet announces in `VersionRequest`.
+const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
+
 /// Errors talking to the container runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
-    #[error("invalid CRI endpoint {0:?}: expected unix:///path/to/socket")]
+    #[error(
+        "invalid CRI endpoint {0:?}: expected unix:///path/to/socket or an absolute socket path"
+    )]
     InvalidEndpoint(String),
+    #[error(
+        "invalid container ID {0:?}: expected <runtime>://<id> (e.g. containerd://4f1c...) or a bare ID"
+    )]
+    InvalidContainerId(String),
+    /// The socket could not be dialled (missing, refused, no permission).
+    #[error(
+        "cannot reach the container runtime at {endpoint}: {reason} (is the container runtime running?)"
+    )]
+    Unreachable { endpoint: String, reason: String },
+    /// Something answers on the socket, but not the CRI v1 `RuntimeService`.
+    #[error("{endpoint} is not a CRI v1 runtime: {status}")]
+    NotCriRuntime {
+        endpoint: String,
+        status: GrpcStatus,
+    },
+    /// The runtime (or the call's deadline) failed the call.
+    #[error("{0}")]
+    Status(GrpcStatus),
+    #[error("CRI {method} response from {endpoint} has no {field}")]
+    IncompleteResponse {
+        endpoint: String,
+        method: &'static str,
+        field: &'static str,
+    },
 }
 
-/// A CRI runtime client that reconnects by itself.
+impl CriError {
+    /// The gRPC code of a failed call, if the call reached the runtime or its
+    /// deadline.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            CriError::Status(status) | CriError::NotCriRuntime { status, .. } => Some(status.code),
+            _ => None,
+        }
+    }
+}
+
+/// A gRPC status, displayed as Go's gRPC renders errors
+/// (`rpc error: code = NotFound desc = ...`) because the kubelet's probe
+/// events embed that text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcStatus {
+    pub code: Code,
+    pub message: String,
+}
+
+impl std::fmt::Display for GrpcStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rpc error: code = {} desc = {}",
+            go_code_name(self.code),
+            self.message
+        )
+    }
+}
+
+/// Go's `codes.Code.String()`.
+fn go_code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// A CRI runtime client that reconnects by itself. Cheap to clone; clones
+/// share one connection.
+///
+/// The connection is set up on the tokio runtime of the first call and lives
+/// as long as that runtime.
 #[derive(Clone, Debug)]
-pub struct CriClient {}
+pub struct CriClient {
+    /// The endpoint as `unix:///path`, for messages.
+    endpoint: Arc<str>,
+    socket: PathBuf,
+    channel: Arc<OnceLock<Channel>>,
+}
 
 impl CriClient {
-    /// A client for `endpoint` (`unix:///path`); connects lazily.
+    /// A client for `endpoint` (`unix:///path` or `/path`); connects lazily,
+    /// so this succeeds whether or not the runtime is up.
     pub fn new(endpoint: &str) -> Result<CriClient, CriError> {
-        let _ = endpoint;
-        unimplemented!("cri client")
+        let socket = parse_endpoint(endpoint)?;
+        Ok(CriClient {
+            endpoint: format!("unix://{}", socket.display()).into(),
+            socket,
+            channel: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// The endpoint as `unix:///path`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// `Version`: the runtime's name and versions.
+    pub async fn version(&self) -> Result<VersionResponse, CriError> {
+        let request = v1::VersionRequest {
+            version: KUBE_RUNTIME_API_VERSION.to_string(),
+        };
+        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+            c.version(request).await
+        })
+        .await
+    }
+
+    /// `ExecSync`: runs `cmd` in the container and waits for it. The runtime
+    /// stops the command after `timeout` (whole seconds; zero means no
+    /// limit); the call itself gets `timeout` plus
+    /// [`RUNTIME_REQUEST_TIMEOUT`] and no deadline when `timeout` is zero.
+    /// A non-zero exit code is not an error: it is in the response.
+    pub async fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<ExecSyncResponse, CriError> {
+        let request = v1::ExecSyncRequest {
+            container_id: runtime_container_id(container_id)?.to_string(),
+            cmd: cmd.to_vec(),
+            timeout: secs_i64(timeout),
+        };
+        let deadline = (!timeout.is_zero()).then(|| RUNTIME_REQUEST_TIMEOUT + timeout);
+        self.call(deadline, |mut c| async move { c.exec_sync(request).await })
+            .await
+    }
+
+    /// `StopContainer`: signals the container to stop and kills it after
+    /// `grace_seconds`. Stopping a stopped container succeeds.
+    pub async fn stop_container(
+        &self,
+        container_id: &str,
+        grace_seconds: i64,
+    ) -> Result<(), CriError> {
+        let request = v1::StopContainerRequest {
+            container_id: runtime_container_id(container_id)?.to_string(),
+            timeout: grace_seconds,
+        };
+        let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+        self.call(Some(RUNTIME_REQUEST_TIMEOUT + grace), |mut c| async move {
+            c.stop_container(request).await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// `ContainerStatus` (not verbose).
+    pub async fn container_status(&self, container_id: &str) -> Result<ContainerStatus, CriError> {
+        let request = v1::ContainerStatusRequest {
+            container_id: runtime_container_id(container_id)?.to_string(),
+            verbose: false,
+        };
+        let response = self
+            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+                c.container_status(request).await
+            })
+            .await?;
+        response
+            .status
+            .ok_or_else(|| self.incomplete("ContainerStatus", "status"))
+    }
+
+    /// `ListContainers` matching `filter` (`ContainerFilter::default()` for all).
+    pub async fn list_containers(
+        &self,
+        filter: ContainerFilter,
+    ) -> Result<Vec<Container>, CriError> {
+        let request = v1::ListContainersRequest {
+            filter: Some(filter),
+        };
+        let response = self
+            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+                c.list_containers(request).await
+            })
+            .await?;
+        Ok(response.containers)
+    }
+
+    /// `RunPodSandbox` with the runtime's default handler when
+    /// `runtime_handler` is empty; returns the sandbox ID.
+    pub async fn run_pod_sandbox(
+        &self,
+        config: PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String, CriError> {
+        let request = v1::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: runtime_handler.to_string(),
+        };
+        // Sandboxes get twice the usual deadline, as in the kubelet.
+        let response = self
+            .call(Some(2 * RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+                c.run_pod_sandbox(request).await
+            })
+            .await?;
+        non_empty(response.pod_sandbox_id)
+            .ok_or_else(|| self.incomplete("RunPodSandbox", "pod_sandbox_id"))
+    }
+
+    /// `StopPodSandbox`: kills the sandbox's containers and frees its network.
+    pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
+        let request = v1::StopPodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+        };
+        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+            c.stop_pod_sandbox(request).await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// `RemovePodSandbox`: removes the sandbox and its containers.
+    pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
+        let request = v1::RemovePodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+        };
+        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+            c.remove_pod_sandbox(request).await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// `CreateContainer` in a sandbox started with `sandbox_config`; returns
+    /// the container ID.
+    pub async fn create_container(
+        &self,
+        pod_sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox_config: PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let request = v1::CreateContainerRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        let response = self
+            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+                c.create_container(request).await
+            })
+            .await?;
+        non_empty(response.container_id)
+            .ok_or_else(|| self.incomplete("CreateContainer", "container_id"))
+    }
+
+    /// `StartContainer`.
+    pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
+        let request = v1::StartContainerRequest {
+            container_id: runtime_container_id(container_id)?.to_string(),
+        };
+        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+            c.start_container(request).await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// `RemoveContainer`, killing it first if it runs.
+    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
+        let request = v1::RemoveContainerRequest {
+            container_id: runtime_container_id(container_id)?.to_string(),
+        };
+        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+            c.remove_container(request).await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Runs one RPC with `deadline` (none: wait as long as it takes) and
+    /// turns its failure into a [`CriError`].
+    async fn call<T, F, Fut>(&self, deadline: Option<Duration>, rpc: F) -> Result<T, CriError>
+    where
+        F: FnOnce(RuntimeServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let reply = rpc(self.client());
+        let result = match deadline {
+            // Go's client reports an expired deadline as DeadlineExceeded;
+            // tonic's own timeout would say Cancelled, so time it here.
+            Some(deadline) => tokio::time::timeout(deadline, reply)
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("context deadline exceeded"))),
+            None => reply.await,
+        };
+        result
+            .map(tonic::Response::into_inner)
+            .map_err(|s| classify(&self.endpoint, &s))
+    }
+
+    fn client(&self) -> RuntimeServiceClient<Channel> {
+        let channel = self.channel.get_or_init(|| {
+            let socket = self.socket.clone();
+            let connector = tower::service_fn(move |_: http::Uri| {
+                let socket = socket.clone();
+                async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+            });
+            // The authority is unused on a unix socket; "localhost" is what
+            // the kubelet sends.
+            Endpoint::from_static("http://localhost").connect_with_connector_lazy(connector)
+        });
+        RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn incomplete(&self, method: &'static str, field: &'static str) -> CriError {
+        CriError::IncompleteResponse {
+            endpoint: self.endpoint.to_string(),
+            method,
+            field,
+        }
+    }
+}
+
+/// The socket path of `unix:///path` or `/path`.
+fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if path.starts_with('/') && path.len() > 1 {
+        Ok(PathBuf::from(path))
+    } else {
+        Err(CriError::InvalidEndpoint(endpoint.to_string()))
+    }
+}
+
+/// The runtime's own ID of a container: the Kubernetes form
+/// `<runtime>://<id>` (`containerd://`, `cri-o://`, `docker://`, ...) loses
+/// its prefix whatever the runtime name, as the kubelet's `ParseContainerID`
+/// does; a bare ID is used as is.
+pub fn runtime_container_id(id: &str) -> Result<&str, CriError> {
+    let bare = id.split_once("://").map_or(id, |(_, bare)| bare);
+    if bare.is_empty() || bare.contains('/') {
+        return Err(CriError::InvalidContainerId(id.to_string()));
+    }
+    Ok(bare)
+}
+
+/// Maps a failed call to what went wrong from the user's point of view.
+fn classify(endpoint: &str, status: &Status) -> CriError {
+    if status.code() == Code::Unavailable
+        && let Some(io) = io_error_in(status)
+    {
+        return CriError::Unreachable {
+            endpoint: endpoint.to_string(),
+            reason: io_reason(io),
+        };
+    }
+    let grpc = GrpcStatus {
+        code: status.code(),
+        message: message_with_causes(status),
+    };
+    if status.code() == Code::Unimplemented {
+        return CriError::NotCriRuntime {
+            endpoint: endpoint.to_string(),
+            status: grpc,
+        };
+    }
+    CriError::Status(grpc)
+}
+
+/// The status message, followed by its causes when the failure happened in
+/// the client ("transport error: connection error: broken pipe"): tonic's
+/// message alone does not say what broke.
+fn message_with_causes(status: &Status) -> String {
+    let mut message = status.message().to_string();
+    let mut cause = status.source();
+    while let Some(err) = cause {
+        let text = err.to_string();
+        if !message.ends_with(&text) {
+            message = format!("{message}: {text}");
+        }
+        cause = err.source();
+    }
+    message
+}
+
+/// The first I/O error among the causes of `status` (a failed dial).
+fn io_error_in(status: &Status) -> Option<&io::Error> {
+    let mut cause = status.source();
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            return Some(io);
+        }
+        cause = err.source();
+    }
+    None
+}
+
+/// The C library's wording for the usual dial failures, without Rust's
+/// "(os error N)" suffix.
+fn io_reason(err: &io::Error) -> String {
+    match err.kind() {
+        io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => err.to_string(),
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// Whole seconds of `d` as the CRI's int64, saturating.
+fn secs_i64(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_accepts_unix_uri_and_absolute_path() {
+        let uri = CriClient::new("unix:///run/containerd/containerd.sock").unwrap();
+        assert_eq!(uri.endpoint(), "unix:///run/containerd/containerd.sock");
+        let bare = CriClient::new("/var/run/crio/crio.sock").unwrap();
+        assert_eq!(bare.endpoint(), "unix:///var/run/crio/crio.sock");
+    }
+
+    #[test]
+    fn endpoint_rejects_other_schemes_and_relative_paths() {
+        for bad in [
+            "tcp://127.0.0.1:1234",
+            "unix://relative.sock",
+            "containerd.sock",
+            "unix://",
+            "",
+            "/",
+        ] {
+            assert!(
+                matches!(CriClient::new(bad), Err(CriError::InvalidEndpoint(e)) if e == bad),
+                "{bad:?} should be rejected"
+            );
+        }
+    }
+
+    #[test]
+    fn container_id_prefix_is_stripped_for_any_runtime() {
+        assert_eq!(
+            runtime_container_id("containerd://abc123").unwrap(),
+            "abc123"
+        );
+        assert_eq!(runtime_container_id("cri-o://abc123").unwrap(), "abc123");
+        assert_eq!(runtime_container_id("docker://abc123").unwrap(), "abc123");
+        assert_eq!(runtime_container_id("abc123").unwrap(), "abc123");
+    }
+
+    #[test]
+    fn container_id_must_not_be_empty_or_a_path() {
+        for bad in ["", "containerd://", "containerd://a/b"] {
+            assert!(
+                matches!(
+                    runtime_container_id(bad),
+                    Err(CriError::InvalidContainerId(_))
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn status_displays_like_go_grpc() {
+        let status = GrpcStatus {
+            code: Code::NotFound,
+            message: "container \"x\" not found".into(),
+        };
+        assert_eq!(
+            status.to_string(),
+            "rpc error: code = NotFound desc = container \"x\" not found"
+        );
+        assert_eq!(go_code_name(Code::Cancelled), "Canceled");
+    }
+
+    #[test]
+    fn failed_dial_is_unreachable_with_the_os_reason() {
+        let mut status = Status::unavailable("error trying to connect");
+        status.set_source(Arc::new(io::Error::from(io::ErrorKind::NotFound)));
+        let err = classify("unix:///x.sock", &status);
+        assert_eq!(
+            err.to_string(),
+            "cannot reach the container runtime at unix:///x.sock: no such file or directory \
+             (is the container runtime running?)"
+        );
+        assert_eq!(err.code(), None);
+    }
+
+    #[test]
+    fn client_side_failures_name_their_causes() {
+        let mut status = Status::unknown("transport error");
+        status.set_source(Arc::new(io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "broken pipe",
+        )));
+        assert_eq!(
+            classify("unix:///x.sock", &status).to_string(),
+            "rpc error: code = Unknown desc = transport error: broken pipe"
+        );
+    }
+
+    #[test]
+    fn unimplemented_means_not_a_cri_runtime() {
+        let err = classify("unix:///x.sock", &Status::unimplemented(""));
+        assert_eq!(
+            err.to_string(),
+            "unix:///x.sock is not a CRI v1 runtime: rpc error: code = Unimplemented desc = "
+        );
+    }
+
+    #[test]
+    fn other_statuses_keep_code_and_message() {
+        let err = classify(
+            "unix:///x.sock",
+            &Status::deadline_exceeded("context deadline exceeded"),
+        );
+        assert_eq!(err.code(), Some(Code::DeadlineExceeded));
+        assert_eq!(
+            err.to_string(),
+            "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+        );
     }
 }

@@ -13,7 +13,10 @@ use serde::Serialize;
 
 use crate::cri::{CriClient, DEFAULT_ENDPOINT};
 use crate::probe::spec::{self, Handler, Scheme};
-use crate::probe::{join_host_port, ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
+use crate::probe::{
+    ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
+    join_host_port,
+};
 
 /// Exit status for input that cannot be run (BSD `EX_USAGE`).
 pub const EXIT_INVALID_INPUT: u8 = 64;
@@ -141,7 +144,10 @@ pub fn main(args: ProbeArgs) -> ExitCode {
         }
         Err(_) => None,
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("podprobe probe: cannot start the async runtime: {e}");
@@ -187,7 +193,10 @@ fn read_input(path: &std::path::Path) -> Result<serde_json::Value, InputError> {
         path: shown.clone(),
         source,
     })?;
-    parse_document(&text).map_err(|message| InputError::Parse { path: shown, message })
+    parse_document(&text).map_err(|message| InputError::Parse {
+        path: shown,
+        message,
+    })
 }
 
 /// Parses YAML (and so JSON) into a JSON value.
@@ -197,11 +206,15 @@ pub fn parse_document(text: &str) -> Result<serde_json::Value, String> {
 
 /// Picks the probe to run from a parsed document.
 pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, InputError> {
-    let is_pod = doc.get("kind").and_then(|k| k.as_str()) == Some("Pod") || doc.get("spec").is_some();
+    let is_pod =
+        doc.get("kind").and_then(|k| k.as_str()) == Some("Pod") || doc.get("spec").is_some();
     if !is_pod {
         let probe: Probe = serde_json::from_value(doc.clone())
             .map_err(|e| InputError::Selection(format!("not a core/v1 Probe: {e}")))?;
-        let kind = args.kind.map(ProbeKind::from).unwrap_or(ProbeKind::Readiness);
+        let kind = args
+            .kind
+            .map(ProbeKind::from)
+            .unwrap_or(ProbeKind::Readiness);
         let container = Container {
             name: args.container.clone().unwrap_or_default(),
             ..Container::default()
@@ -253,12 +266,16 @@ fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container,
             .join(", ")
     };
     match name {
-        Some(name) => candidates.iter().copied().find(|c| c.name == name).ok_or_else(|| {
-            InputError::Selection(format!(
-                "--container {name:?}: no such container in the pod (containers: {})",
-                names()
-            ))
-        }),
+        Some(name) => candidates
+            .iter()
+            .copied()
+            .find(|c| c.name == name)
+            .ok_or_else(|| {
+                InputError::Selection(format!(
+                    "--container {name:?}: no such container in the pod (containers: {})",
+                    names()
+                ))
+            }),
         None if candidates.len() == 1 => Ok(candidates[0]),
         None => Err(InputError::Selection(format!(
             "--container is required: the pod has {} probeable containers ({})",
@@ -296,13 +313,21 @@ pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
                 Scheme::Https => "https",
             };
             let host = a.host.as_deref().unwrap_or(pod_ip);
-            format!("httpGet {scheme}://{}{}", join_host_port(host, a.port), a.path)
+            format!(
+                "httpGet {scheme}://{}{}",
+                join_host_port(host, a.port),
+                a.path
+            )
         }
         Handler::TcpSocket(a) => format!(
             "tcpSocket {}",
             join_host_port(a.host.as_deref().unwrap_or(pod_ip), a.port)
         ),
-        Handler::Grpc(a) => format!("grpc {} service {:?}", join_host_port(pod_ip, a.port), a.service),
+        Handler::Grpc(a) => format!(
+            "grpc {} service {:?}",
+            join_host_port(pod_ip, a.port),
+            a.service
+        ),
     }
 }
 
@@ -322,9 +347,15 @@ fn report(selected: &Selected, pod_ip: &str, verdict: ProbeVerdict, took: Durati
 
 /// The human-readable report.
 pub fn render_text(report: &Report) -> String {
-    let mut out = format!("{} probe ({}): {}", report.kind, report.handler, report.result);
+    let mut out = format!(
+        "{} probe ({}): {}",
+        report.kind, report.handler, report.result
+    );
     if let Some(error) = &report.error {
-        out.push_str(&format!(" (errored after {} attempts: {error})", report.attempts));
+        out.push_str(&format!(
+            " (errored after {} attempts: {error})",
+            report.attempts
+        ));
     }
     out.push('\n');
     if !report.output.is_empty() {

@@ -8,6 +8,11 @@ use std::thread;
 
 use serde_json::Value;
 
+// Shared with the CRI tests; this file uses only part of it.
+#[allow(dead_code)]
+#[path = "support/cri.rs"]
+mod cri_support;
+
 /// A one-thread HTTP/1 server on 127.0.0.1 that answers every request with
 /// `status` and `headers`/`body`, until the test process exits.
 fn http_server(status: u16, extra_headers: &'static str, body: &'static str) -> u16 {
@@ -137,7 +142,11 @@ fn tcp_open_port_exits_0_and_closed_port_exits_1() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let open = listener.local_addr().expect("addr").port();
     let (code, report) = probe_json(&format!("tcpSocket: {{port: {open}}}"), &[]);
-    assert_eq!((code, &report["result"]), (0, &Value::from("success")), "{report}");
+    assert_eq!(
+        (code, &report["result"]),
+        (0, &Value::from("success")),
+        "{report}"
+    );
 
     let closed = closed_port();
     let (code, report) = probe_json(&format!("tcpSocket: {{port: {closed}}}"), &[]);
@@ -235,12 +244,21 @@ fn liveness_success_threshold_other_than_1_is_invalid_input() {
         "{tcpSocket: {port: 80}, successThreshold: 2}",
         &["--kind", "liveness"],
     );
-    assert!(stderr.contains("livenessProbe.successThreshold"), "{stderr}");
+    assert!(
+        stderr.contains("livenessProbe.successThreshold"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn malformed_yaml_and_wrong_types_are_invalid_input() {
-    for input in ["{httpGet: [", "httpGet: {port: {}}", "\u{0}\u{1}garbage", "[]", "42"] {
+    for input in [
+        "{httpGet: [",
+        "httpGet: {port: {}}",
+        "\u{0}\u{1}garbage",
+        "[]",
+        "42",
+    ] {
         let stderr = invalid(input, &[]);
         assert!(stderr.contains("invalid input"), "{input:?}: {stderr}");
     }
@@ -273,7 +291,12 @@ fn exec_probe_against_unreachable_runtime_errors_with_exit_2() {
     let socket = format!("unix://{}/none.sock", dir.path().display());
     let (code, report) = probe_json(
         "exec: {command: [\"true\"]}",
-        &["--container-id", "containerd://abc", "--cri-endpoint", &socket],
+        &[
+            "--container-id",
+            "containerd://abc",
+            "--cri-endpoint",
+            &socket,
+        ],
     );
     assert_eq!(code, 2, "{report}");
     assert_eq!(report["attempts"], 3);
@@ -289,7 +312,10 @@ fn help_explains_every_flag() {
         .output()
         .expect("run");
     let mut help = String::new();
-    out.stdout.as_slice().read_to_string(&mut help).expect("utf-8");
+    out.stdout
+        .as_slice()
+        .read_to_string(&mut help)
+        .expect("utf-8");
     for flag in [
         "--probe",
         "--container",
@@ -302,4 +328,82 @@ fn help_explains_every_flag() {
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
+}
+
+#[tokio::test]
+async fn exec_probe_runs_in_a_real_container_with_env_expansion() {
+    let cri = cri_support::client();
+    let pod = cri_support::TestPod::start(&cri, "cli-exec").await;
+    let id = pod.kubernetes_container_id();
+    let manifest = r#"
+kind: Pod
+spec:
+  containers:
+  - name: app
+    env: [{name: WORD, value: hello}]
+    readinessProbe:
+      exec: {command: [sh, -c, "echo $(WORD); echo oops >&2; exit 3"]}
+"#;
+    let args = [
+        "--container-id",
+        id.as_str(),
+        "--cri-endpoint",
+        cri_support::endpoint(),
+    ];
+    let (code, report) = probe_json(manifest, &args);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["result"], "failure");
+    assert_eq!(report["output"], "hello\noops\n");
+    assert_eq!(
+        report["event"]["message"],
+        "Readiness probe failed: hello\noops\n"
+    );
+
+    let (code, report) = probe_json(r#"{"exec": {"command": ["true"]}}"#, &args);
+    assert_eq!(
+        (code, &report["result"]),
+        (0, &Value::from("success")),
+        "{report}"
+    );
+}
+
+/// A tonic health server on 127.0.0.1 where "" is SERVING and "down" is
+/// NOT_SERVING, on a runtime of its own until the test process exits.
+fn grpc_health_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let (reporter, service) = tonic_health::server::health_reporter();
+            reporter
+                .set_service_status("down", tonic_health::ServingStatus::NotServing)
+                .await;
+            let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let _ = tonic::transport::Server::builder()
+                .serve_with_incoming(service, incoming)
+                .await;
+        });
+    });
+    port
+}
+
+#[test]
+fn grpc_serving_exits_0_and_not_serving_exits_1() {
+    let port = grpc_health_server();
+    let (code, report) = probe_json(&format!("grpc: {{port: {port}}}"), &[]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["output"], "service healthy");
+
+    let (code, report) = probe_json(&format!("grpc: {{port: {port}, service: down}}"), &[]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        report["event"]["message"],
+        r#"Readiness probe failed: service unhealthy (responded with "NOT_SERVING")"#
+    );
 }

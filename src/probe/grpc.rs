@@ -1,11 +1,533 @@
-//! gRPC health probes (`grpc.health.v1.Health/Check`).
+//! gRPC health probes (G1-G7): `grpc.health.v1.Health/Check` over a
+//! plain-text HTTP/2 connection, with one deadline over connecting and the
+//! RPC. Every outcome is a result, never an error, so a gRPC probe is never
+//! retried by the wrapper.
+//!
+//! Connecting follows grpc-go's blocking dial, which the kubelet uses: a
+//! connection counts only once the server's HTTP/2 SETTINGS frame has
+//! arrived, and failed attempts are retried with grpc-go's backoff until the
+//! deadline. So a closed port or a server that does not speak HTTP/2 ends in
+//! `timeout: failed to connect service ... context deadline exceeded`, as in
+//! the kubelet, not in an immediate connection error.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use super::Attempt;
+use http::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
-/// Checks `service` on `host:port` with one deadline over connect and RPC.
-pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration, user_agent: &str) -> Attempt {
-    let _ = (host, port, service, timeout, user_agent);
-    unimplemented!("grpc probe")
+use super::dial::{DialError, ProbeStream, dial};
+use super::{Attempt, Outcome, ProbeResult, go_duration, join_host_port};
+
+/// grpc-go's connection backoff: first delay, growth factor, jitter, ceiling.
+const BACKOFF_BASE: Duration = Duration::from_secs(1);
+const BACKOFF_MULTIPLIER: f64 = 1.6;
+const BACKOFF_JITTER: f64 = 0.2;
+const BACKOFF_MAX: Duration = Duration::from_secs(120);
+/// grpc-go gives each connection attempt at least this long.
+const MIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// HTTP/2 frame header length and the SETTINGS frame type.
+const FRAME_HEADER_LEN: usize = 9;
+const FRAME_TYPE_SETTINGS: u8 = 0x4;
+
+/// Checks `service` (empty: the whole server) on `host:port`, sending
+/// `User-Agent: <user_agent>`, with one deadline of `timeout` over connecting
+/// and the RPC.
+pub async fn probe(
+    host: &str,
+    port: u16,
+    service: &str,
+    timeout: Duration,
+    user_agent: &str,
+) -> Attempt {
+    let addr = join_host_port(host, port);
+    let deadline = Instant::now() + timeout;
+    let endpoint = match endpoint(&addr, user_agent) {
+        Ok(endpoint) => endpoint,
+        Err(error) => return Ok(connect_error_outcome(&addr, &error)),
+    };
+    let Some(channel) = connect(&endpoint, host, port, deadline).await else {
+        tracing::debug!(addr, service, "gRPC probe could not connect in time");
+        return Ok(connect_timeout_outcome(&addr, timeout));
+    };
+    let check = check(channel, service, deadline).await;
+    Ok(check_outcome(check, timeout))
+}
+
+/// The channel settings: plain text to `addr`, the kubelet's user agent
+/// (tonic appends its own `tonic/<version>`, as grpc-go appends
+/// `grpc-go/<version>`).
+fn endpoint(addr: &str, user_agent: &str) -> Result<Endpoint, tonic::transport::Error> {
+    Endpoint::from_shared(format!("http://{addr}"))?.user_agent(user_agent)
+}
+
+/// Connects as grpc-go's blocking dial does; `None` when `deadline` passes
+/// first.
+async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) -> Option<Channel> {
+    let mut retries = 0;
+    loop {
+        let backoff = reconnect_backoff(retries, rand::random());
+        let attempt_deadline = deadline.min(Instant::now() + backoff.max(MIN_CONNECT_TIMEOUT));
+        let attempt = connect_once(endpoint, host, port, attempt_deadline);
+        match timeout_at(attempt_deadline, attempt).await {
+            Ok(Ok(channel)) => return Some(channel),
+            Ok(Err(error)) => tracing::debug!(%error, host, port, "gRPC connection attempt failed"),
+            Err(_) => tracing::debug!(host, port, "gRPC connection attempt timed out"),
+        }
+        timeout_at(deadline, tokio::time::sleep(backoff))
+            .await
+            .ok()?;
+        retries += 1;
+    }
+}
+
+/// Why one connection attempt failed; only logged, since the kubelet reports
+/// every failed attempt as the deadline it eventually runs into.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    #[error("{}", error_chain(.0))]
+    Transport(#[from] tonic::transport::Error),
+    #[error("the server did not start HTTP/2 with a SETTINGS frame")]
+    NotHttp2,
+}
+
+/// One attempt: dial, HTTP/2 handshake, then wait for the server's first
+/// frame, which must be SETTINGS (grpc-go's "server preface").
+async fn connect_once(
+    endpoint: &Endpoint,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> Result<Channel, AttemptError> {
+    let (preface_tx, preface_rx) = oneshot::channel();
+    let connector = ProbeConnector {
+        host: host.to_owned(),
+        port,
+        deadline,
+        preface: Some(preface_tx),
+    };
+    let channel = endpoint.connect_with_connector(connector).await?;
+    match preface_rx.await {
+        Ok(true) => Ok(channel),
+        Ok(false) | Err(_) => Err(AttemptError::NotHttp2),
+    }
+}
+
+/// grpc-go's exponential backoff before reconnect number `retries + 1`;
+/// `jitter_sample` is uniform in `[0, 1)`.
+fn reconnect_backoff(retries: u32, jitter_sample: f64) -> Duration {
+    if retries == 0 {
+        return BACKOFF_BASE;
+    }
+    let max = BACKOFF_MAX.as_secs_f64();
+    let mut backoff = BACKOFF_BASE.as_secs_f64();
+    for _ in 0..retries {
+        if backoff >= max {
+            break;
+        }
+        backoff *= BACKOFF_MULTIPLIER;
+    }
+    let jitter = 1.0 + BACKOFF_JITTER * (jitter_sample * 2.0 - 1.0);
+    Duration::from_secs_f64((backoff.min(max) * jitter).max(0.0))
+}
+
+/// What the Check RPC came back with.
+#[derive(Debug)]
+enum Check {
+    /// The server answered with this `ServingStatus` number.
+    Responded(i32),
+    /// The RPC failed with this status.
+    Failed(tonic::Status),
+    /// The probe deadline passed first.
+    TimedOut,
+}
+
+async fn check(channel: Channel, service: &str, deadline: Instant) -> Check {
+    let mut request = tonic::Request::new(HealthCheckRequest {
+        service: service.to_owned(),
+    });
+    // Sent as `grpc-timeout`, as grpc-go does with the context deadline.
+    request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+    let mut client = HealthClient::new(channel);
+    let answer = timeout_at(deadline, client.check(request)).await;
+    // grpc-go's client gives up at its own deadline, so an answer seen only
+    // then lost that race. It may be the server's reaction to the expired
+    // `grpc-timeout` (tonic servers answer CANCELLED), not a health answer.
+    if Instant::now() >= deadline {
+        return Check::TimedOut;
+    }
+    match answer {
+        Err(_) => Check::TimedOut,
+        Ok(Err(status)) => Check::Failed(status),
+        Ok(Ok(response)) => Check::Responded(response.into_inner().status),
+    }
+}
+
+fn failure(output: String) -> Outcome {
+    Outcome::new(ProbeResult::Failure, output)
+}
+
+fn connect_timeout_outcome(addr: &str, timeout: Duration) -> Outcome {
+    // grpc-go returns the context's own error here, whatever the last
+    // connection attempt failed with.
+    failure(format!(
+        "timeout: failed to connect service {addr:?} within {}: context deadline exceeded",
+        go_duration(timeout)
+    ))
+}
+
+fn connect_error_outcome(addr: &str, error: &tonic::transport::Error) -> Outcome {
+    failure(format!(
+        "error: failed to connect service at {addr:?}: {}",
+        error_chain(error)
+    ))
+}
+
+fn check_outcome(check: Check, timeout: Duration) -> Outcome {
+    match check {
+        Check::Responded(status) if status == ServingStatus::Serving as i32 => {
+            Outcome::new(ProbeResult::Success, "service healthy")
+        }
+        Check::Responded(status) => failure(format!(
+            "service unhealthy (responded with {:?})",
+            serving_status_name(status)
+        )),
+        Check::Failed(status) if status.code() == Code::Unimplemented => failure(format!(
+            "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
+            status.message()
+        )),
+        Check::Failed(status) if status.code() == Code::DeadlineExceeded => rpc_timeout(timeout),
+        Check::TimedOut => rpc_timeout(timeout),
+        Check::Failed(status) => failure(format!(
+            "error: health rpc probe failed: rpc error: code = {} desc = {}",
+            go_code_name(status.code()),
+            status.message()
+        )),
+    }
+}
+
+fn rpc_timeout(timeout: Duration) -> Outcome {
+    failure(format!(
+        "timeout: health rpc did not complete within {}",
+        go_duration(timeout)
+    ))
+}
+
+/// The proto enum name, or the bare number for values the proto does not
+/// define (as Go's generated `String()` does).
+fn serving_status_name(status: i32) -> String {
+    ServingStatus::try_from(status)
+        .map(|known| known.as_str_name().to_owned())
+        .unwrap_or_else(|_| status.to_string())
+}
+
+/// grpc-go's `codes.Code` names, which appear in its status error text.
+fn go_code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// An error and its causes, `: `-separated, like Go's wrapped errors.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Dials with the probe dialer (T3) and reports, once, whether the server's
+/// first frame was SETTINGS.
+struct ProbeConnector {
+    host: String,
+    port: u16,
+    deadline: Instant,
+    /// Taken by the first connection; tonic may reconnect later, after the
+    /// attempt is decided.
+    preface: Option<oneshot::Sender<bool>>,
+}
+
+impl tower::Service<Uri> for ProbeConnector {
+    type Response = TokioIo<PrefaceWatch<ProbeStream>>;
+    type Error = DialError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, DialError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), DialError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: Uri) -> Self::Future {
+        let (host, port, deadline) = (self.host.clone(), self.port, self.deadline);
+        let preface = self.preface.take();
+        Box::pin(async move {
+            let stream = dial(&host, port, deadline).await?;
+            Ok(TokioIo::new(PrefaceWatch::new(stream, preface)))
+        })
+    }
+}
+
+/// Reads the first HTTP/2 frame header the server sends.
+#[derive(Debug, Default)]
+struct PrefaceSniffer {
+    header: [u8; FRAME_HEADER_LEN],
+    seen: usize,
+}
+
+impl PrefaceSniffer {
+    /// Feeds bytes read from the server (empty: end of stream). Returns
+    /// whether the first frame is a SETTINGS frame on stream 0 once that is
+    /// known.
+    fn feed(&mut self, bytes: &[u8]) -> Option<bool> {
+        if bytes.is_empty() {
+            return Some(false);
+        }
+        let take = bytes.len().min(FRAME_HEADER_LEN - self.seen);
+        self.header[self.seen..self.seen + take].copy_from_slice(&bytes[..take]);
+        self.seen += take;
+        if self.seen < FRAME_HEADER_LEN {
+            return None;
+        }
+        let stream_id = u32::from_be_bytes([
+            self.header[5],
+            self.header[6],
+            self.header[7],
+            self.header[8],
+        ]);
+        Some(self.header[3] == FRAME_TYPE_SETTINGS && stream_id & 0x7fff_ffff == 0)
+    }
+}
+
+/// Passes bytes through and tells the connecting probe whether the server
+/// spoke HTTP/2 first.
+struct PrefaceWatch<S> {
+    inner: S,
+    sniffer: PrefaceSniffer,
+    verdict: Option<oneshot::Sender<bool>>,
+}
+
+impl<S> PrefaceWatch<S> {
+    fn new(inner: S, verdict: Option<oneshot::Sender<bool>>) -> Self {
+        PrefaceWatch {
+            inner,
+            sniffer: PrefaceSniffer::default(),
+            verdict,
+        }
+    }
+
+    fn observe(&mut self, read: &std::io::Result<()>, bytes: &[u8]) {
+        let Some(sender) = self.verdict.take() else {
+            return;
+        };
+        let verdict = match read {
+            Err(_) => Some(false),
+            Ok(()) => self.sniffer.feed(bytes),
+        };
+        match verdict {
+            // The probe may have given up on this attempt already.
+            Some(verdict) => drop(sender.send(verdict)),
+            None => self.verdict = Some(sender),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for PrefaceWatch<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = ready!(Pin::new(&mut this.inner).poll_read(cx, buf));
+        this.observe(&read, &buf.filled()[before..]);
+        Poll::Ready(read)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for PrefaceWatch<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(2);
+
+    fn output(check: Check) -> (ProbeResult, String) {
+        let outcome = check_outcome(check, TIMEOUT);
+        (outcome.result, outcome.output)
+    }
+
+    #[test]
+    fn g5_serving_is_success() {
+        assert_eq!(
+            output(Check::Responded(ServingStatus::Serving as i32)),
+            (ProbeResult::Success, "service healthy".to_owned())
+        );
+    }
+
+    #[test]
+    fn g5_other_statuses_fail_with_their_proto_names() {
+        let cases = [
+            (
+                ServingStatus::Unknown as i32,
+                r#"service unhealthy (responded with "UNKNOWN")"#,
+            ),
+            (
+                ServingStatus::NotServing as i32,
+                r#"service unhealthy (responded with "NOT_SERVING")"#,
+            ),
+            (
+                ServingStatus::ServiceUnknown as i32,
+                r#"service unhealthy (responded with "SERVICE_UNKNOWN")"#,
+            ),
+            (7, r#"service unhealthy (responded with "7")"#),
+        ];
+        for (status, want) in cases {
+            assert_eq!(
+                output(Check::Responded(status)),
+                (ProbeResult::Failure, want.to_owned())
+            );
+        }
+    }
+
+    #[test]
+    fn g5_rpc_errors_read_like_grpc_go() {
+        let cases = [
+            (
+                Check::Failed(tonic::Status::unimplemented(
+                    "unknown service grpc.health.v1.Health",
+                )),
+                "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): unknown service grpc.health.v1.Health",
+            ),
+            (
+                Check::Failed(tonic::Status::deadline_exceeded("whatever")),
+                "timeout: health rpc did not complete within 2s",
+            ),
+            (
+                Check::TimedOut,
+                "timeout: health rpc did not complete within 2s",
+            ),
+            (
+                Check::Failed(tonic::Status::not_found("unknown service")),
+                "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service",
+            ),
+            (
+                Check::Failed(tonic::Status::cancelled("Timeout expired")),
+                "error: health rpc probe failed: rpc error: code = Canceled desc = Timeout expired",
+            ),
+        ];
+        for (check, want) in cases {
+            assert_eq!(output(check), (ProbeResult::Failure, want.to_owned()));
+        }
+    }
+
+    #[test]
+    fn g6_connect_timeout_renders_go_duration() {
+        let outcome = connect_timeout_outcome(":32", Duration::from_secs(1));
+        assert_eq!(
+            outcome.output,
+            r#"timeout: failed to connect service ":32" within 1s: context deadline exceeded"#
+        );
+        let outcome = connect_timeout_outcome("[::1]:9", Duration::from_millis(500));
+        assert_eq!(
+            outcome.output,
+            r#"timeout: failed to connect service "[::1]:9" within 500ms: context deadline exceeded"#
+        );
+    }
+
+    #[test]
+    fn backoff_follows_grpc_go() {
+        assert_eq!(reconnect_backoff(0, 0.0), Duration::from_secs(1));
+        assert_eq!(reconnect_backoff(0, 0.99), Duration::from_secs(1));
+        let second = reconnect_backoff(1, 0.5).as_secs_f64();
+        assert!((second - 1.6).abs() < 1e-9, "{second}");
+        let low = reconnect_backoff(2, 0.0).as_secs_f64();
+        assert!((low - 1.6 * 1.6 * 0.8).abs() < 1e-9, "{low}");
+        let capped = reconnect_backoff(100, 0.5);
+        assert_eq!(capped, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn preface_sniffer_accepts_settings_split_across_reads() {
+        let settings = [
+            0,
+            0,
+            6,
+            FRAME_TYPE_SETTINGS,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            3,
+            0,
+            0,
+            0,
+            100,
+        ];
+        let mut sniffer = PrefaceSniffer::default();
+        assert_eq!(sniffer.feed(&settings[..4]), None);
+        assert_eq!(sniffer.feed(&settings[4..]), Some(true));
+    }
+
+    #[test]
+    fn g7_preface_sniffer_rejects_http1_and_early_close() {
+        assert_eq!(
+            PrefaceSniffer::default().feed(b"HTTP/1.1 400 Bad Request\r\n"),
+            Some(false)
+        );
+        let mut sniffer = PrefaceSniffer::default();
+        assert_eq!(sniffer.feed(&[0, 0]), None);
+        assert_eq!(sniffer.feed(&[]), Some(false));
+        let headers_frame = [0, 0, 0, 0x1, 0x4, 0, 0, 0, 1];
+        assert_eq!(PrefaceSniffer::default().feed(&headers_frame), Some(false));
+    }
 }

@@ -1,12 +1,186 @@
-//! HTTP GET probes with the kubelet's exact request, redirect and result rules.
+//! HTTP GET probes with the kubelet's exact request, redirect and result
+//! rules (`pkg/probe/http`, spec section 6).
+//!
+//! One probe run: build the request as the kubelet does ([`request`]), send
+//! it on a fresh connection ([`transport`]), follow same-host redirects the
+//! way Go's client does with the kubelet's redirect checker (H12), read at
+//! most 10 KiB of the final body and map the status to a result (H13-H15).
+//! A single deadline covers all of it (H10). What goes wrong before the
+//! final response's headers is a `failure` whose output is Go's client
+//! error text (H16); what goes wrong while reading the body is an error,
+//! which the wrapper retries (H17).
+
+mod request;
+mod transport;
+mod url;
 
 use std::time::Duration;
 
-use super::Attempt;
-use super::spec::HttpGetAction;
+use http::StatusCode;
+use tokio::time::Instant;
 
-/// Runs one HTTP GET probe against `action` (host defaulting to `pod_ip`).
-pub async fn probe(action: &HttpGetAction, pod_ip: &str, timeout: Duration, user_agent: &str) -> Attempt {
-    let _ = (action, pod_ip, timeout, user_agent);
-    unimplemented!("http probe")
+use self::request::Hop;
+use self::transport::{Exchange, TransportError};
+use self::url::go_quote;
+use super::spec::HttpGetAction;
+use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult};
+
+/// Requests Go's client sends before giving up on a redirect chain.
+const MAX_REQUESTS: usize = 10;
+
+/// Go's client error when the deadline passes before the response headers.
+const HEADERS_TIMEOUT: &str =
+    "context deadline exceeded (Client.Timeout exceeded while awaiting headers)";
+
+/// Go's body-read error when the deadline passes while reading the body.
+const BODY_TIMEOUT: &str =
+    "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
+
+/// Runs one HTTP GET probe against `action` (host defaulting to `pod_ip`)
+/// within `timeout` (zero: no limit, as for Go's client), sending
+/// `user_agent` unless the action sets its own `User-Agent`.
+pub async fn probe(
+    action: &HttpGetAction,
+    pod_ip: &str,
+    timeout: Duration,
+    user_agent: &str,
+) -> Attempt {
+    let first =
+        Hop::first(action, pod_ip, user_agent).map_err(|e| ProbeError::unknown(e.to_string()))?;
+    let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
+    let mut exchange = match follow_redirects(&first, deadline).await {
+        Ok(exchange) => exchange,
+        Err(client_error) => return Ok(Outcome::new(ProbeResult::Failure, client_error)),
+    };
+    let body = exchange
+        .read_body(MAX_OUTPUT_BYTES, deadline)
+        .await
+        .map_err(|err| ProbeError {
+            result: ProbeResult::Failure,
+            message: match err {
+                TransportError::Timeout => BODY_TIMEOUT.to_string(),
+                TransportError::Failed(text) => text,
+            },
+        })?;
+    Ok(outcome(exchange.response.status(), &body))
+}
+
+/// H13-H15: the result for the final response. Failures never carry the
+/// body (issue #99425); non-UTF-8 bodies are converted lossily.
+fn outcome(status: StatusCode, body: &[u8]) -> Outcome {
+    let body = String::from_utf8_lossy(body);
+    match status.as_u16() {
+        200..=299 => Outcome::new(ProbeResult::Success, body),
+        300..=399 => Outcome::new(
+            ProbeResult::Warning,
+            format!("Probe terminated redirects, Response body: {body}"),
+        ),
+        code => Outcome::new(
+            ProbeResult::Failure,
+            format!("HTTP probe failed with statuscode: {code}"),
+        ),
+    }
+}
+
+/// H12: sends `first` and follows redirects whose target has the first
+/// request's hostname, up to Go's limit; a redirect elsewhere is the final
+/// response. Errors are Go's client error text (`Get "<url>": ...`).
+async fn follow_redirects(first: &Hop, deadline: Option<Instant>) -> Result<Exchange, String> {
+    let mut hop = first.clone();
+    let mut sent = 0;
+    loop {
+        let exchange = transport::exchange(&hop, deadline).await.map_err(|err| {
+            let text = match err {
+                TransportError::Timeout => HEADERS_TIMEOUT.to_string(),
+                TransportError::Failed(text) => text,
+            };
+            client_error(&hop.url.to_string(), &text)
+        })?;
+        sent += 1;
+        let Some(location) = redirect_location(&exchange.response) else {
+            return Ok(exchange);
+        };
+        let next = hop.url.resolve(&location).map_err(|err| {
+            let text = format!(
+                "failed to parse Location header {}: {err}",
+                go_quote(&location)
+            );
+            client_error(&hop.url.to_string(), &text)
+        })?;
+        if next.hostname() != first.url.hostname() {
+            return Ok(exchange);
+        }
+        if sent >= MAX_REQUESTS {
+            return Err(client_error(
+                &location,
+                &format!("stopped after {MAX_REQUESTS} redirects"),
+            ));
+        }
+        hop = hop.redirected(first, &location, next);
+    }
+}
+
+/// The `Location` of a response Go's client would follow: 301, 302, 303,
+/// 307 or 308 with a non-empty first `Location` value.
+fn redirect_location(response: &http::Response<hyper::body::Incoming>) -> Option<String> {
+    let follows = matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308);
+    let location = response.headers().get(http::header::LOCATION)?;
+    let location = String::from_utf8_lossy(location.as_bytes());
+    (follows && !location.is_empty()).then(|| location.into_owned())
+}
+
+/// Go's `*url.Error` text for a GET.
+fn client_error(url: &str, text: &str) -> String {
+    format!("Get {}: {text}", go_quote(url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn h13_status_classes() {
+        let result = |code: u16| outcome(StatusCode::from_u16(code).unwrap(), b"body");
+        assert_eq!(result(200), Outcome::new(ProbeResult::Success, "body"));
+        assert_eq!(result(299).result, ProbeResult::Success);
+        assert_eq!(
+            result(301),
+            Outcome::new(
+                ProbeResult::Warning,
+                "Probe terminated redirects, Response body: body"
+            )
+        );
+        assert_eq!(result(399).result, ProbeResult::Warning);
+        assert_eq!(
+            result(199),
+            Outcome::new(
+                ProbeResult::Failure,
+                "HTTP probe failed with statuscode: 199"
+            )
+        );
+        assert_eq!(result(400).result, ProbeResult::Failure);
+    }
+
+    #[test]
+    fn h15_failure_output_never_has_the_body() {
+        let out = outcome(StatusCode::INTERNAL_SERVER_ERROR, b"secret");
+        assert_eq!(out.output, "HTTP probe failed with statuscode: 500");
+    }
+
+    #[test]
+    fn non_utf8_bodies_are_converted_lossily() {
+        let out = outcome(StatusCode::OK, b"ok\xff");
+        assert_eq!(out.output, "ok\u{fffd}");
+    }
+
+    #[test]
+    fn client_errors_quote_the_url_like_go() {
+        assert_eq!(
+            client_error(
+                "http://127.0.0.1:1/",
+                "dial tcp 127.0.0.1:1: connect: connection refused"
+            ),
+            "Get \"http://127.0.0.1:1/\": dial tcp 127.0.0.1:1: connect: connection refused"
+        );
+    }
 }

@@ -7,6 +7,7 @@
 //! from failures because the kubelet retries only errors and throws an errored
 //! run away, while a failure counts towards the failure threshold.
 
+pub mod dial;
 pub mod exec;
 pub mod grpc;
 pub mod http;
@@ -16,7 +17,7 @@ pub mod tcp;
 
 use std::fmt;
 
-pub use prober::{Prober, ProbeEvent, ProbeTarget, ProbeVerdict};
+pub use prober::{ProbeEvent, ProbeTarget, ProbeVerdict, Prober};
 pub use spec::{Handler, ProbeSpec, SpecError};
 
 /// The three probe kinds; `Display` gives the capitalised form the kubelet
@@ -31,7 +32,11 @@ pub enum ProbeKind {
 
 impl ProbeKind {
     /// All kinds in the order the kubelet creates workers for one container.
-    pub const ALL: [ProbeKind; 3] = [ProbeKind::Startup, ProbeKind::Readiness, ProbeKind::Liveness];
+    pub const ALL: [ProbeKind; 3] = [
+        ProbeKind::Startup,
+        ProbeKind::Readiness,
+        ProbeKind::Liveness,
+    ];
 
     /// The core/v1 `Container` field holding this kind's probe
     /// (`livenessProbe`, ...), used to name fields in error messages.
@@ -163,7 +168,10 @@ pub fn go_duration(d: std::time::Duration) -> String {
     let hours = total_secs / 3600;
     let minutes = (total_secs % 3600) / 60;
     let secs = total_secs % 60;
-    let secs = trim_fraction(u128::from(secs as u64) * 1_000_000_000 + sub_nanos, 1_000_000_000);
+    let secs = trim_fraction(
+        u128::from(secs as u64) * 1_000_000_000 + sub_nanos,
+        1_000_000_000,
+    );
     match (hours, minutes) {
         (0, 0) => format!("{secs}s"),
         (0, m) => format!("{m}m{secs}s"),
@@ -201,7 +209,10 @@ mod tests {
             (Duration::from_micros(1), "1µs"),
             (Duration::from_nanos(1500), "1.5µs"),
             (Duration::from_nanos(7), "7ns"),
-            (Duration::from_secs(61) + Duration::from_millis(250), "1m1.25s"),
+            (
+                Duration::from_secs(61) + Duration::from_millis(250),
+                "1m1.25s",
+            ),
         ];
         for (d, want) in cases {
             assert_eq!(go_duration(d), want, "{d:?}");

@@ -128,7 +128,12 @@ impl Prober {
     }
 
     /// Runs `spec` once, retrying errors up to [`MAX_PROBE_RETRIES`] times.
-    pub async fn probe(&self, kind: ProbeKind, spec: &ProbeSpec, target: ProbeTarget<'_>) -> ProbeVerdict {
+    pub async fn probe(
+        &self,
+        kind: ProbeKind,
+        spec: &ProbeSpec,
+        target: ProbeTarget<'_>,
+    ) -> ProbeVerdict {
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -143,13 +148,22 @@ impl Prober {
     pub async fn run_handler(&self, spec: &ProbeSpec, target: ProbeTarget<'_>) -> Attempt {
         let timeout = spec.timeout();
         match &spec.handler {
-            Handler::HttpGet(action) => http::probe(action, target.pod_ip, timeout, &self.user_agent).await,
+            Handler::HttpGet(action) => {
+                http::probe(action, target.pod_ip, timeout, &self.user_agent).await
+            }
             Handler::TcpSocket(action) => {
                 let host = action.host.as_deref().unwrap_or(target.pod_ip);
                 tcp::probe(host, action.port, timeout).await
             }
             Handler::Grpc(action) => {
-                grpc::probe(target.pod_ip, action.port, &action.service, timeout, &self.user_agent).await
+                grpc::probe(
+                    target.pod_ip,
+                    action.port,
+                    &action.service,
+                    timeout,
+                    &self.user_agent,
+                )
+                .await
             }
             Handler::Exec(action) => {
                 let (Some(cri), Some(id)) = (&self.cri, target.container_id) else {
@@ -172,6 +186,52 @@ fn exec_timeout(timeout: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::probe::Outcome;
+    use crate::probe::spec::{ExecAction, TcpSocketAction};
+
+    fn spec(handler: Handler) -> ProbeSpec {
+        ProbeSpec {
+            handler,
+            initial_delay_seconds: 0,
+            timeout_seconds: 1,
+            period_seconds: 10,
+            success_threshold: 1,
+            failure_threshold: 3,
+            termination_grace_period_seconds: None,
+        }
+    }
+
+    const TARGET: ProbeTarget<'static> = ProbeTarget {
+        pod_ip: "127.0.0.1",
+        container_id: None,
+    };
+
+    #[tokio::test]
+    async fn p2_clean_failure_is_not_retried() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        drop(listener);
+        let tcp = spec(Handler::TcpSocket(TcpSocketAction { host: None, port }));
+        let v = Prober::new("1.35", None)
+            .probe(ProbeKind::Readiness, &tcp, TARGET)
+            .await;
+        assert_eq!(
+            (v.result, v.attempts, v.error),
+            (ProbeResult::Failure, 1, None)
+        );
+    }
+
+    #[tokio::test]
+    async fn p2_errors_are_retried_up_to_three_times() {
+        let exec = spec(Handler::Exec(ExecAction {
+            command: vec!["true".into()],
+        }));
+        let v = Prober::new("1.35", None)
+            .probe(ProbeKind::Startup, &exec, TARGET)
+            .await;
+        assert_eq!(v.attempts, MAX_PROBE_RETRIES);
+        assert!(v.error.is_some());
+        assert_eq!(v.event.map(|e| e.reason), Some(reasons::UNHEALTHY));
+    }
 
     fn verdict(attempt: Attempt) -> ProbeVerdict {
         ProbeVerdict::from_attempt(ProbeKind::Liveness, attempt, 1)
@@ -186,7 +246,10 @@ mod tests {
 
     #[test]
     fn p4_warning_is_success_with_probe_warning_event() {
-        let v = verdict(Ok(Outcome::new(ProbeResult::Warning, "Probe terminated redirects, Response body: x")));
+        let v = verdict(Ok(Outcome::new(
+            ProbeResult::Warning,
+            "Probe terminated redirects, Response body: x",
+        )));
         assert!(v.is_success());
         let event = v.event.unwrap();
         assert_eq!(event.type_, EventType::Warning);

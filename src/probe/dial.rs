@@ -1,0 +1,336 @@
+//! The probe dialer shared by the TCP, HTTP and gRPC probes (the kubelet's
+//! `probe.ProbeDialer`): every probe socket gets `SO_LINGER = {on, 1 s}` (T3)
+//! and dial failures read like Go's `net.Dialer` errors, because the TCP and
+//! HTTP probes put that text into their output.
+//!
+//! Like Go's serial dialer, a host name is resolved and its addresses are
+//! tried in order, each with a share of the remaining time, and the first
+//! error is the one reported.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::{Instant, timeout_at};
+
+/// The linger time the kubelet sets on probe sockets (T3): long enough for a
+/// clean FIN, short enough that the socket does not hold a port for 60 s.
+pub const PROBE_LINGER: Duration = Duration::from_secs(1);
+
+/// Go never gives one address less than this share of the remaining time
+/// when a name resolves to several addresses.
+const MIN_SHARE_PER_ADDRESS: Duration = Duration::from_secs(2);
+
+/// A failed dial. `Display` gives Go's `net.OpError` text, e.g.
+/// `dial tcp 127.0.0.1:1: connect: connection refused`.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// The host name did not resolve (or resolved to no address).
+    #[error("dial tcp: lookup {host}: {reason}")]
+    Lookup { host: String, reason: String },
+    /// A socket call (`socket`, `connect`) failed for `addr`.
+    #[error("dial tcp {addr}: {syscall}: {}", go_errno_text(.source))]
+    Syscall {
+        addr: SocketAddr,
+        syscall: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The deadline passed before `addr` accepted the connection.
+    #[error("dial tcp {addr}: i/o timeout")]
+    Timeout { addr: SocketAddr },
+}
+
+/// Connects to `host:port` before `deadline` with the probe socket options.
+///
+/// `host` may be an IP literal (no lookup), a name (resolved with the
+/// system resolver) or empty, which Go takes to mean the local system.
+pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<ProbeStream, DialError> {
+    let addrs = resolve(host, port, deadline).await?;
+    let mut first_error = None;
+    for (tried, &addr) in addrs.iter().enumerate() {
+        let Some(attempt_deadline) =
+            share_of_deadline(Instant::now(), deadline, addrs.len() - tried)
+        else {
+            first_error.get_or_insert(DialError::Timeout { addr });
+            break;
+        };
+        match connect(addr, attempt_deadline).await {
+            Ok(stream) => return Ok(ProbeStream::new(stream)),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| no_such_host(host)))
+}
+
+/// The addresses to try for `host`, never empty.
+async fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, DialError> {
+    if host.is_empty() {
+        return Ok(vec![SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)]);
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let lookup_error = |reason: String| DialError::Lookup {
+        host: host.to_owned(),
+        reason,
+    };
+    match timeout_at(deadline, tokio::net::lookup_host((host, port))).await {
+        Err(_) => Err(lookup_error("i/o timeout".to_owned())),
+        Ok(Err(error)) => Err(lookup_error(go_lookup_text(&error))),
+        Ok(Ok(addrs)) => {
+            let addrs: Vec<SocketAddr> = addrs.collect();
+            if addrs.is_empty() {
+                Err(no_such_host(host))
+            } else {
+                Ok(addrs)
+            }
+        }
+    }
+}
+
+fn no_such_host(host: &str) -> DialError {
+    DialError::Lookup {
+        host: host.to_owned(),
+        reason: "no such host".to_owned(),
+    }
+}
+
+/// The deadline for one of `remaining` addresses still to try: an equal share
+/// of the time left, but at least [`MIN_SHARE_PER_ADDRESS`] (or all of it
+/// when less is left). `None` when the time is up.
+fn share_of_deadline(now: Instant, deadline: Instant, remaining: usize) -> Option<Instant> {
+    let left = deadline
+        .checked_duration_since(now)
+        .filter(|d| !d.is_zero())?;
+    let share = left / u32::try_from(remaining.max(1)).unwrap_or(u32::MAX);
+    Some(now + share.max(MIN_SHARE_PER_ADDRESS.min(left)))
+}
+
+async fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, DialError> {
+    let syscall_error = |syscall, source| DialError::Syscall {
+        addr,
+        syscall,
+        source,
+    };
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .map_err(|source| syscall_error("socket", source))?;
+    set_probe_linger(&socket);
+    match timeout_at(deadline, socket.connect(addr)).await {
+        Err(_) => Err(DialError::Timeout { addr }),
+        Ok(Err(source)) => Err(syscall_error("connect", source)),
+        Ok(Ok(stream)) => Ok(stream),
+    }
+}
+
+/// Sets `SO_LINGER = {on, 1 s}`. Like the kubelet's dialer, a failure is not
+/// a dial failure: the probe works without it, only its socket lingers longer.
+fn set_probe_linger(socket: &TcpSocket) {
+    // Deprecated because closing a lingering socket can block the closing
+    // thread; `ProbeStream` closes it on the blocking pool for that reason.
+    #[allow(deprecated)]
+    let set = socket.set_linger(Some(PROBE_LINGER));
+    if let Err(error) = set {
+        tracing::debug!(%error, "could not set SO_LINGER on a probe socket");
+    }
+}
+
+/// Go's text for an OS error: the C library's message with a lower-case
+/// first letter (`connection refused`), without Rust's ` (os error N)`.
+fn go_errno_text(error: &io::Error) -> String {
+    let text = error.to_string();
+    let text = match error.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .unwrap_or(&text)
+            .to_owned(),
+        None => text,
+    };
+    lower_first(&text)
+}
+
+/// Approximates Go's resolver text from the system resolver's error: an
+/// unknown name is `no such host` in Go; other failures keep the resolver's
+/// own message.
+fn go_lookup_text(error: &io::Error) -> String {
+    let text = error.to_string();
+    let reason = text
+        .strip_prefix("failed to lookup address information: ")
+        .unwrap_or(&text);
+    if reason.starts_with("Name or service not known")
+        || reason.starts_with("No address associated with hostname")
+    {
+        "no such host".to_owned()
+    } else {
+        lower_first(reason)
+    }
+}
+
+fn lower_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// A connected probe socket.
+///
+/// Closing a socket with a non-zero linger time blocks the closing thread
+/// until the peer acknowledges the FIN (up to [`PROBE_LINGER`]). Go parks
+/// only a goroutine; here it would stall a runtime worker, so dropping a
+/// `ProbeStream` closes the socket on tokio's blocking pool.
+#[derive(Debug)]
+pub struct ProbeStream {
+    /// Always `Some` until dropped.
+    stream: Option<TcpStream>,
+}
+
+impl ProbeStream {
+    fn new(stream: TcpStream) -> Self {
+        ProbeStream {
+            stream: Some(stream),
+        }
+    }
+
+    /// The underlying socket, e.g. to read its options.
+    pub fn get_ref(&self) -> &TcpStream {
+        self.stream
+            .as_ref()
+            .expect("the stream is present until drop")
+    }
+
+    fn get_mut(&mut self) -> &mut TcpStream {
+        self.stream
+            .as_mut()
+            .expect("the stream is present until drop")
+    }
+}
+
+impl Drop for ProbeStream {
+    fn drop(&mut self) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        // Without a runtime, or if the socket cannot leave the reactor, it
+        // is closed right here: blocking briefly beats leaking it.
+        let Ok(stream) = stream.into_std() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || drop(stream));
+            }
+            Err(_) => drop(stream),
+        }
+    }
+}
+
+impl AsyncRead for ProbeStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().get_mut()).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ProbeStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(self.get_mut().get_mut()).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().get_mut()).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().get_mut()).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_errno_text_lowercases_and_drops_the_os_error_suffix() {
+        let refused = io::Error::from_raw_os_error(111);
+        assert_eq!(go_errno_text(&refused), "connection refused");
+        let unreachable = io::Error::from_raw_os_error(113);
+        assert_eq!(go_errno_text(&unreachable), "no route to host");
+    }
+
+    #[test]
+    fn dial_error_reads_like_go() {
+        let addr: SocketAddr = "10.0.0.1:80".parse().expect("literal address");
+        let refused = DialError::Syscall {
+            addr,
+            syscall: "connect",
+            source: io::Error::from_raw_os_error(111),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "dial tcp 10.0.0.1:80: connect: connection refused"
+        );
+        assert_eq!(
+            DialError::Timeout { addr }.to_string(),
+            "dial tcp 10.0.0.1:80: i/o timeout"
+        );
+        let v6: SocketAddr = "[fd00::1]:8080".parse().expect("literal address");
+        assert_eq!(
+            DialError::Timeout { addr: v6 }.to_string(),
+            "dial tcp [fd00::1]:8080: i/o timeout"
+        );
+        assert_eq!(
+            no_such_host("db").to_string(),
+            "dial tcp: lookup db: no such host"
+        );
+    }
+
+    #[test]
+    fn go_lookup_text_maps_unknown_names_to_no_such_host() {
+        let unknown =
+            io::Error::other("failed to lookup address information: Name or service not known");
+        assert_eq!(go_lookup_text(&unknown), "no such host");
+        let other = io::Error::other(
+            "failed to lookup address information: Temporary failure in name resolution",
+        );
+        assert_eq!(
+            go_lookup_text(&other),
+            "temporary failure in name resolution"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_address_gets_an_equal_share_but_at_least_two_seconds() {
+        let now = Instant::now();
+        let ten = now + Duration::from_secs(10);
+        assert_eq!(
+            share_of_deadline(now, ten, 2),
+            Some(now + Duration::from_secs(5))
+        );
+        assert_eq!(
+            share_of_deadline(now, ten, 10),
+            Some(now + Duration::from_secs(2))
+        );
+        let one = now + Duration::from_secs(1);
+        assert_eq!(share_of_deadline(now, one, 3), Some(one));
+        assert_eq!(share_of_deadline(now, now, 1), None);
+        assert_eq!(share_of_deadline(one, now, 1), None);
+    }
+}

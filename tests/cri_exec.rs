@@ -1,0 +1,270 @@
+//! Exec probes and the CRI client against a real containerd (see
+//! `hack/containerd.sh`; `PODPROBE_CRI_ENDPOINT` picks another runtime).
+//! Every test runs its own pod sandbox, so they run in any order and in
+//! parallel.
+
+#[path = "support/cri.rs"]
+mod cri_support;
+
+use std::time::{Duration, Instant};
+
+use cri_support::{TestPod, client, containerd_sh, containerd_up, strings};
+use podprobe::cri::{ContainerFilter, ContainerState, CriClient, CriError};
+use podprobe::probe::spec::ExecAction;
+use podprobe::probe::{
+    Handler, MAX_OUTPUT_BYTES, Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
+    exec,
+};
+
+const ONE_SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn e5_exit_zero_is_success_with_output() {
+    let cri = client();
+    let pod = TestPod::start(&cri, "e5-exit-zero").await;
+    let attempt = exec::probe(
+        &cri,
+        &pod.kubernetes_container_id(),
+        &strings(&["echo", "ok"]),
+        ONE_SECOND,
+    )
+    .await;
+    assert_eq!(attempt, Ok(Outcome::new(ProbeResult::Success, "ok\n")));
+}
+
+#[tokio::test]
+async fn e4_e5_non_zero_exit_is_failure_with_stdout_then_stderr() {
+    let cri = client();
+    let pod = TestPod::start(&cri, "e5-non-zero").await;
+    // stderr is written first: the output still puts stdout first.
+    let cmd = strings(&["sh", "-c", "echo to-stderr >&2; echo to-stdout; exit 3"]);
+    let attempt = exec::probe(&cri, &pod.container_id, &cmd, ONE_SECOND).await;
+    assert_eq!(
+        attempt,
+        Ok(Outcome::new(ProbeResult::Failure, "to-stdout\nto-stderr\n"))
+    );
+}
+
+#[tokio::test]
+async fn e4_output_is_capped_at_10240_bytes() {
+    let cri = client();
+    let pod = TestPod::start(&cri, "e4-output-cap").await;
+    let cmd = strings(&["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x"]);
+    // The runtime returns all of it; the cap is the prober's job.
+    let whole = cri
+        .exec_sync(&pod.container_id, &cmd, ONE_SECOND)
+        .await
+        .unwrap();
+    assert_eq!(whole.stdout.len(), 100_000);
+    let outcome = exec::probe(&cri, &pod.container_id, &cmd, ONE_SECOND)
+        .await
+        .unwrap();
+    assert_eq!(outcome.result, ProbeResult::Success);
+    assert_eq!(outcome.output.len(), MAX_OUTPUT_BYTES);
+    assert_eq!(outcome.output, "x".repeat(10_240));
+}
+
+#[tokio::test]
+async fn e5_runtime_timeout_is_failure_with_command_timed_out() {
+    let cri = client();
+    let pod = TestPod::start(&cri, "e5-timeout").await;
+    let started = Instant::now();
+    let attempt = exec::probe(
+        &cri,
+        &pod.container_id,
+        &strings(&["sleep", "5"]),
+        ONE_SECOND,
+    )
+    .await;
+    assert_eq!(
+        attempt,
+        Ok(Outcome::new(
+            ProbeResult::Failure,
+            r#"command timed out: "sleep 5" timed out after 1s"#
+        ))
+    );
+    // The runtime enforced the timeout, not the 2 min call deadline.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn e5_exec_in_missing_container_errors_and_is_retried() {
+    let prober = Prober::new("1.35", Some(client()));
+    let spec = ProbeSpec {
+        handler: Handler::Exec(ExecAction {
+            command: strings(&["true"]),
+        }),
+        initial_delay_seconds: 0,
+        timeout_seconds: 1,
+        period_seconds: 10,
+        success_threshold: 1,
+        failure_threshold: 3,
+        termination_grace_period_seconds: None,
+    };
+    let missing = format!("containerd://{:064x}", rand::random::<u128>());
+    let target = ProbeTarget {
+        pod_ip: "",
+        container_id: Some(&missing),
+    };
+    let verdict = prober.probe(ProbeKind::Liveness, &spec, target).await;
+    assert_eq!(verdict.attempts, 3);
+    assert_eq!(verdict.result, ProbeResult::Unknown);
+    assert!(!verdict.is_success());
+    let error = verdict
+        .error
+        .expect("an exec into a missing container is an error");
+    assert!(
+        error.starts_with("rpc error: code = NotFound desc = "),
+        "{error}"
+    );
+    let event = verdict.event.expect("errored runs record an event");
+    assert_eq!(
+        event.message,
+        format!("Liveness probe errored and resulted in unknown state: {error}")
+    );
+}
+
+#[tokio::test]
+async fn stop_container_with_grace_period_stops_it() {
+    let cri = client();
+    let pod = TestPod::start(&cri, "stop-container").await;
+    cri.stop_container(&pod.kubernetes_container_id(), 30)
+        .await
+        .unwrap();
+    let status = cri.container_status(&pod.container_id).await.unwrap();
+    assert_eq!(
+        status.state(),
+        ContainerState::ContainerExited,
+        "{status:?}"
+    );
+    // Exit code 0 is the trap on SIGTERM: it stopped gracefully, not by SIGKILL.
+    assert_eq!(status.exit_code, 0, "{status:?}");
+    // Stopping a stopped container succeeds.
+    cri.stop_container(&pod.container_id, 30).await.unwrap();
+}
+
+#[tokio::test]
+async fn list_containers_finds_the_pod_container() {
+    let cri = client();
+    let pod = TestPod::start(&cri, "list-containers").await;
+    let filter = ContainerFilter {
+        pod_sandbox_id: pod.sandbox_id.clone(),
+        ..Default::default()
+    };
+    let containers = cri.list_containers(filter).await.unwrap();
+    let ids: Vec<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, [pod.container_id.as_str()]);
+    assert_eq!(containers[0].state(), ContainerState::ContainerRunning);
+}
+
+#[tokio::test]
+async fn version_names_the_runtime_and_cri_v1() {
+    let version = client().version().await.unwrap();
+    assert!(!version.runtime_name.is_empty(), "{version:?}");
+    assert!(!version.runtime_version.is_empty(), "{version:?}");
+    assert_eq!(version.runtime_api_version, "v1", "{version:?}");
+}
+
+#[tokio::test]
+async fn missing_socket_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = format!("unix://{}/missing.sock", dir.path().display());
+    let err = CriClient::new(&endpoint)
+        .unwrap()
+        .version()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot reach the container runtime at {endpoint}: no such file or directory \
+             (is the container runtime running?)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_grpc_server_without_cri_is_not_a_cri_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("health-only.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let incoming = futures::stream::unfold(listener, |listener| async move {
+        Some((listener.accept().await.map(|(stream, _)| stream), listener))
+    });
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let server =
+        tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(health, incoming));
+    let endpoint = format!("unix://{}", socket.display());
+    let err = CriClient::new(&endpoint)
+        .unwrap()
+        .version()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CriError::NotCriRuntime { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{endpoint} is not a CRI v1 runtime: rpc error: code = Unimplemented"
+        )),
+        "{err}"
+    );
+    server.abort();
+}
+
+/// Restarts a containerd of its own (its own directory, bridge and subnet),
+/// so the other tests' runtime is never interrupted.
+#[tokio::test]
+async fn client_reconnects_after_runtime_restart() {
+    let env = [
+        ("PODPROBE_CRI_DIR", "/tmp/podprobe-cri-restart"),
+        ("PODPROBE_CRI_BRIDGE", "podprobe1"),
+        ("PODPROBE_CRI_SUBNET", "10.88.78.0/24"),
+    ];
+    let _down = Down(&env);
+    let endpoint = containerd_up(&env);
+    let cri = CriClient::new(&endpoint).unwrap();
+    let pod = TestPod::start(&cri, "reconnect").await;
+    let echo = strings(&["echo", "before"]);
+    assert_eq!(
+        cri.exec_sync(&pod.container_id, &echo, ONE_SECOND)
+            .await
+            .unwrap()
+            .stdout,
+        b"before\n"
+    );
+
+    // Off the runtime's thread, so the client sees the connection close
+    // while containerd is down, as it would in a long-running process.
+    tokio::task::spawn_blocking(move || containerd_sh("restart", &env))
+        .await
+        .unwrap();
+
+    // The same client, and the container survived the restart.
+    let echo = strings(&["echo", "after"]);
+    let response = cri
+        .exec_sync(&pod.container_id, &echo, ONE_SECOND)
+        .await
+        .unwrap();
+    assert_eq!(response.stdout, b"after\n");
+    drop(pod);
+}
+
+/// Tears a private containerd down when the test ends, however it ends.
+struct Down<'a>(&'a [(&'a str, &'a str)]);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        // No panic here: this may run while the test is already unwinding.
+        let status = std::process::Command::new("bash")
+            .arg(cri_support::containerd_script())
+            .arg("down")
+            .envs(self.0.iter().copied())
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            eprintln!("hack/containerd.sh down failed: {status:?}");
+        }
+    }
+}

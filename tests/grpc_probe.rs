@@ -1,0 +1,349 @@
+//! gRPC health probes against real loopback servers (spec G1-G7): tonic's
+//! own health service, small custom health services, a server without the
+//! health service and servers that do not speak gRPC at all.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use podprobe::KUBE_PROBE_VERSION;
+use podprobe::probe::{Outcome, ProbeResult, grpc};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tonic::body::Body;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_check_response::ServingStatus as ProtoStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// For probes that must run into the deadline; short to keep tests fast.
+const SHORT_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn user_agent() -> String {
+    format!("kube-probe/{KUBE_PROBE_VERSION}")
+}
+
+async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
+    grpc::probe(host, port, service, timeout, &user_agent())
+        .await
+        .expect("gRPC probes report failures as results, never as errors")
+}
+
+fn failure(output: impl Into<String>) -> Outcome {
+    Outcome::new(ProbeResult::Failure, output)
+}
+
+fn connect_deadline(port: u16, timeout: &str) -> Outcome {
+    failure(format!(
+        "timeout: failed to connect service \"127.0.0.1:{port}\" within {timeout}: context deadline exceeded"
+    ))
+}
+
+/// Serves `service` as a gRPC server on `addr` (port 0) until the test ends.
+async fn serve<S>(addr: &str, service: S) -> SocketAddr
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let listener = TcpListener::bind(addr)
+        .await
+        .expect("bind loopback listener");
+    let local = listener.local_addr().expect("listener address");
+    tokio::spawn(Server::builder().serve_with_incoming(service, TcpIncoming::from(listener)));
+    local
+}
+
+/// tonic's health service: "" is SERVING, plus the given services.
+async fn serve_reporter(services: &[(&str, ServingStatus)]) -> u16 {
+    let (reporter, service) = tonic_health::server::health_reporter();
+    for &(name, status) in services {
+        reporter.set_service_status(name, status).await;
+    }
+    serve("127.0.0.1:0", service).await.port()
+}
+
+/// A health service that answers every Check with `status` after `delay`
+/// and reports the User-Agent it saw.
+#[derive(Clone)]
+struct FixedHealth {
+    status: ProtoStatus,
+    delay: Duration,
+    user_agents: mpsc::UnboundedSender<String>,
+}
+
+#[tonic::async_trait]
+impl Health for FixedHealth {
+    async fn check(
+        &self,
+        request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        let user_agent = request
+            .metadata()
+            .get("user-agent")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        // The test may not be listening for user agents.
+        let _ = self.user_agents.send(user_agent);
+        tokio::time::sleep(self.delay).await;
+        Ok(Response::new(HealthCheckResponse {
+            status: self.status as i32,
+        }))
+    }
+
+    type WatchStream = futures::stream::Empty<Result<HealthCheckResponse, Status>>;
+
+    async fn watch(
+        &self,
+        _request: Request<HealthCheckRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("not used by probes"))
+    }
+}
+
+/// Serves a [`FixedHealth`]; returns its port and the user agents it sees.
+async fn serve_fixed(
+    status: ProtoStatus,
+    delay: Duration,
+) -> (u16, mpsc::UnboundedReceiver<String>) {
+    let (user_agents, seen) = mpsc::unbounded_channel();
+    let health = FixedHealth {
+        status,
+        delay,
+        user_agents,
+    };
+    let addr = serve("127.0.0.1:0", HealthServer::new(health)).await;
+    (addr.port(), seen)
+}
+
+/// A loopback port nothing listens on.
+async fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback listener");
+    listener.local_addr().expect("listener address").port()
+}
+
+/// A TCP server that runs `handle` on every connection it accepts.
+async fn serve_raw<F, Fut>(handle: F) -> u16
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback listener");
+    let port = listener.local_addr().expect("listener address").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(handle(stream));
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn g5_serving_is_success() {
+    let port = serve_reporter(&[]).await;
+    let outcome = probe("127.0.0.1", port, "", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        Outcome::new(ProbeResult::Success, "service healthy")
+    );
+}
+
+#[tokio::test]
+async fn g2_service_name_is_checked() {
+    let port = serve_reporter(&[("orders", ServingStatus::Serving)]).await;
+    let outcome = probe("127.0.0.1", port, "orders", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        Outcome::new(ProbeResult::Success, "service healthy")
+    );
+}
+
+#[tokio::test]
+async fn g5_not_serving_is_failure() {
+    let port = serve_reporter(&[("orders", ServingStatus::NotServing)]).await;
+    let outcome = probe("127.0.0.1", port, "orders", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure(r#"service unhealthy (responded with "NOT_SERVING")"#)
+    );
+}
+
+#[tokio::test]
+async fn g5_unknown_status_is_failure() {
+    let port = serve_reporter(&[("orders", ServingStatus::Unknown)]).await;
+    let outcome = probe("127.0.0.1", port, "orders", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure(r#"service unhealthy (responded with "UNKNOWN")"#)
+    );
+}
+
+#[tokio::test]
+async fn g5_service_unknown_status_is_failure() {
+    let (port, _) = serve_fixed(ProtoStatus::ServiceUnknown, Duration::ZERO).await;
+    let outcome = probe("127.0.0.1", port, "", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure(r#"service unhealthy (responded with "SERVICE_UNKNOWN")"#)
+    );
+}
+
+#[tokio::test]
+async fn g5_unregistered_service_is_rpc_error_failure() {
+    let port = serve_reporter(&[]).await;
+    let outcome = probe("127.0.0.1", port, "nosuchservice", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure(
+            "error: health rpc probe failed: rpc error: code = NotFound desc = service not registered"
+        )
+    );
+}
+
+#[tokio::test]
+async fn g5_server_without_health_service_is_unimplemented_failure() {
+    let unimplemented = tower::service_fn(|_request: http::Request<Body>| async {
+        Ok::<_, Infallible>(
+            Status::unimplemented("unknown service grpc.health.v1.Health").into_http(),
+        )
+    });
+    let port = serve("127.0.0.1:0", unimplemented).await.port();
+    let outcome = probe("127.0.0.1", port, "", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure(
+            "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): \
+             unknown service grpc.health.v1.Health"
+        )
+    );
+}
+
+#[tokio::test]
+async fn g4_slow_check_is_deadline_exceeded_failure() {
+    let (port, _) = serve_fixed(ProtoStatus::Serving, Duration::from_secs(30)).await;
+    let outcome = probe("127.0.0.1", port, "", SHORT_TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure("timeout: health rpc did not complete within 500ms")
+    );
+}
+
+#[tokio::test]
+async fn g5_closed_port_fails_with_connect_deadline() {
+    let port = closed_port().await;
+    let outcome = probe("127.0.0.1", port, "", SHORT_TIMEOUT).await;
+    assert_eq!(outcome, connect_deadline(port, "500ms"));
+}
+
+#[tokio::test]
+async fn g4_failed_connection_is_retried_within_the_deadline() {
+    // grpc-go retries a failed connection (first retry after 1 s) until the
+    // deadline. This server drops its first connection and serves the next.
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback listener");
+    let port = listener.local_addr().expect("listener address").port();
+    let incoming = futures::stream::unfold((listener, true), |(listener, mut first)| async move {
+        loop {
+            let accepted = listener.accept().await.map(|(stream, _)| stream);
+            if !std::mem::replace(&mut first, false) {
+                return Some((accepted, (listener, false)));
+            }
+        }
+    });
+    let (_reporter, service) = tonic_health::server::health_reporter();
+    tokio::spawn(Server::builder().serve_with_incoming(service, incoming));
+    let outcome = probe("127.0.0.1", port, "", Duration::from_secs(3)).await;
+    assert_eq!(
+        outcome,
+        Outcome::new(ProbeResult::Success, "service healthy")
+    );
+}
+
+#[tokio::test]
+async fn g5_unparsable_target_is_connect_error() {
+    let outcome = probe("bad\nhost", 80, "", SHORT_TIMEOUT).await;
+    assert_eq!(outcome.result, ProbeResult::Failure);
+    assert!(
+        outcome
+            .output
+            .starts_with(r#"error: failed to connect service at "bad\nhost:80": invalid URI"#),
+        "{}",
+        outcome.output
+    );
+}
+
+#[tokio::test]
+async fn g7_plain_http1_server_is_failure() {
+    let port = serve_raw(|mut stream| async move {
+        let mut request = [0u8; 1024];
+        let _ = stream.read(&mut request).await;
+        let _ = stream
+            .write_all(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+    })
+    .await;
+    let outcome = probe("127.0.0.1", port, "", SHORT_TIMEOUT).await;
+    assert_eq!(outcome, connect_deadline(port, "500ms"));
+}
+
+#[tokio::test]
+async fn g7_server_closing_at_once_is_failure() {
+    let port = serve_raw(|stream| async move { drop(stream) }).await;
+    let outcome = probe("127.0.0.1", port, "", SHORT_TIMEOUT).await;
+    assert_eq!(outcome, connect_deadline(port, "500ms"));
+}
+
+#[tokio::test]
+async fn g3_user_agent_is_kube_probe() {
+    let (port, mut seen) = serve_fixed(ProtoStatus::Serving, Duration::ZERO).await;
+    let outcome = probe("127.0.0.1", port, "", TIMEOUT).await;
+    assert_eq!(outcome.result, ProbeResult::Success);
+    let seen_user_agent = seen.recv().await.expect("the server saw the Check");
+    assert!(
+        seen_user_agent.starts_with(&format!("{} tonic/", user_agent())),
+        "{seen_user_agent}"
+    );
+}
+
+#[tokio::test]
+async fn g1_ipv6_pod_ip_is_bracketed() {
+    let Ok(probe_listener) = TcpListener::bind("[::1]:0").await else {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    };
+    drop(probe_listener);
+    let (_reporter, service) = tonic_health::server::health_reporter();
+    let port = serve("[::1]:0", service).await.port();
+    let outcome = probe("::1", port, "", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        Outcome::new(ProbeResult::Success, "service healthy")
+    );
+}
+
+#[tokio::test]
+async fn g5_empty_host_dials_the_local_system() {
+    let port = closed_port().await;
+    let outcome = probe("", port, "", SHORT_TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure(format!(
+            "timeout: failed to connect service \":{port}\" within 500ms: context deadline exceeded"
+        ))
+    );
+}

@@ -1,0 +1,572 @@
+//! HTTP GET probes (spec section 6) against real servers on loopback,
+//! scripted per case; test names carry the rule they check.
+
+mod support {
+    pub mod http_server;
+}
+
+use std::time::Duration;
+
+use podprobe::probe::http::probe;
+use podprobe::probe::spec::{Handler, HttpGetAction, Scheme};
+use podprobe::probe::{
+    Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
+};
+use support::http_server::{Step, TestServer, redirect, reply, response};
+
+const USER_AGENT: &str = "kube-probe/1.35";
+const TIMEOUT: Duration = Duration::from_secs(5);
+const LOCAL: &str = "127.0.0.1:0";
+
+fn action(port: u16, path: &str) -> HttpGetAction {
+    HttpGetAction {
+        scheme: Scheme::Http,
+        host: None,
+        port,
+        path: path.to_string(),
+        headers: Vec::new(),
+    }
+}
+
+fn with_headers(mut action: HttpGetAction, headers: &[(&str, &str)]) -> HttpGetAction {
+    action.headers = headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    action
+}
+
+async fn run(action: &HttpGetAction) -> Attempt {
+    probe(action, "127.0.0.1", TIMEOUT, USER_AGENT).await
+}
+
+async fn outcome(action: &HttpGetAction) -> Outcome {
+    run(action).await.expect("probe completes without error")
+}
+
+/// A server answering every request with `status` and `body`.
+async fn answering(status: u16, body: &'static [u8]) -> TestServer {
+    TestServer::start(LOCAL, move |_| reply(status, body)).await
+}
+
+#[tokio::test]
+async fn h13_2xx_is_success_with_the_body() {
+    for (status, body) in [(200, &b"ok"[..]), (204, &b""[..]), (299, &b"fine"[..])] {
+        let server = answering(status, body).await;
+        let got = outcome(&action(server.port(), "/")).await;
+        assert_eq!(
+            got,
+            Outcome::new(ProbeResult::Success, String::from_utf8_lossy(body)),
+            "{status}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn h13_3xx_final_response_is_warning_with_the_body() {
+    for status in [300, 301, 304, 399] {
+        // No Location: Go's client returns the 3xx itself.
+        let server = answering(status, b"see other").await;
+        let got = outcome(&action(server.port(), "/")).await;
+        let body = if status == 304 { "" } else { "see other" };
+        let expected = format!("Probe terminated redirects, Response body: {body}");
+        assert_eq!(
+            got,
+            Outcome::new(ProbeResult::Warning, expected),
+            "{status}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn h13_h15_4xx_and_5xx_fail_without_the_body() {
+    for status in [400, 404, 500, 503] {
+        let server = answering(status, b"secret details").await;
+        let got = outcome(&action(server.port(), "/")).await;
+        let expected = format!("HTTP probe failed with statuscode: {status}");
+        assert_eq!(got, Outcome::new(ProbeResult::Failure, expected));
+    }
+}
+
+#[tokio::test]
+async fn h13_final_101_is_failure() {
+    let server = TestServer::start(LOCAL, |_| {
+        vec![Step::Write(
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec(),
+        )]
+    })
+    .await;
+    let got = outcome(&action(server.port(), "/")).await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            "HTTP probe failed with statuscode: 101"
+        )
+    );
+}
+
+#[tokio::test]
+async fn h13_informational_1xx_is_skipped_like_go() {
+    // Over HTTP/1.1 a 1xx other than 101 is never final (Go and hyper both
+    // read on), so a 199 can only be seen followed by the real status.
+    let server = TestServer::start(LOCAL, |_| {
+        let mut bytes = b"HTTP/1.1 199 Interim\r\n\r\n".to_vec();
+        bytes.extend(response(200, &[], b"final"));
+        vec![Step::Write(bytes)]
+    })
+    .await;
+    let got = outcome(&action(server.port(), "/")).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "final"));
+}
+
+#[tokio::test]
+async fn h12_same_host_relative_redirect_is_followed() {
+    let server = TestServer::start(LOCAL, |request| match request.target() {
+        "/start" => redirect(302, "/healthy"),
+        _ => reply(200, b"arrived"),
+    })
+    .await;
+    let got = outcome(&action(server.port(), "/start")).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "arrived"));
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(server.connections(), 2, "each hop uses a fresh connection");
+    assert_eq!(received[1].target(), "/healthy");
+    let referer = format!("http://127.0.0.1:{}/start", server.port());
+    assert_eq!(received[1].header("Referer"), [referer.as_str()]);
+    assert_eq!(received[1].header("User-Agent"), [USER_AGENT]);
+}
+
+#[tokio::test]
+async fn h12_same_hostname_on_another_port_is_followed() {
+    let target = answering(200, b"other port").await;
+    let location = format!("http://127.0.0.1:{}/there", target.port());
+    let origin = TestServer::start(LOCAL, move |_| redirect(307, &location)).await;
+    let got = outcome(&action(origin.port(), "/")).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "other port"));
+    assert_eq!(target.received()[0].target(), "/there");
+}
+
+#[tokio::test]
+async fn h12_other_host_redirect_is_warning_with_the_redirect_body() {
+    let origin = TestServer::start(LOCAL, |_| redirect(301, "http://localhost:1/elsewhere")).await;
+    let got = outcome(&action(origin.port(), "/")).await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Warning,
+            "Probe terminated redirects, Response body: moved"
+        )
+    );
+    assert_eq!(origin.connections(), 1);
+}
+
+#[tokio::test]
+async fn h12_redirect_loop_fails_after_10_requests() {
+    let server = TestServer::start(LOCAL, |_| redirect(302, "/loop")).await;
+    let got = outcome(&action(server.port(), "/")).await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            "Get \"/loop\": stopped after 10 redirects"
+        )
+    );
+    assert_eq!(server.received().len(), 10);
+}
+
+#[tokio::test]
+async fn h8_host_header_overrides_host_and_survives_relative_redirects() {
+    let server = TestServer::start(LOCAL, |request| match request.target() {
+        "/start" => redirect(302, "/next"),
+        _ => reply(200, b""),
+    })
+    .await;
+    let probe_action = with_headers(action(server.port(), "/start"), &[("host", "svc.example")]);
+    assert_eq!(outcome(&probe_action).await.result, ProbeResult::Success);
+    let received = server.received();
+    assert_eq!(received[0].header("Host"), ["svc.example"]);
+    assert_eq!(received[1].header("Host"), ["svc.example"]);
+}
+
+#[tokio::test]
+async fn h8_absolute_redirect_drops_the_host_override() {
+    let server = TestServer::start(LOCAL, |request| match request.target() {
+        "/start" => {
+            let location = format!("http://127.0.0.1:{}/next", request.header("X-Port")[0]);
+            redirect(302, &location)
+        }
+        _ => reply(200, b""),
+    })
+    .await;
+    let port = server.port().to_string();
+    let headers = [("Host", "svc.example"), ("X-Port", port.as_str())];
+    let probe_action = with_headers(action(server.port(), "/start"), &headers);
+    assert_eq!(outcome(&probe_action).await.result, ProbeResult::Success);
+    let expected = format!("127.0.0.1:{port}");
+    assert_eq!(server.received()[1].header("Host"), [expected.as_str()]);
+}
+
+#[tokio::test]
+async fn h4_path_and_query_reach_the_server_as_go_sends_them() {
+    let server = answering(200, b"").await;
+    let cases = [
+        ("/healthz", "/healthz"),
+        ("healthz", "/healthz"),
+        ("", "/"),
+        ("?foo", "/?foo"),
+        ("/path?a=1&b", "/path?a=1&b"),
+        ("/a b", "/a%20b"),
+        ("/a%2Fb", "/a%2Fb"),
+        ("%zz", "/%25zz"),
+        ("/x#fragment", "/x"),
+    ];
+    for (path, _) in cases {
+        outcome(&action(server.port(), path)).await;
+    }
+    let targets: Vec<String> = server
+        .received()
+        .iter()
+        .map(|r| r.target().to_string())
+        .collect();
+    let expected: Vec<&str> = cases.iter().map(|(_, target)| *target).collect();
+    assert_eq!(targets, expected);
+    assert_eq!(
+        server.received()[0].header("Host"),
+        [format!("127.0.0.1:{}", server.port()).as_str()]
+    );
+}
+
+#[tokio::test]
+async fn h5_header_names_are_canonical_and_repeats_are_separate_lines() {
+    let server = answering(200, b"").await;
+    let headers = [
+        ("x-custom", "a"),
+        ("X-CUSTOM", "b"),
+        ("FOO-bAR", "c"),
+        ("accept", "application/json"),
+    ];
+    outcome(&with_headers(action(server.port(), "/"), &headers)).await;
+    let request = &server.received()[0];
+    assert_eq!(request.header("X-Custom"), ["a", "b"]);
+    assert_eq!(request.header("Foo-Bar"), ["c"]);
+    assert_eq!(request.header("Accept"), ["application/json"]);
+    let names: Vec<&str> = request.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Host",
+            "User-Agent",
+            "Accept",
+            "Foo-Bar",
+            "X-Custom",
+            "X-Custom",
+            "Connection"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn h6_user_agent_default_override_and_empty() {
+    let server = answering(200, b"").await;
+    let port = server.port();
+    outcome(&action(port, "/")).await;
+    outcome(&with_headers(
+        action(port, "/"),
+        &[("user-agent", "custom/1")],
+    ))
+    .await;
+    outcome(&with_headers(action(port, "/"), &[("User-Agent", "")])).await;
+    let received = server.received();
+    assert_eq!(received[0].header("User-Agent"), [USER_AGENT]);
+    assert_eq!(received[1].header("User-Agent"), ["custom/1"]);
+    assert!(
+        !received[2].has_header("User-Agent"),
+        "{:?}",
+        received[2].headers
+    );
+}
+
+#[tokio::test]
+async fn h7_accept_default_override_and_empty() {
+    let server = answering(200, b"").await;
+    let port = server.port();
+    outcome(&action(port, "/")).await;
+    outcome(&with_headers(
+        action(port, "/"),
+        &[("Accept", "text/plain")],
+    ))
+    .await;
+    outcome(&with_headers(action(port, "/"), &[("Accept", "")])).await;
+    let received = server.received();
+    assert_eq!(received[0].header("Accept"), ["*/*"]);
+    assert_eq!(received[1].header("Accept"), ["text/plain"]);
+    assert!(
+        !received[2].has_header("Accept"),
+        "{:?}",
+        received[2].headers
+    );
+}
+
+#[tokio::test]
+async fn h9_connection_close_and_no_accept_encoding() {
+    let server = answering(200, b"").await;
+    outcome(&action(server.port(), "/")).await;
+    let request = &server.received()[0];
+    assert_eq!(request.request_line, "GET / HTTP/1.1");
+    assert_eq!(request.header("Connection"), ["close"]);
+    assert!(!request.has_header("Accept-Encoding"));
+    assert!(
+        !request.has_header("Content-Length"),
+        "a GET carries no body (H11)"
+    );
+}
+
+#[tokio::test]
+async fn h9_every_probe_opens_a_fresh_connection() {
+    let server = answering(200, b"").await;
+    for _ in 0..3 {
+        outcome(&action(server.port(), "/")).await;
+    }
+    assert_eq!(server.connections(), 3);
+}
+
+#[tokio::test]
+async fn h14_body_is_capped_at_10_kib() {
+    for (size, kept) in [(10_239, 10_239), (10_240, 10_240), (1 << 20, 10_240)] {
+        let server = TestServer::start(LOCAL, move |_| reply(200, &vec![b'a'; size])).await;
+        let got = outcome(&action(server.port(), "/")).await;
+        assert_eq!(got.result, ProbeResult::Success);
+        assert_eq!(got.output.len(), kept, "body of {size} bytes");
+    }
+}
+
+#[tokio::test]
+async fn h14_endless_body_is_cut_at_the_cap_without_reading_on() {
+    let server = TestServer::start(LOCAL, |_| {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n".to_vec();
+        vec![Step::Write(head), Step::WriteForever(vec![b'z'; 64 * 1024])]
+    })
+    .await;
+    let got = outcome(&action(server.port(), "/")).await;
+    assert_eq!(got.output.len(), 10_240);
+}
+
+#[tokio::test]
+async fn h10_h16_slow_headers_time_out_as_failure() {
+    let server = TestServer::start(LOCAL, |_| vec![Step::Stall]).await;
+    let got = probe(
+        &action(server.port(), "/"),
+        "127.0.0.1",
+        Duration::from_millis(300),
+        USER_AGENT,
+    )
+    .await
+    .unwrap();
+    let expected = format!(
+        "Get \"http://127.0.0.1:{}/\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+        server.port()
+    );
+    assert_eq!(got, Outcome::new(ProbeResult::Failure, expected));
+}
+
+#[tokio::test]
+async fn h17_slow_body_errors_and_the_wrapper_retries_three_times() {
+    let server = TestServer::start(LOCAL, |_| {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial".to_vec();
+        vec![Step::Write(head), Step::Stall]
+    })
+    .await;
+    let spec = ProbeSpec {
+        handler: Handler::HttpGet(action(server.port(), "/")),
+        initial_delay_seconds: 0,
+        timeout_seconds: 1,
+        period_seconds: 10,
+        success_threshold: 1,
+        failure_threshold: 3,
+        termination_grace_period_seconds: None,
+    };
+    let target = ProbeTarget {
+        pod_ip: "127.0.0.1",
+        container_id: None,
+    };
+    let verdict = Prober::new("1.35", None)
+        .probe(ProbeKind::Readiness, &spec, target)
+        .await;
+    let message =
+        "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
+    assert_eq!(server.connections(), 3);
+    assert_eq!(verdict.attempts, 3);
+    assert_eq!(verdict.result, ProbeResult::Failure);
+    assert_eq!(verdict.error.as_deref(), Some(message));
+    assert!(!verdict.is_success());
+    let event = verdict.event.expect("an Unhealthy event");
+    assert_eq!(event.reason, "Unhealthy");
+    assert_eq!(
+        event.message,
+        format!("Readiness probe errored and resulted in failure state: {message}")
+    );
+}
+
+#[tokio::test]
+async fn h17_reset_mid_body_is_an_error() {
+    let server = TestServer::start(LOCAL, |_| {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\npartial".to_vec();
+        vec![Step::Write(head), Step::Reset]
+    })
+    .await;
+    let err = run(&action(server.port(), "/")).await.unwrap_err();
+    assert_eq!(err.result, ProbeResult::Failure);
+    let suffix = format!(
+        "->127.0.0.1:{}: read: connection reset by peer",
+        server.port()
+    );
+    assert!(
+        err.message.starts_with("read tcp 127.0.0.1:"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.ends_with(&suffix), "{}", err.message);
+}
+
+#[tokio::test]
+async fn h17_body_cut_short_is_unexpected_eof() {
+    let server = TestServer::start(LOCAL, |_| {
+        vec![Step::Write(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort".to_vec(),
+        )]
+    })
+    .await;
+    let err = run(&action(server.port(), "/")).await.unwrap_err();
+    assert_eq!(
+        err,
+        ProbeError {
+            result: ProbeResult::Failure,
+            message: "unexpected EOF".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn h16_closed_port_is_a_refused_failure() {
+    let port = {
+        let listener = std::net::TcpListener::bind(LOCAL).unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let got = outcome(&action(port, "/")).await;
+    let expected = format!(
+        "Get \"http://127.0.0.1:{port}/\": dial tcp 127.0.0.1:{port}: connect: connection refused"
+    );
+    assert_eq!(got, Outcome::new(ProbeResult::Failure, expected));
+}
+
+#[tokio::test]
+async fn h16_peer_closing_without_answer_is_eof_failure() {
+    let server = TestServer::start(LOCAL, |_| Vec::new()).await;
+    let got = outcome(&action(server.port(), "/")).await;
+    let expected = format!("Get \"http://127.0.0.1:{}/\": EOF", server.port());
+    assert_eq!(got, Outcome::new(ProbeResult::Failure, expected));
+}
+
+#[tokio::test]
+async fn h16_invalid_header_name_fails_before_connecting() {
+    let server = answering(200, b"").await;
+    let got = outcome(&with_headers(
+        action(server.port(), "/"),
+        &[("bad name", "x")],
+    ))
+    .await;
+    let expected = format!(
+        "Get \"http://127.0.0.1:{}/\": net/http: invalid header field name \"bad name\"",
+        server.port()
+    );
+    assert_eq!(got, Outcome::new(ProbeResult::Failure, expected));
+    assert_eq!(server.connections(), 0);
+}
+
+#[tokio::test]
+async fn h18_unbuildable_request_is_an_unknown_error() {
+    let mut bad_host = action(80, "/");
+    bad_host.host = Some("bad host".into());
+    let err = run(&bad_host).await.unwrap_err();
+    assert_eq!(
+        err,
+        ProbeError::unknown("parse \"http://bad%20host:80/\": invalid URL escape \"%20\"")
+    );
+}
+
+#[tokio::test]
+async fn h2_h4_ipv6_pod_ip_is_bracketed() {
+    let server = TestServer::start("[::1]:0", |_| reply(200, b"v6")).await;
+    let got = probe(&action(server.port(), "/"), "::1", TIMEOUT, USER_AGENT)
+        .await
+        .unwrap();
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "v6"));
+    let host = format!("[::1]:{}", server.port());
+    assert_eq!(server.received()[0].header("Host"), [host.as_str()]);
+}
+
+#[tokio::test]
+async fn h9_https_accepts_a_self_signed_certificate() {
+    let server = TestServer::start_tls(LOCAL, |_| reply(200, b"secure")).await;
+    let mut https = action(server.port(), "/tls");
+    https.scheme = Scheme::Https;
+    let got = outcome(&https).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "secure"));
+    let request = &server.received()[0];
+    assert_eq!(request.request_line, "GET /tls HTTP/1.1");
+    assert_eq!(request.sni, None, "no SNI for an IP address");
+}
+
+#[tokio::test]
+async fn h9_https_negotiates_http2_like_the_kubelet_transport() {
+    let server = TestServer::start_h2(LOCAL, 200, b"over h2").await;
+    let mut https = with_headers(
+        action(server.port(), "/h2?x=1"),
+        &[("host", "svc.example"), ("X-Custom", "1")],
+    );
+    https.scheme = Scheme::Https;
+    let got = outcome(&https).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "over h2"));
+    let request = &server.received()[0];
+    assert_eq!(request.request_line, "GET /h2?x=1 HTTP/2.0");
+    assert_eq!(request.header(":authority"), ["svc.example"]);
+    assert_eq!(request.header("user-agent"), [USER_AGENT]);
+    assert_eq!(request.header("accept"), ["*/*"]);
+    assert_eq!(request.header("x-custom"), ["1"]);
+    for absent in ["host", "connection", "accept-encoding"] {
+        assert!(
+            !request.has_header(absent),
+            "{absent}: {:?}",
+            request.headers
+        );
+    }
+}
+
+#[tokio::test]
+async fn h9_https_sends_sni_for_dns_names() {
+    let server = TestServer::start_tls(LOCAL, |_| reply(200, b"")).await;
+    let mut https = action(server.port(), "/");
+    https.scheme = Scheme::Https;
+    https.host = Some("localhost".into());
+    assert_eq!(outcome(&https).await.result, ProbeResult::Success);
+    let requests = server.received();
+    assert_eq!(requests.last().unwrap().sni.as_deref(), Some("localhost"));
+}
+
+#[tokio::test]
+async fn h16_https_to_a_plain_http_server_fails_like_go() {
+    let server = TestServer::start(LOCAL, |_| {
+        reply(400, b"Client sent an HTTP request to an HTTPS server")
+    })
+    .await;
+    let mut https = action(server.port(), "/");
+    https.scheme = Scheme::Https;
+    let got = outcome(&https).await;
+    let expected = format!(
+        "Get \"https://127.0.0.1:{}/\": http: server gave HTTP response to HTTPS client",
+        server.port()
+    );
+    assert_eq!(got, Outcome::new(ProbeResult::Failure, expected));
+}

@@ -1,0 +1,346 @@
+//! A real HTTP/1.1 server on loopback, plain or TLS, whose answers are
+//! scripted byte for byte per request. Probe tests need wire-level control
+//! and sight that a conforming server library hides: header names as sent,
+//! repeated header lines, stalls, resets, bodies cut short or endless.
+//!
+//! Every accepted connection is counted and every request head recorded
+//! before the script runs, so a test can assert on them as soon as the
+//! probe returns.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// One request as it arrived.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// `GET /path HTTP/1.1`, or empty when the bytes were not HTTP.
+    pub request_line: String,
+    /// Header lines in order, names exactly as sent.
+    pub headers: Vec<(String, String)>,
+    /// The TLS server name the client sent, if any.
+    pub sni: Option<String>,
+}
+
+impl Received {
+    /// The request target.
+    pub fn target(&self) -> &str {
+        self.request_line.split(' ').nth(1).unwrap_or_default()
+    }
+
+    /// Values of every line whose name is exactly `name`, in order.
+    pub fn header(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// Whether any line's name equals `name` ignoring case.
+    pub fn has_header(&self, name: &str) -> bool {
+        self.headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
+    }
+}
+
+/// What the server does on a connection after reading the request head.
+/// After the last step the connection is closed gracefully.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Write(Vec<u8>),
+    /// Keep writing this chunk until the client goes away.
+    WriteForever(Vec<u8>),
+    /// Send nothing more and keep the connection open until the client closes it.
+    Stall,
+    /// Abort the connection with a TCP RST.
+    Reset,
+}
+
+type Script = dyn Fn(&Received) -> Vec<Step> + Send + Sync;
+type Log = Arc<Mutex<Vec<Received>>>;
+
+/// A running server; stops when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    received: Log,
+    connections: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TestServer {
+    /// Serves plain HTTP/1.1 on `bind` (`127.0.0.1:0`, `[::1]:0`).
+    pub async fn start(
+        bind: &str,
+        script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
+    ) -> TestServer {
+        let script: Arc<Script> = Arc::new(script);
+        Self::listen(bind, move |stream, log| {
+            let script = script.clone();
+            async move { serve_script(stream, None, &log, &*script).await }
+        })
+        .await
+    }
+
+    /// Serves HTTPS (HTTP/1.1, no ALPN) on `bind` with a fresh self-signed
+    /// certificate.
+    pub async fn start_tls(
+        bind: &str,
+        script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
+    ) -> TestServer {
+        let script: Arc<Script> = Arc::new(script);
+        let acceptor = self_signed_acceptor(Vec::new());
+        Self::listen(bind, move |stream, log| {
+            let (script, acceptor) = (script.clone(), acceptor.clone());
+            async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = stream.get_ref().1.server_name().map(str::to_string);
+                serve_script(stream, sni, &log, &*script).await;
+            }
+        })
+        .await
+    }
+
+    /// Serves HTTPS that selects `h2` over ALPN, through hyper's HTTP/2
+    /// server, answering every request with `status` and `body`. Recorded
+    /// header names are lower-case, with `:authority` first.
+    pub async fn start_h2(bind: &str, status: u16, body: &'static [u8]) -> TestServer {
+        let acceptor = self_signed_acceptor(vec![b"h2".to_vec()]);
+        Self::listen(bind, move |stream, log| {
+            let acceptor = acceptor.clone();
+            async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = stream.get_ref().1.server_name().map(str::to_string);
+                let service =
+                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                        log.lock().unwrap().push(received_h2(&request, sni.clone()));
+                        let response = hyper::Response::builder()
+                            .status(status)
+                            .body(Full::new(Bytes::from_static(body)));
+                        async move { response }
+                    });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            }
+        })
+        .await
+    }
+
+    /// Requests received so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Accepts connections on `bind`, counting them, and runs `serve` on
+    /// each in its own task.
+    async fn listen<F, Fut>(bind: &str, serve: F) -> TestServer
+    where
+        F: Fn(TcpStream, Log) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind(bind)
+            .await
+            .expect("bind loopback test server");
+        let addr = listener.local_addr().unwrap();
+        let received = Log::default();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (log, count) = (received.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(serve(stream, log.clone()));
+            }
+        });
+        TestServer {
+            addr,
+            received,
+            connections,
+            task,
+        }
+    }
+}
+
+/// Gives access to the TCP socket under a stream, to reset it.
+trait TcpBacked {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl TcpBacked for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl TcpBacked for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+async fn serve_script<S>(
+    mut stream: S,
+    sni: Option<String>,
+    log: &Mutex<Vec<Received>>,
+    script: &Script,
+) where
+    S: AsyncRead + AsyncWrite + TcpBacked + Unpin,
+{
+    let head = read_head(&mut stream).await;
+    let request = parse_head(&head, sni);
+    log.lock().unwrap().push(request.clone());
+    for step in script(&request) {
+        match step {
+            Step::Write(bytes) => {
+                if stream.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            Step::WriteForever(chunk) => while stream.write_all(&chunk).await.is_ok() {},
+            Step::Stall => {
+                let mut sink = [0u8; 1024];
+                while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+                return;
+            }
+            Step::Reset => {
+                #[allow(deprecated)] // SO_LINGER 0 is exactly how to send a RST
+                let _ = stream.tcp().set_linger(Some(std::time::Duration::ZERO));
+                return;
+            }
+        }
+    }
+    let _ = stream.shutdown().await;
+}
+
+/// Reads up to the blank line ending a request head; stops early at bytes
+/// that cannot be HTTP (a TLS hello), so that the script can still answer.
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+        if !head[0].is_ascii_uppercase() {
+            break;
+        }
+    }
+    head
+}
+
+fn parse_head(head: &[u8], sni: Option<String>) -> Received {
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.split("\r\n");
+    let first = lines.next().unwrap_or_default();
+    let request_line = if first.starts_with(|c: char| c.is_ascii_uppercase()) {
+        first.to_string()
+    } else {
+        String::new()
+    };
+    let headers = lines
+        .take_while(|line| !line.is_empty())
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.to_string(), value.trim().to_string()))
+        .collect();
+    Received {
+        request_line,
+        headers,
+        sni,
+    }
+}
+
+fn received_h2(request: &hyper::Request<Incoming>, sni: Option<String>) -> Received {
+    let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let authority = request.uri().authority().map_or("", |a| a.as_str());
+    let mut headers = vec![(":authority".to_string(), authority.to_string())];
+    headers.extend(request.headers().iter().map(|(name, value)| {
+        (
+            name.to_string(),
+            String::from_utf8_lossy(value.as_bytes()).into_owned(),
+        )
+    }));
+    Received {
+        request_line: format!("{} {target} {:?}", request.method(), request.version()),
+        headers,
+        sni,
+    }
+}
+
+fn self_signed_acceptor(alpn: Vec<Vec<u8>>) -> tokio_rustls::TlsAcceptor {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = CertificateDer::from(certified.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+    config.alpn_protocols = alpn;
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// A complete response with `Content-Length`.
+pub fn response(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} Scripted\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Script step: answer `status` with `body`.
+pub fn reply(status: u16, body: &[u8]) -> Vec<Step> {
+    vec![Step::Write(response(status, &[], body))]
+}
+
+/// Script step: redirect with `status` to `location`, with a small body.
+pub fn redirect(status: u16, location: &str) -> Vec<Step> {
+    vec![Step::Write(response(
+        status,
+        &[("Location", location)],
+        b"moved",
+    ))]
+}
