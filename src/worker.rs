@@ -663,9 +663,14 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         while self.iterate().await {
+            // A fixed order keeps runs on a paused clock reproducible (the
+            // simulator depends on it). Go's select picks at random among
+            // ready cases, so this is one of the kubelet's possible orders.
+            // A trigger that arrives as a tick falls due wins: the reset then
+            // drops that tick, and the worker probes once rather than twice.
             tokio::select! {
+                biased;
                 _ = self.stop.recv() => break,
-                _ = ticker.tick() => {}
                 Some(()) = self.trigger.recv() => {
                     // W8: the next periodic probe is one period after this one.
                     ticker.reset();
@@ -676,6 +681,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                         "triggered probe by manual run"
                     );
                 }
+                _ = ticker.tick() => {}
             }
         }
         self.cleanup(on_exit);
