@@ -132,7 +132,8 @@ pub enum InputError {
     Duration(String),
     #[error(transparent)]
     Script(#[from] ScriptError),
-    #[error("pod: {field}: {message}")]
+    /// `field` is a path in the manifest, empty for the whole document.
+    #[error("pod: {}{message}", field_prefix(.field))]
     Pod { field: String, message: String },
     #[error("pod: {0}")]
     Annotation(#[from] AnnotationError),
@@ -144,6 +145,14 @@ impl InputError {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+fn field_prefix(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}: ")
     }
 }
 
@@ -272,7 +281,7 @@ fn load_pod(doc: &serde_json::Value) -> Result<Pod, InputError> {
         return Err(InputError::pod("kind", "expected a Pod"));
     }
     let mut pod: Pod = serde_json::from_value(doc.clone())
-        .map_err(|e| InputError::pod("(document)", format!("not a core/v1 Pod: {e}")))?;
+        .map_err(|e| InputError::pod("", format!("not a core/v1 Pod: {e}")))?;
     let Some(spec) = pod.spec.as_ref() else {
         return Err(InputError::pod("spec", "required"));
     };

@@ -1982,6 +1982,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn w8_trigger_and_due_tick_together_probe_once() {
+        // The first probe outlasts the tick at 10 s; a trigger arrives
+        // meanwhile. Both are ready when it returns: one probe, not two.
+        let slow = Scripted::Slow(Duration::from_millis(10_500), ProbeResult::Success);
+        let rig = rig(ScriptedRunner::new([slow], ProbeResult::Success));
+        rig.statuses
+            .set("uid-1", fresh_status(ProbeKind::Readiness));
+        past_start_window().await;
+        let origin = Instant::now();
+        let (handle, _) = spawn_on(&rig, config(ProbeKind::Readiness, default_spec()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(handle.trigger());
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        assert_eq!(rig.runner.call_times(origin), vec![0.0, 10.5, 20.5]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn w8_second_pending_trigger_is_dropped() {
         let slow = Scripted::Slow(Duration::from_secs(5), ProbeResult::Success);
         let rig = rig(ScriptedRunner::new([slow], ProbeResult::Success));

@@ -12,11 +12,16 @@
 //!   `ready` through the manager's `UpdatePodStatus` (S1-S5, which also sends
 //!   the manual readiness triggers of W8), then kills every container that
 //!   [`probe_kills`] names (K2) with the grace period of K3;
-//! - a kill takes effect at once (the container ignores SIGTERM and no grace
-//!   period is waited out): the container is `terminated` with exit code 137
-//!   and, if its restart policy restarts it, runs again `restartDelay` later
-//!   as the next instance;
+//! - a kill takes effect at once: the grace period is reported, not waited
+//!   out, and the container is `terminated` with exit code 137 (SIGKILL);
+//!   if its restart policy restarts it, it runs again `restartDelay` later as
+//!   the next instance;
 //! - also syncs when a container starts.
+//!
+//! The status the workers read carries `started`/`ready` as that sync last
+//! derived them. In gate mode those are podprobe's own verdicts from the
+//! annotation's probes (the kubelet's, from the spec's probes, are not
+//! simulated); they decide `podprobe.io/ready`.
 //!
 //! Left out: the kubelet's periodic pod resync (every 60-90 s, jittered),
 //! whose only effect here would be extra manual readiness triggers while a
@@ -54,6 +59,7 @@ use crate::status::ContainerProbeView;
 use crate::status::gate::{READY_CONDITION, gate_condition};
 use crate::worker::{
     Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock, container_should_restart,
+    is_restartable_init_container,
 };
 
 /// Exit code of a container stopped by a probe failure: it was killed
@@ -281,8 +287,10 @@ impl EventLog {
         let mut records = std::mem::take(&mut *self.lock());
         records.retain(|r| r.t <= until);
         records.sort_by(|a, b| {
-            let key = |r: &Record| (r.t, r.container.is_none(), r.container.clone());
-            key(a).cmp(&key(b))
+            let key = |r: &Record| (r.t, r.container.is_none());
+            key(a)
+                .cmp(&key(b))
+                .then_with(|| a.container.cmp(&b.container))
         });
         records
     }
@@ -425,7 +433,7 @@ fn initial_status(pod: &Pod) -> PodStatus {
         init_container_statuses: Some(
             init.iter()
                 .map(|c| {
-                    if crate::worker::is_restartable_init_container(c) {
+                    if is_restartable_init_container(c) {
                         creating(c)
                     } else {
                         completed(c)
@@ -507,7 +515,7 @@ impl SimContainer {
             .init_containers
             .unwrap_or_default()
             .into_iter()
-            .filter(crate::worker::is_restartable_init_container)
+            .filter(is_restartable_init_container)
             .map(|c| (c, true));
         let regular = spec.containers.into_iter().map(|c| (c, false));
         regular
