@@ -133,7 +133,7 @@ pub struct Summary {
     pub condition: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ContainerSummary {
     pub restarts: u32,
     pub started: bool,
@@ -221,14 +221,7 @@ fn longest_period(simulation: &Simulation, containers: &[SimContainer]) -> Durat
 fn summarize(simulation: &Simulation, containers: &[SimContainer], records: &[Record]) -> Summary {
     let mut summaries: BTreeMap<String, ContainerSummary> = containers
         .iter()
-        .map(|c| {
-            let empty = ContainerSummary {
-                restarts: 0,
-                started: false,
-                ready: false,
-            };
-            (c.name.clone(), empty)
-        })
+        .map(|c| (c.name.clone(), ContainerSummary::default()))
         .collect();
     let mut condition = None;
     for record in records {
