@@ -11,11 +11,17 @@
 //! - [`simulate`]: `podprobe simulate`, the prober on a virtual clock
 //!   against scripted containers.
 
+pub mod config;
 pub mod cri;
+pub mod daemon;
+pub mod events;
 pub mod manager;
+pub mod metrics;
 pub mod oneshot;
+pub mod pods;
 pub mod probe;
 pub mod results;
+pub mod server;
 pub mod simulate;
 pub mod status;
 pub mod worker;

@@ -146,7 +146,7 @@ fn set_probe_linger(socket: &TcpSocket) {
 
 /// Go's text for an OS error: the C library's message with a lower-case
 /// first letter (`connection refused`), without Rust's ` (os error N)`.
-fn go_errno_text(error: &io::Error) -> String {
+pub(crate) fn go_errno_text(error: &io::Error) -> String {
     let text = error.to_string();
     let text = match error.raw_os_error() {
         Some(code) => text

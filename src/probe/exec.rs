@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tonic::Code;
 
-use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_duration};
+use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_duration, go_quote};
 use crate::cri::{CriClient, ExecSyncResponse};
 
 /// Runs `command` in `container_id` through CRI with `timeout`.
@@ -63,33 +63,6 @@ fn timed_out_message(command: &[String], timeout: Duration) -> String {
     )
 }
 
-/// `s` as Go's `%q` writes it: double-quoted, with `"` and `\` escaped and
-/// control characters as Go escapes.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{07}' => out.push_str("\\a"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{0b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,10 +112,5 @@ mod tests {
             timed_out_message(&cmd, Duration::from_secs(1)),
             r#"command timed out: "sh -c sleep 5; echo \"done\"" timed out after 1s"#
         );
-    }
-
-    #[test]
-    fn go_quote_escapes_like_go() {
-        assert_eq!(go_quote("a\tb\\c\u{1b}é"), r#""a\tb\\c\x1bé""#);
     }
 }

@@ -12,12 +12,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 use tonic::Code;
@@ -27,6 +26,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use super::dial::{DialError, ProbeStream, dial};
+use super::tap::{ReadObserver, ReadTap};
 use super::{Attempt, Outcome, ProbeResult, go_duration, join_host_port};
 
 /// grpc-go's connection backoff: first delay, growth factor, jitter, ceiling.
@@ -279,7 +279,7 @@ struct ProbeConnector {
 }
 
 impl tower::Service<Uri> for ProbeConnector {
-    type Response = TokioIo<PrefaceWatch<ProbeStream>>;
+    type Response = TokioIo<ReadTap<ProbeStream, PrefaceWatch>>;
     type Error = DialError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, DialError>> + Send>>;
 
@@ -292,7 +292,10 @@ impl tower::Service<Uri> for ProbeConnector {
         let preface = self.preface.take();
         Box::pin(async move {
             let stream = dial(&host, port, deadline).await?;
-            Ok(TokioIo::new(PrefaceWatch::new(stream, preface)))
+            Ok(TokioIo::new(ReadTap::new(
+                stream,
+                PrefaceWatch::new(preface),
+            )))
         })
     }
 }
@@ -328,23 +331,22 @@ impl PrefaceSniffer {
     }
 }
 
-/// Passes bytes through and tells the connecting probe whether the server
-/// spoke HTTP/2 first.
-struct PrefaceWatch<S> {
-    inner: S,
+/// Tells the connecting probe whether the server spoke HTTP/2 first.
+struct PrefaceWatch {
     sniffer: PrefaceSniffer,
     verdict: Option<oneshot::Sender<bool>>,
 }
 
-impl<S> PrefaceWatch<S> {
-    fn new(inner: S, verdict: Option<oneshot::Sender<bool>>) -> Self {
+impl PrefaceWatch {
+    fn new(verdict: Option<oneshot::Sender<bool>>) -> Self {
         PrefaceWatch {
-            inner,
             sniffer: PrefaceSniffer::default(),
             verdict,
         }
     }
+}
 
+impl ReadObserver for PrefaceWatch {
     fn observe(&mut self, read: &std::io::Result<()>, bytes: &[u8]) {
         let Some(sender) = self.verdict.take() else {
             return;
@@ -358,38 +360,6 @@ impl<S> PrefaceWatch<S> {
             Some(verdict) => drop(sender.send(verdict)),
             None => self.verdict = Some(sender),
         }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for PrefaceWatch<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let read = ready!(Pin::new(&mut this.inner).poll_read(cx, buf));
-        this.observe(&read, &buf.filled()[before..]);
-        Poll::Ready(read)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for PrefaceWatch<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 

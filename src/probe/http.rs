@@ -21,9 +21,8 @@ use tokio::time::Instant;
 
 use self::request::Hop;
 use self::transport::{Exchange, TransportError};
-use self::url::go_quote;
 use super::spec::HttpGetAction;
-use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult};
+use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_quote};
 
 /// Requests Go's client sends before giving up on a redirect chain.
 const MAX_REQUESTS: usize = 10;

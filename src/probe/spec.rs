@@ -16,7 +16,6 @@
 
 mod expand;
 mod port;
-mod quote;
 mod validation;
 
 use std::time::Duration;
@@ -24,9 +23,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use self::quote::go_quote;
 use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
+use super::go_quote;
 
 pub use self::expand::{env_map, expand, expand_command};
 pub use self::port::{AtoiFailure, PortError, resolve_container_port};

@@ -24,6 +24,7 @@ pub mod authority;
 pub mod conditions;
 pub mod gate;
 pub mod patch;
+pub mod patcher;
 
 #[cfg(test)]
 mod proptests;

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use super::url::{ParseError, Url, go_quote};
-use crate::probe::join_host_port;
+use super::url::{ParseError, Url};
 use crate::probe::spec::{HttpGetAction, Scheme};
+use crate::probe::{go_quote, join_host_port};
 
 /// Request headers keyed by canonical name, values in the order given.
 /// Sorted keys are also the order Go writes header lines in.

@@ -1,6 +1,7 @@
 //! One HTTP exchange on a fresh connection, made the way the kubelet's Go
-//! transport makes it (H9): a new TCP connection per request with SO_LINGER
-//! {on, 1 s}, no proxy, no compression; HTTP/1.1 with `Connection: close`,
+//! transport makes it (H9): a new connection per request from the probe
+//! dialer ([`crate::probe::dial`], SO_LINGER {on, 1 s}), no proxy, no
+//! compression; HTTP/1.1 with `Connection: close`,
 //! or for `https` (certificate not verified) HTTP/2 when the server picks
 //! `h2` over ALPN, since the kubelet's transport is set up for HTTP/2
 //! (`utilnet.SetTransportDefaults`); and Go's error texts for what can go
@@ -20,10 +21,8 @@
 //! HTTP/2 protocol errors (hyper's text).
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -37,18 +36,19 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::request::Hop;
-use super::url::go_quote;
+use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
+use crate::probe::go_quote;
+use crate::probe::tap::{ReadObserver, ReadTap};
 
-/// SO_LINGER for probe sockets (T3): the socket leaves TIME-WAIT after about
-/// a second instead of a minute, so frequent probes do not exhaust ports.
-const PROBE_LINGER: Duration = Duration::from_secs(1);
+/// The dial deadline when the probe has none (Go's client without a
+/// timeout): the dialer needs an instant, and no probe waits this long.
+const NO_DEADLINE: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// Go's `Transport.TLSHandshakeTimeout` as the kubelet's transport defaults set it.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -144,11 +144,15 @@ pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, 
         ));
     }
     let target = request_target(&hop.url.request_uri())?;
+    let port = dial_port(hop)?;
+    let dial_deadline = deadline.unwrap_or_else(|| Instant::now() + NO_DEADLINE);
     within(deadline, async {
-        let stream = dial(hop.url.hostname(), dial_port(hop)).await?;
+        let stream = dial(hop.url.hostname(), port, dial_deadline)
+            .await
+            .map_err(|err| dial_failure(&err, deadline))?;
         let addrs = ConnAddrs {
-            local: stream.local_addr().map_err(io_failure)?,
-            peer: stream.peer_addr().map_err(io_failure)?,
+            local: stream.get_ref().local_addr().map_err(io_failure)?,
+            peer: stream.get_ref().peer_addr().map_err(io_failure)?,
         };
         if !tls {
             return send_http1(stream, http1_request(target, &lines)?, addrs).await;
@@ -164,12 +168,26 @@ pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, 
     .unwrap_or(Err(TransportError::Timeout))
 }
 
-/// The port to dial: the URL's, else the scheme's default.
-fn dial_port(hop: &Hop) -> &str {
-    match (hop.url.port(), hop.url.scheme.as_str()) {
+/// The port to dial: the URL's, else the scheme's default. The URL parser
+/// accepts any digits, so a port past 65535 first fails here, as in Go's
+/// dialer.
+fn dial_port(hop: &Hop) -> Result<u16, TransportError> {
+    let port = match (hop.url.port(), hop.url.scheme.as_str()) {
         ("", "https") => "443",
         ("", _) => "80",
         (port, _) => port,
+    };
+    port.parse()
+        .map_err(|_| TransportError::Failed(format!("dial tcp: address {port}: invalid port")))
+}
+
+/// A dial that failed once the probe deadline had passed is the client's
+/// timeout, which Go reports in place of the dialer's error.
+fn dial_failure(err: &DialError, deadline: Option<Instant>) -> TransportError {
+    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+        TransportError::Timeout
+    } else {
+        TransportError::Failed(err.to_string())
     }
 }
 
@@ -272,50 +290,6 @@ fn build_request(
     Ok(request)
 }
 
-/// Resolves and connects like Go's dialer with the kubelet's SO_LINGER
-/// control: each address in turn, the first error reported.
-async fn dial(hostname: &str, port: &str) -> Result<TcpStream, TransportError> {
-    let port: u16 = port
-        .parse()
-        .map_err(|_| TransportError::Failed(format!("dial tcp: address {port}: invalid port")))?;
-    let addrs: Vec<SocketAddr> = match hostname.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((hostname, port))
-            .await
-            .map(Iterator::collect)
-            .unwrap_or_default(),
-    };
-    let mut first_error = None;
-    for addr in &addrs {
-        match connect(*addr).await {
-            Ok(stream) => return Ok(stream),
-            Err(err) => {
-                first_error.get_or_insert_with(|| {
-                    format!("dial tcp {addr}: connect: {}", errno_text(&err))
-                });
-            }
-        }
-    }
-    Err(TransportError::Failed(first_error.unwrap_or_else(|| {
-        format!("dial tcp: lookup {hostname}: no such host")
-    })))
-}
-
-/// Opens one TCP connection with SO_LINGER {on, 1 s}.
-async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    // Tokio deprecates SO_LINGER because a close with unsent data blocks the
-    // thread; the kubelet sets it on purpose (T3), and by the time a probe
-    // connection closes its small request has long been sent.
-    #[allow(deprecated)]
-    socket.set_linger(Some(PROBE_LINGER))?;
-    socket.connect(addr).await
-}
-
 /// Performs an HTTP/1.1 exchange over an established connection; header
 /// names go out in Go's canonical case.
 async fn send_http1<S>(
@@ -378,15 +352,15 @@ where
 /// `InsecureSkipVerify`), SNI only for DNS names, within Go's 10 s handshake
 /// timeout as well as the probe deadline.
 async fn tls_handshake(
-    stream: TcpStream,
+    stream: ProbeStream,
     hostname: &str,
     addrs: ConnAddrs,
     deadline: Option<Instant>,
-) -> Result<tokio_rustls::client::TlsStream<FirstBytes<TcpStream>>, TransportError> {
+) -> Result<tokio_rustls::client::TlsStream<ReadTap<ProbeStream, FirstBytes>>, TransportError> {
     let server_name = ServerName::try_from(hostname.trim_end_matches('.').to_string())
         .unwrap_or_else(|_| ServerName::IpAddress(addrs.peer.ip().into()));
     let handshake = TlsConnector::from(tls_config())
-        .connect(server_name, FirstBytes::new(stream))
+        .connect(server_name, ReadTap::new(stream, FirstBytes::default()))
         .into_fallible();
     let handshake_deadline = Instant::now() + TLS_HANDSHAKE_TIMEOUT;
     if deadline.is_some_and(|d| d <= handshake_deadline) {
@@ -403,8 +377,12 @@ async fn tls_handshake(
     }
 }
 
-fn tls_failure(err: &io::Error, io: &FirstBytes<TcpStream>, addrs: ConnAddrs) -> TransportError {
-    TransportError::Failed(tls_error_text(err, &io.first, addrs))
+fn tls_failure(
+    err: &io::Error,
+    io: &ReadTap<ProbeStream, FirstBytes>,
+    addrs: ConnAddrs,
+) -> TransportError {
+    TransportError::Failed(tls_error_text(err, &io.observer.0, addrs))
 }
 
 /// Go's texts for a failed TLS handshake.
@@ -531,57 +509,19 @@ impl ServerCertVerifier for AcceptAnyCertificate {
     }
 }
 
-/// A stream that keeps the first bytes it reads, so that a failed TLS
-/// handshake can tell a plain-HTTP answer apart, as Go's transport does.
-struct FirstBytes<S> {
-    inner: S,
-    first: Vec<u8>,
-}
+/// The first bytes a connection reads, so that a failed TLS handshake can
+/// tell a plain-HTTP answer apart, as Go's transport does.
+#[derive(Default)]
+struct FirstBytes(Vec<u8>);
 
-impl<S> FirstBytes<S> {
+impl FirstBytes {
     const KEEP: usize = 5;
-
-    fn new(inner: S) -> Self {
-        FirstBytes {
-            inner,
-            first: Vec::with_capacity(Self::KEEP),
-        }
-    }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for FirstBytes<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let missing = Self::KEEP - this.first.len();
-        if missing > 0 {
-            let new = &buf.filled()[before..];
-            this.first.extend_from_slice(&new[..new.len().min(missing)]);
-        }
-        poll
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytes<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+impl ReadObserver for FirstBytes {
+    fn observe(&mut self, _read: &io::Result<()>, bytes: &[u8]) {
+        let missing = Self::KEEP.saturating_sub(self.0.len());
+        self.0.extend_from_slice(&bytes[..bytes.len().min(missing)]);
     }
 }
 
@@ -637,19 +577,8 @@ fn io_error_text(err: &io::Error, addrs: ConnAddrs) -> String {
         "{op} tcp {}->{}: {op}: {}",
         addrs.local,
         addrs.peer,
-        errno_text(err)
+        go_errno_text(err)
     )
-}
-
-/// An OS error as Go's `syscall.Errno` prints it (`connection refused`).
-fn errno_text(err: &io::Error) -> String {
-    let text = err.to_string();
-    let text = text.split(" (os error").next().unwrap_or_default();
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text.to_string(),
-    }
 }
 
 fn io_failure(err: io::Error) -> TransportError {
@@ -659,20 +588,6 @@ fn io_failure(err: io::Error) -> TransportError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn t3_probe_sockets_linger_one_second() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let stream = connect(listener.local_addr().unwrap()).await.unwrap();
-        assert_eq!(stream.linger().unwrap(), Some(PROBE_LINGER));
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn errno_text_is_go_style() {
-        let refused = io::Error::from_raw_os_error(111);
-        assert_eq!(errno_text(&refused), "connection refused");
-    }
 
     #[test]
     fn request_targets_with_spaces_are_escaped() {

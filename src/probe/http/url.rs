@@ -12,6 +12,8 @@
 
 use std::fmt;
 
+use crate::probe::go_quote;
+
 /// A parsed URL or URL reference (Go's `url.URL`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Url {
@@ -180,31 +182,6 @@ impl fmt::Display for Url {
         }
         Ok(())
     }
-}
-
-/// Quotes `s` the way Go's `%q` verb does for printable text, as Go's error
-/// messages embed URLs and header names.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\x07' => out.push_str("\\a"),
-            '\x08' => out.push_str("\\b"),
-            '\x0c' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\x0b' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Go's `parse(rawURL, viaRequest=false)`: everything but the fragment.
@@ -539,12 +516,5 @@ mod tests {
         assert_eq!(Url::parse("http://h:1").unwrap().request_uri(), "/");
         assert_eq!(Url::parse("http://h:1?x").unwrap().request_uri(), "/?x");
         assert_eq!(Url::parse("http://h:1/p?").unwrap().request_uri(), "/p?");
-    }
-
-    #[test]
-    fn go_quote_escapes_like_strconv_quote() {
-        assert_eq!(go_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
-        assert_eq!(go_quote("\u{1}\n"), "\"\\x01\\n\"");
-        assert_eq!(go_quote("caf\u{e9}"), "\"caf\u{e9}\"");
     }
 }

@@ -8,7 +8,7 @@ use std::num::IntErrorKind;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::quote::go_quote;
+use crate::probe::go_quote;
 
 /// Why a probe port could not be resolved; `Display` gives the kubelet's
 /// error text.

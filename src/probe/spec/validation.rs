@@ -9,8 +9,8 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{ExecAction, GRPCAction, HTTPGetAction, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::quote::go_quote;
 use crate::probe::ProbeKind;
+use crate::probe::go_quote;
 
 /// One field error: the path from the probe field of the container
 /// (`readinessProbe.httpGet.port`) and the API server's error body.

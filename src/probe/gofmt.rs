@@ -1,8 +1,10 @@
-//! Go's `strconv.Quote`, because the API server's field errors (`%q`) and
-//! Go's `strconv.Atoi` errors embed user strings quoted that way, and our
-//! messages must match them byte for byte.
+//! Go's formatting of quoted strings (`%q`, `strconv.Quote`) and durations
+//! (`time.Duration.String`): the kubelet's probe messages, the API server's
+//! field errors and Go's client errors embed values formatted that way, and
+//! our messages must match them byte for byte.
 
 use std::fmt::Write;
+use std::time::Duration;
 
 /// `s` in double quotes with Go's escapes: `\"`, `\\`, the C escapes
 /// (`\a \b \f \n \r \t \v`), `\xNN` for other ASCII control bytes, and
@@ -67,9 +69,53 @@ fn is_format_or_private_use(c: char) -> bool {
         | '\u{f0000}'..='\u{10ffff}')
 }
 
+/// Renders a duration the way Go's `time.Duration.String` does (`1s`, `500ms`,
+/// `1m30s`, `1.5s`), because the kubelet's probe messages embed it.
+pub fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    if nanos < 1_000 {
+        return format!("{nanos}ns");
+    }
+    if nanos < 1_000_000 {
+        return format!("{}µs", trim_fraction(nanos, 1_000));
+    }
+    if nanos < 1_000_000_000 {
+        return format!("{}ms", trim_fraction(nanos, 1_000_000));
+    }
+    let total_secs = nanos / 1_000_000_000;
+    let sub_nanos = nanos % 1_000_000_000;
+    let hours = total_secs / 3600;
+    let minutes = (total_secs % 3600) / 60;
+    let secs = total_secs % 60;
+    let secs = trim_fraction(
+        u128::from(secs as u64) * 1_000_000_000 + sub_nanos,
+        1_000_000_000,
+    );
+    match (hours, minutes) {
+        (0, 0) => format!("{secs}s"),
+        (0, m) => format!("{m}m{secs}s"),
+        (h, m) => format!("{h}h{m}m{secs}s"),
+    }
+}
+
+/// `value / unit` as a decimal with trailing zeros removed (`1500, 1000` -> `1.5`).
+fn trim_fraction(value: u128, unit: u128) -> String {
+    let whole = value / unit;
+    let frac = value % unit;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = unit.ilog10() as usize;
+    let digits = format!("{frac:0width$}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::go_quote;
+    use super::*;
 
     #[test]
     fn quotes_like_go_strconv_quote() {
@@ -86,6 +132,29 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(go_quote(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn go_duration_matches_go_formatting() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_secs(2), "2s"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_micros(1), "1µs"),
+            (Duration::from_nanos(1500), "1.5µs"),
+            (Duration::from_nanos(7), "7ns"),
+            (
+                Duration::from_secs(61) + Duration::from_millis(250),
+                "1m1.25s",
+            ),
+        ];
+        for (d, want) in cases {
+            assert_eq!(go_duration(d), want, "{d:?}");
         }
     }
 }

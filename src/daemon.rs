@@ -1,0 +1,1 @@
+//! daemon (node daemon; being written).

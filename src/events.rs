@@ -1,0 +1,1 @@
+//! events (node daemon; being written).

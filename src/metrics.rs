@@ -1,0 +1,1 @@
+//! metrics (node daemon; being written).

@@ -1,0 +1,1 @@
+//! pods (node daemon; being written).

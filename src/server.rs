@@ -1,0 +1,1 @@
+//! server (node daemon; being written).

@@ -1,0 +1,1 @@
+//! Sends desired status to the API server (being written).
