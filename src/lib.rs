@@ -7,7 +7,9 @@
 //! - [`cri`]: the container runtime client (ExecSync, StopContainer, ...);
 //! - [`oneshot`]: `podprobe probe`, one probe run once from the command line;
 //! - [`results`], [`worker`], [`manager`]: the kubelet's prober state machines;
-//! - [`status`]: desired pod status and the patches that reach it.
+//! - [`status`]: desired pod status and the patches that reach it;
+//! - [`simulate`]: `podprobe simulate`, the prober on a virtual clock
+//!   against scripted containers.
 
 pub mod config;
 pub mod cri;
@@ -20,6 +22,7 @@ pub mod pods;
 pub mod probe;
 pub mod results;
 pub mod server;
+pub mod simulate;
 pub mod status;
 pub mod worker;
 

@@ -16,11 +16,16 @@ struct Cli {
 enum Command {
     /// Run one probe once and report what the kubelet would conclude.
     Probe(podprobe::oneshot::ProbeArgs),
+    /// Simulate a pod's probes in virtual time against a script of how its
+    /// containers behave, printing what the kubelet would observe and do.
+    #[command(after_help = podprobe::simulate::AFTER_HELP)]
+    Simulate(podprobe::simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Probe(args) => podprobe::oneshot::main(args),
+        Command::Simulate(args) => podprobe::simulate::main(args),
     }
 }

@@ -663,9 +663,14 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         while self.iterate().await {
+            // A fixed order keeps runs on a paused clock reproducible (the
+            // simulator depends on it). Go's select picks at random among
+            // ready cases, so this is one of the kubelet's possible orders.
+            // A trigger that arrives as a tick falls due wins: the reset then
+            // drops that tick, and the worker probes once rather than twice.
             tokio::select! {
+                biased;
                 _ = self.stop.recv() => break,
-                _ = ticker.tick() => {}
                 Some(()) = self.trigger.recv() => {
                     // W8: the next periodic probe is one period after this one.
                     ticker.reset();
@@ -676,6 +681,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                         "triggered probe by manual run"
                     );
                 }
+                _ = ticker.tick() => {}
             }
         }
         self.cleanup(on_exit);
@@ -1973,6 +1979,23 @@ mod tests {
         assert!(handle.trigger());
         tokio::time::sleep(Duration::from_millis(20_500)).await;
         assert_eq!(rig.runner.call_times(origin), vec![0.0, 3.0, 13.0, 23.0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn w8_trigger_and_due_tick_together_probe_once() {
+        // The first probe outlasts the tick at 10 s; a trigger arrives
+        // meanwhile. Both are ready when it returns: one probe, not two.
+        let slow = Scripted::Slow(Duration::from_millis(10_500), ProbeResult::Success);
+        let rig = rig(ScriptedRunner::new([slow], ProbeResult::Success));
+        rig.statuses
+            .set("uid-1", fresh_status(ProbeKind::Readiness));
+        past_start_window().await;
+        let origin = Instant::now();
+        let (handle, _) = spawn_on(&rig, config(ProbeKind::Readiness, default_spec()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(handle.trigger());
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        assert_eq!(rig.runner.call_times(origin), vec![0.0, 10.5, 20.5]);
     }
 
     #[tokio::test(start_paused = true)]

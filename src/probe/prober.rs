@@ -134,14 +134,7 @@ impl Prober {
         spec: &ProbeSpec,
         target: ProbeTarget<'_>,
     ) -> ProbeVerdict {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let attempt = self.run_handler(spec, target).await;
-            if attempt.is_ok() || attempts >= MAX_PROBE_RETRIES {
-                return ProbeVerdict::from_attempt(kind, attempt, attempts);
-            }
-        }
+        probe_with_retries(kind, || self.run_handler(spec, target)).await
     }
 
     /// One attempt, dispatched to the spec's handler.
@@ -173,6 +166,25 @@ impl Prober {
                 };
                 exec::probe(cri, id, &action.command, exec_timeout(timeout)).await
             }
+        }
+    }
+}
+
+/// The wrapper's retry policy (P2): runs `attempt` until it returns no error,
+/// at most [`MAX_PROBE_RETRIES`] times back to back, and builds the verdict
+/// from the last attempt. Shared by [`Prober`] and the simulator's scripted
+/// probes, so both retry exactly alike.
+pub async fn probe_with_retries<F, Fut>(kind: ProbeKind, mut attempt: F) -> ProbeVerdict
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Attempt>,
+{
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let outcome = attempt().await;
+        if outcome.is_ok() || attempts >= MAX_PROBE_RETRIES {
+            return ProbeVerdict::from_attempt(kind, outcome, attempts);
         }
     }
 }

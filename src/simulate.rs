@@ -1,0 +1,520 @@
+//! `podprobe simulate`: runs a pod's probes against a script of how its
+//! containers answer, in virtual time, and prints what the kubelet would
+//! observe and do: every probe, every change of container `started`/`ready`,
+//! every kill and restart, and in gate mode every change of the
+//! `podprobe.io/ready` condition.
+//!
+//! The prober is the real one ([`crate::manager`], [`crate::worker`]); only
+//! the probe handlers and the kubelet around them are simulated
+//! ([`engine`]). The script format is in [`script`].
+
+pub mod engine;
+pub mod script;
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use self::script::{Script, ScriptError};
+use crate::manager::PodProbes;
+use crate::oneshot::{EXIT_INVALID_INPUT, parse_document};
+use crate::probe::spec::{self, container_probe, validate_container_probes};
+use crate::probe::{ProbeKind, SpecError};
+use crate::status::{AnnotatedProbes, AnnotationError, PROBES_ANNOTATION, pod_probes};
+use crate::worker::is_restartable_init_container;
+
+/// `after_help` of `podprobe simulate`: the script format and an example.
+pub const AFTER_HELP: &str = "\
+Script (YAML or JSON; times in seconds, to the millisecond):
+
+  duration: 120              # virtual seconds to simulate (--duration overrides)
+  containers:                # containers left out start at once and always pass
+    app:                     # a container or restartable init container
+      startAfter: 0          # when its first instance runs, after the pod is added
+      restartDelay: 0        # how long a killed instance takes to run again
+      startup:               # windows per probe: startup, readiness, liveness
+        - {from: 0, to: 55, result: failure}
+        - {from: 55, result: success}   # only the last window may leave out `to`
+      liveness:
+        - {from: 0, to: 55, result: failure}
+
+Windows are [from, to) in seconds since that instance started. A result is
+success, warning (passes, as an HTTP redirect to another host), failure or
+error (all three attempts error, so the run is thrown away). Unscripted time
+answers success. Windows for probes the pod does not have are ignored.
+
+Output: one JSON object per line, in time order. Each has `t` (seconds since
+the pod's first container started), `container`, `instance` (1 for the first
+run, one more per restart) and `event`: started_running, probe (`kind`,
+`result`), started / ready (`value`, when the status changes), killed
+(`kind`, `grace_seconds`, `message`) and, in gate mode, condition
+(`podprobe.io/ready` status, pod-level). Events of one time are ordered by
+container name, each container's in the order they happened, pod-level
+events last. The last line is the summary.
+
+The simulated kubelet syncs the pod on every readiness or startup result
+change, on a liveness failure and when a container starts; kills take effect
+at once (exit code 137); there is no crash-loop back-off beyond restartDelay.
+
+Example:
+  podprobe simulate --pod pod.yaml --script script.yaml --mode authority";
+
+/// Flags of `podprobe simulate`.
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// Pod manifest, YAML or JSON; `-` reads stdin. Its containers and
+    /// restartable init containers are simulated; the probes come from the
+    /// spec or the annotation, per --mode.
+    #[arg(long, value_name = "FILE")]
+    pub pod: PathBuf,
+
+    /// Script of how the containers behave over time (format below), YAML or
+    /// JSON; `-` reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub script: PathBuf,
+
+    /// Where the probes come from: `gate` (as `podprobe run` defaults to)
+    /// reads the `podprobe.io/probes` annotation and reports the
+    /// `podprobe.io/ready` condition; `authority` reads the pod spec's probes.
+    #[arg(long, value_enum, default_value_t = ModeArg::Gate)]
+    pub mode: ModeArg,
+
+    /// Virtual seconds to simulate; overrides the script's `duration`.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Probes from the `podprobe.io/probes` annotation.
+    Gate,
+    /// Probes from the pod spec.
+    Authority,
+}
+
+/// Everything a run needs, validated.
+#[derive(Debug, Clone)]
+pub struct Simulation {
+    /// The pod, with a UID.
+    pub pod: Pod,
+    /// The probes that run, by container and kind.
+    pub probes: PodProbes,
+    /// Gate mode: the annotation's probes, which decide the condition.
+    pub gate: Option<AnnotatedProbes>,
+    pub script: Script,
+    pub duration: Duration,
+}
+
+/// Input that cannot be simulated; the message names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{flag} {path}: cannot read: {source}")]
+    Read {
+        flag: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{flag} {path}: not valid YAML or JSON: {message}")]
+    Parse {
+        flag: &'static str,
+        path: String,
+        message: String,
+    },
+    #[error("--pod and --script cannot both read stdin")]
+    BothStdin,
+    #[error("--duration: {0}")]
+    Duration(String),
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// `field` is a path in the manifest, empty for the whole document.
+    #[error("pod: {}{message}", field_prefix(.field))]
+    Pod { field: String, message: String },
+    #[error("pod: {0}")]
+    Annotation(#[from] AnnotationError),
+}
+
+impl InputError {
+    fn pod(field: impl Into<String>, message: impl Into<String>) -> Self {
+        InputError::Pod {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+fn field_prefix(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}: ")
+    }
+}
+
+/// Entry point of `podprobe simulate`.
+pub fn main(args: SimulateArgs) -> ExitCode {
+    let simulation = match prepare(&args) {
+        Ok(simulation) => simulation,
+        Err(e) => {
+            eprintln!("podprobe simulate: invalid input: {e}");
+            return ExitCode::from(EXIT_INVALID_INPUT);
+        }
+    };
+    let report = match engine::run(&simulation) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("podprobe simulate: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match write_report(&mut out, &report).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // Most likely a closed pipe (`| head`): nothing left to tell.
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+/// Writes the report as JSON lines, the summary last.
+pub fn write_report(out: &mut impl Write, report: &engine::Report) -> std::io::Result<()> {
+    for record in &report.records {
+        serde_json::to_writer(&mut *out, record)?;
+        out.write_all(b"\n")?;
+    }
+    serde_json::to_writer(&mut *out, &report.summary)?;
+    out.write_all(b"\n")
+}
+
+/// Reads and validates the input files.
+pub fn prepare(args: &SimulateArgs) -> Result<Simulation, InputError> {
+    if is_stdin(&args.pod) && is_stdin(&args.script) {
+        return Err(InputError::BothStdin);
+    }
+    let pod = read_document("--pod", &args.pod)?;
+    let script = script::parse(&read_document("--script", &args.script)?)?;
+    let duration = match args.duration {
+        Some(seconds) => Some(script::positive_seconds_arg(seconds).map_err(InputError::Duration)?),
+        None => None,
+    };
+    build(&pod, script, args.mode, duration)
+}
+
+/// Validates a parsed pod and script and pairs them up; `duration`
+/// overrides the script's.
+pub fn build(
+    pod: &serde_json::Value,
+    script: Script,
+    mode: ModeArg,
+    duration: Option<Duration>,
+) -> Result<Simulation, InputError> {
+    let pod = load_pod(pod)?;
+    let (probes, gate) = match mode {
+        ModeArg::Authority => (spec_probes(&pod)?, None),
+        ModeArg::Gate => {
+            let annotated = annotation_probes(&pod)?;
+            let mut probes = PodProbes::new();
+            for probe in annotated.iter() {
+                probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
+            }
+            (probes, Some(annotated))
+        }
+    };
+    let probed: Vec<&str> = probed_containers(&pod)
+        .map(|(_, c)| c.name.as_str())
+        .collect();
+    script.check_containers(&probed)?;
+    let duration = duration.or(script.duration).ok_or_else(|| ScriptError {
+        field: "duration".to_string(),
+        message: "required (or pass --duration)".to_string(),
+    })?;
+    Ok(Simulation {
+        pod,
+        probes,
+        gate,
+        script,
+        duration,
+    })
+}
+
+fn is_stdin(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+fn read_document(flag: &'static str, path: &Path) -> Result<serde_json::Value, InputError> {
+    let shown = path.display().to_string();
+    let mut text = String::new();
+    let read = if is_stdin(path) {
+        std::io::stdin().read_to_string(&mut text).map(drop)
+    } else {
+        std::fs::read_to_string(path).map(|t| text = t)
+    };
+    read.map_err(|source| InputError::Read {
+        flag,
+        path: shown.clone(),
+        source,
+    })?;
+    parse_document(&text).map_err(|message| InputError::Parse {
+        flag,
+        path: shown,
+        message,
+    })
+}
+
+/// `spec.terminationGracePeriodSeconds` when the manifest leaves it out
+/// (`SetDefaults_PodSpec`).
+const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+
+/// The UID a pod without one gets: workers and statuses are keyed by it.
+const DEFAULT_UID: &str = "00000000-0000-0000-0000-000000000001";
+
+fn load_pod(doc: &serde_json::Value) -> Result<Pod, InputError> {
+    if doc
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .is_some_and(|k| k != "Pod")
+    {
+        return Err(InputError::pod("kind", "expected a Pod"));
+    }
+    let mut pod: Pod = serde_json::from_value(doc.clone())
+        .map_err(|e| InputError::pod("", format!("not a core/v1 Pod: {e}")))?;
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(InputError::pod("spec", "required"));
+    };
+    if spec.containers.is_empty() {
+        return Err(InputError::pod(
+            "spec.containers",
+            "must have at least one container",
+        ));
+    }
+    check_unique_names(&pod)?;
+    pod.metadata
+        .uid
+        .get_or_insert_with(|| DEFAULT_UID.to_string());
+    // The API server's defaults for what the simulation reads: the grace
+    // period of a kill (K3) and whether a killed container restarts.
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.termination_grace_period_seconds
+            .get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+        spec.restart_policy
+            .get_or_insert_with(|| "Always".to_string());
+    }
+    Ok(pod)
+}
+
+/// Container statuses are matched by name, so names must be unique across
+/// containers and init containers, as the API server requires.
+fn check_unique_names(pod: &Pod) -> Result<(), InputError> {
+    let mut seen = HashSet::new();
+    for (list, index, container) in all_containers(pod) {
+        if !seen.insert(container.name.as_str()) {
+            return Err(InputError::pod(
+                format!("{list}[{index}].name"),
+                format!("duplicate container name {:?}", container.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every container of the pod with its field path: `spec.containers`, then
+/// `spec.initContainers`.
+fn all_containers(pod: &Pod) -> impl Iterator<Item = (&'static str, usize, &Container)> {
+    let spec = pod.spec.as_ref();
+    let regular = spec
+        .into_iter()
+        .flat_map(|s| s.containers.iter().enumerate())
+        .map(|(i, c)| ("spec.containers", i, c));
+    let init = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flat_map(|list| list.iter().enumerate())
+        .map(|(i, c)| ("spec.initContainers", i, c));
+    regular.chain(init)
+}
+
+/// Containers that may have probes, with their field path prefix.
+fn probed_containers(pod: &Pod) -> impl Iterator<Item = (String, &Container)> {
+    all_containers(pod)
+        .filter(|(list, _, c)| *list == "spec.containers" || is_restartable_init_container(c))
+        .map(|(list, index, c)| (format!("{list}[{index}]"), c))
+}
+
+/// Authority mode: the spec's probes, defaulted and validated as the API
+/// server does, ports resolved.
+fn spec_probes(pod: &Pod) -> Result<PodProbes, InputError> {
+    let at = |path: &str, e: SpecError| InputError::pod(format!("{path}.{}", e.field), e.message);
+    for (list, index, container) in all_containers(pod) {
+        if list == "spec.initContainers" && !is_restartable_init_container(container) {
+            let path = format!("{list}[{index}]");
+            if let Some(e) = validate_container_probes(container, true)
+                .into_iter()
+                .next()
+            {
+                return Err(at(&path, e));
+            }
+        }
+    }
+    let mut probes = PodProbes::new();
+    for (path, container) in probed_containers(pod) {
+        for kind in ProbeKind::ALL {
+            let Some(probe) = container_probe(container, kind) else {
+                continue;
+            };
+            let spec = spec::normalize(kind, probe, container).map_err(|e| at(&path, e))?;
+            probes.insert(container.name.clone(), kind, spec);
+        }
+    }
+    Ok(probes)
+}
+
+/// Gate mode: the annotation's probes. A pod without the annotation is
+/// almost certainly meant for authority mode, so it is an error here.
+fn annotation_probes(pod: &Pod) -> Result<AnnotatedProbes, InputError> {
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(PROBES_ANNOTATION));
+    if !annotated {
+        return Err(InputError::pod(
+            format!("metadata.annotations[{PROBES_ANNOTATION:?}]"),
+            "required in gate mode, which reads the probes from it (--mode authority reads the spec's probes)",
+        ));
+    }
+    Ok(pod_probes(pod)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(containers: serde_json::Value) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}})
+    }
+
+    fn script(duration: Option<u64>) -> Script {
+        Script {
+            duration: duration.map(Duration::from_secs),
+            ..Script::default()
+        }
+    }
+
+    fn error(pod: serde_json::Value, mode: ModeArg) -> String {
+        build(&pod, script(Some(10)), mode, None)
+            .expect_err("input is invalid")
+            .to_string()
+    }
+
+    #[test]
+    fn authority_mode_reads_spec_probes_with_api_defaults() {
+        let pod = pod(json!([
+            {"name": "app", "readinessProbe": {"tcpSocket": {"port": 80}}}
+        ]));
+        let sim = build(&pod, script(Some(10)), ModeArg::Authority, None).unwrap();
+        let spec = sim.probes.get("app", ProbeKind::Readiness).unwrap();
+        assert_eq!((spec.period_seconds, spec.failure_threshold), (10, 3));
+        assert!(sim.probes.get("app", ProbeKind::Liveness).is_none());
+        assert!(sim.gate.is_none());
+        assert_eq!(sim.pod.metadata.uid.as_deref(), Some(DEFAULT_UID));
+    }
+
+    #[test]
+    fn invalid_spec_probe_names_the_container_path_and_field() {
+        let pod = pod(json!([
+            {"name": "app", "livenessProbe": {"tcpSocket": {"port": 80}, "successThreshold": 2}}
+        ]));
+        assert_eq!(
+            error(pod, ModeArg::Authority),
+            "pod: spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1"
+        );
+    }
+
+    #[test]
+    fn classic_init_container_may_not_have_probes() {
+        let mut pod = pod(json!([{"name": "app"}]));
+        pod["spec"]["initContainers"] =
+            json!([{"name": "setup", "readinessProbe": {"exec": {"command": ["true"]}}}]);
+        let got = error(pod, ModeArg::Authority);
+        assert!(
+            got.starts_with("pod: spec.initContainers[0].readinessProbe: "),
+            "{got}"
+        );
+    }
+
+    #[test]
+    fn gate_mode_reads_the_annotation() {
+        let mut pod = pod(json!([
+            {"name": "app", "readinessProbe": {"tcpSocket": {"port": 80}}}
+        ]));
+        pod["metadata"]["annotations"] = json!({
+            "podprobe.io/probes": r#"{"app": {"livenessProbe": {"tcpSocket": {"port": 81}, "periodSeconds": 3}}}"#
+        });
+        let sim = build(&pod, script(Some(10)), ModeArg::Gate, None).unwrap();
+        assert_eq!(
+            sim.probes
+                .get("app", ProbeKind::Liveness)
+                .map(|s| s.period_seconds),
+            Some(3)
+        );
+        assert!(
+            sim.probes.get("app", ProbeKind::Readiness).is_none(),
+            "the spec's own probes are the kubelet's in gate mode"
+        );
+        assert!(sim.gate.is_some());
+    }
+
+    #[test]
+    fn gate_mode_without_annotation_says_how_to_fix_it() {
+        assert_eq!(
+            error(pod(json!([{"name": "app"}])), ModeArg::Gate),
+            "pod: metadata.annotations[\"podprobe.io/probes\"]: required in gate mode, which reads the \
+             probes from it (--mode authority reads the spec's probes)"
+        );
+    }
+
+    #[test]
+    fn pod_shape_errors() {
+        assert_eq!(
+            error(json!({"kind": "Deployment"}), ModeArg::Authority),
+            "pod: kind: expected a Pod"
+        );
+        assert_eq!(
+            error(json!({"kind": "Pod"}), ModeArg::Authority),
+            "pod: spec: required"
+        );
+        assert_eq!(
+            error(pod(json!([])), ModeArg::Authority),
+            "pod: spec.containers: must have at least one container"
+        );
+        assert_eq!(
+            error(
+                pod(json!([{"name": "a"}, {"name": "a"}])),
+                ModeArg::Authority
+            ),
+            "pod: spec.containers[1].name: duplicate container name \"a\""
+        );
+    }
+
+    #[test]
+    fn duration_comes_from_the_flag_or_the_script() {
+        let pod = pod(json!([{"name": "app"}]));
+        let sim = build(
+            &pod,
+            script(Some(10)),
+            ModeArg::Authority,
+            Some(Duration::from_secs(3)),
+        );
+        assert_eq!(sim.unwrap().duration, Duration::from_secs(3));
+        let got = build(&pod, script(None), ModeArg::Authority, None).unwrap_err();
+        assert_eq!(
+            got.to_string(),
+            "script: duration: required (or pass --duration)"
+        );
+    }
+}

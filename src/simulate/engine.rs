@@ -1,0 +1,825 @@
+//! The simulation proper: the real [`ProberManager`] and its workers on a
+//! paused tokio clock, a scripted probe runner, and a simulated kubelet that
+//! runs the containers and reacts to probe results as the kubelet's sync loop
+//! does.
+//!
+//! The simulated kubelet:
+//! - adds the pod to the manager, then starts each container `startAfter`
+//!   later: status `running`, container ID `containerd://<name>-<instance>`,
+//!   `startedAt` now, `restartCount` one less than the instance number;
+//! - on every readiness or startup result change, and on a liveness change
+//!   to `Failure` (K1), syncs the pod: regenerates container `started` and
+//!   `ready` through the manager's `UpdatePodStatus` (S1-S5, which also sends
+//!   the manual readiness triggers of W8), then kills every container that
+//!   [`probe_kills`] names (K2) with the grace period of K3;
+//! - a kill takes effect at once: the grace period is reported, not waited
+//!   out, and the container is `terminated` with exit code 137 (SIGKILL);
+//!   if its restart policy restarts it, it runs again `restartDelay` later as
+//!   the next instance;
+//! - also syncs when a container starts.
+//!
+//! The status the workers read carries `started`/`ready` as that sync last
+//! derived them. In gate mode those are podprobe's own verdicts from the
+//! annotation's probes (the kubelet's, from the spec's probes, are not
+//! simulated); they decide `podprobe.io/ready`.
+//!
+//! Left out: the kubelet's periodic pod resync (every 60-90 s, jittered),
+//! whose only effect here would be extra manual readiness triggers while a
+//! container is not ready; crash-loop back-off (script it with
+//! `restartDelay`); the ordering of init containers (every container starts
+//! on its own `startAfter`; classic init containers count as completed from
+//! the start). The prober has been running since long before the pod, so
+//! workers start without jitter (W5).
+//!
+//! Everything runs on one thread in virtual time, and nothing depends on
+//! randomness or hash order, so the same input gives the same events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::Simulation;
+use super::script::{ContainerScript, ScriptedResult};
+use crate::manager::{ProbeKill, ProberManager, probe_kills};
+use crate::probe::prober::probe_with_retries;
+use crate::probe::{
+    Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
+};
+use crate::results::{CachedResult, ProbeCaches, ResultReceivers, ResultUpdate};
+use crate::status::ContainerProbeView;
+use crate::status::gate::{READY_CONDITION, gate_condition};
+use crate::worker::{
+    Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock, container_should_restart,
+    is_restartable_init_container,
+};
+
+/// Exit code of a container stopped by a probe failure: it was killed
+/// (SIGKILL), having ignored SIGTERM.
+pub const KILLED_EXIT_CODE: i32 = 137;
+
+/// The wall clock's reading when the prober starts: 2026-01-01T00:00:00Z.
+/// Only differences of wall-clock times matter.
+const WALL_ORIGIN_SECONDS: i64 = 1_767_225_600;
+
+/// One observable change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Record {
+    /// Since the pod's first container started.
+    #[serde(serialize_with = "as_seconds")]
+    pub t: Duration,
+    /// `None` for pod-level events (conditions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// 1 for a container's first run, one more per restart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<u32>,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// What changed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A container instance started running.
+    StartedRunning { container_id: String },
+    /// A probe ran and answered the scripted `result`.
+    Probe {
+        kind: ProbeKind,
+        result: ScriptedResult,
+    },
+    /// The container status's `started` changed.
+    Started { value: bool },
+    /// The container status's `ready` changed.
+    Ready { value: bool },
+    /// A liveness or startup failure killed the container (K2, K3).
+    Killed {
+        kind: ProbeKind,
+        grace_seconds: i64,
+        /// The `Killing` event's message.
+        message: String,
+    },
+    /// Gate mode: the status of the `podprobe.io/ready` condition changed.
+    Condition {
+        #[serde(rename = "type")]
+        type_: String,
+        status: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+}
+
+/// The last line: where things stand at the end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Always `summary`.
+    pub event: &'static str,
+    #[serde(serialize_with = "as_seconds")]
+    pub duration: Duration,
+    pub containers: BTreeMap<String, ContainerSummary>,
+    /// Gate mode: the final status of the `podprobe.io/ready` condition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ContainerSummary {
+    pub restarts: u32,
+    pub started: bool,
+    pub ready: bool,
+}
+
+/// A finished simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// In time order; at equal times by container name, pod-level last.
+    pub records: Vec<Record>,
+    pub summary: Summary,
+}
+
+fn as_seconds<S: serde::Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(d.as_millis() as f64 / 1000.0)
+}
+
+/// Runs `simulation` on a fresh single-threaded runtime with a paused clock.
+pub fn run(simulation: &Simulation) -> std::io::Result<Report> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    Ok(runtime.block_on(simulate(simulation)))
+}
+
+async fn simulate(simulation: &Simulation) -> Report {
+    let clock = TokioClock::new(Timestamp::from_second(WALL_ORIGIN_SECONDS).unwrap_or_default());
+    let containers = SimContainer::all(simulation);
+    let first_start = containers
+        .iter()
+        .map(|c| c.script.start_after)
+        .min()
+        .unwrap_or_default();
+    let lead = longest_period(simulation, &containers);
+    let origin = Instant::now() + lead + first_start;
+    let log = Arc::new(EventLog::new(origin));
+    let runner = Arc::new(ScriptedProbes::new(simulation, log.clone()));
+    let statuses = Arc::new(SimStatuses::new(&simulation.pod));
+    let (caches, receivers) = ProbeCaches::new();
+    let manager = ProberManager::new(
+        runner.clone(),
+        statuses.clone(),
+        caches,
+        Arc::new(clock),
+        Arc::new(NoopObserver),
+    );
+    // W5: a worker created within one period of the prober's start sleeps a
+    // random part of its period first; this prober started long before.
+    tokio::time::sleep(lead).await;
+    let mut kubelet = Kubelet {
+        simulation,
+        manager,
+        runner,
+        statuses,
+        clock,
+        containers,
+        log: log.clone(),
+        condition: None,
+    };
+    kubelet.add_pod();
+    // Events at exactly `duration` still happen; the millisecond after is cut.
+    let end = origin + simulation.duration + Duration::from_millis(1);
+    kubelet.run(receivers, end).await;
+    let records = log.take(simulation.duration);
+    let summary = summarize(simulation, &kubelet.containers, &records);
+    Report { records, summary }
+}
+
+/// The longest probe period of the pod (at least a second).
+fn longest_period(simulation: &Simulation, containers: &[SimContainer]) -> Duration {
+    containers
+        .iter()
+        .flat_map(|c| ProbeKind::ALL.map(|kind| simulation.probes.get(&c.name, kind)))
+        .flatten()
+        .map(ProbeSpec::period)
+        .max()
+        .unwrap_or_default()
+        .max(Duration::from_secs(1))
+}
+
+/// The end state, read from the events themselves so that it agrees with
+/// them exactly.
+fn summarize(simulation: &Simulation, containers: &[SimContainer], records: &[Record]) -> Summary {
+    let mut summaries: BTreeMap<String, ContainerSummary> = containers
+        .iter()
+        .map(|c| (c.name.clone(), ContainerSummary::default()))
+        .collect();
+    let mut condition = None;
+    for record in records {
+        if let Event::Condition { status, .. } = &record.event {
+            condition = Some(status.clone());
+        }
+        let Some(summary) = record.container.as_ref().and_then(|c| summaries.get_mut(c)) else {
+            continue;
+        };
+        match record.event {
+            Event::StartedRunning { .. } => {
+                summary.restarts = record.instance.unwrap_or(1).saturating_sub(1);
+            }
+            Event::Started { value } => summary.started = value,
+            Event::Ready { value } => summary.ready = value,
+            _ => {}
+        }
+    }
+    Summary {
+        event: "summary",
+        duration: simulation.duration,
+        containers: summaries,
+        condition,
+    }
+}
+
+/// Collects events with their virtual time.
+#[derive(Debug)]
+struct EventLog {
+    origin: Instant,
+    records: Mutex<Vec<Record>>,
+}
+
+impl EventLog {
+    fn new(origin: Instant) -> Self {
+        EventLog {
+            origin,
+            records: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn record(&self, container: Option<&str>, instance: Option<u32>, event: Event) {
+        let record = Record {
+            t: Instant::now().saturating_duration_since(self.origin),
+            container: container.map(str::to_string),
+            instance,
+            event,
+        };
+        self.lock().push(record);
+    }
+
+    /// The records up to `until`, sorted by time, then container, with
+    /// pod-level records last; records of one container at one time keep
+    /// the order they happened in.
+    fn take(&self, until: Duration) -> Vec<Record> {
+        let mut records = std::mem::take(&mut *self.lock());
+        records.retain(|r| r.t <= until);
+        records.sort_by(|a, b| {
+            let key = |r: &Record| (r.t, r.container.is_none());
+            key(a)
+                .cmp(&key(b))
+                .then_with(|| a.container.cmp(&b.container))
+        });
+        records
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A container instance the runner answers for.
+#[derive(Debug, Clone)]
+struct Instance {
+    container: String,
+    number: u32,
+    started: Instant,
+}
+
+/// Answers probes from the script, for the instance probed and its age.
+#[derive(Debug)]
+struct ScriptedProbes {
+    scripts: BTreeMap<String, ContainerScript>,
+    /// By runtime container ID (`app-1`).
+    instances: Mutex<HashMap<String, Instance>>,
+    log: Arc<EventLog>,
+}
+
+impl ScriptedProbes {
+    fn new(simulation: &Simulation, log: Arc<EventLog>) -> Self {
+        ScriptedProbes {
+            scripts: simulation.script.containers.clone(),
+            instances: Mutex::new(HashMap::new()),
+            log,
+        }
+    }
+
+    fn register(&self, runtime_id: String, instance: Instance) {
+        let mut instances = self
+            .instances
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        instances.insert(runtime_id, instance);
+    }
+
+    /// The scripted answer to a `kind` probe of `runtime_id` now, recorded.
+    fn answer(&self, kind: ProbeKind, runtime_id: Option<&str>) -> Attempt {
+        let instance = runtime_id.and_then(|id| {
+            let instances = self
+                .instances
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            instances.get(id).cloned()
+        });
+        let Some(instance) = instance else {
+            return Err(ProbeError::unknown(format!(
+                "no simulated container {runtime_id:?}"
+            )));
+        };
+        let age = Instant::now().saturating_duration_since(instance.started);
+        let result = self
+            .scripts
+            .get(&instance.container)
+            .map_or(ScriptedResult::Success, |script| {
+                script.result_at(kind, age)
+            });
+        self.log.record(
+            Some(&instance.container),
+            Some(instance.number),
+            Event::Probe { kind, result },
+        );
+        scripted_attempt(result)
+    }
+}
+
+/// One handler run answering `result`, in the shape a real handler returns.
+fn scripted_attempt(result: ScriptedResult) -> Attempt {
+    match result {
+        ScriptedResult::Success => Ok(Outcome::new(ProbeResult::Success, "")),
+        ScriptedResult::Warning => Ok(Outcome::new(ProbeResult::Warning, "scripted warning")),
+        ScriptedResult::Failure => Ok(Outcome::new(ProbeResult::Failure, "scripted failure")),
+        ScriptedResult::Error => Err(ProbeError::unknown("scripted error")),
+    }
+}
+
+impl ProbeRunner for ScriptedProbes {
+    fn probe(
+        &self,
+        kind: ProbeKind,
+        _spec: &ProbeSpec,
+        target: ProbeTarget<'_>,
+    ) -> impl Future<Output = ProbeVerdict> + Send {
+        // The script answers the same at every attempt of one run: all
+        // attempts happen at the same virtual instant.
+        let attempt = self.answer(kind, target.container_id);
+        probe_with_retries(kind, move || std::future::ready(attempt.clone()))
+    }
+}
+
+/// The pod status the workers read (the kubelet's status manager cache).
+#[derive(Debug)]
+struct SimStatuses {
+    pod_uid: String,
+    status: Mutex<PodStatus>,
+}
+
+impl SimStatuses {
+    fn new(pod: &Pod) -> Self {
+        SimStatuses {
+            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            status: Mutex::new(initial_status(pod)),
+        }
+    }
+
+    fn get(&self) -> PodStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, status: PodStatus) {
+        *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
+    }
+}
+
+impl StatusSource for SimStatuses {
+    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
+        (pod_uid == self.pod_uid).then(|| self.get())
+    }
+}
+
+/// `Pending`, every container waiting to be created, classic init
+/// containers already completed.
+fn initial_status(pod: &Pod) -> PodStatus {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let init = spec.init_containers.unwrap_or_default();
+    PodStatus {
+        phase: Some("Pending".to_string()),
+        pod_ip: Some("10.0.0.1".to_string()),
+        container_statuses: Some(spec.containers.iter().map(creating).collect()),
+        init_container_statuses: Some(
+            init.iter()
+                .map(|c| {
+                    if is_restartable_init_container(c) {
+                        creating(c)
+                    } else {
+                        completed(c)
+                    }
+                })
+                .collect(),
+        ),
+        ..PodStatus::default()
+    }
+}
+
+fn creating(container: &Container) -> ContainerStatus {
+    ContainerStatus {
+        name: container.name.clone(),
+        image: container.image.clone().unwrap_or_default(),
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ContainerCreating".to_string()),
+                ..ContainerStateWaiting::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+fn completed(container: &Container) -> ContainerStatus {
+    let id = container_id(&container.name, 1);
+    ContainerStatus {
+        name: container.name.clone(),
+        image: container.image.clone().unwrap_or_default(),
+        container_id: Some(id.clone()),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".to_string()),
+                container_id: Some(id),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+/// The runtime's ID of a container instance.
+fn runtime_id(name: &str, instance: u32) -> String {
+    format!("{name}-{instance}")
+}
+
+/// The ID as the pod status shows it.
+fn container_id(name: &str, instance: u32) -> String {
+    format!("containerd://{}", runtime_id(name, instance))
+}
+
+/// A container the simulated kubelet runs: a regular container or a
+/// restartable init container.
+#[derive(Debug)]
+struct SimContainer {
+    name: String,
+    spec: Container,
+    /// Whether its status lives in `initContainerStatuses`.
+    init: bool,
+    script: ContainerScript,
+    /// 0 until it first runs.
+    instance: u32,
+    /// When it (re)starts next, if it will.
+    next_start: Option<Instant>,
+    running: bool,
+    /// `started` and `ready` as last reported.
+    shown: (bool, bool),
+}
+
+impl SimContainer {
+    /// The pod's probed containers in the kubelet's order.
+    fn all(simulation: &Simulation) -> Vec<SimContainer> {
+        let spec = simulation.pod.spec.clone().unwrap_or_default();
+        let sidecars = spec
+            .init_containers
+            .unwrap_or_default()
+            .into_iter()
+            .filter(is_restartable_init_container)
+            .map(|c| (c, true));
+        let regular = spec.containers.into_iter().map(|c| (c, false));
+        regular
+            .chain(sidecars)
+            .map(|(spec, init)| SimContainer {
+                name: spec.name.clone(),
+                script: simulation
+                    .script
+                    .containers
+                    .get(&spec.name)
+                    .cloned()
+                    .unwrap_or_default(),
+                spec,
+                init,
+                instance: 0,
+                next_start: None,
+                running: false,
+                shown: (false, false),
+            })
+            .collect()
+    }
+
+    /// This container's entry in `status`.
+    fn status_in<'s>(&self, status: &'s mut PodStatus) -> Option<&'s mut ContainerStatus> {
+        let list = if self.init {
+            status.init_container_statuses.as_mut()
+        } else {
+            status.container_statuses.as_mut()
+        };
+        list?.iter_mut().find(|s| s.name == self.name)
+    }
+}
+
+struct Kubelet<'a> {
+    simulation: &'a Simulation,
+    manager: ProberManager<Arc<ScriptedProbes>, Arc<SimStatuses>>,
+    runner: Arc<ScriptedProbes>,
+    statuses: Arc<SimStatuses>,
+    clock: TokioClock,
+    containers: Vec<SimContainer>,
+    log: Arc<EventLog>,
+    /// Gate mode: the condition's status as last reported.
+    condition: Option<String>,
+}
+
+impl Kubelet<'_> {
+    /// Admits the pod: its workers start now and its containers on their
+    /// `startAfter`.
+    fn add_pod(&mut self) {
+        self.manager
+            .add_pod(&self.simulation.pod, &self.simulation.probes);
+        let now = Instant::now();
+        for container in &mut self.containers {
+            container.next_start = Some(now + container.script.start_after);
+        }
+        // Containers due now run before any worker's first probe.
+        self.start_due();
+    }
+
+    async fn run(&mut self, mut receivers: ResultReceivers, end: Instant) {
+        loop {
+            let next_start = self.containers.iter().filter_map(|c| c.next_start).min();
+            tokio::select! {
+                biased;
+                Some(update) = receivers.startup.recv() => self.on_result(&update),
+                Some(update) = receivers.readiness.recv() => self.on_result(&update),
+                Some(update) = receivers.liveness.recv() => self.on_result(&update),
+                () = sleep_until(next_start) => self.start_due(),
+                () = tokio::time::sleep_until(end) => return,
+            }
+        }
+    }
+
+    /// K1: the sync loop's reaction to a results cache change.
+    fn on_result(&mut self, update: &ResultUpdate) {
+        let syncs = match update.kind {
+            ProbeKind::Liveness => update.result == CachedResult::Failure,
+            ProbeKind::Readiness | ProbeKind::Startup => true,
+        };
+        if syncs {
+            self.sync_pod();
+        }
+    }
+
+    fn start_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = (0..self.containers.len())
+            .filter(|&i| self.containers[i].next_start.is_some_and(|at| at <= now))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for index in due {
+            self.start(index);
+        }
+        self.sync_pod();
+    }
+
+    /// Runs the next instance of a container.
+    fn start(&mut self, index: usize) {
+        let container = &mut self.containers[index];
+        container.next_start = None;
+        container.running = true;
+        container.instance += 1;
+        let instance = container.instance;
+        let id = container_id(&container.name, instance);
+        self.runner.register(
+            runtime_id(&container.name, instance),
+            Instance {
+                container: container.name.clone(),
+                number: instance,
+                started: Instant::now(),
+            },
+        );
+        let mut status = self.statuses.get();
+        if let Some(entry) = container.status_in(&mut status) {
+            let previous = entry.state.take().filter(|s| s.terminated.is_some());
+            *entry = ContainerStatus {
+                name: container.name.clone(),
+                image: entry.image.clone(),
+                container_id: Some(id.clone()),
+                restart_count: i32::try_from(instance - 1).unwrap_or(i32::MAX),
+                last_state: previous,
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(Time(self.clock.now())),
+                    }),
+                    ..ContainerState::default()
+                }),
+                started: Some(false),
+                ready: false,
+                ..ContainerStatus::default()
+            };
+        }
+        self.statuses.set(status);
+        self.log.record(
+            Some(&container.name),
+            Some(instance),
+            Event::StartedRunning { container_id: id },
+        );
+    }
+
+    /// A pod sync: regenerate the status, then kill what probes failed.
+    fn sync_pod(&mut self) {
+        let status = self.generate_status();
+        let kills = {
+            let view = self.manager.view(&self.statuses.pod_uid);
+            probe_kills(
+                &self.simulation.pod,
+                &self.simulation.probes,
+                &status,
+                &view,
+            )
+        };
+        if kills.is_empty() {
+            return;
+        }
+        for kill in kills {
+            self.kill(kill);
+        }
+        self.generate_status();
+    }
+
+    /// The kubelet's status generation: `ready` starts out false and
+    /// `UpdatePodStatus` sets `started` and `ready` (S1-S5).
+    fn generate_status(&mut self) -> PodStatus {
+        let mut status = self.statuses.get();
+        status.phase = Some(self.phase().to_string());
+        let all = status
+            .container_statuses
+            .iter_mut()
+            .chain(status.init_container_statuses.iter_mut())
+            .flatten();
+        for container in all {
+            container.ready = false;
+        }
+        self.manager
+            .update_pod_status(&self.simulation.pod, &self.simulation.probes, &mut status);
+        self.statuses.set(status.clone());
+        self.report_changes(&mut status);
+        if self.simulation.gate.is_some() {
+            self.report_condition(&status);
+        }
+        status
+    }
+
+    /// `Pending` until a container ran; `Failed` once every regular
+    /// container was killed for good; `Running` otherwise.
+    fn phase(&self) -> &'static str {
+        let ended = |c: &SimContainer| c.instance > 0 && !c.running && c.next_start.is_none();
+        if self.containers.iter().all(|c| c.instance == 0) {
+            "Pending"
+        } else if self.containers.iter().filter(|c| !c.init).all(ended) {
+            "Failed"
+        } else {
+            "Running"
+        }
+    }
+
+    fn report_changes(&mut self, status: &mut PodStatus) {
+        for container in &mut self.containers {
+            let Some(entry) = container.status_in(status) else {
+                continue;
+            };
+            let now = (entry.started == Some(true), entry.ready);
+            let instance = Some(container.instance);
+            if now.0 != container.shown.0 {
+                let event = Event::Started { value: now.0 };
+                self.log.record(Some(&container.name), instance, event);
+            }
+            if now.1 != container.shown.1 {
+                let event = Event::Ready { value: now.1 };
+                self.log.record(Some(&container.name), instance, event);
+            }
+            container.shown = now;
+        }
+    }
+
+    /// Gate mode: podprobe's `podprobe.io/ready` from its own verdicts.
+    fn report_condition(&mut self, status: &PodStatus) {
+        let Some(annotated) = &self.simulation.gate else {
+            return;
+        };
+        let views: Vec<ContainerProbeView> = status
+            .container_statuses
+            .iter()
+            .chain(status.init_container_statuses.iter())
+            .flatten()
+            .map(|s| ContainerProbeView {
+                name: s.name.clone(),
+                container_id: s.container_id.clone(),
+                started: s.started == Some(true),
+                ready: s.ready,
+            })
+            .collect();
+        let pod = Pod {
+            status: Some(status.clone()),
+            ..self.simulation.pod.clone()
+        };
+        let condition = gate_condition(&pod, annotated, &views);
+        if self.condition.as_deref() == Some(condition.status.as_str()) {
+            return;
+        }
+        self.condition = Some(condition.status.clone());
+        let event = Event::Condition {
+            type_: READY_CONDITION.to_string(),
+            status: condition.status,
+            reason: condition.reason,
+            message: condition.message,
+        };
+        self.log.record(None, None, event);
+    }
+
+    /// Stops the container at once and schedules its next instance if its
+    /// restart policy restarts it.
+    fn kill(&mut self, kill: ProbeKill) {
+        let Some(index) = self
+            .containers
+            .iter()
+            .position(|c| c.name == kill.container)
+        else {
+            return;
+        };
+        let pod_policy = self
+            .simulation
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone());
+        let container = &mut self.containers[index];
+        container.running = false;
+        self.log.record(
+            Some(&container.name),
+            Some(container.instance),
+            Event::Killed {
+                kind: kill.kind,
+                grace_seconds: kill.grace_period_seconds,
+                message: kill.message,
+            },
+        );
+        let mut status = self.statuses.get();
+        if let Some(entry) = container.status_in(&mut status) {
+            let started_at = entry
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.clone());
+            entry.state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: KILLED_EXIT_CODE,
+                    reason: Some("Error".to_string()),
+                    container_id: Some(kill.container_id),
+                    started_at,
+                    finished_at: Some(Time(self.clock.now())),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            });
+            entry.started = Some(false);
+            entry.ready = false;
+        }
+        self.statuses.set(status);
+        if container_should_restart(&container.spec, pod_policy.as_deref(), KILLED_EXIT_CODE) {
+            container.next_start = Some(Instant::now() + container.script.restart_delay);
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,564 @@
+//! `podprobe simulate` end to end, as a process: real manifests and scripts
+//! in, the real prober on a virtual clock, the JSON lines it prints checked
+//! event by event.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// Writes `pod` and `script` into a fresh directory and runs
+/// `podprobe simulate` on them with `extra` flags.
+fn simulate(pod: &str, script: &str, extra: &[&str]) -> Output {
+    let dir = TempDir::new().expect("temp dir");
+    let pod_path = write(dir.path(), "pod.yaml", pod);
+    let script_path = write(dir.path(), "script.yaml", script);
+    Command::new(env!("CARGO_BIN_EXE_podprobe"))
+        .args(["simulate", "--pod", &pod_path, "--script", &script_path])
+        .args(extra)
+        .output()
+        .expect("run podprobe")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write input");
+    path.display().to_string()
+}
+
+/// The output lines of a successful run, parsed.
+fn lines(output: &Output) -> Vec<Value> {
+    assert!(
+        output.status.success(),
+        "podprobe simulate failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout.clone()).expect("UTF-8 output");
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("each line is JSON"))
+        .collect()
+}
+
+/// One event in a compact, readable form: `20 app#1 killed liveness 30`,
+/// `0 condition False`.
+fn brief(event: &Value) -> String {
+    let t = event["t"].as_f64().expect("t");
+    let mut parts = vec![if t.fract() == 0.0 {
+        format!("{t}")
+    } else {
+        format!("{t:.3}")
+    }];
+    if let Some(container) = event["container"].as_str() {
+        parts.push(format!("{container}#{}", event["instance"]));
+    }
+    let name = event["event"].as_str().expect("event");
+    parts.push(name.to_string());
+    let detail = match name {
+        "probe" => vec![&event["kind"], &event["result"]],
+        "started" | "ready" => vec![&event["value"]],
+        "killed" => vec![&event["kind"], &event["grace_seconds"]],
+        "condition" => vec![&event["status"]],
+        _ => vec![],
+    };
+    parts.extend(detail.into_iter().map(|v| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }));
+    parts.join(" ")
+}
+
+/// All events but the summary, in brief form, keeping those for which
+/// `keep` holds.
+fn events(lines: &[Value], keep: impl Fn(&str) -> bool) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|line| line["event"] != "summary")
+        .map(brief)
+        .filter(|b| keep(b))
+        .collect()
+}
+
+fn summary(lines: &[Value]) -> &Value {
+    let last = lines.last().expect("output is not empty");
+    assert_eq!(last["event"], "summary");
+    last
+}
+
+/// Times of the events whose brief form contains `what`.
+fn times(lines: &[Value], what: &str) -> Vec<f64> {
+    lines
+        .iter()
+        .filter(|line| line["event"] != "summary" && brief(line).contains(what))
+        .map(|line| line["t"].as_f64().expect("t"))
+        .collect()
+}
+
+fn every(start: u32, step: u32, end: u32) -> Vec<f64> {
+    (start..=end)
+        .step_by(step as usize)
+        .map(f64::from)
+        .collect()
+}
+
+const SLOW_APP_LIVENESS_ONLY: &str = "
+apiVersion: v1
+kind: Pod
+metadata: {name: slow}
+spec:
+  containers:
+  - name: app
+    image: app
+    livenessProbe:
+      httpGet: {path: /healthz, port: 8080}
+      periodSeconds: 10
+      failureThreshold: 3
+";
+
+/// The same slow app with a startup probe budget of 30 x 2 s.
+const SLOW_APP_WITH_STARTUP: &str = "
+apiVersion: v1
+kind: Pod
+metadata: {name: slow}
+spec:
+  terminationGracePeriodSeconds: 45
+  containers:
+  - name: app
+    image: app
+    startupProbe:
+      httpGet: {path: /healthz, port: 8080}
+      periodSeconds: 2
+      failureThreshold: 30
+      terminationGracePeriodSeconds: 7
+    readinessProbe:
+      httpGet: {path: /ready, port: 8080}
+      periodSeconds: 10
+    livenessProbe:
+      httpGet: {path: /healthz, port: 8080}
+      periodSeconds: 10
+      failureThreshold: 3
+";
+
+/// Every probe of the app fails until it has run for `healthy_after` seconds.
+fn slow_app_script(healthy_after: u32, duration: u32) -> String {
+    format!(
+        "
+duration: {duration}
+containers:
+  app:
+    startup: [{{from: 0, to: {healthy_after}, result: failure}}]
+    readiness: [{{from: 0, to: {healthy_after}, result: failure}}]
+    liveness: [{{from: 0, to: {healthy_after}, result: failure}}]
+"
+    )
+}
+
+#[test]
+fn k2_slow_start_without_startup_probe_is_killed_by_liveness_in_a_loop() {
+    let out = lines(&simulate(
+        SLOW_APP_LIVENESS_ONLY,
+        &slow_app_script(60, 100),
+        &["--mode", "authority"],
+    ));
+    // Liveness runs at once (no startup probe: started at start), fails at
+    // 0, 10 and 20; the third failure reaches the threshold and kills.
+    assert_eq!(
+        events(&out, |_| true)[..12],
+        [
+            "0 app#1 started_running",
+            "0 app#1 started true",
+            "0 app#1 ready true",
+            "0 app#1 probe liveness failure",
+            "10 app#1 probe liveness failure",
+            "20 app#1 probe liveness failure",
+            "20 app#1 killed liveness 30",
+            "20 app#1 started false",
+            "20 app#1 ready false",
+            "20 app#2 started_running",
+            "20 app#2 started true",
+            "20 app#2 ready true",
+        ]
+    );
+    // The new instance is probed on the worker's grid (30, 40, 50) and, never
+    // older than 60 s, never becomes healthy: a restart loop.
+    assert_eq!(
+        events(&out, |e| e.contains("killed")),
+        [
+            "20 app#1 killed liveness 30",
+            "50 app#2 killed liveness 30",
+            "80 app#3 killed liveness 30",
+        ]
+    );
+    let killed = out.iter().find(|l| l["event"] == "killed").unwrap();
+    assert_eq!(
+        killed["message"],
+        "Container app failed liveness probe, will be restarted"
+    );
+    assert_eq!(summary(&out)["containers"]["app"]["restarts"], 3);
+    assert_eq!(summary(&out)["duration"], 100.0);
+}
+
+#[test]
+fn d10_startup_probe_saves_the_slow_app() {
+    let out = lines(&simulate(
+        SLOW_APP_WITH_STARTUP,
+        &slow_app_script(55, 90),
+        &["--mode", "authority"],
+    ));
+    assert_eq!(events(&out, |e| e.contains("killed")), Vec::<String>::new());
+    // Startup fails every 2 s from 0 to 54 (28 runs, below 30), passes at 56.
+    assert_eq!(times(&out, "probe startup failure"), every(0, 2, 54));
+    assert_eq!(times(&out, "probe startup success"), [56.0]);
+    assert_eq!(times(&out, "started true"), [56.0]);
+    // Liveness and readiness never ran before the container was started.
+    assert_eq!(times(&out, "probe liveness"), [60.0, 70.0, 80.0, 90.0]);
+    assert!(times(&out, "probe readiness").iter().all(|&t| t >= 56.0));
+    let app = &summary(&out)["containers"]["app"];
+    assert_eq!(
+        (&app["restarts"], &app["started"], &app["ready"]),
+        (&Value::from(0), &Value::from(true), &Value::from(true))
+    );
+}
+
+#[test]
+fn k3_startup_budget_counts_from_the_first_probe() {
+    // Healthy at exactly 60 s is too late: the 30th failure comes at 58 s.
+    // The kill uses the startup probe's own grace period.
+    let out = lines(&simulate(
+        SLOW_APP_WITH_STARTUP,
+        &slow_app_script(60, 200),
+        &["--mode", "authority", "--duration", "70"],
+    ));
+    assert_eq!(
+        events(&out, |e| e.contains("killed")
+            || e.contains("started_running")),
+        [
+            "0 app#1 started_running",
+            "58 app#1 killed startup 7",
+            "58 app#2 started_running",
+        ]
+    );
+    assert_eq!(
+        times(&out, "probe startup").len(),
+        30 + 6,
+        "0..58 and 58..68"
+    );
+    assert_eq!(summary(&out)["duration"], 70.0);
+}
+
+#[test]
+fn w8_readiness_runs_at_once_when_startup_succeeds() {
+    let out = lines(&simulate(
+        SLOW_APP_WITH_STARTUP,
+        &slow_app_script(55, 80),
+        &["--mode", "authority"],
+    ));
+    assert_eq!(
+        events(&out, |e| e.starts_with("56 ")),
+        [
+            "56 app#1 probe startup success",
+            "56 app#1 started true",
+            "56 app#1 probe readiness success",
+            "56 app#1 ready true",
+        ]
+    );
+    // The manual run reset the ticker: the next readiness probe is one period
+    // later, not on the old grid (60).
+    assert_eq!(times(&out, "probe readiness"), [56.0, 66.0, 76.0]);
+}
+
+const FLAPPING: &str = "
+apiVersion: v1
+kind: Pod
+metadata: {name: flappy}
+spec:
+  containers:
+  - name: app
+    image: app
+    readinessProbe:
+      tcpSocket: {port: 8080}
+      periodSeconds: 5
+      failureThreshold: 3
+      successThreshold: 2
+";
+
+#[test]
+fn d14_readiness_flaps_only_across_its_thresholds() {
+    let script = "
+duration: 70
+containers:
+  app:
+    readiness:
+      - {from: 20, to: 30, result: failure}   # two failures: below the threshold
+      - {from: 30, to: 40, result: success}
+      - {from: 40, to: 55, result: failure}   # three failures
+";
+    let out = lines(&simulate(FLAPPING, script, &["--mode", "authority"]));
+    assert_eq!(
+        events(&out, |e| e.contains(" ready ")),
+        [
+            "0 app#1 ready true",
+            "50 app#1 ready false",
+            "60 app#1 ready true"
+        ]
+    );
+    // At 0 the status sync after the container started triggered a second
+    // run at once (W8), which made the two successes; at 50 the sync after
+    // the failure triggered another run and reset the ticker.
+    let mut expected = vec![0.0];
+    expected.extend(every(0, 5, 50));
+    expected.extend(every(50, 5, 70));
+    assert_eq!(times(&out, "probe readiness"), expected);
+    assert_eq!(
+        events(&out, |e| e.starts_with("50 ")),
+        [
+            "50 app#1 probe readiness failure",
+            "50 app#1 ready false",
+            "50 app#1 probe readiness failure",
+        ]
+    );
+}
+
+#[test]
+fn gate_mode_reports_the_podprobe_ready_condition() {
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: gated
+  annotations:
+    podprobe.io/probes: '{"app": {"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 5}}}'
+spec:
+  readinessGates: [{conditionType: podprobe.io/ready}]
+  containers:
+  - name: app
+    image: app
+    readinessProbe:          # the kubelet's own probe: not podprobe's in gate mode
+      tcpSocket: {port: 8080}
+      periodSeconds: 7
+"#;
+    let script = "
+duration: 40
+containers:
+  app:
+    readiness:
+      - {from: 0, to: 20, result: failure}
+      - {from: 25, to: 30, result: error}   # thrown away (D11)
+      - {from: 30, result: failure}
+";
+    // Gate mode is the default.
+    let out = lines(&simulate(pod, script, &[]));
+    assert_eq!(
+        events(&out, |e| e.contains("condition") || e.contains(" ready ")),
+        [
+            "0 condition False",
+            "20 app#1 ready true",
+            "20 condition True",
+            "40 app#1 ready false",
+            "40 condition False",
+        ]
+    );
+    let first = out.iter().find(|l| l["event"] == "condition").unwrap();
+    assert_eq!(first["type"], "podprobe.io/ready");
+    assert_eq!(first["reason"], "ContainersNotReady");
+    assert_eq!(first["message"], "containers with unready status: [app]");
+    assert!(first.get("container").is_none());
+    // The annotation's period, not the spec's; errors (D11) change nothing.
+    // At 0: the periodic run, the manual run the status sync after the
+    // container started asked for, and another one the sync after the
+    // initial Failure was cached asked for (W8); at 40 the one after the
+    // flip to Failure.
+    let mut expected = vec![0.0, 0.0];
+    expected.extend(every(0, 5, 40));
+    expected.push(40.0);
+    assert_eq!(times(&out, "probe readiness"), expected);
+    assert_eq!(summary(&out)["condition"], "False");
+}
+
+const SIDECAR_POD: &str = "
+apiVersion: v1
+kind: Pod
+metadata: {name: busy}
+spec:
+  initContainers:
+  - name: setup
+    image: x
+  - name: proxy
+    image: x
+    restartPolicy: Always
+    startupProbe: {exec: {command: [ok]}, periodSeconds: 1, failureThreshold: 3, terminationGracePeriodSeconds: 5}
+    readinessProbe: {exec: {command: [ok]}, periodSeconds: 3}
+  containers:
+  - name: app
+    image: x
+    readinessProbe: {exec: {command: [ok]}, periodSeconds: 4, successThreshold: 2}
+    livenessProbe: {exec: {command: [ok]}, periodSeconds: 4, failureThreshold: 2}
+  - name: web
+    image: x
+    livenessProbe: {exec: {command: [ok]}, periodSeconds: 3}
+";
+
+const SIDECAR_SCRIPT: &str = "
+duration: 90
+containers:
+  proxy:
+    startAfter: 1
+    restartDelay: 2.5
+    startup:
+      - {from: 0, to: 2, result: error}
+      - {from: 2, to: 4.2, result: failure}
+      - {from: 4.2, to: 6, result: warning}
+  app:
+    startAfter: 2
+    restartDelay: 1.5
+    readiness:
+      - {from: 3, to: 9, result: failure}
+    liveness:
+      - {from: 5, to: 10.2, result: failure}
+  web:
+    startAfter: 0.25
+";
+
+#[test]
+fn same_input_gives_byte_identical_output() {
+    let first = simulate(SIDECAR_POD, SIDECAR_SCRIPT, &["--mode", "authority"]);
+    let second = simulate(SIDECAR_POD, SIDECAR_SCRIPT, &["--mode", "authority"]);
+    let out = lines(&first);
+    assert!(out.len() > 50, "a busy run: {} lines", out.len());
+    assert_eq!(first.stdout, second.stdout);
+    // The run exercises restarts of both a sidecar and a regular container.
+    assert_eq!(
+        events(&out, |e| e.contains("killed")),
+        [
+            "4.750 proxy#1 killed startup 5",
+            "11.750 app#1 killed liveness 30"
+        ]
+    );
+    let containers = &summary(&out)["containers"];
+    assert_eq!(containers["proxy"]["restarts"], 1);
+    assert_eq!(containers["app"]["restarts"], 1);
+    assert_eq!(containers["web"]["restarts"], 0);
+    // Sorted by time, then container.
+    let keys: Vec<(f64, String)> = out
+        .iter()
+        .filter(|l| l["event"] != "summary")
+        .map(|l| {
+            (
+                l["t"].as_f64().unwrap(),
+                l["container"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+}
+
+/// Runs with invalid input and returns stderr, checking exit status 64 and
+/// an empty stdout.
+fn rejected(pod: &str, script: &str, extra: &[&str]) -> String {
+    let output = simulate(pod, script, extra);
+    assert_eq!(output.status.code(), Some(64), "{output:?}");
+    assert!(output.stdout.is_empty());
+    String::from_utf8(output.stderr).expect("UTF-8")
+}
+
+#[test]
+fn invalid_script_exits_64_naming_the_field() {
+    let authority = ["--mode", "authority"];
+    let cases = [
+        (
+            "containers: {app: {readiness: [{from: 0, to: 5, result: failure}, {from: 5, result: ok}]}}",
+            r#"script: containers.app.readiness[1].result: unknown result "ok" (expected success, warning, failure or error)"#,
+        ),
+        (
+            "containers: {app: {liveness: [{from: 0, to: 9, result: failure}, {from: 3, result: success}]}}",
+            "script: containers.app.liveness[1].from: 3 overlaps the previous window, which ends at 9",
+        ),
+        (
+            "containers: {ghost: {}}",
+            r#"script: containers.ghost: the pod has no container or restartable init container "ghost" (it has: app)"#,
+        ),
+        (
+            "containers: {app: {startAfter: later}}",
+            "script: containers.app.startAfter: expected a number of seconds, got a string",
+        ),
+        ("{}", "script: duration: required (or pass --duration)"),
+    ];
+    for (script, message) in cases {
+        let stderr = rejected(SLOW_APP_LIVENESS_ONLY, script, &authority);
+        assert_eq!(
+            stderr,
+            format!("podprobe simulate: invalid input: {message}\n")
+        );
+    }
+    let stderr = rejected(
+        SLOW_APP_LIVENESS_ONLY,
+        "duration: 5",
+        &["--mode", "authority", "--duration", "-2"],
+    );
+    assert_eq!(
+        stderr,
+        "podprobe simulate: invalid input: --duration: must not be negative (got -2)\n"
+    );
+}
+
+#[test]
+fn invalid_pod_exits_64_naming_the_field() {
+    let bad_probe = SLOW_APP_LIVENESS_ONLY.replace("failureThreshold: 3", "failureThreshold: -1");
+    let stderr = rejected(&bad_probe, "duration: 5", &["--mode", "authority"]);
+    assert!(
+        stderr.starts_with(
+            "podprobe simulate: invalid input: pod: spec.containers[0].livenessProbe.failureThreshold: "
+        ),
+        "{stderr}"
+    );
+    let stderr = rejected(SLOW_APP_LIVENESS_ONLY, "duration: 5", &[]);
+    assert!(
+        stderr
+            .contains(r#"pod: metadata.annotations["podprobe.io/probes"]: required in gate mode"#),
+        "{stderr}"
+    );
+    let bad_annotation = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  annotations: {podprobe.io/probes: '{"app": {"readinessProbe": {"tcpSocket": {"prot": 80}}}}'}
+spec:
+  containers: [{name: app, image: x}]
+"#;
+    let stderr = rejected(bad_annotation, "duration: 5", &["--mode", "gate"]);
+    assert_eq!(
+        stderr,
+        "podprobe simulate: invalid input: pod: podprobe.io/probes: container \"app\": \
+         readinessProbe.tcpSocket.prot: unknown field\n"
+    );
+    let stderr = rejected("[not, a, pod]", "duration: 5", &["--mode", "authority"]);
+    assert_eq!(
+        stderr,
+        "podprobe simulate: invalid input: pod: not a core/v1 Pod: invalid type: sequence, expected Pod\n"
+    );
+}
+
+#[test]
+fn help_explains_every_flag_and_the_script() {
+    let output = Command::new(env!("CARGO_BIN_EXE_podprobe"))
+        .args(["simulate", "--help"])
+        .output()
+        .expect("run podprobe");
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).expect("UTF-8");
+    for needle in [
+        "--pod",
+        "--script",
+        "--mode",
+        "[default: gate]",
+        "--duration",
+        "startAfter",
+        "restartDelay",
+        "{from: 0, to: 55, result: failure}",
+        "Example:",
+    ] {
+        assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
+    }
+}
