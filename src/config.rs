@@ -284,7 +284,8 @@ mod tests {
     #[test]
     fn node_name_must_be_a_dns_subdomain() {
         for bad in ["", "Node_1", "-node", "node-", "a..b"] {
-            let err = parse(&["--node-name", bad]).validate().unwrap_err();
+            let flag = format!("--node-name={bad}");
+            let err = parse(&[&flag]).validate().unwrap_err();
             assert_eq!(err, ConfigError::NodeName(bad.to_string()), "{bad:?}");
         }
         assert!(parse(&["--node-name", "ip-10-0-0-1.ec2.internal"]).validate().is_ok());
