@@ -109,7 +109,9 @@ pub enum ConfigError {
     AuthorityNotImplemented,
     #[error("--cri-endpoint (PODPROBE_CRI_ENDPOINT) {0:?}: expected unix:///path/to/socket")]
     CriEndpoint(String),
-    #[error("--kube-probe-version (PODPROBE_KUBE_PROBE_VERSION) {0:?}: expected MAJOR.MINOR, e.g. 1.35")]
+    #[error(
+        "--kube-probe-version (PODPROBE_KUBE_PROBE_VERSION) {0:?}: expected MAJOR.MINOR, e.g. 1.35"
+    )]
     KubeProbeVersion(String),
     #[error("--pod-selector (PODPROBE_POD_SELECTOR) {selector:?}: {problem}")]
     PodSelector { selector: String, problem: String },
@@ -288,14 +290,24 @@ mod tests {
             let err = parse(&[&flag]).validate().unwrap_err();
             assert_eq!(err, ConfigError::NodeName(bad.to_string()), "{bad:?}");
         }
-        assert!(parse(&["--node-name", "ip-10-0-0-1.ec2.internal"]).validate().is_ok());
+        assert!(
+            parse(&["--node-name", "ip-10-0-0-1.ec2.internal"])
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]
     fn cri_endpoint_must_be_a_unix_socket() {
-        let err = args(&["--cri-endpoint", "/run/containerd.sock"]).validate().unwrap_err();
+        let err = args(&["--cri-endpoint", "/run/containerd.sock"])
+            .validate()
+            .unwrap_err();
         assert!(matches!(err, ConfigError::CriEndpoint(_)));
-        assert!(args(&["--cri-endpoint", "unix:///tmp/c.sock"]).validate().is_ok());
+        assert!(
+            args(&["--cri-endpoint", "unix:///tmp/c.sock"])
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

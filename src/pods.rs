@@ -3,8 +3,11 @@
 //! [`PodCache`] by UID and turned into a stream of [`PodEvent`]s.
 //!
 //! The cache is the workers' view of pod status ([`StatusSource`]): container
-//! IDs, states, `started` and the pod IP as the API server last reported
-//! them. The watch relists and reconnects on API errors with kube-runtime's
+//! IDs, states and the pod IP as the API server last reported them, with
+//! `started` as podprobe itself last derived it. The API's `started` is the
+//! kubelet's, which knows nothing of annotated startup probes; the workers
+//! must see podprobe's, as the kubelet's workers see the kubelet's status
+//! manager's (D10). The watch relists and reconnects on API errors with kube-runtime's
 //! default backoff; a relist that no longer contains a pod reports it as
 //! deleted, so no worker outlives its pod.
 
@@ -33,6 +36,8 @@ pub enum PodEvent {
 #[derive(Debug, Default)]
 pub struct PodCache {
     pods: RwLock<HashMap<String, Arc<Pod>>>,
+    /// podprobe's `started` by pod UID and container ID.
+    started: RwLock<HashMap<String, HashMap<String, bool>>>,
     synced: AtomicBool,
 }
 
@@ -54,6 +59,24 @@ impl PodCache {
     /// UIDs of every cached pod.
     pub fn uids(&self) -> HashSet<String> {
         self.read().keys().cloned().collect()
+    }
+
+    /// podprobe's `started` verdicts for the pod's containers, by container ID.
+    pub fn started(&self, uid: &str) -> HashMap<String, bool> {
+        let started = self.started.read().unwrap_or_else(PoisonError::into_inner);
+        started.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// Replaces podprobe's `started` verdicts for the pod with `uid`.
+    pub fn set_started(&self, uid: &str, verdicts: HashMap<String, bool>) {
+        let mut started = self.started.write().unwrap_or_else(PoisonError::into_inner);
+        started.insert(uid.to_string(), verdicts);
+    }
+
+    /// Forgets podprobe's verdicts for a pod that went away.
+    pub fn forget_started(&self, uid: &str) {
+        let mut started = self.started.write().unwrap_or_else(PoisonError::into_inner);
+        started.remove(uid);
     }
 
     /// Whether the watch has listed the node's pods at least once.
@@ -95,7 +118,20 @@ impl PodCache {
 
 impl StatusSource for PodCache {
     fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
-        self.get(pod_uid)?.status.clone()
+        let mut status = self.get(pod_uid)?.status.clone()?;
+        let started = self.started(pod_uid);
+        with_started(&mut status, &started);
+        Some(status)
+    }
+}
+
+/// Sets `started` of every container status to the verdict about its
+/// container ID, or to none when there is none yet (a new instance).
+pub fn with_started(status: &mut PodStatus, started: &HashMap<String, bool>) {
+    let init = status.init_container_statuses.iter_mut().flatten();
+    for container in init.chain(status.container_statuses.iter_mut().flatten()) {
+        let id = container.container_id.as_deref().unwrap_or_default();
+        container.started = started.get(id).copied();
     }
 }
 
@@ -229,6 +265,34 @@ mod tests {
     }
 
     #[test]
+    fn status_source_reports_podprobes_started_not_the_kubelets() {
+        use k8s_openapi::api::core::v1::ContainerStatus;
+        let cache = PodCache::new();
+        let mut pod = pod("a", "10.0.0.1");
+        let status = pod.status.as_mut().unwrap();
+        status.container_statuses = Some(
+            ["app", "db"]
+                .map(|name| ContainerStatus {
+                    name: name.into(),
+                    container_id: Some(format!("containerd://{name}")),
+                    started: Some(true),
+                    ..ContainerStatus::default()
+                })
+                .to_vec(),
+        );
+        Applier::default().apply(&cache, Event::Apply(pod));
+        cache.set_started("a", HashMap::from([("containerd://app".into(), false)]));
+        let status = cache.pod_status("a").unwrap();
+        let started: Vec<_> = status
+            .container_statuses
+            .unwrap()
+            .iter()
+            .map(|c| c.started)
+            .collect();
+        assert_eq!(started, [Some(false), None]);
+    }
+
+    #[test]
     fn relist_reports_pods_missing_from_it_as_deleted() {
         let cache = PodCache::new();
         let mut applier = Applier::default();
@@ -239,7 +303,10 @@ mod tests {
         events.extend(applier.apply(&cache, Event::InitApply(pod("b", "10.0.0.2"))));
         events.extend(applier.apply(&cache, Event::InitApply(pod("c", "10.0.0.3"))));
         events.extend(applier.apply(&cache, Event::InitDone));
-        assert_eq!(names(&events), ["applied b", "applied c", "deleted a", "synced"]);
+        assert_eq!(
+            names(&events),
+            ["applied b", "applied c", "deleted a", "synced"]
+        );
         assert_eq!(cache.uids(), HashSet::from(["b".into(), "c".into()]));
         assert!(cache.has_synced());
     }

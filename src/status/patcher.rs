@@ -26,8 +26,12 @@ use tokio::task::JoinSet;
 
 use super::annotation::AnnotatedProbes;
 use super::conditions::replace_or_append;
-use super::{ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_gate_status};
+use super::{
+    ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_gate_status,
+};
+use crate::pods::PodCache;
 use crate::worker::Clock;
+use kube::api::{Patch, PatchParams};
 
 /// What podprobe wants for one pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,8 +90,12 @@ pub enum ApiError {
 impl From<kube::Error> for ApiError {
     fn from(error: kube::Error) -> Self {
         match &error {
-            kube::Error::Api(status) if status.is_conflict() => ApiError::Conflict(error.to_string()),
-            kube::Error::Api(status) if status.is_not_found() => ApiError::NotFound(error.to_string()),
+            kube::Error::Api(status) if status.is_conflict() => {
+                ApiError::Conflict(error.to_string())
+            }
+            kube::Error::Api(status) if status.is_not_found() => {
+                ApiError::NotFound(error.to_string())
+            }
             _ => ApiError::Other(error.to_string()),
         }
     }
@@ -111,6 +119,53 @@ pub trait StatusApi: Send + Sync + 'static {
         name: &str,
         patch: &Value,
     ) -> impl Future<Output = Result<Pod, ApiError>> + Send;
+}
+
+/// [`StatusApi`] over a kube client and the watch's [`PodCache`].
+#[derive(Clone)]
+pub struct KubeStatusApi {
+    client: kube::Client,
+    cache: Arc<PodCache>,
+}
+
+impl KubeStatusApi {
+    pub fn new(client: kube::Client, cache: Arc<PodCache>) -> Self {
+        KubeStatusApi { client, cache }
+    }
+
+    fn api(&self, namespace: &str) -> kube::Api<Pod> {
+        kube::Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+/// Field manager of podprobe's writes (shown in `managedFields`).
+pub const FIELD_MANAGER: &str = "podprobe";
+
+impl StatusApi for KubeStatusApi {
+    fn cached(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.cache.get(uid)
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        Ok(self.api(namespace).get_opt(name).await?)
+    }
+
+    async fn patch_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Pod, ApiError> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Strategic(patch);
+        Ok(self
+            .api(namespace)
+            .patch_status(name, &params, &patch)
+            .await?)
+    }
 }
 
 /// Counts what the patcher does (metrics).
@@ -232,7 +287,10 @@ impl<A: StatusApi> Patcher<A> {
 }
 
 /// One pod's task: sends the latest intent until the pod is forgotten.
-async fn run_pod<A: StatusApi>(shared: Arc<Shared<A>>, mut intents: watch::Receiver<Option<Intent>>) {
+async fn run_pod<A: StatusApi>(
+    shared: Arc<Shared<A>>,
+    mut intents: watch::Receiver<Option<Intent>>,
+) {
     let mut pod = PodPatcher {
         shared: &shared,
         written: None,
@@ -304,7 +362,12 @@ impl<A: StatusApi> PodPatcher<'_, A> {
             Ok(Decision::Send(patch)) => patch,
             Ok(Decision::Unchanged) => return Attempt::Done,
             Ok(decision @ (Decision::PodGone | Decision::UidChanged)) => {
-                tracing::debug!(pod = intent.name, namespace = intent.namespace, ?decision, "not patching");
+                tracing::debug!(
+                    pod = intent.name,
+                    namespace = intent.namespace,
+                    ?decision,
+                    "not patching"
+                );
                 return Attempt::Done;
             }
             Err(error) => {
@@ -313,7 +376,10 @@ impl<A: StatusApi> PodPatcher<'_, A> {
             }
         };
         let api = &self.shared.api;
-        match api.patch_status(&intent.namespace, &intent.name, &patch).await {
+        match api
+            .patch_status(&intent.namespace, &intent.name, &patch)
+            .await
+        {
             Ok(updated) => {
                 self.shared.observer.patch_sent();
                 self.written = own_condition(&updated).cloned();
@@ -340,7 +406,9 @@ impl<A: StatusApi> PodPatcher<'_, A> {
     async fn base_pod(&mut self, intent: &Intent, reread: bool) -> Result<Option<Pod>, ApiError> {
         if reread {
             let pod = self.shared.api.get(&intent.namespace, &intent.name).await?;
-            let same = pod.as_ref().is_some_and(|p| p.metadata.uid.as_deref() == Some(&intent.uid));
+            let same = pod
+                .as_ref()
+                .is_some_and(|p| p.metadata.uid.as_deref() == Some(&intent.uid));
             if same {
                 self.written = pod.as_ref().and_then(own_condition).cloned();
             }
@@ -352,7 +420,10 @@ impl<A: StatusApi> PodPatcher<'_, A> {
         let mut pod = Pod::clone(&cached);
         if let Some(written) = &self.written {
             let status = pod.status.get_or_insert_with(Default::default);
-            replace_or_append(status.conditions.get_or_insert_with(Vec::new), written.clone());
+            replace_or_append(
+                status.conditions.get_or_insert_with(Vec::new),
+                written.clone(),
+            );
         }
         Ok(Some(pod))
     }
@@ -372,7 +443,7 @@ mod tests {
 
     use super::*;
     use crate::status::conditions::{FALSE, TRUE};
-    use crate::status::testutil::{container, container_status, pod, view, UID};
+    use crate::status::testutil::{UID, container, container_status, pod, view};
     use crate::worker::TokioClock;
 
     fn gated_pod(gate: Option<&str>) -> Pod {
@@ -437,15 +508,24 @@ mod tests {
     #[test]
     fn decide_skips_when_nothing_changes() {
         let pod = gated_pod(Some(TRUE));
-        assert_eq!(decide(Some(&pod), &intent(true), &now()).unwrap(), Decision::Unchanged);
+        assert_eq!(
+            decide(Some(&pod), &intent(true), &now()).unwrap(),
+            Decision::Unchanged
+        );
     }
 
     #[test]
     fn decide_never_patches_a_recreated_pod() {
         let mut pod = gated_pod(Some(FALSE));
         pod.metadata.uid = Some("another-uid".into());
-        assert_eq!(decide(Some(&pod), &intent(true), &now()).unwrap(), Decision::UidChanged);
-        assert_eq!(decide(None, &intent(true), &now()).unwrap(), Decision::PodGone);
+        assert_eq!(
+            decide(Some(&pod), &intent(true), &now()).unwrap(),
+            Decision::UidChanged
+        );
+        assert_eq!(
+            decide(None, &intent(true), &now()).unwrap(),
+            Decision::PodGone
+        );
     }
 
     #[test]
@@ -516,11 +596,19 @@ mod tests {
             if let Some(error) = state.failures.pop_front() {
                 return Err(error);
             }
-            let server = state.server.as_mut().ok_or(ApiError::NotFound("pod".into()))?;
+            let server = state
+                .server
+                .as_mut()
+                .ok_or(ApiError::NotFound("pod".into()))?;
             if patch["metadata"]["uid"].as_str() != server.metadata.uid.as_deref() {
                 return Err(ApiError::Conflict("Precondition failed: UID".into()));
             }
-            let conditions = server.status.as_mut().unwrap().conditions.get_or_insert_with(Vec::new);
+            let conditions = server
+                .status
+                .as_mut()
+                .unwrap()
+                .conditions
+                .get_or_insert_with(Vec::new);
             replace_or_append(
                 conditions,
                 PodCondition {
@@ -582,7 +670,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn retries_errors_with_backoff() {
         let api = FakeApi::new(gated_pod(Some(FALSE)), false);
-        api.state().failures.extend([ApiError::Other("boom".into()), ApiError::Other("boom".into())]);
+        api.state().failures.extend([
+            ApiError::Other("boom".into()),
+            ApiError::Other("boom".into()),
+        ]);
         let patcher = patcher(&api);
         let start = tokio::time::Instant::now();
         patcher.submit(intent(true));
@@ -594,11 +685,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn gives_up_after_the_bounded_attempts() {
         let api = FakeApi::new(gated_pod(Some(FALSE)), false);
-        api.state().failures.extend((0..10).map(|_| ApiError::Other("boom".into())));
+        api.state()
+            .failures
+            .extend((0..10).map(|_| ApiError::Other("boom".into())));
         let patcher = patcher(&api);
         patcher.submit(intent(true));
         assert!(patcher.shutdown(Duration::from_secs(60)).await);
-        assert_eq!(api.requests().len(), RetryPolicy::default().attempts as usize);
+        assert_eq!(
+            api.requests().len(),
+            RetryPolicy::default().attempts as usize
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -620,7 +716,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn conflict_on_the_same_pod_rebuilds_from_a_fresh_read() {
         let api = FakeApi::new(gated_pod(Some(FALSE)), false);
-        api.state().failures.push_back(ApiError::Conflict("try again".into()));
+        api.state()
+            .failures
+            .push_back(ApiError::Conflict("try again".into()));
         let patcher = patcher(&api);
         patcher.submit(intent(true));
         assert!(patcher.shutdown(Duration::from_secs(10)).await);
