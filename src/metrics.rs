@@ -246,14 +246,14 @@ impl Metrics {
         // Outcome series exist from the start, so a rate over them is
         // defined before the first patch or event.
         for outcome in [PatchOutcome::Sent, PatchOutcome::Failed] {
-            status_patches.get_or_create(&PatchLabels { outcome });
+            status_patches.get_or_create_owned(&PatchLabels { outcome });
         }
         for outcome in [
             EventOutcome::Recorded,
             EventOutcome::Failed,
             EventOutcome::Dropped,
         ] {
-            events.get_or_create(&EventLabels { outcome });
+            events.get_or_create_owned(&EventLabels { outcome });
         }
         Metrics {
             registry: Arc::new(registry),
