@@ -28,15 +28,17 @@ use kube::runtime::watcher;
 
 use crate::config::{Config, LogFormat, RunArgs};
 use crate::cri::{CriClient, CriError};
+use crate::events::{self, EventSink, Telemetry};
 use crate::manager::{PodProbes, ProberManager, probe_kills};
+use crate::metrics::{Metrics, PatchOutcome};
 use crate::pods::{self, PodCache, PodEvent, with_started};
 use crate::probe::Prober;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
-use crate::status::patcher::{Intent, KubeStatusApi, NoopPatchObserver, Patcher, RetryPolicy};
+use crate::status::patcher::{Intent, KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
     AnnotatedProbes, ContainerProbeView, PROBES_ANNOTATION, READY_CONDITION, pod_probes,
 };
-use crate::worker::{Clock, NoopObserver, ProbeObserver, SystemClock};
+use crate::worker::{Clock, ProbeObserver, SystemClock};
 
 /// How often every pod's desired status and kills are checked again, besides
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
@@ -47,9 +49,6 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit status for flags podprobe cannot run with (BSD `EX_USAGE`).
 pub const EXIT_INVALID_CONFIG: u8 = 64;
-
-/// Event reason for a pod whose annotation cannot be used.
-pub const REASON_ANNOTATION_INVALID: &str = "ProbeAnnotationInvalid";
 
 /// Why the daemon cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -138,17 +137,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let cri = CriClient::new(&config.cri_endpoint)?;
     let cache = PodCache::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    // WIRING(obs): replace with the obs helper's `Telemetry` (metrics and the
-    // probe verdicts' events) once its branch is merged.
-    let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);
+    let metrics = Metrics::new();
+    let (events, event_queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());
+    let event_publisher = tokio::spawn({
+        let (client, node) = (client.clone(), config.node_name.clone());
+        async move { event_queue.run(client, &node).await }
+    });
+    let observer: Arc<dyn ProbeObserver> =
+        Arc::new(Telemetry::new(metrics.clone(), events.clone()));
     let prober = Prober::new(&config.kube_probe_version, Some(cri.clone()));
     let (caches, receivers) = ProbeCaches::new();
     let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer);
     let patcher = Patcher::new(
         KubeStatusApi::new(client.clone(), cache.clone()),
         clock,
-        // WIRING(obs): patches sent/failed counters.
-        Arc::new(NoopPatchObserver),
+        Arc::new(PatchMetrics(metrics.clone())),
         RetryPolicy::default(),
     );
     // WIRING(obs): start `server::serve(config.listen, ...)` for /healthz,
@@ -161,16 +164,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         listen = %config.listen,
         "podprobe starting"
     );
-    let events = pods::watch(all_pods, watcher_config(&config), cache.clone());
+    let pod_events = pods::watch(all_pods, watcher_config(&config), cache.clone());
     let daemon = Daemon {
         manager,
         patcher,
         cri,
         cache,
+        events,
+        metrics,
         pods: HashMap::new(),
         killing: Arc::new(Mutex::new(HashSet::new())),
     };
-    daemon.run(events, receivers, shutdown).await;
+    daemon.run(pod_events, receivers, shutdown).await;
+    // Every event sink is gone with the daemon: the publisher flushes and ends.
+    if tokio::time::timeout(SHUTDOWN_TIMEOUT, event_publisher)
+        .await
+        .is_err()
+    {
+        tracing::warn!("some events were still queued at shutdown");
+    }
     Ok(())
 }
 
@@ -224,6 +236,19 @@ async fn check_selectors(pods: &Api<Pod>, config: &Config) -> Result<(), DaemonE
 
 type Manager = ProberManager<Prober, Arc<PodCache>>;
 
+/// Counts status patches in the metrics.
+struct PatchMetrics(Metrics);
+
+impl PatchObserver for PatchMetrics {
+    fn patch_sent(&self) {
+        self.0.status_patch(PatchOutcome::Sent);
+    }
+
+    fn patch_failed(&self) {
+        self.0.status_patch(PatchOutcome::Failed);
+    }
+}
+
 /// What the daemon knows about one pod, by UID.
 struct Tracked {
     /// The annotation value this state was derived from.
@@ -242,6 +267,8 @@ struct Daemon {
     patcher: Patcher<KubeStatusApi>,
     cri: CriClient,
     cache: Arc<PodCache>,
+    events: EventSink,
+    metrics: Metrics,
     pods: HashMap<String, Tracked>,
     /// Container IDs being (or already) stopped for a probe failure.
     killing: Arc<Mutex<HashSet<String>>>,
@@ -368,9 +395,8 @@ impl Daemon {
                     %error,
                     "ignoring the pod's probes: invalid annotation"
                 );
-                // WIRING(obs): record a Warning event `ProbeAnnotationInvalid`
-                // with `error.to_string()` on the pod through the recorder.
-                let _ = REASON_ANNOTATION_INVALID;
+                self.events
+                    .record_opt(events::PodEvent::invalid_annotation(pod, &error));
                 None
             }
         }
@@ -411,6 +437,8 @@ impl Daemon {
     }
 
     fn resync(&mut self) {
+        self.metrics.set_workers(self.manager.worker_count());
+        self.metrics.set_pods_watched(self.cache.uids().len());
         for pod in self.cache.pods() {
             let probed = pod
                 .metadata
@@ -474,8 +502,8 @@ impl Daemon {
             message = kill.message,
             "killing container"
         );
-        // WIRING(obs): record the Normal `Killing` event with `kill.message`
-        // on the container's field path.
+        self.events
+            .record_opt(events::PodEvent::killing(pod, &kill));
         let cri = self.cri.clone();
         let killing = self.killing.clone();
         let (pod_name, namespace) = (pod_name(pod).to_string(), pod_namespace(pod).to_string());

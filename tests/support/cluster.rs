@@ -98,7 +98,11 @@ impl Cluster {
         let mut child = Command::new(&self.kubectl)
             .env("KUBECONFIG", &self.kubeconfig)
             .args(args)
-            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -185,7 +189,13 @@ impl Namespace {
             .kubectl(&["-n", &self.name, "get", "pods", "-o", "wide"])
             .unwrap_or_else(|e| e);
         let events = cluster()
-            .kubectl(&["-n", &self.name, "get", "events", "--sort-by=.lastTimestamp"])
+            .kubectl(&[
+                "-n",
+                &self.name,
+                "get",
+                "events",
+                "--sort-by=.lastTimestamp",
+            ])
             .unwrap_or_else(|e| e);
         format!("--- pods\n{wide}\n{pods}\n--- events\n{events}")
     }
@@ -228,7 +238,10 @@ pub fn condition(pod: &Value, type_: &str) -> Option<(String, String)> {
     let c = conditions.iter().find(|c| c["type"] == type_)?;
     Some((
         c["status"].as_str()?.to_string(),
-        c["lastTransitionTime"].as_str().unwrap_or_default().to_string(),
+        c["lastTransitionTime"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     ))
 }
 
