@@ -625,3 +625,136 @@ fn pod_name(pod: &Pod) -> &str {
 fn pod_namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
+    use crate::probe::ProbeKind;
+    use crate::results::CachedResult;
+
+    const ID: &str = "containerd://app-1";
+    const ANNOTATION: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap())
+    }
+
+    /// A pod whose `app` container runs since `started_at`, with the gate.
+    fn pod(started_at: i64, gate: Option<(&str, i64)>) -> Pod {
+        let conditions = gate.map(|(status, since)| PodCondition {
+            type_: READY_CONDITION.into(),
+            status: status.into(),
+            last_transition_time: Some(at(since)),
+            ..PodCondition::default()
+        });
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some("uid".into()),
+                annotations: Some([(PROBES_ANNOTATION.to_string(), ANNOTATION.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: conditions.map(|c| vec![c]),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "app".into(),
+                    container_id: Some(ID.into()),
+                    // The kubelet's own verdict: it knows no annotated probe.
+                    ready: true,
+                    started: Some(true),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some(at(started_at)),
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    /// A prober just restarted: a readiness worker, nothing cached yet (D5).
+    struct JustRestarted;
+
+    impl ProbeStateView for JustRestarted {
+        fn cached(&self, _: ProbeKind, _: &str) -> Option<CachedResult> {
+            None
+        }
+        fn has_worker(&self, _: &str, kind: ProbeKind) -> bool {
+            kind == ProbeKind::Readiness
+        }
+    }
+
+    /// podprobe's verdict about `app` right after a restart at `prober_start`.
+    fn verdict_after_restart(pod: &Pod, prober_start: i64) -> ContainerProbeView {
+        let probes = manager_probes(&pod_probes(pod).unwrap());
+        let mut status = pod.status.clone().unwrap();
+        rebuild(&mut status, &seed_started(pod));
+        let inputs = StatusInputs {
+            pod,
+            probes: &probes,
+            prober_start: at(prober_start).0,
+            pod_ready: gate_is_true(pod),
+        };
+        set_started_and_ready(&inputs, &JustRestarted, &mut status);
+        views(&status).remove(0)
+    }
+
+    #[test]
+    fn s4_restart_keeps_a_gated_ready_container_ready() {
+        let pod = pod(100, Some(("True", 105)));
+        let view = verdict_after_restart(&pod, 200);
+        assert!(view.started && view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn s4_restart_keeps_a_not_ready_container_not_ready() {
+        let pod = pod(100, Some(("False", 105)));
+        let view = verdict_after_restart(&pod, 200);
+        assert!(!view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn s4_container_started_just_before_podprobe_starts_over() {
+        // Within RESTART_GRACE_PERIOD of the prober's start: not pre-existing.
+        let pod = pod(195, Some(("True", 196)));
+        let view = verdict_after_restart(&pod, 200);
+        assert!(!view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn rebuild_drops_the_kubelets_ready_and_started() {
+        let mut status = pod(100, None).status.unwrap();
+        rebuild(&mut status, &HashMap::new());
+        let app = &status.container_statuses.unwrap()[0];
+        assert_eq!((app.ready, app.started), (false, None));
+    }
+
+    #[test]
+    fn seed_started_only_for_containers_running_since_the_gate_went_true() {
+        assert_eq!(
+            seed_started(&pod(100, Some(("True", 105)))),
+            HashMap::from([(ID.to_string(), true)])
+        );
+        // Restarted after the gate turned True: no podprobe saw it start.
+        assert!(seed_started(&pod(110, Some(("True", 105)))).is_empty());
+        assert!(seed_started(&pod(100, Some(("False", 105)))).is_empty());
+        assert!(seed_started(&pod(100, None)).is_empty());
+    }
+}
