@@ -4,7 +4,8 @@
 //!   at least once per `stale_after`; 503 otherwise.
 //! - `/readyz`: 200 once the pod watch has synced and the container runtime
 //!   is reachable or not needed; 503 with the reasons otherwise.
-//! - `/metrics`: the OpenMetrics text of [`Metrics`].
+//! - `/metrics`: the OpenMetrics text of [`Metrics`]; `/metrics/probes`:
+//!   only the prober metrics, where the kubelet serves them.
 //!
 //! Anything else is 404 (405 for a method other than GET or HEAD on a known
 //! path). [`Server::serve`] stops accepting when its shutdown future
@@ -223,7 +224,10 @@ async fn serve_connection(
 
 fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
-    if !matches!(path, "/healthz" | "/readyz" | "/metrics") {
+    if !matches!(
+        path,
+        "/healthz" | "/readyz" | "/metrics" | "/metrics/probes"
+    ) {
         return text(StatusCode::NOT_FOUND, "not found\n".to_string());
     }
     if !matches!(*request.method(), Method::GET | Method::HEAD) {
@@ -236,15 +240,18 @@ fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response<Full<
     match path {
         "/healthz" => check(endpoints.health.liveness()),
         "/readyz" => check(endpoints.health.readiness()),
-        _ => {
-            let mut response = Response::new(Full::new(Bytes::from(endpoints.metrics.encode())));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static(metrics::CONTENT_TYPE),
-            );
-            response
-        }
+        "/metrics" => exposition(endpoints.metrics.encode()),
+        _ => exposition(endpoints.metrics.encode_probes()),
     }
+}
+
+fn exposition(text: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(metrics::CONTENT_TYPE),
+    );
+    response
 }
 
 fn check(result: Result<(), String>) -> Response<Full<Bytes>> {

@@ -148,6 +148,15 @@ async fn metrics_serves_openmetrics_text() {
 }
 
 #[tokio::test]
+async fn metrics_probes_serves_the_prober_metrics_only() {
+    let server = start().await;
+    let reply = get(server.addr, "/metrics/probes").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.content_type, metrics::CONTENT_TYPE);
+    assert_eq!(reply.body, server.metrics.encode_probes());
+}
+
+#[tokio::test]
 async fn metrics_over_h2c() {
     let server = start().await;
     let stream = TcpStream::connect(server.addr).await.unwrap();
