@@ -43,6 +43,7 @@ pub enum CriState {
     NotNeeded,
     /// Configured but not (yet) answering; the text says why.
     Unreachable(String),
+    /// Answered the last check.
     Reachable,
 }
 
@@ -92,6 +93,7 @@ impl Health {
         self.lock().pods_synced = synced;
     }
 
+    /// Records the result of the daemon's latest runtime check.
     pub fn set_cri(&self, cri: CriState) {
         self.lock().cri = cri;
     }
