@@ -34,6 +34,7 @@ use crate::metrics::{Metrics, PatchOutcome};
 use crate::pods::{self, PodCache, PodEvent, with_started};
 use crate::probe::Prober;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
+use crate::server::{CriState, Health, Server};
 use crate::status::patcher::{Intent, KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
     AnnotatedProbes, ContainerProbeView, PROBES_ANNOTATION, READY_CONDITION, pod_probes,
@@ -43,6 +44,14 @@ use crate::worker::{Clock, ProbeObserver, SystemClock};
 /// How often every pod's desired status and kills are checked again, besides
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
+
+/// `/healthz` fails when the main loop has not run for this long (it runs
+/// at least every [`RESYNC_PERIOD`]).
+pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// How long a runtime check (`Version`) may take before the runtime counts
+/// as unreachable for `/readyz`.
+const CRI_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long shutdown waits for in-flight status patches.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -69,6 +78,12 @@ pub enum DaemonError {
     },
     #[error("invalid --cri-endpoint: {0}")]
     Cri(#[from] CriError),
+    #[error("cannot listen on --listen {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -102,7 +117,9 @@ fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::new(&config.log_filter);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes would garble logs collected from a pipe or file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match config.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -154,14 +171,30 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Arc::new(PatchMetrics(metrics.clone())),
         RetryPolicy::default(),
     );
-    // WIRING(obs): start `server::serve(config.listen, ...)` for /healthz,
-    // /readyz (cache.has_synced()) and /metrics.
+    let health = Health::new(HEALTH_STALE_AFTER);
+    let server = Server::bind(config.listen, metrics.clone(), health.clone())
+        .await
+        .map_err(|source| DaemonError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let listen = server.local_addr().unwrap_or(config.listen);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let server = tokio::spawn(server.serve(until_stopped(stopped.clone())));
+    let cri_checks = tokio::spawn(check_cri(
+        cri.clone(),
+        health.clone(),
+        until_stopped(stopped),
+    ));
     tracing::info!(
         node = config.node_name,
         mode = "gate",
         cri = cri.endpoint(),
         selector = config.pod_selector.as_deref().unwrap_or(""),
-        listen = %config.listen,
+        %listen,
         "podprobe starting"
     );
     let pod_events = pods::watch(all_pods, watcher_config(&config), cache.clone());
@@ -172,10 +205,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         cache,
         events,
         metrics,
+        health,
         pods: HashMap::new(),
         killing: Arc::new(Mutex::new(HashSet::new())),
     };
     daemon.run(pod_events, receivers, shutdown).await;
+    let _ = stop.send(true);
+    let _ = tokio::join!(server, cri_checks);
     // Every event sink is gone with the daemon: the publisher flushes and ends.
     if tokio::time::timeout(SHUTDOWN_TIMEOUT, event_publisher)
         .await
@@ -201,6 +237,36 @@ async fn kube_client(config: &Config) -> Result<kube::Client, DaemonError> {
             .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
     };
     kube::Client::try_from(kube_config).map_err(DaemonError::Client)
+}
+
+/// Checks every [`RESYNC_PERIOD`] that the runtime answers, for `/readyz`;
+/// logs on transitions.
+async fn check_cri(cri: CriClient, health: Health, stop: impl Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut ticks = tokio::time::interval(RESYNC_PERIOD);
+    let mut reachable = None;
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = ticks.tick() => {}
+        }
+        let state = match tokio::time::timeout(CRI_CHECK_TIMEOUT, cri.version()).await {
+            Ok(Ok(_)) => CriState::Reachable,
+            Ok(Err(error)) => CriState::Unreachable(error.to_string()),
+            Err(_) => CriState::Unreachable(format!("no answer within {CRI_CHECK_TIMEOUT:?}")),
+        };
+        let now_reachable = state == CriState::Reachable;
+        if reachable != Some(now_reachable) {
+            match &state {
+                CriState::Unreachable(why) => {
+                    tracing::warn!(cri = cri.endpoint(), why, "container runtime unreachable")
+                }
+                _ => tracing::info!(cri = cri.endpoint(), "container runtime reachable"),
+            }
+            reachable = Some(now_reachable);
+        }
+        health.set_cri(state);
+    }
 }
 
 fn watcher_config(config: &Config) -> watcher::Config {
@@ -269,6 +335,7 @@ struct Daemon {
     cache: Arc<PodCache>,
     events: EventSink,
     metrics: Metrics,
+    health: Health,
     pods: HashMap<String, Tracked>,
     /// Container IDs being (or already) stopped for a probe failure.
     killing: Arc<Mutex<HashSet<String>>>,
@@ -286,6 +353,7 @@ impl Daemon {
         let mut resync = tokio::time::interval(RESYNC_PERIOD);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.health.beat();
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(event) = events.next() => self.on_pod_event(event),
@@ -317,6 +385,7 @@ impl Daemon {
             PodEvent::Applied(pod) => self.on_pod_applied(&pod),
             PodEvent::Deleted(pod) => self.on_pod_deleted(&pod),
             PodEvent::Synced => {
+                self.health.set_pods_synced(true);
                 // W13: workers of pods the relist no longer has.
                 self.manager.cleanup_pods(&self.cache.uids());
             }

@@ -55,6 +55,21 @@ impl Podprobe {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The address `--listen 127.0.0.1:0` bound, from the startup log.
+    fn listen_addr(&self) -> String {
+        wait_for(
+            "podprobe's listen address in its log",
+            Duration::from_secs(30),
+            || {
+                let logs = self.logs();
+                let start = logs.find("listen=").ok_or("not logged yet")? + "listen=".len();
+                let addr = logs[start..].split_whitespace().next().unwrap_or_default();
+                Ok::<_, String>(addr.to_string())
+            },
+            || self.logs(),
+        )
+    }
+
     /// SIGTERM, then the exit status (killed after 20 s).
     fn terminate(&mut self) -> Option<i32> {
         let pid = self.child.id().to_string();
@@ -173,6 +188,26 @@ impl Rig {
     }
 }
 
+/// `GET path` on `addr`: Ok when the status is 200, else the status line.
+fn http_status(addr: &str, path: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| e.to_string())?;
+    let status = response.lines().next().unwrap_or_default().to_string();
+    status
+        .starts_with("HTTP/1.1 200")
+        .then_some(())
+        .ok_or(response)
+}
+
 const READINESS_FILE_PROBE: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}}}"#;
 
 #[test]
@@ -189,6 +224,13 @@ fn readiness_exec_probe_flips_gate_and_ready_both_ways() {
     rig.exec("web", &["touch", "/tmp/ready"]);
     rig.wait_condition("web", GATE, "True", Duration::from_secs(20));
     rig.wait_condition("web", "Ready", "True", Duration::from_secs(20));
+    let addr = rig.podprobe.listen_addr();
+    wait_for(
+        "/readyz 200",
+        Duration::from_secs(30),
+        || http_status(&addr, "/readyz"),
+        || rig.diagnostics(),
+    );
 
     rig.exec("web", &["rm", "/tmp/ready"]);
     rig.wait_condition("web", GATE, "False", Duration::from_secs(20));
