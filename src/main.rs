@@ -16,6 +16,9 @@ struct Cli {
 enum Command {
     /// Run one probe once and report what the kubelet would conclude.
     Probe(podprobe::oneshot::ProbeArgs),
+    /// Run the node daemon: probe the annotated pods of this node and publish
+    /// their `podprobe.io/ready` condition.
+    Run(podprobe::config::RunArgs),
     /// Simulate a pod's probes in virtual time against a script of how its
     /// containers behave, printing what the kubelet would observe and do.
     #[command(after_help = podprobe::simulate::AFTER_HELP)]
@@ -26,6 +29,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Probe(args) => podprobe::oneshot::main(args),
+        Command::Run(args) => podprobe::daemon::main(args),
         Command::Simulate(args) => podprobe::simulate::main(args),
     }
 }

@@ -1,0 +1,253 @@
+//! Helpers for tests against the real local cluster (`hack/local-cluster.sh`):
+//! a kubectl wrapper, waits with deadlines and diagnostics, and a namespace
+//! that deletes itself when dropped.
+//!
+//! The cluster must be up (`hack/local-cluster.sh up`); the kubeconfig comes
+//! from `KUBECONFIG` or `hack/local-cluster.sh env`.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+/// The busybox image the cluster script imports into the kubelet's runtime.
+pub const BUSYBOX_IMAGE: &str = "docker.io/local/busybox:latest";
+
+/// Label that scopes a host-process `podprobe run` to one test's pods.
+pub const TEST_RUN_LABEL: &str = "podprobe.io/test-run";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a `hack/` script with `args`; its stdout, or `None` when it failed.
+fn hack(script: &str, args: &[&str]) -> Option<String> {
+    let output = Command::new("bash")
+        .arg(repo().join("hack").join(script))
+        .args(args)
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// A fresh ID for names and labels, unique across test processes.
+pub fn unique_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!("{}-{:x}", std::process::id(), nanos)
+}
+
+/// The cluster under test.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub kubeconfig: String,
+    pub kubectl: PathBuf,
+}
+
+/// The cluster, checked reachable once per test binary; panics with what to
+/// do when it is not.
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let kubeconfig = std::env::var("KUBECONFIG")
+            .ok()
+            .filter(|k| !k.is_empty())
+            .or_else(|| {
+                let env = hack("local-cluster.sh", &["env"])?;
+                env.lines()
+                    .find_map(|l| l.strip_prefix("KUBECONFIG="))
+                    .map(str::to_string)
+            })
+            .expect("no KUBECONFIG: set it, or bring the cluster up with `hack/local-cluster.sh up`");
+        let kubectl = hack("k8s-build.sh", &["--bin-dir"])
+            .map(|dir| PathBuf::from(dir.trim()).join("kubectl"))
+            .filter(|path| path.exists())
+            .unwrap_or_else(|| PathBuf::from("kubectl"));
+        let cluster = Cluster {
+            kubeconfig,
+            kubectl,
+        };
+        if let Err(e) = cluster.kubectl(&["get", "--raw", "/readyz"]) {
+            panic!(
+                "the cluster at {} is not reachable ({e}); bring it up with `hack/local-cluster.sh up`",
+                cluster.kubeconfig
+            );
+        }
+        cluster
+    })
+}
+
+impl Cluster {
+    /// Runs kubectl; its stdout, or an error with its stderr.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        self.kubectl_with_input(args, None)
+    }
+
+    /// Runs kubectl with `input` on stdin.
+    pub fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Result<String, String> {
+        let mut child = Command::new(&self.kubectl)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.kubectl.display()))?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin
+                .write_all(input.as_bytes())
+                .map_err(|e| format!("kubectl stdin: {e}"))?;
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|e| format!("kubectl: {e}"))?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+
+    /// `kubectl ... -o json`, parsed.
+    pub fn json(&self, args: &[&str]) -> Result<Value, String> {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = self.kubectl(&args)?;
+        serde_json::from_str(&out).map_err(|e| format!("kubectl output is not JSON: {e}"))
+    }
+
+    /// `kubectl apply -f -` of a manifest.
+    pub fn apply(&self, manifest: &Value) -> Result<String, String> {
+        self.kubectl_with_input(&["apply", "-f", "-"], Some(&manifest.to_string()))
+    }
+
+    /// The name of the (first) node.
+    pub fn node_name(&self) -> String {
+        self.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])
+            .expect("list nodes")
+    }
+
+    /// The kubelet's CRI endpoint, from `hack/local-cluster.sh status`
+    /// (`PODPROBE_CRI_ENDPOINT` overrides).
+    pub fn cri_endpoint(&self) -> String {
+        if let Ok(endpoint) = std::env::var("PODPROBE_CRI_ENDPOINT") {
+            return endpoint;
+        }
+        let status = hack("local-cluster.sh", &["status"]).unwrap_or_default();
+        status
+            .split_whitespace()
+            .find(|word| word.starts_with("unix://"))
+            .map(str::to_string)
+            .expect("`hack/local-cluster.sh status` names no CRI socket; set PODPROBE_CRI_ENDPOINT")
+    }
+}
+
+/// A namespace that is deleted (without waiting) when dropped.
+pub struct Namespace {
+    pub name: String,
+}
+
+impl Namespace {
+    pub fn create(name: &str) -> Namespace {
+        cluster()
+            .kubectl(&["create", "namespace", name])
+            .expect("create namespace");
+        Namespace {
+            name: name.to_string(),
+        }
+    }
+
+    /// A pod of this namespace as JSON.
+    pub fn pod(&self, name: &str) -> Result<Value, String> {
+        cluster().json(&["-n", &self.name, "get", "pod", name])
+    }
+
+    /// What a human needs to see when a wait failed: pods, events.
+    pub fn diagnostics(&self) -> String {
+        let pods = cluster()
+            .kubectl(&["-n", &self.name, "get", "pods", "-o", "yaml"])
+            .unwrap_or_else(|e| e);
+        let wide = cluster()
+            .kubectl(&["-n", &self.name, "get", "pods", "-o", "wide"])
+            .unwrap_or_else(|e| e);
+        let events = cluster()
+            .kubectl(&[
+                "-n",
+                &self.name,
+                "get",
+                "events",
+                "--sort-by=.lastTimestamp",
+            ])
+            .unwrap_or_else(|e| e);
+        format!("--- pods\n{wide}\n{pods}\n--- events\n{events}")
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+    }
+}
+
+/// Polls `check` until it returns `Ok` or `timeout` passes; then panics with
+/// `what`, the last error and `diagnostics()`.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+    diagnostics: impl FnOnce() -> String,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check() {
+            Ok(value) => return value,
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; last: {last}\n{}",
+                diagnostics()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The status (`"True"`/`"False"`) and `lastTransitionTime` of a pod
+/// condition, if present.
+pub fn condition(pod: &Value, type_: &str) -> Option<(String, String)> {
+    let conditions = pod["status"]["conditions"].as_array()?;
+    let c = conditions.iter().find(|c| c["type"] == type_)?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["lastTransitionTime"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    ))
+}
+
+/// `restartCount` of a container.
+pub fn restart_count(pod: &Value, container: &str) -> Option<u64> {
+    let statuses = pod["status"]["containerStatuses"].as_array()?;
+    let status = statuses.iter().find(|s| s["name"] == container)?;
+    status["restartCount"].as_u64()
+}
