@@ -33,5 +33,5 @@ Events and podprobe's logs and metrics:
 
   kubectl -n podprobe-examples get events --sort-by=.lastTimestamp
   kubectl -n podprobe-system logs daemonset/podprobe
-  curl -s http://10.88.78.1:9914/metrics | grep ^prober_
+  curl -s http://10.88.78.1:9440/metrics | grep ^prober_
 EOF
