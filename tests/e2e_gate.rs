@@ -47,7 +47,10 @@ fn wait_running(ns: &TestNamespace, pod: &str, container: &str) -> Value {
 /// The READINESS GATES column of `kubectl get pod -o wide` (the last one).
 fn readiness_gates_column(ns: &TestNamespace, pod: &str) -> String {
     let line = ns.kubectl(&["get", "pod", pod, "-o", "wide", "--no-headers"]);
-    line.split_whitespace().last().unwrap_or_default().to_string()
+    line.split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Waits until `podprobe.io/ready` and `Ready` are both `want` through the
@@ -70,7 +73,10 @@ fn wait_gate(ns: &TestNamespace, pod: &str, want: bool) -> Value {
 /// with `flip_back`, each seen through the API and kubectl.
 fn flips_both_ways(test: &str, pod: Value, initially: bool, flip: &str, flip_back: &str) {
     let ns = setup(test);
-    let name = pod["metadata"]["name"].as_str().expect("pod name").to_string();
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .expect("pod name")
+        .to_string();
     let container = pod["spec"]["containers"][0]["name"]
         .as_str()
         .expect("container name")
@@ -95,7 +101,8 @@ fn fast(handler: Value) -> Value {
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn exec_readiness_flips_both_ways() {
-    let probes = json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
+    let probes =
+        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
     flips_both_ways(
         "exec",
         busybox_pod("exec", "", probes),
@@ -109,7 +116,8 @@ fn exec_readiness_flips_both_ways() {
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn http_readiness_flips_both_ways() {
     // busybox httpd answers 200 for /ready while /www/ready exists, 404 after.
-    let probes = json!({"readinessProbe": fast(json!({"httpGet": {"path": "/ready", "port": 8080}}))});
+    let probes =
+        json!({"readinessProbe": fast(json!({"httpGet": {"path": "/ready", "port": 8080}}))});
     flips_both_ways(
         "http",
         busybox_pod("http", "mkdir -p /www && httpd -p 8080 -h /www && ", probes),
@@ -157,7 +165,12 @@ fn grpc_readiness_flips_both_ways() {
 }
 
 /// Waits for an event on `pod` with `reason` whose message satisfies `message`.
-fn wait_event(ns: &TestNamespace, pod: &str, reason: &str, message: impl Fn(&str) -> bool) -> Value {
+fn wait_event(
+    ns: &TestNamespace,
+    pod: &str,
+    reason: &str,
+    message: impl Fn(&str) -> bool,
+) -> Value {
     ns.wait_for(FLIP, &format!("a {reason} event on {pod}"), || {
         ns.events_for(pod)
             .into_iter()
@@ -169,26 +182,37 @@ fn wait_event(ns: &TestNamespace, pod: &str, reason: &str, message: impl Fn(&str
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn failing_liveness_probe_makes_the_kubelet_restart_the_container() {
     let ns = setup("liveness");
-    let probes = json!({"livenessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/healthy"]}}))});
+    let probes =
+        json!({"livenessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/healthy"]}}))});
     ns.create_pod(&busybox_pod("live", "touch /tmp/healthy; ", probes));
     let pod = wait_running(&ns, "live", "app");
     assert_eq!(restart_count(&pod, "app"), Some(0));
 
     ns.exec("live", "rm /tmp/healthy");
-    ns.wait_for(FLIP, "restartCount 1 and the container running again", || {
-        ns.pod("live")
-            .filter(|p| restart_count(p, "app") == Some(1) && running(p, "app"))
-    });
+    ns.wait_for(
+        FLIP,
+        "restartCount 1 and the container running again",
+        || {
+            ns.pod("live")
+                .filter(|p| restart_count(p, "app") == Some(1) && running(p, "app"))
+        },
+    );
     let unhealthy = wait_event(&ns, "live", "Unhealthy", |m| {
         m.starts_with("Liveness probe failed: ")
     });
     assert_eq!(unhealthy["type"], "Warning");
-    assert_eq!(unhealthy["involvedObject"]["fieldPath"], "spec.containers{app}");
+    assert_eq!(
+        unhealthy["involvedObject"]["fieldPath"],
+        "spec.containers{app}"
+    );
     let killing = wait_event(&ns, "live", "Killing", |m| {
         m == "Container app failed liveness probe, will be restarted"
     });
     assert_eq!(killing["type"], "Normal");
-    assert_eq!(killing["involvedObject"]["fieldPath"], "spec.containers{app}");
+    assert_eq!(
+        killing["involvedObject"]["fieldPath"],
+        "spec.containers{app}"
+    );
 
     // The restarted container recreates /tmp/healthy: no second kill.
     ns.holds_for(Duration::from_secs(10), "one restart only", || {
@@ -231,7 +255,8 @@ fn malformed_annotation_yields_an_event_and_leaves_other_pods_alone() {
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn ready_stays_stable_while_the_kubelet_syncs() {
     let ns = setup("stable");
-    let probes = json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
+    let probes =
+        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
     ns.create_pod(&busybox_pod("steady", "touch /tmp/ready; ", probes));
     wait_running(&ns, "steady", "app");
     let pod = wait_gate(&ns, "steady", true);
@@ -243,26 +268,32 @@ fn ready_stays_stable_while_the_kubelet_syncs() {
 fn stays_ready(ns: &TestNamespace, name: &str, pod: &Value, period: Duration) {
     let since = |p: &Value, kind: &str| condition_field(p, kind, "lastTransitionTime");
     let (ready_since, gate_since) = (since(pod, "Ready"), since(pod, GATE));
-    ns.holds_for(period, &format!("{name} Ready without a transition"), || {
-        let p = ns.pod(name).ok_or("pod gone")?;
-        let now = (
-            condition(&p, "Ready"),
-            condition(&p, GATE),
-            since(&p, "Ready"),
-            since(&p, GATE),
-        );
-        let want = (
-            Some("True".to_string()),
-            Some("True".to_string()),
-            ready_since.clone(),
-            gate_since.clone(),
-        );
-        if now == want {
-            Ok(())
-        } else {
-            Err(format!("(Ready, gate, their lastTransitionTimes) = {now:?}, want {want:?}"))
-        }
-    });
+    ns.holds_for(
+        period,
+        &format!("{name} Ready without a transition"),
+        || {
+            let p = ns.pod(name).ok_or("pod gone")?;
+            let now = (
+                condition(&p, "Ready"),
+                condition(&p, GATE),
+                since(&p, "Ready"),
+                since(&p, GATE),
+            );
+            let want = (
+                Some("True".to_string()),
+                Some("True".to_string()),
+                ready_since.clone(),
+                gate_since.clone(),
+            );
+            if now == want {
+                Ok(())
+            } else {
+                Err(format!(
+                    "(Ready, gate, their lastTransitionTimes) = {now:?}, want {want:?}"
+                ))
+            }
+        },
+    );
 }
 
 /// The names of podprobe's DaemonSet pods that are Ready.
@@ -286,13 +317,18 @@ fn ready_podprobe_pods() -> Vec<String> {
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn restarting_podprobe_flips_no_pod() {
     let ns = setup("restart");
-    let probes = json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
+    let probes =
+        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
     ns.create_pod(&busybox_pod("calm", "touch /tmp/ready; ", probes));
     wait_running(&ns, "calm", "app");
     let pod = wait_gate(&ns, "calm", true);
 
     let before = ready_podprobe_pods();
-    assert!(!before.is_empty(), "no Ready podprobe pod\n{}", ns.diagnostics());
+    assert!(
+        !before.is_empty(),
+        "no Ready podprobe pod\n{}",
+        ns.diagnostics()
+    );
     let mut args = vec!["-n", PODPROBE_NAMESPACE, "delete", "pod", "--wait=false"];
     args.extend(before.iter().map(String::as_str));
     kubectl().run(&args);
@@ -325,13 +361,19 @@ fn readiness_waits_for_the_startup_probe() {
     });
     ns.create_pod(&busybox_pod("slow", "", probes));
     wait_running(&ns, "slow", "app");
-    ns.holds_for(Duration::from_secs(8), "the gate unmet before startup", || {
-        let p = ns.pod("slow").ok_or("pod gone")?;
-        match condition(&p, GATE).as_deref() {
-            Some("True") => Err("podprobe.io/ready True before the startup probe succeeded".into()),
-            _ => Ok(()),
-        }
-    });
+    ns.holds_for(
+        Duration::from_secs(8),
+        "the gate unmet before startup",
+        || {
+            let p = ns.pod("slow").ok_or("pod gone")?;
+            match condition(&p, GATE).as_deref() {
+                Some("True") => {
+                    Err("podprobe.io/ready True before the startup probe succeeded".into())
+                }
+                _ => Ok(()),
+            }
+        },
+    );
     ns.exec("slow", "touch /tmp/started");
     wait_gate(&ns, "slow", true);
 }
@@ -357,10 +399,14 @@ fn failing_startup_probe_restarts_the_container_with_the_probe_grace_period() {
     pod["spec"]["terminationGracePeriodSeconds"] = json!(120);
     ns.create_pod(&pod);
     wait_running(&ns, "stuck", "app");
-    ns.wait_for(Duration::from_secs(45), "a restart well within the pod's 120 s grace period", || {
-        ns.pod("stuck")
-            .filter(|p| restart_count(p, "app").is_some_and(|n| n >= 1))
-    });
+    ns.wait_for(
+        Duration::from_secs(45),
+        "a restart well within the pod's 120 s grace period",
+        || {
+            ns.pod("stuck")
+                .filter(|p| restart_count(p, "app").is_some_and(|n| n >= 1))
+        },
+    );
     wait_event(&ns, "stuck", "Killing", |m| {
         m == "Container app failed startup probe, will be restarted"
     });
@@ -370,8 +416,13 @@ fn failing_startup_probe_restarts_the_container_with_the_probe_grace_period() {
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn recreated_pod_gets_no_stale_status() {
     let ns = setup("recreate");
-    let probes = json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
-    ns.create_pod(&busybox_pod("phoenix", "touch /tmp/ready; ", probes.clone()));
+    let probes =
+        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
+    ns.create_pod(&busybox_pod(
+        "phoenix",
+        "touch /tmp/ready; ",
+        probes.clone(),
+    ));
     wait_running(&ns, "phoenix", "app");
     let old = wait_gate(&ns, "phoenix", true);
     ns.kubectl(&["delete", "pod", "phoenix", "--wait=true"]);

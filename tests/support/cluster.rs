@@ -77,13 +77,18 @@ impl Kubectl {
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("run {}: {e}", self.bin.display()));
         if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(input.as_bytes()).expect("write kubectl stdin");
+            pipe.write_all(input.as_bytes())
+                .expect("write kubectl stdin");
         }
         child.wait_with_output().expect("wait for kubectl")
     }
@@ -170,11 +175,15 @@ impl TestNamespace {
             "metadata": {"name": name, "labels": {"podprobe.io/e2e": "true"}},
         }));
         let ns = TestNamespace { name };
-        ns.wait_for(Duration::from_secs(60), "the default ServiceAccount", || {
-            kubectl()
-                .try_run(&["-n", &ns.name, "get", "serviceaccount", "default"])
-                .ok()
-        });
+        ns.wait_for(
+            Duration::from_secs(60),
+            "the default ServiceAccount",
+            || {
+                kubectl()
+                    .try_run(&["-n", &ns.name, "get", "serviceaccount", "default"])
+                    .ok()
+            },
+        );
         ns
     }
 
@@ -264,7 +273,12 @@ impl TestNamespace {
 
     /// Checks `holds` every poll for `period`; panics with diagnostics as
     /// soon as it does not.
-    pub fn holds_for(&self, period: Duration, what: &str, mut holds: impl FnMut() -> Result<(), String>) {
+    pub fn holds_for(
+        &self,
+        period: Duration,
+        what: &str,
+        mut holds: impl FnMut() -> Result<(), String>,
+    ) {
         let start = Instant::now();
         while start.elapsed() < period {
             if let Err(why) = holds() {
