@@ -1,1 +1,340 @@
-//! config (node daemon; being written).
+//! `podprobe run` flags: every flag has an environment variable, and
+//! [`RunArgs::validate`] turns them into a typed [`Config`] up front, so a
+//! bad value stops the daemon before it touches the API server or the runtime.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+use crate::cri::DEFAULT_ENDPOINT;
+use crate::status::Mode;
+
+/// Default address of `/healthz`, `/readyz` and `/metrics`.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9440";
+
+/// Flags of `podprobe run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Name of the node whose pods this instance probes (usually from the
+    /// downward API, `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: String,
+
+    /// Which status fields podprobe owns: `gate` (next to a stock kubelet:
+    /// only the `podprobe.io/ready` condition, probes from the
+    /// `podprobe.io/probes` annotation) or `authority` (not implemented yet).
+    #[arg(long, env = "PODPROBE_MODE", value_enum, default_value_t = ModeArg::Gate)]
+    pub mode: ModeArg,
+
+    /// CRI runtime endpoint for exec probes and for stopping containers that
+    /// fail liveness or startup probes.
+    #[arg(long, env = "PODPROBE_CRI_ENDPOINT", value_name = "URI", default_value = DEFAULT_ENDPOINT)]
+    pub cri_endpoint: String,
+
+    /// Version sent in `User-Agent: kube-probe/MAJOR.MINOR` by HTTP probes.
+    #[arg(
+        long,
+        env = "PODPROBE_KUBE_PROBE_VERSION",
+        value_name = "MAJOR.MINOR",
+        default_value = crate::KUBE_PROBE_VERSION
+    )]
+    pub kube_probe_version: String,
+
+    /// Label selector limiting the watched pods (e.g. `app=web` or
+    /// `!podprobe.io/test-run`); default: every pod on the node.
+    #[arg(long, env = "PODPROBE_POD_SELECTOR", value_name = "SELECTOR")]
+    pub pod_selector: Option<String>,
+
+    /// Address of the `/healthz`, `/readyz` and `/metrics` endpoints.
+    #[arg(long, env = "PODPROBE_LISTEN", value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// Kubeconfig file; default: in-cluster configuration, else `KUBECONFIG`
+    /// or `~/.kube/config`.
+    #[arg(long, env = "PODPROBE_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Log format.
+    #[arg(long, env = "PODPROBE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter in `tracing` `EnvFilter` syntax (e.g. `info` or
+    /// `info,podprobe::worker=debug`).
+    #[arg(long, env = "RUST_LOG", value_name = "FILTER", default_value = "info")]
+    pub log_level: String,
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    Gate,
+    Authority,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The validated configuration of `podprobe run`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_name: String,
+    pub mode: Mode,
+    pub cri_endpoint: String,
+    pub kube_probe_version: String,
+    pub pod_selector: Option<String>,
+    pub listen: SocketAddr,
+    pub kubeconfig: Option<PathBuf>,
+    pub log_format: LogFormat,
+    pub log_filter: String,
+}
+
+/// A flag value podprobe cannot run with; the message names the flag, its
+/// environment variable and what is expected.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error(
+        "--node-name (NODE_NAME) {0:?} is not a valid node name: expected a DNS subdomain (lowercase \
+         letters, digits, '-' and '.', at most 253 characters)"
+    )]
+    NodeName(String),
+    #[error(
+        "--mode authority is not implemented yet; use --mode gate (the default) next to a stock kubelet"
+    )]
+    AuthorityNotImplemented,
+    #[error("--cri-endpoint (PODPROBE_CRI_ENDPOINT) {0:?}: expected unix:///path/to/socket")]
+    CriEndpoint(String),
+    #[error(
+        "--kube-probe-version (PODPROBE_KUBE_PROBE_VERSION) {0:?}: expected MAJOR.MINOR, e.g. 1.35"
+    )]
+    KubeProbeVersion(String),
+    #[error("--pod-selector (PODPROBE_POD_SELECTOR) {selector:?}: {problem}")]
+    PodSelector { selector: String, problem: String },
+    #[error("--log-level (RUST_LOG) {filter:?}: {problem}")]
+    LogFilter { filter: String, problem: String },
+}
+
+impl RunArgs {
+    /// Checks every flag and returns the typed configuration.
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        let mode = match self.mode {
+            ModeArg::Gate => Mode::Gate,
+            ModeArg::Authority => return Err(ConfigError::AuthorityNotImplemented),
+        };
+        if !is_dns_subdomain(&self.node_name) {
+            return Err(ConfigError::NodeName(self.node_name));
+        }
+        if !is_unix_endpoint(&self.cri_endpoint) {
+            return Err(ConfigError::CriEndpoint(self.cri_endpoint));
+        }
+        if !is_major_minor(&self.kube_probe_version) {
+            return Err(ConfigError::KubeProbeVersion(self.kube_probe_version));
+        }
+        let pod_selector = match self.pod_selector {
+            Some(selector) if selector.trim().is_empty() => None,
+            Some(selector) => {
+                check_selector(&selector).map_err(|problem| ConfigError::PodSelector {
+                    selector: selector.clone(),
+                    problem,
+                })?;
+                Some(selector)
+            }
+            None => None,
+        };
+        if let Err(e) = EnvFilter::try_new(&self.log_level) {
+            return Err(ConfigError::LogFilter {
+                filter: self.log_level,
+                problem: e.to_string(),
+            });
+        }
+        Ok(Config {
+            node_name: self.node_name,
+            mode,
+            cri_endpoint: self.cri_endpoint,
+            kube_probe_version: self.kube_probe_version,
+            pod_selector,
+            listen: self.listen,
+            kubeconfig: self.kubeconfig,
+            log_format: self.log_format,
+            log_filter: self.log_level,
+        })
+    }
+}
+
+impl Config {
+    /// The watch's field selector: pods bound to this node.
+    pub fn field_selector(&self) -> String {
+        format!("spec.nodeName={}", self.node_name)
+    }
+}
+
+/// RFC 1123 subdomain, as node names are validated by the API server.
+fn is_dns_subdomain(name: &str) -> bool {
+    let label_ok = |label: &str| {
+        let bytes = label.as_bytes();
+        !bytes.is_empty()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+    };
+    name.len() <= 253 && name.split('.').all(label_ok)
+}
+
+fn is_unix_endpoint(endpoint: &str) -> bool {
+    endpoint
+        .strip_prefix("unix://")
+        .is_some_and(|path| path.starts_with('/') && path.len() > 1)
+}
+
+fn is_major_minor(version: &str) -> bool {
+    let numeric = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    version
+        .split_once('.')
+        .is_some_and(|(major, minor)| numeric(major) && numeric(minor))
+}
+
+/// A syntax check of a label selector: comma-separated requirements
+/// (`k`, `!k`, `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`), none
+/// empty. The API server checks the details; this catches typos before the
+/// first watch.
+fn check_selector(selector: &str) -> Result<(), String> {
+    let mut depth = 0i32;
+    let mut start = 0;
+    let mut terms = Vec::new();
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if depth < 0 {
+            return Err("unbalanced ')'".to_string());
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced '('".to_string());
+    }
+    terms.push(&selector[start..]);
+    for term in terms {
+        let term = term.trim();
+        if term.is_empty() {
+            return Err("empty requirement (stray ',')".to_string());
+        }
+        let key = term
+            .trim_start_matches('!')
+            .split(['=', '!', ' ', '('])
+            .next()
+            .unwrap_or_default();
+        if key.is_empty() {
+            return Err(format!("requirement {term:?} has no label key"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(flags: &[&str]) -> RunArgs {
+        let argv = std::iter::once("podprobe").chain(flags.iter().copied());
+        Cli::try_parse_from(argv).expect("flags parse").run
+    }
+
+    /// `flags` after `--node-name node-1`.
+    fn args(flags: &[&str]) -> RunArgs {
+        parse(&[&["--node-name", "node-1"], flags].concat())
+    }
+
+    #[test]
+    fn defaults_are_gate_mode_on_the_default_endpoint() {
+        let config = args(&[]).validate().expect("valid");
+        assert_eq!(config.mode, Mode::Gate);
+        assert_eq!(config.cri_endpoint, DEFAULT_ENDPOINT);
+        assert_eq!(config.kube_probe_version, crate::KUBE_PROBE_VERSION);
+        assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(config.pod_selector, None);
+        assert_eq!(config.field_selector(), "spec.nodeName=node-1");
+    }
+
+    #[test]
+    fn authority_mode_is_refused_clearly() {
+        let err = args(&["--mode", "authority"]).validate().unwrap_err();
+        assert_eq!(err, ConfigError::AuthorityNotImplemented);
+        assert!(err.to_string().contains("not implemented yet"));
+    }
+
+    #[test]
+    fn node_name_must_be_a_dns_subdomain() {
+        for bad in ["", "Node_1", "-node", "node-", "a..b"] {
+            let flag = format!("--node-name={bad}");
+            let err = parse(&[&flag]).validate().unwrap_err();
+            assert_eq!(err, ConfigError::NodeName(bad.to_string()), "{bad:?}");
+        }
+        assert!(
+            parse(&["--node-name", "ip-10-0-0-1.ec2.internal"])
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn cri_endpoint_must_be_a_unix_socket() {
+        let err = args(&["--cri-endpoint", "/run/containerd.sock"])
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::CriEndpoint(_)));
+        assert!(
+            args(&["--cri-endpoint", "unix:///tmp/c.sock"])
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn kube_probe_version_is_major_minor() {
+        for bad in ["1", "1.35.2", "v1.35", "1."] {
+            let err = args(&["--kube-probe-version", bad]).validate().unwrap_err();
+            assert!(matches!(err, ConfigError::KubeProbeVersion(_)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pod_selector_syntax_is_checked() {
+        for good in ["app=web", "!podprobe.io/test-run", "env in (a,b),tier!=db"] {
+            let config = args(&["--pod-selector", good]).validate().expect(good);
+            assert_eq!(config.pod_selector.as_deref(), Some(good));
+        }
+        for bad in ["app=web,", "env in (a,b", "=x"] {
+            let err = args(&["--pod-selector", bad]).validate().unwrap_err();
+            assert!(matches!(err, ConfigError::PodSelector { .. }), "{bad:?}");
+        }
+        let config = args(&["--pod-selector", " "]).validate().unwrap();
+        assert_eq!(config.pod_selector, None);
+    }
+
+    #[test]
+    fn log_filter_is_checked() {
+        let err = args(&["--log-level", "info,=[bad"]).validate().unwrap_err();
+        assert!(matches!(err, ConfigError::LogFilter { .. }));
+    }
+}

@@ -1,1 +1,599 @@
-//! daemon (node daemon; being written).
+//! `podprobe run`: the node daemon in gate mode.
+//!
+//! Wiring: the node's pod watch ([`pods`]) feeds a [`ProberManager`] whose
+//! workers run the probes of each pod's `podprobe.io/probes` annotation. The
+//! kubelet's sync loop reaction (K1) is [`Daemon::run`]: a readiness or
+//! startup result change recomputes podprobe's own `started`/`ready` for the
+//! annotated probes (S1-S5, as the kubelet's `UpdatePodStatus`), which gives
+//! the desired `podprobe.io/ready` condition that the [`Patcher`] sends; a
+//! liveness or startup failure stops the container through CRI with the
+//! kubelet's grace period (K2, K3), and the real kubelet restarts it.
+//!
+//! A restart of podprobe does not flap a Ready pod: workers do not seed
+//! containers that predate podprobe (D5), podprobe's previous `started` is
+//! taken from its condition when that is `True`, and S4 reads podprobe's own
+//! condition as "the pod was Ready".
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::Api;
+use kube::api::ListParams;
+use kube::runtime::watcher;
+
+use crate::config::{Config, LogFormat, RunArgs};
+use crate::cri::{CriClient, CriError};
+use crate::manager::{PodProbes, ProberManager, probe_kills};
+use crate::pods::{self, PodCache, PodEvent, with_started};
+use crate::probe::Prober;
+use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
+use crate::status::patcher::{Intent, KubeStatusApi, NoopPatchObserver, Patcher, RetryPolicy};
+use crate::status::{
+    AnnotatedProbes, ContainerProbeView, PROBES_ANNOTATION, READY_CONDITION, pod_probes,
+};
+use crate::worker::{Clock, NoopObserver, ProbeObserver, SystemClock};
+
+/// How often every pod's desired status and kills are checked again, besides
+/// reacting to changes (the kubelet's status manager re-checks every 10 s).
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
+
+/// How long shutdown waits for in-flight status patches.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Exit status for flags podprobe cannot run with (BSD `EX_USAGE`).
+pub const EXIT_INVALID_CONFIG: u8 = 64;
+
+/// Event reason for a pod whose annotation cannot be used.
+pub const REASON_ANNOTATION_INVALID: &str = "ProbeAnnotationInvalid";
+
+/// Why the daemon cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot load the kubeconfig: {0}")]
+    Kubeconfig(String),
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error(
+        "the API server rejected the pod selectors (field {fields:?}, labels {labels:?}): {source}; \
+         check --pod-selector"
+    )]
+    Selector {
+        fields: String,
+        labels: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("invalid --cri-endpoint: {0}")]
+    Cri(#[from] CriError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Entry point of `podprobe run`.
+pub fn main(args: RunArgs) -> ExitCode {
+    let config = match args.validate() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("podprobe run: {error}");
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        }
+    };
+    init_logging(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime);
+    let result = runtime.and_then(|rt| rt.block_on(run(config, shutdown_signal())));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "podprobe run failed");
+            eprintln!("podprobe run: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::new(&config.log_filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = terminate => tracing::info!("SIGTERM received; shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
+    }
+}
+
+/// Runs the daemon until `shutdown` resolves, then stops the workers and
+/// waits (bounded) for in-flight patches.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
+    let client = kube_client(&config).await?;
+    let all_pods: Api<Pod> = Api::all(client.clone());
+    check_selectors(&all_pods, &config).await?;
+    let cri = CriClient::new(&config.cri_endpoint)?;
+    let cache = PodCache::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // WIRING(obs): replace with the obs helper's `Telemetry` (metrics and the
+    // probe verdicts' events) once its branch is merged.
+    let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);
+    let prober = Prober::new(&config.kube_probe_version, Some(cri.clone()));
+    let (caches, receivers) = ProbeCaches::new();
+    let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer);
+    let patcher = Patcher::new(
+        KubeStatusApi::new(client.clone(), cache.clone()),
+        clock,
+        // WIRING(obs): patches sent/failed counters.
+        Arc::new(NoopPatchObserver),
+        RetryPolicy::default(),
+    );
+    // WIRING(obs): start `server::serve(config.listen, ...)` for /healthz,
+    // /readyz (cache.has_synced()) and /metrics.
+    tracing::info!(
+        node = config.node_name,
+        mode = "gate",
+        cri = cri.endpoint(),
+        selector = config.pod_selector.as_deref().unwrap_or(""),
+        listen = %config.listen,
+        "podprobe starting"
+    );
+    let events = pods::watch(all_pods, watcher_config(&config), cache.clone());
+    let daemon = Daemon {
+        manager,
+        patcher,
+        cri,
+        cache,
+        pods: HashMap::new(),
+        killing: Arc::new(Mutex::new(HashSet::new())),
+    };
+    daemon.run(events, receivers, shutdown).await;
+    Ok(())
+}
+
+async fn kube_client(config: &Config) -> Result<kube::Client, DaemonError> {
+    let kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| DaemonError::Kubeconfig(format!("{}: {e}", path.display())))?;
+            let options = kube::config::KubeConfigOptions::default();
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| DaemonError::Kubeconfig(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
+    };
+    kube::Client::try_from(kube_config).map_err(DaemonError::Client)
+}
+
+fn watcher_config(config: &Config) -> watcher::Config {
+    let watch = watcher::Config::default().fields(&config.field_selector());
+    match &config.pod_selector {
+        Some(labels) => watch.labels(labels),
+        None => watch,
+    }
+}
+
+/// Fails fast when the API server rejects the selectors (400); anything else
+/// (unreachable, forbidden for now) is left to the watch's retries.
+async fn check_selectors(pods: &Api<Pod>, config: &Config) -> Result<(), DaemonError> {
+    let fields = config.field_selector();
+    let labels = config.pod_selector.clone().unwrap_or_default();
+    let mut params = ListParams::default().fields(&fields).limit(1);
+    if !labels.is_empty() {
+        params = params.labels(&labels);
+    }
+    match pods.list_metadata(&params).await {
+        Err(kube::Error::Api(status)) if status.code == 400 => Err(DaemonError::Selector {
+            fields,
+            labels,
+            source: kube::Error::Api(status),
+        }),
+        Err(error) => {
+            tracing::warn!(%error, "cannot list pods yet; the watch keeps trying");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+type Manager = ProberManager<Prober, Arc<PodCache>>;
+
+/// What the daemon knows about one pod, by UID.
+struct Tracked {
+    /// The annotation value this state was derived from.
+    annotation: Option<String>,
+    probes: Option<Probes>,
+}
+
+/// A pod's valid annotated probes, in both shapes the core uses.
+struct Probes {
+    annotated: Arc<AnnotatedProbes>,
+    manager: PodProbes,
+}
+
+struct Daemon {
+    manager: Manager,
+    patcher: Patcher<KubeStatusApi>,
+    cri: CriClient,
+    cache: Arc<PodCache>,
+    pods: HashMap<String, Tracked>,
+    /// Container IDs being (or already) stopped for a probe failure.
+    killing: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Daemon {
+    async fn run(
+        mut self,
+        events: impl Stream<Item = PodEvent>,
+        mut results: ResultReceivers,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let mut events = std::pin::pin!(events);
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut resync = tokio::time::interval(RESYNC_PERIOD);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(event) = events.next() => self.on_pod_event(event),
+                Some(update) = results.readiness.recv() => self.on_result(&update),
+                Some(update) = results.startup.recv() => self.on_result(&update),
+                Some(update) = results.liveness.recv() => self.on_result(&update),
+                _ = resync.tick() => self.resync(),
+            }
+        }
+        self.shutdown(results).await;
+    }
+
+    async fn shutdown(self, results: ResultReceivers) {
+        tracing::info!(
+            workers = self.manager.worker_count(),
+            "stopping probe workers"
+        );
+        self.manager.cleanup_pods(&HashSet::new());
+        // Workers waiting to report a result must not wait for us any more.
+        drop(results);
+        if !self.patcher.shutdown(SHUTDOWN_TIMEOUT).await {
+            tracing::warn!("some pod status patches were still in flight at shutdown");
+        }
+        tracing::info!("podprobe stopped");
+    }
+
+    fn on_pod_event(&mut self, event: PodEvent) {
+        match event {
+            PodEvent::Applied(pod) => self.on_pod_applied(&pod),
+            PodEvent::Deleted(pod) => self.on_pod_deleted(&pod),
+            PodEvent::Synced => {
+                // W13: workers of pods the relist no longer has.
+                self.manager.cleanup_pods(&self.cache.uids());
+            }
+        }
+    }
+
+    fn on_pod_applied(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        self.track(&uid, pod);
+        if self.pods.get(&uid).is_none_or(|t| t.probes.is_none()) {
+            return;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            // W11: a terminating pod keeps only its readiness workers.
+            self.manager.stop_liveness_and_startup(pod);
+        }
+        self.sync_pod(pod);
+    }
+
+    /// First sight of a pod, or a change of its annotation: parses the
+    /// annotation and starts workers. Probes that already run are kept, as
+    /// the kubelet keeps a worker's probe for the pod's lifetime.
+    fn track(&mut self, uid: &str, pod: &Pod) {
+        let annotation = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROBES_ANNOTATION))
+            .cloned();
+        match self.pods.get(uid) {
+            Some(tracked) if tracked.annotation == annotation => return,
+            Some(tracked) if tracked.probes.is_some() => {
+                tracing::warn!(
+                    pod = pod_name(pod),
+                    namespace = pod_namespace(pod),
+                    "podprobe.io/probes changed on a running pod; the probes it started with keep running \
+                     (recreate the pod to change them)"
+                );
+                if let Some(tracked) = self.pods.get_mut(uid) {
+                    tracked.annotation = annotation;
+                }
+                return;
+            }
+            _ => {}
+        }
+        let probes = annotation.as_ref().and_then(|_| self.parse(pod));
+        if let Some(probes) = &probes {
+            tracing::info!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                probes = probes.annotated.iter().count(),
+                "probing pod"
+            );
+            self.cache.set_started(uid, seed_started(pod));
+            self.manager.add_pod(pod, &probes.manager);
+        }
+        self.pods
+            .insert(uid.to_string(), Tracked { annotation, probes });
+    }
+
+    fn parse(&self, pod: &Pod) -> Option<Probes> {
+        match pod_probes(pod) {
+            Ok(annotated) => {
+                let manager = manager_probes(&annotated);
+                Some(Probes {
+                    annotated: Arc::new(annotated),
+                    manager,
+                })
+            }
+            Err(error) => {
+                tracing::warn!(
+                    pod = pod_name(pod),
+                    namespace = pod_namespace(pod),
+                    %error,
+                    "ignoring the pod's probes: invalid annotation"
+                );
+                // WIRING(obs): record a Warning event `ProbeAnnotationInvalid`
+                // with `error.to_string()` on the pod through the recorder.
+                let _ = REASON_ANNOTATION_INVALID;
+                None
+            }
+        }
+    }
+
+    fn on_pod_deleted(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        if self.pods.remove(uid).is_some_and(|t| t.probes.is_some()) {
+            tracing::info!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                "pod deleted; stopping its probes"
+            );
+        }
+        self.manager.remove_pod(pod);
+        self.patcher.forget(uid);
+        self.cache.forget_started(uid);
+        let ids = container_ids(pod);
+        let mut killing = self.killing.lock().unwrap_or_else(PoisonError::into_inner);
+        killing.retain(|id| !ids.contains(id));
+    }
+
+    /// K1: a cached result changed.
+    fn on_result(&mut self, update: &ResultUpdate) {
+        let Some(pod) = self.cache.get(&update.pod_uid) else {
+            return;
+        };
+        tracing::debug!(
+            pod = pod_name(&pod),
+            namespace = pod_namespace(&pod),
+            probe = %update.kind,
+            result = ?update.result,
+            "probe result changed"
+        );
+        self.sync_pod(&pod);
+    }
+
+    fn resync(&mut self) {
+        for pod in self.cache.pods() {
+            let probed = pod
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|uid| self.pods.get(uid))
+                .is_some_and(|t| t.probes.is_some());
+            if probed {
+                self.sync_pod(&pod);
+            }
+        }
+    }
+
+    /// Recomputes podprobe's verdicts for `pod`, submits the desired gate
+    /// condition and stops containers whose liveness or startup probe failed.
+    fn sync_pod(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        let Some(probes) = self.pods.get(uid).and_then(|t| t.probes.as_ref()) else {
+            return;
+        };
+        let mut status = pod.status.clone().unwrap_or_default();
+        rebuild(&mut status, &self.cache.started(uid));
+        self.manager
+            .update_pod_status_with(pod, &probes.manager, gate_is_true(pod), &mut status);
+        let views = views(&status);
+        self.cache.set_started(uid, started_by_id(&views));
+        self.patcher.submit(Intent {
+            namespace: pod_namespace(pod).to_string(),
+            name: pod_name(pod).to_string(),
+            uid: uid.to_string(),
+            probes: probes.annotated.clone(),
+            views,
+        });
+        if pod.metadata.deletion_timestamp.is_none() {
+            let api_status = pod.status.clone().unwrap_or_default();
+            let kills = probe_kills(pod, &probes.manager, &api_status, &self.manager.view(uid));
+            for kill in kills {
+                self.kill(pod, kill);
+            }
+        }
+    }
+
+    /// K2/K3: stops the container through CRI; the kubelet restarts it.
+    fn kill(&self, pod: &Pod, kill: crate::manager::ProbeKill) {
+        let fresh = self
+            .killing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(kill.container_id.clone());
+        if !fresh {
+            return;
+        }
+        tracing::info!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            container = kill.container,
+            probe = %kill.kind,
+            grace_period_seconds = kill.grace_period_seconds,
+            message = kill.message,
+            "killing container"
+        );
+        // WIRING(obs): record the Normal `Killing` event with `kill.message`
+        // on the container's field path.
+        let cri = self.cri.clone();
+        let killing = self.killing.clone();
+        let (pod_name, namespace) = (pod_name(pod).to_string(), pod_namespace(pod).to_string());
+        tokio::spawn(async move {
+            if let Err(error) = cri
+                .stop_container(&kill.container_id, kill.grace_period_seconds)
+                .await
+            {
+                tracing::warn!(
+                    pod = pod_name,
+                    namespace,
+                    container = kill.container,
+                    %error,
+                    "cannot stop container; will try again"
+                );
+                killing
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&kill.container_id);
+            }
+        });
+    }
+}
+
+/// The status as the kubelet's pod sync rebuilds it before
+/// `UpdatePodStatus`: `ready` false, and `started` as podprobe last derived
+/// it for the same container instance (S1's "already started").
+fn rebuild(status: &mut PodStatus, started: &HashMap<String, bool>) {
+    with_started(status, started);
+    let init = status.init_container_statuses.iter_mut().flatten();
+    for container in init.chain(status.container_statuses.iter_mut().flatten()) {
+        container.ready = false;
+    }
+}
+
+/// podprobe's verdicts, from a status `UpdatePodStatus` filled in.
+fn views(status: &PodStatus) -> Vec<ContainerProbeView> {
+    let init = status.init_container_statuses.iter().flatten();
+    init.chain(status.container_statuses.iter().flatten())
+        .map(|c| ContainerProbeView {
+            name: c.name.clone(),
+            container_id: c.container_id.clone(),
+            started: c.started == Some(true),
+            ready: c.ready,
+        })
+        .collect()
+}
+
+fn started_by_id(views: &[ContainerProbeView]) -> HashMap<String, bool> {
+    views
+        .iter()
+        .filter_map(|v| Some((v.container_id.clone()?, v.started)))
+        .collect()
+}
+
+/// podprobe's `started` on first sight of a pod, for a restart without
+/// flapping: while `podprobe.io/ready` is `True`, every container it was
+/// computed over had started, so each running container that started no
+/// later than the condition's last transition counts as started. (A
+/// container that restarted since then was restarted while no podprobe
+/// watched, and starts over.)
+fn seed_started(pod: &Pod) -> HashMap<String, bool> {
+    let Some(since) = gate_condition(pod)
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+    else {
+        return HashMap::new();
+    };
+    let status = pod.status.as_ref();
+    let init = status.and_then(|s| s.init_container_statuses.as_ref());
+    let regular = status.and_then(|s| s.container_statuses.as_ref());
+    init.into_iter()
+        .flatten()
+        .chain(regular.into_iter().flatten())
+        .filter_map(|c| {
+            let running = c.state.as_ref()?.running.as_ref()?;
+            let started_at = running.started_at.as_ref()?;
+            let id = c.container_id.clone()?;
+            (started_at.0 <= since.0).then_some((id, true))
+        })
+        .collect()
+}
+
+fn gate_condition(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    conditions.iter().find(|c| c.type_ == READY_CONDITION)
+}
+
+/// S4's "pod was Ready" in gate mode: podprobe's own condition, which its
+/// readiness verdicts fed (the pod's `Ready` also folds in the kubelet's
+/// containers and other gates).
+fn gate_is_true(pod: &Pod) -> bool {
+    gate_condition(pod).is_some_and(|c| c.status == "True")
+}
+
+fn manager_probes(annotated: &AnnotatedProbes) -> PodProbes {
+    let mut probes = PodProbes::new();
+    for probe in annotated.iter() {
+        probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
+    }
+    probes
+}
+
+fn container_ids(pod: &Pod) -> HashSet<String> {
+    let status = pod.status.as_ref();
+    let init = status.and_then(|s| s.init_container_statuses.as_ref());
+    let regular = status.and_then(|s| s.container_statuses.as_ref());
+    init.into_iter()
+        .flatten()
+        .chain(regular.into_iter().flatten())
+        .filter_map(|c| c.container_id.clone())
+        .collect()
+}
+
+fn pod_name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn pod_namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or_default()
+}

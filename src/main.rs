@@ -16,11 +16,15 @@ struct Cli {
 enum Command {
     /// Run one probe once and report what the kubelet would conclude.
     Probe(podprobe::oneshot::ProbeArgs),
+    /// Run the node daemon: probe the annotated pods of this node and publish
+    /// their `podprobe.io/ready` condition.
+    Run(podprobe::config::RunArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Probe(args) => podprobe::oneshot::main(args),
+        Command::Run(args) => podprobe::daemon::main(args),
     }
 }

@@ -200,12 +200,25 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
     /// started containers that are not ready yet (W8). `pod` supplies the
     /// spec and its current `Ready` condition (S4).
     pub fn update_pod_status(&self, pod: &Pod, probes: &PodProbes, status: &mut PodStatus) {
+        self.update_pod_status_with(pod, probes, pod_ready_condition(pod), status);
+    }
+
+    /// [`update_pod_status`](Self::update_pod_status) with S4's "pod was
+    /// Ready" given by the caller: gate mode passes its own condition, which
+    /// is what its readiness verdicts fed.
+    pub fn update_pod_status_with(
+        &self,
+        pod: &Pod,
+        probes: &PodProbes,
+        pod_ready: bool,
+        status: &mut PodStatus,
+    ) {
         let pod_uid = pod_uid(pod);
         let inputs = StatusInputs {
             pod,
             probes,
             prober_start: self.context.started_wall,
-            pod_ready: pod_ready_condition(pod),
+            pod_ready,
         };
         let nudges = set_started_and_ready(&inputs, &self.view(pod_uid), status);
         let workers = self.lock();

@@ -1,1 +1,573 @@
-//! metrics (node daemon; being written).
+//! Prometheus metrics of `podprobe run`: the kubelet's prober metrics under
+//! their kubelet names and labels (M1-M5 of `spec/prober.md`), plus
+//! podprobe's own (status patches, workers, pods, ExecSync calls in flight,
+//! events).
+//!
+//! [`Metrics`] is a cheap handle (every field is reference-counted): clone it
+//! into whatever updates a metric. [`Metrics::encode`] renders the
+//! OpenMetrics text that `/metrics` serves ([`CONTENT_TYPE`]).
+//!
+//! The kubelet's series, as exposed (labels sorted by name, like
+//! `client_golang`):
+//!
+//! ```text
+//! prober_probe_total{container,namespace,pod,pod_uid,probe_type,result}
+//! prober_probe_duration_seconds_bucket{container,namespace,pod,probe_type,le}
+//! ```
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::probe::ProbeKind;
+use crate::results::CachedResult;
+use crate::worker::WorkerConfig;
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Prometheus' default histogram buckets (`prometheus.DefBuckets`), which the
+/// kubelet's `prober_probe_duration_seconds` uses.
+pub const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Labels of `prober_probe_total`, in exposition order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ProbeTotalLabels {
+    container: String,
+    namespace: String,
+    pod: String,
+    pod_uid: String,
+    probe_type: ProbeKind,
+    result: &'static str,
+}
+
+/// Labels of `prober_probe_duration_seconds`: no `pod_uid`, no `result`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ProbeDurationLabels {
+    container: String,
+    namespace: String,
+    pod: String,
+    probe_type: ProbeKind,
+}
+
+impl ProbeDurationLabels {
+    fn of(config: &WorkerConfig) -> Self {
+        let meta = &config.pod().metadata;
+        ProbeDurationLabels {
+            container: config.container_name().to_string(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            pod: meta.name.clone().unwrap_or_default(),
+            probe_type: config.kind(),
+        }
+    }
+
+    fn with_result(self, config: &WorkerConfig, result: CachedResult) -> ProbeTotalLabels {
+        ProbeTotalLabels {
+            container: self.container,
+            namespace: self.namespace,
+            pod: self.pod,
+            pod_uid: config.pod_uid().to_string(),
+            probe_type: self.probe_type,
+            result: result_label(result),
+        }
+    }
+}
+
+/// `probe_type` is the kubelet's `probeType.String()`: ProbeKind's Display.
+impl EncodeLabelValue for ProbeKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        write!(encoder, "{self}")
+    }
+}
+
+/// The kubelet's `result` label values.
+fn result_label(result: CachedResult) -> &'static str {
+    match result {
+        CachedResult::Success => "successful",
+        CachedResult::Failure => "failed",
+        CachedResult::Unknown => "unknown",
+    }
+}
+
+/// Outcome of one `pods/status` patch request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PatchOutcome {
+    /// Accepted by the API server.
+    Sent,
+    /// Rejected or not sent; the patcher retries.
+    Failed,
+}
+
+impl PatchOutcome {
+    /// The `outcome` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PatchOutcome::Sent => "sent",
+            PatchOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// What became of one Event podprobe wanted to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventOutcome {
+    /// Accepted by the API server.
+    Recorded,
+    /// Rejected by the API server or not sent because of a transport error.
+    Failed,
+    /// Thrown away because the event queue was full.
+    Dropped,
+}
+
+impl EventOutcome {
+    /// The `outcome` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventOutcome::Recorded => "recorded",
+            EventOutcome::Failed => "failed",
+            EventOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+impl EncodeLabelValue for PatchOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for EventOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PatchLabels {
+    outcome: PatchOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct EventLabels {
+    outcome: EventOutcome,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DEFAULT_BUCKETS)
+}
+
+/// All of podprobe's metrics and the registry that exposes them.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    probe_total: Family<ProbeTotalLabels, Counter>,
+    probe_duration: HistogramFamily<ProbeDurationLabels>,
+    status_patches: Family<PatchLabels, Counter>,
+    events: Family<EventLabels, Counter>,
+    workers: Gauge,
+    pods_watched: Gauge,
+    exec_in_flight: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered and no series yet.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let probe_total = Family::<ProbeTotalLabels, Counter>::default();
+        let probe_duration: HistogramFamily<ProbeDurationLabels> =
+            Family::new_with_constructor(duration_histogram);
+        let status_patches = Family::<PatchLabels, Counter>::default();
+        let events = Family::<EventLabels, Counter>::default();
+        let workers = Gauge::default();
+        let pods_watched = Gauge::default();
+        let exec_in_flight = Gauge::default();
+
+        // Help texts are the kubelet's, with the stability prefix that
+        // component-base adds to non-stable metrics; the encoder appends the
+        // final period. Counter names lose `_total`: the encoder adds it.
+        registry.register(
+            "prober_probe",
+            "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result",
+            probe_total.clone(),
+        );
+        registry.register(
+            "prober_probe_duration_seconds",
+            "[ALPHA] Duration in seconds for a probe response",
+            probe_duration.clone(),
+        );
+        registry.register(
+            "podprobe_status_patches",
+            "Patches of pods/status sent to the API server, by outcome (sent: accepted; failed: an error, retried later)",
+            status_patches.clone(),
+        );
+        registry.register(
+            "podprobe_events",
+            "Kubernetes Events podprobe recorded, failed to record, or dropped because its queue was full",
+            events.clone(),
+        );
+        registry.register(
+            "podprobe_workers",
+            "Probe workers running (one per pod, container and probe type)",
+            workers.clone(),
+        );
+        registry.register(
+            "podprobe_pods_watched",
+            "Pods on this node that the pod watch currently knows",
+            pods_watched.clone(),
+        );
+        registry.register(
+            "podprobe_exec_in_flight",
+            "CRI ExecSync calls of exec probes currently in flight",
+            exec_in_flight.clone(),
+        );
+        // Outcome series exist from the start, so a rate over them is
+        // defined before the first patch or event.
+        for outcome in [PatchOutcome::Sent, PatchOutcome::Failed] {
+            status_patches.get_or_create_owned(&PatchLabels { outcome });
+        }
+        for outcome in [
+            EventOutcome::Recorded,
+            EventOutcome::Failed,
+            EventOutcome::Dropped,
+        ] {
+            events.get_or_create_owned(&EventLabels { outcome });
+        }
+        Metrics {
+            registry: Arc::new(registry),
+            probe_total,
+            probe_duration,
+            status_patches,
+            events,
+            workers,
+            pods_watched,
+            exec_in_flight,
+        }
+    }
+
+    /// Records one completed, error-free probe run of `config`'s worker
+    /// (M2): counts it by result, and observes `duration` for successful
+    /// and unknown results only (M3: failures are not observed).
+    pub fn probe_completed(&self, config: &WorkerConfig, result: CachedResult, duration: Duration) {
+        let duration_labels = ProbeDurationLabels::of(config);
+        if result != CachedResult::Failure {
+            self.probe_duration
+                .get_or_create(&duration_labels)
+                .observe(duration.as_secs_f64());
+        }
+        self.probe_total
+            .get_or_create(&duration_labels.with_result(config, result))
+            .inc();
+    }
+
+    /// Deletes every series of `config`'s worker (M5): its three
+    /// `prober_probe_total` series and its `prober_probe_duration_seconds`.
+    pub fn worker_stopped(&self, config: &WorkerConfig) {
+        let duration_labels = ProbeDurationLabels::of(config);
+        for result in [
+            CachedResult::Success,
+            CachedResult::Failure,
+            CachedResult::Unknown,
+        ] {
+            self.probe_total
+                .remove(&duration_labels.clone().with_result(config, result));
+        }
+        self.probe_duration.remove(&duration_labels);
+    }
+
+    /// Counts one `pods/status` patch request.
+    pub fn status_patch(&self, outcome: PatchOutcome) {
+        self.status_patches
+            .get_or_create(&PatchLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one Event by what became of it.
+    pub fn event(&self, outcome: EventOutcome) {
+        self.events.get_or_create(&EventLabels { outcome }).inc();
+    }
+
+    /// Sets the number of probe workers running.
+    pub fn set_workers(&self, count: usize) {
+        self.workers.set(gauge_value(count));
+    }
+
+    /// Sets the number of pods the pod watch knows.
+    pub fn set_pods_watched(&self, count: usize) {
+        self.pods_watched.set(gauge_value(count));
+    }
+
+    /// The `podprobe_exec_in_flight` gauge, for the exec probe path.
+    pub fn exec_in_flight(&self) -> InFlightGauge {
+        InFlightGauge(self.exec_in_flight.clone())
+    }
+
+    /// The OpenMetrics text exposition of every metric, `# EOF` included.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail, and no metric here has a value
+        // the encoder rejects.
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::error!(%error, "cannot encode metrics");
+        }
+        text
+    }
+}
+
+fn gauge_value(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// A gauge of operations in flight; [`InFlightGauge::enter`] counts one until
+/// its guard drops, so an early return or a cancelled future cannot leak it.
+#[derive(Debug, Clone, Default)]
+pub struct InFlightGauge(Gauge);
+
+impl InFlightGauge {
+    /// Counts one operation until the returned guard is dropped.
+    #[must_use = "the operation counts only while the guard is alive"]
+    pub fn enter(&self) -> InFlightGuard {
+        self.0.inc();
+        InFlightGuard(self.0.clone())
+    }
+}
+
+/// Counts one operation in flight while alive (see [`InFlightGauge`]).
+#[derive(Debug)]
+pub struct InFlightGuard(Gauge);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::worker::testing::{container, pod, probe_spec};
+
+    fn readiness_worker() -> WorkerConfig {
+        let pod = pod("uid-1", vec![container("app")], vec![]);
+        WorkerConfig::new(
+            ProbeKind::Readiness,
+            probe_spec(10, 0, 1, 3),
+            Arc::new(pod),
+            container("app"),
+        )
+    }
+
+    /// The exposition lines of the metric family `name` (samples, without
+    /// HELP/TYPE), in order.
+    fn samples(metrics: &Metrics, name: &str) -> Vec<String> {
+        metrics
+            .encode()
+            .lines()
+            .filter(|line| line.starts_with(name))
+            .map(str::to_string)
+            .collect()
+    }
+
+    const TOTAL_LABELS: &str = r#"container="app",namespace="default",pod="pod-uid-1",pod_uid="uid-1",probe_type="Readiness""#;
+    const DURATION_LABELS: &str =
+        r#"container="app",namespace="default",pod="pod-uid-1",probe_type="Readiness""#;
+
+    #[test]
+    fn m1_help_and_type_lines_match_the_kubelet() {
+        let metrics = Metrics::new();
+        metrics.probe_completed(&readiness_worker(), CachedResult::Success, Duration::ZERO);
+        let text = metrics.encode();
+        assert!(text.contains(
+            "# HELP prober_probe [BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe counter\n"
+        ), "{text}");
+        assert!(text.contains(
+            "# HELP prober_probe_duration_seconds [ALPHA] Duration in seconds for a probe response.\n# TYPE prober_probe_duration_seconds histogram\n"
+        ), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn m2_m3_successful_run_is_counted_and_observed() {
+        let metrics = Metrics::new();
+        let config = readiness_worker();
+        metrics.probe_completed(&config, CachedResult::Success, Duration::from_millis(30));
+
+        assert_eq!(
+            samples(&metrics, "prober_probe_total"),
+            [format!(
+                r#"prober_probe_total{{{TOTAL_LABELS},result="successful"}} 1"#
+            )]
+        );
+        let duration = samples(&metrics, "prober_probe_duration_seconds");
+        let bucket = |le: &str, n: u32| {
+            format!(r#"prober_probe_duration_seconds_bucket{{le="{le}",{DURATION_LABELS}}} {n}"#)
+        };
+        let mut expected = vec![
+            format!("prober_probe_duration_seconds_sum{{{DURATION_LABELS}}} 0.03"),
+            format!("prober_probe_duration_seconds_count{{{DURATION_LABELS}}} 1"),
+        ];
+        for (le, n) in [
+            ("0.005", 0),
+            ("0.01", 0),
+            ("0.025", 0),
+            ("0.05", 1),
+            ("0.1", 1),
+            ("0.25", 1),
+            ("0.5", 1),
+            ("1.0", 1),
+            ("2.5", 1),
+            ("5.0", 1),
+            ("10.0", 1),
+            ("+Inf", 1),
+        ] {
+            expected.push(bucket(le, n));
+        }
+        assert_eq!(duration, expected);
+    }
+
+    #[test]
+    fn m3_failed_run_is_counted_but_not_observed() {
+        let metrics = Metrics::new();
+        let config = readiness_worker();
+        metrics.probe_completed(&config, CachedResult::Failure, Duration::from_millis(30));
+        metrics.probe_completed(&config, CachedResult::Failure, Duration::from_millis(30));
+
+        assert_eq!(
+            samples(&metrics, "prober_probe_total"),
+            [format!(
+                r#"prober_probe_total{{{TOTAL_LABELS},result="failed"}} 2"#
+            )]
+        );
+        assert_eq!(
+            samples(&metrics, "prober_probe_duration_seconds_"),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn m3_unknown_run_is_counted_and_observed() {
+        let metrics = Metrics::new();
+        metrics.probe_completed(&readiness_worker(), CachedResult::Unknown, Duration::ZERO);
+
+        assert_eq!(
+            samples(&metrics, "prober_probe_total"),
+            [format!(
+                r#"prober_probe_total{{{TOTAL_LABELS},result="unknown"}} 1"#
+            )]
+        );
+        assert!(
+            samples(&metrics, "prober_probe_duration_seconds_count").contains(&format!(
+                "prober_probe_duration_seconds_count{{{DURATION_LABELS}}} 1"
+            ))
+        );
+    }
+
+    #[test]
+    fn m5_worker_stop_deletes_its_series_only() {
+        let metrics = Metrics::new();
+        let stopped = readiness_worker();
+        let other_pod = pod("uid-2", vec![container("app")], vec![]);
+        let other = WorkerConfig::new(
+            ProbeKind::Liveness,
+            probe_spec(10, 0, 1, 3),
+            Arc::new(other_pod),
+            container("app"),
+        );
+        for result in [
+            CachedResult::Success,
+            CachedResult::Failure,
+            CachedResult::Unknown,
+        ] {
+            metrics.probe_completed(&stopped, result, Duration::ZERO);
+        }
+        metrics.probe_completed(&other, CachedResult::Success, Duration::ZERO);
+
+        metrics.worker_stopped(&stopped);
+
+        assert_eq!(
+            samples(&metrics, "prober_probe_total"),
+            [
+                r#"prober_probe_total{container="app",namespace="default",pod="pod-uid-2",pod_uid="uid-2",probe_type="Liveness",result="successful"} 1"#
+            ]
+        );
+        assert_eq!(
+            samples(&metrics, "prober_probe_duration_seconds_count"),
+            [
+                r#"prober_probe_duration_seconds_count{container="app",namespace="default",pod="pod-uid-2",probe_type="Liveness"} 1"#
+            ]
+        );
+    }
+
+    #[test]
+    fn own_metrics_are_exposed_by_name() {
+        let metrics = Metrics::new();
+        metrics.status_patch(PatchOutcome::Sent);
+        metrics.status_patch(PatchOutcome::Sent);
+        metrics.status_patch(PatchOutcome::Failed);
+        metrics.event(EventOutcome::Dropped);
+        metrics.set_workers(3);
+        metrics.set_pods_watched(2);
+
+        let text = metrics.encode();
+        for line in [
+            r#"podprobe_status_patches_total{outcome="sent"} 2"#,
+            r#"podprobe_status_patches_total{outcome="failed"} 1"#,
+            r#"podprobe_events_total{outcome="dropped"} 1"#,
+            r#"podprobe_events_total{outcome="recorded"} 0"#,
+            "podprobe_workers 3",
+            "podprobe_pods_watched 2",
+            "podprobe_exec_in_flight 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn exec_in_flight_counts_live_guards() {
+        let metrics = Metrics::new();
+        let gauge = metrics.exec_in_flight();
+        let first = gauge.enter();
+        let second = gauge.enter();
+        assert!(
+            metrics
+                .encode()
+                .lines()
+                .any(|l| l == "podprobe_exec_in_flight 2")
+        );
+        drop(first);
+        drop(second);
+        assert!(
+            metrics
+                .encode()
+                .lines()
+                .any(|l| l == "podprobe_exec_in_flight 0")
+        );
+    }
+}

@@ -1,1 +1,313 @@
-//! pods (node daemon; being written).
+//! The node-scoped pod watch: every pod bound to this node (field selector
+//! `spec.nodeName=<node>`, plus the optional label selector), kept in a
+//! [`PodCache`] by UID and turned into a stream of [`PodEvent`]s.
+//!
+//! The cache is the workers' view of pod status ([`StatusSource`]): container
+//! IDs, states and the pod IP as the API server last reported them, with
+//! `started` as podprobe itself last derived it. The API's `started` is the
+//! kubelet's, which knows nothing of annotated startup probes; the workers
+//! must see podprobe's, as the kubelet's workers see the kubelet's status
+//! manager's (D10). The watch relists and reconnects on API errors with kube-runtime's
+//! default backoff; a relist that no longer contains a pod reports it as
+//! deleted, so no worker outlives its pod.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+
+use crate::worker::StatusSource;
+
+/// A pod appeared or changed, or went away.
+#[derive(Debug, Clone)]
+pub enum PodEvent {
+    Applied(Arc<Pod>),
+    Deleted(Arc<Pod>),
+    /// The watch (re)listed every pod; the cache now holds exactly these.
+    Synced,
+}
+
+/// The latest object of every watched pod, by UID.
+#[derive(Debug, Default)]
+pub struct PodCache {
+    pods: RwLock<HashMap<String, Arc<Pod>>>,
+    /// podprobe's `started` by pod UID and container ID.
+    started: RwLock<HashMap<String, HashMap<String, bool>>>,
+    synced: AtomicBool,
+}
+
+impl PodCache {
+    pub fn new() -> Arc<PodCache> {
+        Arc::new(PodCache::default())
+    }
+
+    /// The latest object of the pod with `uid`.
+    pub fn get(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.read().get(uid).cloned()
+    }
+
+    /// Every cached pod.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// UIDs of every cached pod.
+    pub fn uids(&self) -> HashSet<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// podprobe's `started` verdicts for the pod's containers, by container ID.
+    pub fn started(&self, uid: &str) -> HashMap<String, bool> {
+        let started = self.started.read().unwrap_or_else(PoisonError::into_inner);
+        started.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// Replaces podprobe's `started` verdicts for the pod with `uid`.
+    pub fn set_started(&self, uid: &str, verdicts: HashMap<String, bool>) {
+        let mut started = self.started.write().unwrap_or_else(PoisonError::into_inner);
+        started.insert(uid.to_string(), verdicts);
+    }
+
+    /// Forgets podprobe's verdicts for a pod that went away.
+    pub fn forget_started(&self, uid: &str) {
+        let mut started = self.started.write().unwrap_or_else(PoisonError::into_inner);
+        started.remove(uid);
+    }
+
+    /// Whether the watch has listed the node's pods at least once.
+    pub fn has_synced(&self) -> bool {
+        self.synced.load(Ordering::Relaxed)
+    }
+
+    fn insert(&self, pod: Arc<Pod>) {
+        if let Some(uid) = pod.metadata.uid.clone() {
+            self.write().insert(uid, pod);
+        }
+    }
+
+    fn remove(&self, pod: &Pod) {
+        if let Some(uid) = &pod.metadata.uid {
+            self.write().remove(uid);
+        }
+    }
+
+    /// Drops every pod whose UID is not in `listed` and returns them.
+    fn retain_listed(&self, listed: &HashSet<String>) -> Vec<Arc<Pod>> {
+        let mut pods = self.write();
+        let gone: Vec<String> = pods
+            .keys()
+            .filter(|uid| !listed.contains(*uid))
+            .cloned()
+            .collect();
+        gone.iter().filter_map(|uid| pods.remove(uid)).collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Pod>>> {
+        self.pods.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Pod>>> {
+        self.pods.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl StatusSource for PodCache {
+    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
+        let mut status = self.get(pod_uid)?.status.clone()?;
+        let started = self.started(pod_uid);
+        with_started(&mut status, &started);
+        Some(status)
+    }
+}
+
+/// Sets `started` of every container status to the verdict about its
+/// container ID, or to none when there is none yet (a new instance).
+pub fn with_started(status: &mut PodStatus, started: &HashMap<String, bool>) {
+    let init = status.init_container_statuses.iter_mut().flatten();
+    for container in init.chain(status.container_statuses.iter_mut().flatten()) {
+        let id = container.container_id.as_deref().unwrap_or_default();
+        container.started = started.get(id).copied();
+    }
+}
+
+/// Applies watcher events to the cache and says what changed for the daemon.
+/// Pure over the cache, so it is tested without an API server.
+#[derive(Debug, Default)]
+struct Applier {
+    /// UIDs seen since the last `Init`, while a relist is in progress.
+    listing: Option<HashSet<String>>,
+}
+
+impl Applier {
+    fn apply(&mut self, cache: &PodCache, event: Event<Pod>) -> Vec<PodEvent> {
+        match event {
+            Event::Init => {
+                self.listing = Some(HashSet::new());
+                Vec::new()
+            }
+            Event::InitApply(pod) => {
+                if let (Some(listing), Some(uid)) = (&mut self.listing, &pod.metadata.uid) {
+                    listing.insert(uid.clone());
+                }
+                let pod = Arc::new(pod);
+                cache.insert(pod.clone());
+                vec![PodEvent::Applied(pod)]
+            }
+            Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                let mut events: Vec<PodEvent> = cache
+                    .retain_listed(&listed)
+                    .into_iter()
+                    .map(PodEvent::Deleted)
+                    .collect();
+                cache.synced.store(true, Ordering::Relaxed);
+                events.push(PodEvent::Synced);
+                events
+            }
+            Event::Apply(pod) => {
+                let pod = Arc::new(pod);
+                cache.insert(pod.clone());
+                vec![PodEvent::Applied(pod)]
+            }
+            Event::Delete(pod) => {
+                cache.remove(&pod);
+                vec![PodEvent::Deleted(Arc::new(pod))]
+            }
+        }
+    }
+}
+
+/// Watches the pods `api` lists under `config` (field and label selectors),
+/// keeps `cache` current and yields what changed. Never ends: API errors are
+/// logged on the transition and retried with kube-runtime's default backoff
+/// (relisting as needed).
+pub fn watch(
+    api: Api<Pod>,
+    config: watcher::Config,
+    cache: Arc<PodCache>,
+) -> impl Stream<Item = PodEvent> + Send {
+    let mut applier = Applier::default();
+    let mut failing = false;
+    watcher::watcher(api, config)
+        .default_backoff()
+        .flat_map(move |event| {
+            let events = match event {
+                Ok(event) => {
+                    if failing && matches!(event, Event::InitDone) {
+                        tracing::info!(pods = cache.uids().len(), "pod watch recovered");
+                        failing = false;
+                    }
+                    applier.apply(&cache, event)
+                }
+                Err(error) => {
+                    if !failing {
+                        tracing::warn!(%error, "pod watch failed; retrying with backoff");
+                        failing = true;
+                    } else {
+                        tracing::debug!(%error, "pod watch still failing");
+                    }
+                    Vec::new()
+                }
+            };
+            futures::stream::iter(events)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn pod(uid: &str, ip: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("pod-{uid}")),
+                namespace: Some("ns".into()),
+                uid: Some(uid.into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(PodStatus {
+                pod_ip: Some(ip.into()),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn names(events: &[PodEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                PodEvent::Applied(p) => format!("applied {}", p.metadata.uid.as_deref().unwrap()),
+                PodEvent::Deleted(p) => format!("deleted {}", p.metadata.uid.as_deref().unwrap()),
+                PodEvent::Synced => "synced".to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn status_source_returns_latest_status_by_uid() {
+        let cache = PodCache::new();
+        let mut applier = Applier::default();
+        applier.apply(&cache, Event::Apply(pod("a", "10.0.0.1")));
+        applier.apply(&cache, Event::Apply(pod("a", "10.0.0.2")));
+        let status = cache.pod_status("a").unwrap();
+        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.2"));
+        assert!(cache.pod_status("b").is_none());
+        applier.apply(&cache, Event::Delete(pod("a", "10.0.0.2")));
+        assert!(cache.pod_status("a").is_none());
+    }
+
+    #[test]
+    fn status_source_reports_podprobes_started_not_the_kubelets() {
+        use k8s_openapi::api::core::v1::ContainerStatus;
+        let cache = PodCache::new();
+        let mut pod = pod("a", "10.0.0.1");
+        let status = pod.status.as_mut().unwrap();
+        status.container_statuses = Some(
+            ["app", "db"]
+                .map(|name| ContainerStatus {
+                    name: name.into(),
+                    container_id: Some(format!("containerd://{name}")),
+                    started: Some(true),
+                    ..ContainerStatus::default()
+                })
+                .to_vec(),
+        );
+        Applier::default().apply(&cache, Event::Apply(pod));
+        cache.set_started("a", HashMap::from([("containerd://app".into(), false)]));
+        let status = cache.pod_status("a").unwrap();
+        let started: Vec<_> = status
+            .container_statuses
+            .unwrap()
+            .iter()
+            .map(|c| c.started)
+            .collect();
+        assert_eq!(started, [Some(false), None]);
+    }
+
+    #[test]
+    fn relist_reports_pods_missing_from_it_as_deleted() {
+        let cache = PodCache::new();
+        let mut applier = Applier::default();
+        applier.apply(&cache, Event::Apply(pod("a", "10.0.0.1")));
+        applier.apply(&cache, Event::Apply(pod("b", "10.0.0.2")));
+        assert!(!cache.has_synced());
+        let mut events = applier.apply(&cache, Event::Init);
+        events.extend(applier.apply(&cache, Event::InitApply(pod("b", "10.0.0.2"))));
+        events.extend(applier.apply(&cache, Event::InitApply(pod("c", "10.0.0.3"))));
+        events.extend(applier.apply(&cache, Event::InitDone));
+        assert_eq!(
+            names(&events),
+            ["applied b", "applied c", "deleted a", "synced"]
+        );
+        assert_eq!(cache.uids(), HashSet::from(["b".into(), "c".into()]));
+        assert!(cache.has_synced());
+    }
+}

@@ -2,10 +2,11 @@
 //! next to the real kubelet of `hack/local-cluster.sh`, and these tests drive
 //! annotated pods through the API and `kubectl`, as a user would.
 //!
-//! They need root and the cluster up; `hack/test.sh` brings it up, deploys
-//! podprobe and runs them with `--ignored`. Each test has its own namespace.
+//! They need root and the cluster up, so they are `#[ignore]`d in a plain
+//! `cargo test`; `hack/test.sh` brings the cluster up, deploys podprobe and
+//! runs them with `--ignored`. Each test has its own namespace
+//! `podprobe-e2e-<test>-<unique>`.
 
-#[allow(dead_code)]
 #[path = "support/cluster.rs"]
 mod cluster;
 
@@ -14,8 +15,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use cluster::{
-    AGNHOST, BUSYBOX, GATE, PODPROBE_NAMESPACE, PODPROBE_SELECTOR, TestNamespace, condition,
-    condition_field, ensure_podprobe, gated_pod, kubectl, restart_count, running,
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PODPROBE_SELECTOR, cluster,
+    condition, ensure_podprobe, gated_pod, restart_count, running, unique_id,
 };
 
 /// Long enough for a probe period, a status patch and the kubelet's resync,
@@ -26,26 +27,59 @@ const START: Duration = Duration::from_secs(120);
 /// A shell loop that runs until stopped and exits 0 on SIGTERM.
 const SLEEP_LOOP: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 
-fn setup(test: &str) -> TestNamespace {
+fn setup(test: &str) -> Namespace {
     ensure_podprobe();
-    TestNamespace::create(test)
+    Namespace::create(&format!("podprobe-e2e-{test}-{}", unique_id()))
 }
 
 /// A busybox pod running `prelude` then [`SLEEP_LOOP`], gated on podprobe
 /// with `probes` for its container `app`.
 fn busybox_pod(name: &str, prelude: &str, probes: Value) -> Value {
     let script = format!("{prelude}{SLEEP_LOOP}");
-    gated_pod(name, "app", BUSYBOX, &["sh", "-c", &script], &[], probes)
+    gated_pod(
+        name,
+        "app",
+        BUSYBOX_IMAGE,
+        &["sh", "-c", &script],
+        &[],
+        probes,
+    )
 }
 
-fn wait_running(ns: &TestNamespace, pod: &str, container: &str) -> Value {
-    ns.wait_for(START, &format!("pod {pod} running"), || {
-        ns.pod(pod).filter(|p| running(p, container))
+/// A probe that reacts within about a second.
+fn fast(handler: Value) -> Value {
+    let mut probe = handler;
+    probe["periodSeconds"] = json!(1);
+    probe["failureThreshold"] = json!(1);
+    probe
+}
+
+/// `{"readinessProbe": ...}` running `cat /tmp/ready`.
+fn exec_readiness() -> Value {
+    json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))})
+}
+
+fn wait_running(ns: &Namespace, pod: &str, container: &str) -> Value {
+    ns.wait_for(&format!("pod {pod} running"), START, || {
+        let p = ns.pod(pod)?;
+        if running(&p, container) {
+            Ok(p)
+        } else {
+            Err(format!(
+                "containerStatuses {}",
+                p["status"]["containerStatuses"]
+            ))
+        }
     })
 }
 
+/// The status of `pod`'s condition `kind`, if present.
+fn status(pod: &Value, kind: &str) -> Option<String> {
+    condition(pod, kind).map(|(status, _)| status)
+}
+
 /// The READINESS GATES column of `kubectl get pod -o wide` (the last one).
-fn readiness_gates_column(ns: &TestNamespace, pod: &str) -> String {
+fn readiness_gates_column(ns: &Namespace, pod: &str) -> String {
     let line = ns.kubectl(&["get", "pod", pod, "-o", "wide", "--no-headers"]);
     line.split_whitespace()
         .last()
@@ -56,21 +90,33 @@ fn readiness_gates_column(ns: &TestNamespace, pod: &str) -> String {
 /// Waits until `podprobe.io/ready` and `Ready` are both `want` through the
 /// API and `kubectl get pods -o wide` shows the gate as met (`1/1`) or not
 /// (`0/1`); returns the pod.
-fn wait_gate(ns: &TestNamespace, pod: &str, want: bool) -> Value {
-    let status = if want { "True" } else { "False" };
-    let column = if want { "1/1" } else { "0/1" };
-    let what = format!("{pod}: {GATE} and Ready {status}, READINESS GATES {column}");
-    ns.wait_for(FLIP, &what, || {
+fn wait_gate(ns: &Namespace, pod: &str, want: bool) -> Value {
+    let want_status = if want { "True" } else { "False" };
+    let want_column = if want { "1/1" } else { "0/1" };
+    let what = format!("{pod}: {GATE} and Ready {want_status}, READINESS GATES {want_column}");
+    ns.wait_for(&what, FLIP, || {
         let p = ns.pod(pod)?;
-        let api = condition(&p, GATE).as_deref() == Some(status)
-            && condition(&p, "Ready").as_deref() == Some(status);
-        (api && readiness_gates_column(ns, pod) == column).then_some(p)
+        let seen = (
+            status(&p, GATE),
+            status(&p, "Ready"),
+            readiness_gates_column(ns, pod),
+        );
+        let wanted = (
+            Some(want_status.to_string()),
+            Some(want_status.to_string()),
+            want_column.to_string(),
+        );
+        if seen == wanted {
+            Ok(p)
+        } else {
+            Err(format!("(gate, Ready, READINESS GATES) = {seen:?}"))
+        }
     })
 }
 
-/// Creates `pod`, waits for its container `app`-like first container to
-/// run and for the gate to be `initially`, then flips it with `flip` and back
-/// with `flip_back`, each seen through the API and kubectl.
+/// Creates `pod`, waits for its first container to run and for the gate to
+/// be `initially`, then flips it with the shell command `flip` and back with
+/// `flip_back` (run in the container), each seen through the API and kubectl.
 fn flips_both_ways(test: &str, pod: Value, initially: bool, flip: &str, flip_back: &str) {
     let ns = setup(test);
     let name = pod["metadata"]["name"]
@@ -90,22 +136,12 @@ fn flips_both_ways(test: &str, pod: Value, initially: bool, flip: &str, flip_bac
     wait_gate(&ns, &name, initially);
 }
 
-/// A probe that reacts within about a second.
-fn fast(handler: Value) -> Value {
-    let mut probe = handler;
-    probe["periodSeconds"] = json!(1);
-    probe["failureThreshold"] = json!(1);
-    probe
-}
-
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn exec_readiness_flips_both_ways() {
-    let probes =
-        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
     flips_both_ways(
         "exec",
-        busybox_pod("exec", "", probes),
+        busybox_pod("exec", "", exec_readiness()),
         false,
         "touch /tmp/ready",
         "rm /tmp/ready",
@@ -144,13 +180,13 @@ fn tcp_readiness_flips_both_ways() {
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn grpc_readiness_flips_both_ways() {
-    // agnhost grpc-health-checking, as upstream's e2e uses it: SERVING until
+    // agnhost grpc-health-checking, as upstream's e2e runs it: SERVING until
     // told otherwise on its HTTP port.
     let probes = json!({"readinessProbe": fast(json!({"grpc": {"port": 5000}}))});
     let pod = gated_pod(
         "grpc",
         "health",
-        AGNHOST,
+        AGNHOST_IMAGE,
         &[],
         &["grpc-health-checking", "--port=5000", "--http-port=8080"],
         probes,
@@ -164,18 +200,39 @@ fn grpc_readiness_flips_both_ways() {
     );
 }
 
-/// Waits for an event on `pod` with `reason` whose message satisfies `message`.
-fn wait_event(
-    ns: &TestNamespace,
-    pod: &str,
-    reason: &str,
-    message: impl Fn(&str) -> bool,
-) -> Value {
-    ns.wait_for(FLIP, &format!("a {reason} event on {pod}"), || {
-        ns.events_for(pod)
-            .into_iter()
-            .find(|e| e["reason"] == reason && e["message"].as_str().is_some_and(&message))
-    })
+/// Waits for an event on `pod` with `reason` and exactly `message`.
+fn wait_event(ns: &Namespace, pod: &str, reason: &str, message: &str) -> Value {
+    ns.wait_for(
+        &format!("event {reason} {message:?} on {pod}"),
+        FLIP,
+        || {
+            let events = ns.events_for(pod);
+            events
+                .iter()
+                .find(|e| e["reason"] == reason && e["message"] == message)
+                .cloned()
+                .ok_or_else(|| format!("{} events, none matches", events.len()))
+        },
+    )
+}
+
+/// Waits for an event on `pod` with `reason` whose message starts with `prefix`.
+fn wait_event_prefix(ns: &Namespace, pod: &str, reason: &str, prefix: &str) -> Value {
+    ns.wait_for(
+        &format!("event {reason} {prefix:?}... on {pod}"),
+        FLIP,
+        || {
+            let events = ns.events_for(pod);
+            events
+                .iter()
+                .find(|e| {
+                    e["reason"] == reason
+                        && e["message"].as_str().is_some_and(|m| m.starts_with(prefix))
+                })
+                .cloned()
+                .ok_or_else(|| format!("{} events, none matches", events.len()))
+        },
+    )
 }
 
 #[test]
@@ -189,34 +246,34 @@ fn failing_liveness_probe_makes_the_kubelet_restart_the_container() {
     assert_eq!(restart_count(&pod, "app"), Some(0));
 
     ns.exec("live", "rm /tmp/healthy");
-    ns.wait_for(
-        FLIP,
-        "restartCount 1 and the container running again",
-        || {
-            ns.pod("live")
-                .filter(|p| restart_count(p, "app") == Some(1) && running(p, "app"))
-        },
-    );
-    let unhealthy = wait_event(&ns, "live", "Unhealthy", |m| {
-        m.starts_with("Liveness probe failed: ")
+    ns.wait_for("restartCount 1, running again", FLIP, || {
+        let p = ns.pod("live")?;
+        match (restart_count(&p, "app"), running(&p, "app")) {
+            (Some(1), true) => Ok(()),
+            seen => Err(format!("(restartCount, running) = {seen:?}")),
+        }
     });
-    assert_eq!(unhealthy["type"], "Warning");
+    let unhealthy = wait_event_prefix(&ns, "live", "Unhealthy", "Liveness probe failed: ");
+    assert_eq!(unhealthy["type"], "Warning", "{unhealthy:#}");
     assert_eq!(
         unhealthy["involvedObject"]["fieldPath"],
         "spec.containers{app}"
     );
-    let killing = wait_event(&ns, "live", "Killing", |m| {
-        m == "Container app failed liveness probe, will be restarted"
-    });
-    assert_eq!(killing["type"], "Normal");
+    let killing = wait_event(
+        &ns,
+        "live",
+        "Killing",
+        "Container app failed liveness probe, will be restarted",
+    );
+    assert_eq!(killing["type"], "Normal", "{killing:#}");
     assert_eq!(
         killing["involvedObject"]["fieldPath"],
         "spec.containers{app}"
     );
 
     // The restarted container recreates /tmp/healthy: no second kill.
-    ns.holds_for(Duration::from_secs(10), "one restart only", || {
-        match ns.pod("live").and_then(|p| restart_count(&p, "app")) {
+    ns.holds_for("one restart only", Duration::from_secs(10), || {
+        match ns.pod("live").ok().and_then(|p| restart_count(&p, "app")) {
             Some(1) => Ok(()),
             other => Err(format!("restartCount {other:?}")),
         }
@@ -227,79 +284,80 @@ fn failing_liveness_probe_makes_the_kubelet_restart_the_container() {
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn malformed_annotation_yields_an_event_and_leaves_other_pods_alone() {
     let ns = setup("malformed");
-    let good = json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
-    ns.create_pod(&busybox_pod("good", "touch /tmp/ready; ", good));
+    ns.create_pod(&busybox_pod("good", "touch /tmp/ready; ", exec_readiness()));
     let mut bad = busybox_pod("bad", "touch /tmp/ready; ", json!({}));
     bad["metadata"]["annotations"]["podprobe.io/probes"] = json!("{\"app\": {\"readinessProbe\": ");
     ns.create_pod(&bad);
 
     wait_running(&ns, "good", "app");
-    let good_pod = wait_gate(&ns, "good", true);
-    let event = ns.wait_for(FLIP, "an event on bad naming the annotation", || {
-        ns.events_for("bad").into_iter().find(|e| {
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("podprobe.io/probes: invalid JSON"))
-        })
+    let good = wait_gate(&ns, "good", true);
+    let event = ns.wait_for("an event on bad naming the annotation", FLIP, || {
+        let events = ns.events_for("bad");
+        events
+            .iter()
+            .find(|e| {
+                e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("podprobe.io/probes: invalid JSON"))
+            })
+            .cloned()
+            .ok_or_else(|| format!("{} events, none matches", events.len()))
     });
     assert_eq!(event["type"], "Warning", "{event:#}");
 
     // The bad pod is not probed (its gate stays unmet); the good one is
     // untouched.
-    stays_ready(&ns, "good", &good_pod, Duration::from_secs(10));
+    stays_ready(&ns, "good", &good, Duration::from_secs(10));
     let bad = ns.pod("bad").expect("pod bad");
-    assert_ne!(condition(&bad, GATE).as_deref(), Some("True"), "{bad:#}");
+    assert_ne!(status(&bad, GATE).as_deref(), Some("True"), "{bad:#}");
 }
 
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn ready_stays_stable_while_the_kubelet_syncs() {
     let ns = setup("stable");
-    let probes =
-        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
-    ns.create_pod(&busybox_pod("steady", "touch /tmp/ready; ", probes));
+    ns.create_pod(&busybox_pod(
+        "steady",
+        "touch /tmp/ready; ",
+        exec_readiness(),
+    ));
     wait_running(&ns, "steady", "app");
     let pod = wait_gate(&ns, "steady", true);
     stays_ready(&ns, "steady", &pod, Duration::from_secs(60));
 }
 
-/// Checks for `period` that `name` stays Ready with its gate met and neither
-/// condition's `lastTransitionTime` moves from what `pod` shows.
-fn stays_ready(ns: &TestNamespace, name: &str, pod: &Value, period: Duration) {
-    let since = |p: &Value, kind: &str| condition_field(p, kind, "lastTransitionTime");
-    let (ready_since, gate_since) = (since(pod, "Ready"), since(pod, GATE));
+/// Checks for `period` that `name` stays Ready with its gate met, neither
+/// condition moving from what `pod` showed (same `lastTransitionTime`).
+fn stays_ready(ns: &Namespace, name: &str, pod: &Value, period: Duration) {
+    let want = (condition(pod, "Ready"), condition(pod, GATE));
+    assert_eq!(status(pod, "Ready").as_deref(), Some("True"));
+    assert_eq!(status(pod, GATE).as_deref(), Some("True"));
     ns.holds_for(
-        period,
         &format!("{name} Ready without a transition"),
+        period,
         || {
-            let p = ns.pod(name).ok_or("pod gone")?;
-            let now = (
-                condition(&p, "Ready"),
-                condition(&p, GATE),
-                since(&p, "Ready"),
-                since(&p, GATE),
-            );
-            let want = (
-                Some("True".to_string()),
-                Some("True".to_string()),
-                ready_since.clone(),
-                gate_since.clone(),
-            );
-            if now == want {
+            let p = ns.pod(name)?;
+            let seen = (condition(&p, "Ready"), condition(&p, GATE));
+            if seen == want {
                 Ok(())
             } else {
-                Err(format!(
-                    "(Ready, gate, their lastTransitionTimes) = {now:?}, want {want:?}"
-                ))
+                Err(format!("(Ready, gate) = {seen:?}, want {want:?}"))
             }
         },
     );
 }
 
-/// The names of podprobe's DaemonSet pods that are Ready.
+/// The names of podprobe's DaemonSet pods that are Ready and not going away.
 fn ready_podprobe_pods() -> Vec<String> {
-    let list = kubectl()
-        .get_json(&["-n", PODPROBE_NAMESPACE, "pods", "-l", PODPROBE_SELECTOR])
+    let list = cluster()
+        .json(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            PODPROBE_SELECTOR,
+        ])
         .unwrap_or(Value::Null);
     list["items"]
         .as_array()
@@ -307,7 +365,7 @@ fn ready_podprobe_pods() -> Vec<String> {
         .flatten()
         .filter(|p| {
             p["metadata"]["deletionTimestamp"].is_null()
-                && condition(p, "Ready").as_deref() == Some("True")
+                && status(p, "Ready").as_deref() == Some("True")
         })
         .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
         .collect()
@@ -317,11 +375,10 @@ fn ready_podprobe_pods() -> Vec<String> {
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn restarting_podprobe_flips_no_pod() {
     let ns = setup("restart");
-    let probes =
-        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
-    ns.create_pod(&busybox_pod("calm", "touch /tmp/ready; ", probes));
+    ns.create_pod(&busybox_pod("calm", "touch /tmp/ready; ", exec_readiness()));
     wait_running(&ns, "calm", "app");
     let pod = wait_gate(&ns, "calm", true);
+    let want = (condition(&pod, "Ready"), condition(&pod, GATE));
 
     let before = ready_podprobe_pods();
     assert!(
@@ -331,22 +388,25 @@ fn restarting_podprobe_flips_no_pod() {
     );
     let mut args = vec!["-n", PODPROBE_NAMESPACE, "delete", "pod", "--wait=false"];
     args.extend(before.iter().map(String::as_str));
-    kubectl().run(&args);
+    cluster().kubectl(&args).expect("delete podprobe's pods");
 
-    // The pod stays Ready while podprobe is gone, while the DaemonSet's new
-    // pod starts, and for a while after it took over.
-    let since = |p: &Value| condition_field(p, "Ready", "lastTransitionTime");
-    let ready_since = since(&pod);
-    ns.wait_for(START, "a new Ready podprobe pod", || {
+    // The pod stays Ready while podprobe is gone and while the DaemonSet's
+    // new pod starts and takes over, and for a while after.
+    ns.wait_for("a new Ready podprobe pod", START, || {
         let p = ns.pod("calm")?;
+        let seen = (condition(&p, "Ready"), condition(&p, GATE));
         assert_eq!(
-            (condition(&p, "Ready").as_deref(), since(&p)),
-            (Some("True"), ready_since.clone()),
-            "calm flipped while podprobe restarted\n{}",
+            seen,
+            want,
+            "calm moved while podprobe restarted\n{}",
             ns.diagnostics()
         );
         let now = ready_podprobe_pods();
-        (!now.is_empty() && now.iter().all(|n| !before.contains(n))).then_some(())
+        if !now.is_empty() && now.iter().all(|n| !before.contains(n)) {
+            Ok(())
+        } else {
+            Err(format!("Ready podprobe pods: {now:?}"))
+        }
     });
     stays_ready(&ns, "calm", &pod, Duration::from_secs(15));
 }
@@ -362,14 +422,12 @@ fn readiness_waits_for_the_startup_probe() {
     ns.create_pod(&busybox_pod("slow", "", probes));
     wait_running(&ns, "slow", "app");
     ns.holds_for(
-        Duration::from_secs(8),
         "the gate unmet before startup",
+        Duration::from_secs(8),
         || {
-            let p = ns.pod("slow").ok_or("pod gone")?;
-            match condition(&p, GATE).as_deref() {
-                Some("True") => {
-                    Err("podprobe.io/ready True before the startup probe succeeded".into())
-                }
+            let p = ns.pod("slow")?;
+            match status(&p, GATE).as_deref() {
+                Some("True") => Err(format!("{GATE} True before the startup probe succeeded")),
                 _ => Ok(()),
             }
         },
@@ -382,8 +440,8 @@ fn readiness_waits_for_the_startup_probe() {
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn failing_startup_probe_restarts_the_container_with_the_probe_grace_period() {
     let ns = setup("startupfail");
-    // The container ignores SIGTERM and the pod allows 120 s for it to stop:
-    // only the probe's own 1 s grace period makes the restart quick.
+    // The container ignores SIGTERM and the pod allows 120 s to stop: only the
+    // probe's own 1 s grace period makes the restart quick.
     let probes = json!({"startupProbe": {
         "exec": {"command": ["cat", "/tmp/never"]},
         "periodSeconds": 1, "failureThreshold": 2, "terminationGracePeriodSeconds": 1,
@@ -391,7 +449,7 @@ fn failing_startup_probe_restarts_the_container_with_the_probe_grace_period() {
     let mut pod = gated_pod(
         "stuck",
         "app",
-        BUSYBOX,
+        BUSYBOX_IMAGE,
         &["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
         &[],
         probes,
@@ -400,41 +458,45 @@ fn failing_startup_probe_restarts_the_container_with_the_probe_grace_period() {
     ns.create_pod(&pod);
     wait_running(&ns, "stuck", "app");
     ns.wait_for(
-        Duration::from_secs(45),
         "a restart well within the pod's 120 s grace period",
+        Duration::from_secs(45),
         || {
-            ns.pod("stuck")
-                .filter(|p| restart_count(p, "app").is_some_and(|n| n >= 1))
+            let p = ns.pod("stuck")?;
+            match restart_count(&p, "app") {
+                Some(n) if n >= 1 => Ok(()),
+                seen => Err(format!("restartCount {seen:?}")),
+            }
         },
     );
-    wait_event(&ns, "stuck", "Killing", |m| {
-        m == "Container app failed startup probe, will be restarted"
-    });
+    wait_event(
+        &ns,
+        "stuck",
+        "Killing",
+        "Container app failed startup probe, will be restarted",
+    );
 }
 
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn recreated_pod_gets_no_stale_status() {
     let ns = setup("recreate");
-    let probes =
-        json!({"readinessProbe": fast(json!({"exec": {"command": ["cat", "/tmp/ready"]}}))});
     ns.create_pod(&busybox_pod(
         "phoenix",
         "touch /tmp/ready; ",
-        probes.clone(),
+        exec_readiness(),
     ));
     wait_running(&ns, "phoenix", "app");
     let old = wait_gate(&ns, "phoenix", true);
     ns.kubectl(&["delete", "pod", "phoenix", "--wait=true"]);
 
     // Same name, but its probe fails: nothing may carry the old pod's True over.
-    ns.create_pod(&busybox_pod("phoenix", "", probes));
+    ns.create_pod(&busybox_pod("phoenix", "", exec_readiness()));
     let new = wait_running(&ns, "phoenix", "app");
     assert_ne!(new["metadata"]["uid"], old["metadata"]["uid"]);
-    ns.holds_for(Duration::from_secs(10), "the new pod's gate unmet", || {
-        let p = ns.pod("phoenix").ok_or("pod gone")?;
-        match condition(&p, GATE).as_deref() {
-            Some("True") => Err("the recreated pod's podprobe.io/ready is True".into()),
+    ns.holds_for("the new pod's gate unmet", Duration::from_secs(10), || {
+        let p = ns.pod("phoenix")?;
+        match status(&p, GATE).as_deref() {
+            Some("True") => Err(format!("the recreated pod's {GATE} is True")),
             _ => Ok(()),
         }
     });

@@ -1,1 +1,737 @@
-//! Sends desired status to the API server (being written).
+//! Sends desired status to the API server: strategic-merge patches of
+//! `pods/<name>/status`, one pod at a time.
+//!
+//! The daemon [`submit`](Patcher::submit)s an [`Intent`] (the pod's identity
+//! and podprobe's verdicts) whenever something may have changed. Per pod UID
+//! there is one task with one in-flight patch; intents that arrive meanwhile
+//! coalesce and only the latest is sent. What to send is decided by the pure
+//! [`decide`] against the freshest pod object podprobe knows: the watch's
+//! cache, with podprobe's own condition as the API server last returned it
+//! (the watch may lag behind our own write, and only podprobe writes that
+//! condition). Errors are retried with bounded exponential backoff; on a
+//! conflict (the UID precondition failed) or a 404 the pod is read again and
+//! the patch rebuilt, and a pod whose UID changed is never patched: every
+//! patch carries the UID precondition.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::annotation::AnnotatedProbes;
+use super::conditions::replace_or_append;
+use super::{
+    ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_gate_status,
+};
+use crate::pods::PodCache;
+use crate::worker::Clock;
+use kube::api::{Patch, PatchParams};
+
+/// What podprobe wants for one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    pub namespace: String,
+    pub name: String,
+    /// The pod the verdicts are about; a pod with another UID is never patched.
+    pub uid: String,
+    pub probes: Arc<AnnotatedProbes>,
+    pub views: Vec<ContainerProbeView>,
+}
+
+/// What to do for an intent, given the pod as the API server has it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Send this patch body.
+    Send(Value),
+    /// The owned fields already have the desired values.
+    Unchanged,
+    /// The pod no longer exists.
+    PodGone,
+    /// A pod of that name exists, but it is another pod (recreated).
+    UidChanged,
+}
+
+/// The pure decision: the gate-mode patch that takes `pod` to the intent's
+/// desired status at `now`, if any.
+pub fn decide(pod: Option<&Pod>, intent: &Intent, now: &Time) -> Result<Decision, PatchError> {
+    let Some(pod) = pod else {
+        return Ok(Decision::PodGone);
+    };
+    if pod.metadata.uid.as_deref() != Some(intent.uid.as_str()) {
+        return Ok(Decision::UidChanged);
+    }
+    let desired = desired_gate_status(pod, &intent.probes, &intent.views, now);
+    Ok(match build_patch(Mode::Gate, pod, &desired)? {
+        Some(patch) => Decision::Send(patch),
+        None => Decision::Unchanged,
+    })
+}
+
+/// A failed API request, classified by what the patcher does next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 409: the UID precondition failed (or another conflict): re-read.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// 404: the pod is gone, or was just recreated: re-read.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Anything else (network, 5xx, throttling, ...): retry as is.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(error: kube::Error) -> Self {
+        match &error {
+            kube::Error::Api(status) if status.is_conflict() => {
+                ApiError::Conflict(error.to_string())
+            }
+            kube::Error::Api(status) if status.is_not_found() => {
+                ApiError::NotFound(error.to_string())
+            }
+            _ => ApiError::Other(error.to_string()),
+        }
+    }
+}
+
+/// The patcher's I/O: the cached pod, a fresh read and the patch itself.
+pub trait StatusApi: Send + Sync + 'static {
+    /// The pod with `uid` as the watch last saw it.
+    fn cached(&self, uid: &str) -> Option<Arc<Pod>>;
+    /// Reads the pod from the API server; `None` when it does not exist.
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Pod>, ApiError>> + Send;
+    /// Sends a strategic-merge patch to `pods/<name>/status`; returns the
+    /// pod as the API server now has it.
+    fn patch_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> impl Future<Output = Result<Pod, ApiError>> + Send;
+}
+
+/// [`StatusApi`] over a kube client and the watch's [`PodCache`].
+#[derive(Clone)]
+pub struct KubeStatusApi {
+    client: kube::Client,
+    cache: Arc<PodCache>,
+}
+
+impl KubeStatusApi {
+    pub fn new(client: kube::Client, cache: Arc<PodCache>) -> Self {
+        KubeStatusApi { client, cache }
+    }
+
+    fn api(&self, namespace: &str) -> kube::Api<Pod> {
+        kube::Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+/// Field manager of podprobe's writes (shown in `managedFields`).
+pub const FIELD_MANAGER: &str = "podprobe";
+
+impl StatusApi for KubeStatusApi {
+    fn cached(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.cache.get(uid)
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+        Ok(self.api(namespace).get_opt(name).await?)
+    }
+
+    async fn patch_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Pod, ApiError> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Strategic(patch);
+        Ok(self
+            .api(namespace)
+            .patch_status(name, &params, &patch)
+            .await?)
+    }
+}
+
+/// Counts what the patcher does (metrics).
+pub trait PatchObserver: Send + Sync + 'static {
+    /// A patch was accepted by the API server.
+    fn patch_sent(&self) {}
+    /// A patch request failed (it may be retried).
+    fn patch_failed(&self) {}
+}
+
+/// A [`PatchObserver`] that counts nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopPatchObserver;
+
+impl PatchObserver for NoopPatchObserver {}
+
+/// Bounded exponential backoff between attempts for one intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub initial: Duration,
+    pub max: Duration,
+    /// Attempts per intent before giving up; the daemon's periodic resync
+    /// submits the intent again later.
+    pub attempts: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial: Duration::from_millis(200),
+            max: Duration::from_secs(5),
+            attempts: 6,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after failed attempt number `attempt` (1-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// Coalescing, retrying status patcher.
+pub struct Patcher<A> {
+    shared: Arc<Shared<A>>,
+    pods: Mutex<HashMap<String, watch::Sender<Option<Intent>>>>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+struct Shared<A> {
+    api: A,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn PatchObserver>,
+    policy: RetryPolicy,
+}
+
+impl<A: StatusApi> Patcher<A> {
+    pub fn new(
+        api: A,
+        clock: Arc<dyn Clock>,
+        observer: Arc<dyn PatchObserver>,
+        policy: RetryPolicy,
+    ) -> Self {
+        let shared = Shared {
+            api,
+            clock,
+            observer,
+            policy,
+        };
+        Patcher {
+            shared: Arc::new(shared),
+            pods: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(JoinSet::new()),
+        }
+    }
+
+    /// Makes `intent` the pod's desired state, replacing any intent not sent
+    /// yet. Never blocks. Must be called within a tokio runtime.
+    pub fn submit(&self, intent: Intent) {
+        let mut pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = pods.get(&intent.uid) {
+            sender.send_replace(Some(intent));
+            return;
+        }
+        let uid = intent.uid.clone();
+        let (sender, receiver) = watch::channel(None);
+        sender.send_replace(Some(intent));
+        let shared = self.shared.clone();
+        self.lock_tasks().spawn(run_pod(shared, receiver));
+        pods.insert(uid, sender);
+    }
+
+    /// Forgets a deleted pod: its task sends what is pending, then ends.
+    pub fn forget(&self, uid: &str) {
+        let mut pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+        pods.remove(uid);
+    }
+
+    /// Stops accepting intents and waits up to `timeout` for pending and
+    /// in-flight patches; returns whether all finished in time.
+    pub async fn shutdown(&self, timeout: Duration) -> bool {
+        self.pods
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        let mut tasks = std::mem::take(&mut *self.lock_tasks());
+        let drained = tokio::time::timeout(timeout, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        drained.is_ok()
+    }
+
+    fn lock_tasks(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One pod's task: sends the latest intent until the pod is forgotten.
+async fn run_pod<A: StatusApi>(
+    shared: Arc<Shared<A>>,
+    mut intents: watch::Receiver<Option<Intent>>,
+) {
+    let mut pod = PodPatcher {
+        shared: &shared,
+        written: None,
+    };
+    while intents.changed().await.is_ok() {
+        let Some(intent) = intents.borrow_and_update().clone() else {
+            continue;
+        };
+        pod.sync(intent, &mut intents).await;
+    }
+}
+
+struct PodPatcher<'a, A> {
+    shared: &'a Shared<A>,
+    /// podprobe's condition as the API server last returned it.
+    written: Option<PodCondition>,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Done,
+    Retry { reread: bool },
+}
+
+impl<A: StatusApi> PodPatcher<'_, A> {
+    /// Brings the pod to `intent`, retrying; a newer intent replaces it
+    /// while waiting to retry.
+    async fn sync(&mut self, mut intent: Intent, intents: &mut watch::Receiver<Option<Intent>>) {
+        let policy = self.shared.policy;
+        let mut attempt = 0;
+        let mut reread = false;
+        loop {
+            match self.attempt(&intent, reread).await {
+                Attempt::Done => return,
+                Attempt::Retry { reread: again } => reread = again,
+            }
+            attempt += 1;
+            if attempt >= policy.attempts {
+                tracing::error!(
+                    pod = intent.name,
+                    namespace = intent.namespace,
+                    attempts = attempt,
+                    "giving up on the pod status patch for now; the next resync tries again"
+                );
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(policy.delay(attempt)) => {}
+                Ok(()) = intents.changed() => {
+                    if let Some(newer) = intents.borrow_and_update().clone() {
+                        intent = newer;
+                        attempt = 0;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn attempt(&mut self, intent: &Intent, reread: bool) -> Attempt {
+        let pod = match self.base_pod(intent, reread).await {
+            Ok(pod) => pod,
+            Err(error) => {
+                tracing::warn!(pod = intent.name, namespace = intent.namespace, %error, "cannot read pod");
+                return Attempt::Retry { reread };
+            }
+        };
+        let now = Time(self.shared.clock.now());
+        let patch = match decide(pod.as_ref(), intent, &now) {
+            Ok(Decision::Send(patch)) => patch,
+            Ok(Decision::Unchanged) => return Attempt::Done,
+            Ok(decision @ (Decision::PodGone | Decision::UidChanged)) => {
+                tracing::debug!(
+                    pod = intent.name,
+                    namespace = intent.namespace,
+                    ?decision,
+                    "not patching"
+                );
+                return Attempt::Done;
+            }
+            Err(error) => {
+                tracing::error!(pod = intent.name, namespace = intent.namespace, %error, "cannot build status patch");
+                return Attempt::Done;
+            }
+        };
+        let api = &self.shared.api;
+        match api
+            .patch_status(&intent.namespace, &intent.name, &patch)
+            .await
+        {
+            Ok(updated) => {
+                self.shared.observer.patch_sent();
+                self.written = own_condition(&updated).cloned();
+                tracing::info!(
+                    pod = intent.name,
+                    namespace = intent.namespace,
+                    condition = READY_CONDITION,
+                    status = self.written.as_ref().map_or("", |c| c.status.as_str()),
+                    "patched pod status"
+                );
+                Attempt::Done
+            }
+            Err(error) => {
+                self.shared.observer.patch_failed();
+                tracing::warn!(pod = intent.name, namespace = intent.namespace, %error, "pod status patch failed");
+                let reread = matches!(error, ApiError::Conflict(_) | ApiError::NotFound(_));
+                Attempt::Retry { reread }
+            }
+        }
+    }
+
+    /// The pod to diff against: a fresh read after a conflict, else the
+    /// cached object with podprobe's condition as last written.
+    async fn base_pod(&mut self, intent: &Intent, reread: bool) -> Result<Option<Pod>, ApiError> {
+        if reread {
+            let pod = self.shared.api.get(&intent.namespace, &intent.name).await?;
+            let same = pod
+                .as_ref()
+                .is_some_and(|p| p.metadata.uid.as_deref() == Some(&intent.uid));
+            if same {
+                self.written = pod.as_ref().and_then(own_condition).cloned();
+            }
+            return Ok(pod);
+        }
+        let Some(cached) = self.shared.api.cached(&intent.uid) else {
+            return Ok(None);
+        };
+        let mut pod = Pod::clone(&cached);
+        if let Some(written) = &self.written {
+            let status = pod.status.get_or_insert_with(Default::default);
+            replace_or_append(
+                status.conditions.get_or_insert_with(Vec::new),
+                written.clone(),
+            );
+        }
+        Ok(Some(pod))
+    }
+}
+
+fn own_condition(pod: &Pod) -> Option<&PodCondition> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    conditions.iter().find(|c| c.type_ == READY_CONDITION)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::status::conditions::{FALSE, TRUE};
+    use crate::status::testutil::{UID, container, container_status, pod, view};
+    use crate::worker::TokioClock;
+
+    fn gated_pod(gate: Option<&str>) -> Pod {
+        let conditions = gate
+            .map(|status| {
+                vec![PodCondition {
+                    type_: READY_CONDITION.to_string(),
+                    status: status.to_string(),
+                    ..PodCondition::default()
+                }]
+            })
+            .unwrap_or_default();
+        let status = PodStatus {
+            conditions: Some(conditions),
+            container_statuses: Some(vec![container_status("app", true)]),
+            ..PodStatus::default()
+        };
+        pod(vec![], vec![container("app")], &[READY_CONDITION], status)
+    }
+
+    fn probes() -> Arc<AnnotatedProbes> {
+        let spec = k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![container("app")],
+            ..Default::default()
+        };
+        let annotation = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
+        Arc::new(crate::status::annotation::parse_probes(&spec, annotation).unwrap())
+    }
+
+    fn intent(ready: bool) -> Intent {
+        Intent {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            uid: UID.into(),
+            probes: probes(),
+            views: vec![view("app", true, ready)],
+        }
+    }
+
+    fn now() -> Time {
+        Time(Timestamp::from_second(1_740_823_231).unwrap())
+    }
+
+    fn gate_in(patch: &Value) -> Option<&str> {
+        patch["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == READY_CONDITION)?["status"]
+            .as_str()
+    }
+
+    #[test]
+    fn decide_sends_the_gate_with_the_uid_precondition() {
+        let pod = gated_pod(Some(FALSE));
+        let Decision::Send(patch) = decide(Some(&pod), &intent(true), &now()).unwrap() else {
+            panic!("expected a patch");
+        };
+        assert_eq!(patch["metadata"]["uid"], UID);
+        assert_eq!(gate_in(&patch), Some(TRUE));
+    }
+
+    #[test]
+    fn decide_skips_when_nothing_changes() {
+        let pod = gated_pod(Some(TRUE));
+        assert_eq!(
+            decide(Some(&pod), &intent(true), &now()).unwrap(),
+            Decision::Unchanged
+        );
+    }
+
+    #[test]
+    fn decide_never_patches_a_recreated_pod() {
+        let mut pod = gated_pod(Some(FALSE));
+        pod.metadata.uid = Some("another-uid".into());
+        assert_eq!(
+            decide(Some(&pod), &intent(true), &now()).unwrap(),
+            Decision::UidChanged
+        );
+        assert_eq!(
+            decide(None, &intent(true), &now()).unwrap(),
+            Decision::PodGone
+        );
+    }
+
+    #[test]
+    fn retry_delay_doubles_up_to_the_cap() {
+        let policy = RetryPolicy::default();
+        let delays: Vec<_> = (1..=7).map(|a| policy.delay(a).as_millis()).collect();
+        assert_eq!(delays, [200, 400, 800, 1600, 3200, 5000, 5000]);
+    }
+
+    /// An API server fake: a pod, scripted patch failures, a gate to hold
+    /// patches in flight, and a log of requests.
+    struct FakeApi {
+        state: Mutex<FakeState>,
+        hold: tokio::sync::Semaphore,
+    }
+
+    #[derive(Default)]
+    struct FakeState {
+        /// The pod as the API server has it.
+        server: Option<Pod>,
+        /// The pod as the watch has it (may lag).
+        cached: Option<Pod>,
+        failures: VecDeque<ApiError>,
+        requests: Vec<String>,
+    }
+
+    impl FakeApi {
+        fn new(pod: Pod, held: bool) -> Arc<FakeApi> {
+            let permits = if held { 0 } else { 1000 };
+            let api = FakeApi {
+                state: Mutex::default(),
+                hold: tokio::sync::Semaphore::new(permits),
+            };
+            let mut state = api.state.lock().unwrap();
+            state.server = Some(pod.clone());
+            state.cached = Some(pod);
+            drop(state);
+            Arc::new(api)
+        }
+
+        fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+            self.state.lock().unwrap()
+        }
+
+        fn requests(&self) -> Vec<String> {
+            self.state().requests.clone()
+        }
+    }
+
+    impl StatusApi for Arc<FakeApi> {
+        fn cached(&self, uid: &str) -> Option<Arc<Pod>> {
+            let state = self.state();
+            let pod = state.cached.as_ref()?;
+            (pod.metadata.uid.as_deref() == Some(uid)).then(|| Arc::new(pod.clone()))
+        }
+
+        async fn get(&self, _: &str, _: &str) -> Result<Option<Pod>, ApiError> {
+            let mut state = self.state();
+            state.requests.push("get".into());
+            Ok(state.server.clone())
+        }
+
+        async fn patch_status(&self, _: &str, _: &str, patch: &Value) -> Result<Pod, ApiError> {
+            self.hold.acquire().await.unwrap().forget();
+            let mut state = self.state();
+            let gate = gate_in(patch).unwrap_or("-").to_string();
+            state.requests.push(format!("patch {gate}"));
+            if let Some(error) = state.failures.pop_front() {
+                return Err(error);
+            }
+            let server = state
+                .server
+                .as_mut()
+                .ok_or(ApiError::NotFound("pod".into()))?;
+            if patch["metadata"]["uid"].as_str() != server.metadata.uid.as_deref() {
+                return Err(ApiError::Conflict("Precondition failed: UID".into()));
+            }
+            let conditions = server
+                .status
+                .as_mut()
+                .unwrap()
+                .conditions
+                .get_or_insert_with(Vec::new);
+            replace_or_append(
+                conditions,
+                PodCondition {
+                    type_: READY_CONDITION.into(),
+                    status: gate,
+                    ..PodCondition::default()
+                },
+            );
+            Ok(server.clone())
+        }
+    }
+
+    fn patcher(api: &Arc<FakeApi>) -> Patcher<Arc<FakeApi>> {
+        Patcher::new(
+            api.clone(),
+            Arc::new(TokioClock::new(Timestamp::UNIX_EPOCH)),
+            Arc::new(NoopPatchObserver),
+            RetryPolicy::default(),
+        )
+    }
+
+    /// Lets spawned tasks run without advancing the paused clock.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn coalesces_to_one_in_flight_patch_and_the_latest_intent_wins() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), true);
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        settle().await;
+        // The first patch is in flight; these two coalesce into the last.
+        patcher.submit(intent(false));
+        patcher.submit(intent(true));
+        api.hold.add_permits(1000);
+        assert!(patcher.shutdown(Duration::from_secs(1)).await);
+        // The second intent equals what the first patch wrote: nothing more is sent.
+        assert_eq!(api.requests(), ["patch True"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn uses_its_own_last_write_when_the_watch_lags() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        settle().await;
+        // The cache still says False; a repeat of True must not be resent,
+        // and going back to False must be, though the cache already says False.
+        patcher.submit(intent(true));
+        settle().await;
+        patcher.submit(intent(false));
+        assert!(patcher.shutdown(Duration::from_secs(1)).await);
+        assert_eq!(api.requests(), ["patch True", "patch False"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_errors_with_backoff() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        api.state().failures.extend([
+            ApiError::Other("boom".into()),
+            ApiError::Other("boom".into()),
+        ]);
+        let patcher = patcher(&api);
+        let start = tokio::time::Instant::now();
+        patcher.submit(intent(true));
+        assert!(patcher.shutdown(Duration::from_secs(10)).await);
+        assert_eq!(api.requests(), ["patch True", "patch True", "patch True"]);
+        assert_eq!(start.elapsed(), Duration::from_millis(200 + 400));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_the_bounded_attempts() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        api.state()
+            .failures
+            .extend((0..10).map(|_| ApiError::Other("boom".into())));
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        assert!(patcher.shutdown(Duration::from_secs(60)).await);
+        assert_eq!(
+            api.requests().len(),
+            RetryPolicy::default().attempts as usize
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn conflict_rereads_and_never_patches_a_recreated_pod() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        // The pod was deleted and recreated under the same name; the watch
+        // has not seen it yet.
+        let mut recreated = gated_pod(Some(FALSE));
+        recreated.metadata.uid = Some("new-uid".into());
+        api.state().server = Some(recreated);
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        assert!(patcher.shutdown(Duration::from_secs(10)).await);
+        assert_eq!(api.requests(), ["patch True", "get"]);
+        let server = api.state().server.clone().unwrap();
+        assert_eq!(own_condition(&server).unwrap().status, FALSE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn conflict_on_the_same_pod_rebuilds_from_a_fresh_read() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        api.state()
+            .failures
+            .push_back(ApiError::Conflict("try again".into()));
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        assert!(patcher.shutdown(Duration::from_secs(10)).await);
+        assert_eq!(api.requests(), ["patch True", "get", "patch True"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forgotten_pod_still_sends_its_pending_intent() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        patcher.forget(UID);
+        assert!(patcher.shutdown(Duration::from_secs(1)).await);
+        assert_eq!(api.requests(), ["patch True"]);
+    }
+}

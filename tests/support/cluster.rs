@@ -1,83 +1,118 @@
-//! Helpers for end-to-end tests against the local cluster of
-//! `hack/local-cluster.sh`: `kubectl` (the cached build, with the cluster's
-//! admin kubeconfig), podprobe deployed as the real DaemonSet from
-//! `tests/e2e`, namespaces that delete themselves, and waits with deadlines
-//! that print what the cluster looked like when they give up.
+//! Helpers for tests against the real local cluster (`hack/local-cluster.sh`):
+//! a kubectl wrapper, waits with deadlines and diagnostics, a namespace that
+//! deletes itself when dropped, and podprobe deployed as the real DaemonSet
+//! (`tests/e2e`) for the end-to-end tests.
+//!
+//! The cluster must be up (`hack/local-cluster.sh up`); the kubeconfig comes
+//! from `KUBECONFIG` or `hack/local-cluster.sh env`.
+
+#![allow(dead_code)]
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-/// The namespace and label of podprobe's DaemonSet (`deploy/base`).
+/// The busybox image the cluster script imports into the kubelet's runtime.
+pub const BUSYBOX_IMAGE: &str = "docker.io/local/busybox:latest";
+
+/// The e2e suite's agnhost (`hack/image.sh`), as upstream's e2e names it.
+pub const AGNHOST_IMAGE: &str = "registry.k8s.io/e2e-test-images/agnhost:2.59";
+
+/// Label that scopes a host-process `podprobe run` to one test's pods.
+pub const TEST_RUN_LABEL: &str = "podprobe.io/test-run";
+
+/// Gate mode's condition, listed in `spec.readinessGates` by gated pods.
+pub const GATE: &str = "podprobe.io/ready";
+
+/// The namespace and pod label of podprobe's DaemonSet (`deploy/base`).
 pub const PODPROBE_NAMESPACE: &str = "podprobe-system";
 pub const PODPROBE_SELECTOR: &str = "app.kubernetes.io/name=podprobe";
 
-/// Gate mode's condition, listed in `spec.readinessGates` by the test pods.
-pub const GATE: &str = "podprobe.io/ready";
-
-/// The images pods may use (imported, never pulled).
-pub const BUSYBOX: &str = "docker.io/local/busybox:latest";
-pub const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.59";
-
 /// How often waits look again.
-const POLL: Duration = Duration::from_millis(500);
+const POLL: Duration = Duration::from_millis(250);
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `hack/<script> args` and returns its stdout, panicking with its
-/// stderr when it fails.
-pub fn hack(script: &str, args: &[&str]) -> String {
+/// Runs a `hack/` script with `args`; its stdout, or `None` when it failed.
+fn hack(script: &str, args: &[&str]) -> Option<String> {
     let output = Command::new("bash")
         .arg(repo().join("hack").join(script))
         .args(args)
-        .stderr(Stdio::inherit())
         .output()
-        .unwrap_or_else(|e| panic!("run hack/{script}: {e}"));
-    assert!(
-        output.status.success(),
-        "hack/{script} {args:?} failed ({})",
-        output.status
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// `kubectl` against the local cluster.
-pub struct Kubectl {
-    bin: PathBuf,
-    kubeconfig: String,
+/// A fresh ID for names and labels, unique across test processes.
+pub fn unique_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!("{}-{:x}", std::process::id(), nanos)
 }
 
-/// The cluster's kubectl; the cluster must be up (`hack/local-cluster.sh up`).
-pub fn kubectl() -> &'static Kubectl {
-    static KUBECTL: OnceLock<Kubectl> = OnceLock::new();
-    KUBECTL.get_or_init(|| {
-        let bin_dir = hack("k8s-build.sh", &["--bin-dir"]);
-        let env = hack("local-cluster.sh", &["env"]);
-        let kubeconfig = env
-            .lines()
-            .find_map(|l| l.strip_prefix("KUBECONFIG="))
-            .unwrap_or_else(|| panic!("no KUBECONFIG in `hack/local-cluster.sh env`: {env:?}"))
-            .to_string();
-        Kubectl {
-            bin: PathBuf::from(bin_dir.trim()).join("kubectl"),
+/// The cluster under test.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub kubeconfig: String,
+    pub kubectl: PathBuf,
+}
+
+/// The cluster, checked reachable once per test binary; panics with what to
+/// do when it is not.
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let kubeconfig = std::env::var("KUBECONFIG")
+            .ok()
+            .filter(|k| !k.is_empty())
+            .or_else(|| {
+                let env = hack("local-cluster.sh", &["env"])?;
+                env.lines()
+                    .find_map(|l| l.strip_prefix("KUBECONFIG="))
+                    .map(str::to_string)
+            })
+            .expect("no KUBECONFIG: set it, or bring the cluster up with `hack/local-cluster.sh up`");
+        let kubectl = hack("k8s-build.sh", &["--bin-dir"])
+            .map(|dir| PathBuf::from(dir.trim()).join("kubectl"))
+            .filter(|path| path.exists())
+            .unwrap_or_else(|| PathBuf::from("kubectl"));
+        let cluster = Cluster {
             kubeconfig,
+            kubectl,
+        };
+        if let Err(e) = cluster.kubectl(&["get", "--raw", "/readyz"]) {
+            panic!(
+                "the cluster at {} is not reachable ({e}); bring it up with `hack/local-cluster.sh up`",
+                cluster.kubeconfig
+            );
         }
+        cluster
     })
 }
 
-impl Kubectl {
-    fn output(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut child = Command::new(&self.bin)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+impl Cluster {
+    /// Runs kubectl; its stdout, or an error with its stderr.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        self.kubectl_with_input(args, None)
+    }
+
+    /// Runs kubectl with `input` on stdin.
+    pub fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Result<String, String> {
+        let mut child = Command::new(&self.kubectl)
+            .env("KUBECONFIG", &self.kubeconfig)
             .args(args)
-            .stdin(if stdin.is_some() {
+            .stdin(if input.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -85,125 +120,97 @@ impl Kubectl {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("run {}: {e}", self.bin.display()));
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(input.as_bytes())
-                .expect("write kubectl stdin");
+            .map_err(|e| format!("cannot run {}: {e}", self.kubectl.display()))?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin
+                .write_all(input.as_bytes())
+                .map_err(|e| format!("kubectl stdin: {e}"))?;
         }
-        child.wait_with_output().expect("wait for kubectl")
-    }
-
-    /// `kubectl args`: its stdout, or its stderr as the error.
-    pub fn try_run(&self, args: &[&str]) -> Result<String, String> {
-        let output = self.output(args, None);
+        let output = child
+            .wait_with_output()
+            .map_err(|e| format!("kubectl: {e}"))?;
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
             Err(format!(
-                "kubectl {}: {}: {}",
+                "kubectl {}: {}",
                 args.join(" "),
-                output.status,
                 String::from_utf8_lossy(&output.stderr).trim()
             ))
         }
     }
 
-    /// `kubectl args`, which must succeed.
-    pub fn run(&self, args: &[&str]) -> String {
-        self.try_run(args).unwrap_or_else(|e| panic!("{e}"))
+    /// `kubectl ... -o json`, parsed.
+    pub fn json(&self, args: &[&str]) -> Result<Value, String> {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = self.kubectl(&args)?;
+        serde_json::from_str(&out).map_err(|e| format!("kubectl output is not JSON: {e}"))
     }
 
-    /// `kubectl apply -f -` of one object.
-    pub fn apply(&self, object: &Value) {
-        let output = self.output(&["apply", "-f", "-"], Some(&object.to_string()));
-        assert!(
-            output.status.success(),
-            "kubectl apply {}: {}",
-            object,
-            String::from_utf8_lossy(&output.stderr)
-        );
+    /// `kubectl apply -f -` of a manifest.
+    pub fn apply(&self, manifest: &Value) -> Result<String, String> {
+        self.kubectl_with_input(&["apply", "-f", "-"], Some(&manifest.to_string()))
     }
 
-    /// `kubectl get args -o json`, parsed; `None` when it fails (e.g. not found).
-    pub fn get_json(&self, args: &[&str]) -> Option<Value> {
-        let mut all = vec!["get"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&["-o", "json"]);
-        let out = self.try_run(&all).ok()?;
-        serde_json::from_str(&out).ok()
+    /// The name of the (first) node.
+    pub fn node_name(&self) -> String {
+        self.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])
+            .expect("list nodes")
+    }
+
+    /// The kubelet's CRI endpoint, from `hack/local-cluster.sh status`
+    /// (`PODPROBE_CRI_ENDPOINT` overrides).
+    pub fn cri_endpoint(&self) -> String {
+        if let Ok(endpoint) = std::env::var("PODPROBE_CRI_ENDPOINT") {
+            return endpoint;
+        }
+        let status = hack("local-cluster.sh", &["status"]).unwrap_or_default();
+        status
+            .split_whitespace()
+            .find(|word| word.starts_with("unix://"))
+            .map(str::to_string)
+            .expect("`hack/local-cluster.sh status` names no CRI socket; set PODPROBE_CRI_ENDPOINT")
     }
 }
 
-/// Deploys podprobe from `tests/e2e` (`hack/deploy.sh`: builds and imports
-/// the images, applies, waits for the DaemonSet), once per test binary.
-pub fn ensure_podprobe() {
-    static DEPLOYED: OnceLock<()> = OnceLock::new();
-    DEPLOYED.get_or_init(|| {
-        let dir = repo().join("tests/e2e");
-        hack("deploy.sh", &[dir.to_str().expect("UTF-8 path")]);
-    });
-}
-
-/// Everything podprobe's DaemonSet pods logged recently, for failure reports.
-pub fn podprobe_logs() -> String {
-    kubectl()
-        .try_run(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "logs",
-            "-l",
-            PODPROBE_SELECTOR,
-            "--tail=300",
-            "--prefix",
-        ])
-        .unwrap_or_else(|e| e)
-}
-
-/// A namespace `podprobe-e2e-<name>-<random>` for one test, deleted on drop.
-pub struct TestNamespace {
+/// A namespace that is deleted (without waiting) when dropped.
+pub struct Namespace {
     pub name: String,
 }
 
-impl TestNamespace {
-    /// Creates the namespace and waits until pods can be created in it (its
-    /// `default` ServiceAccount exists).
-    pub fn create(test: &str) -> TestNamespace {
-        let name = format!("podprobe-e2e-{test}-{:08x}", rand::random::<u32>());
-        kubectl().apply(&serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"podprobe.io/e2e": "true"}},
-        }));
-        let ns = TestNamespace { name };
+impl Namespace {
+    /// Creates namespace `name` and waits until pods can be created in it
+    /// (the ServiceAccount admission plugin needs its `default` account).
+    pub fn create(name: &str) -> Namespace {
+        cluster()
+            .kubectl(&["create", "namespace", name])
+            .expect("create namespace");
+        let ns = Namespace {
+            name: name.to_string(),
+        };
         ns.wait_for(
-            Duration::from_secs(60),
             "the default ServiceAccount",
-            || {
-                kubectl()
-                    .try_run(&["-n", &ns.name, "get", "serviceaccount", "default"])
-                    .ok()
-            },
+            Duration::from_secs(60),
+            || cluster().kubectl(&["-n", &ns.name, "get", "serviceaccount", "default"]),
         );
         ns
     }
 
-    /// `kubectl -n <ns> args`, which must succeed.
+    /// `kubectl -n <namespace> args`, which must succeed.
     pub fn kubectl(&self, args: &[&str]) -> String {
         let mut all = vec!["-n", self.name.as_str()];
         all.extend_from_slice(args);
-        kubectl().run(&all)
+        cluster().kubectl(&all).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Creates `pod` (a Pod object without a namespace) here.
+    /// Creates `pod` (a Pod manifest without a namespace) here.
     pub fn create_pod(&self, pod: &Value) {
         let mut pod = pod.clone();
         pod["metadata"]["namespace"] = Value::String(self.name.clone());
-        kubectl().apply(&pod);
-    }
-
-    /// The pod `name`, if it exists.
-    pub fn pod(&self, name: &str) -> Option<Value> {
-        kubectl().get_json(&["-n", &self.name, "pod", name])
+        if let Err(e) = cluster().apply(&pod) {
+            panic!("{e}");
+        }
     }
 
     /// `sh -c script` in `pod`'s first container, which must succeed.
@@ -211,72 +218,40 @@ impl TestNamespace {
         self.kubectl(&["exec", pod, "--", "sh", "-c", script])
     }
 
-    /// The namespace's events (core/v1 view, which includes events.k8s.io
-    /// ones) about `pod`.
+    /// The events about `pod` (the core/v1 view, which includes those
+    /// recorded through events.k8s.io/v1).
     pub fn events_for(&self, pod: &str) -> Vec<Value> {
         let selector = format!("involvedObject.name={pod}");
-        kubectl()
-            .get_json(&["-n", &self.name, "events", "--field-selector", &selector])
-            .and_then(|list| list["items"].as_array().cloned())
-            .unwrap_or_default()
-    }
-
-    /// What a failed test needs to see: the pods, the events, podprobe's logs.
-    pub fn diagnostics(&self) -> String {
-        let k = kubectl();
-        let pods = k
-            .try_run(&["-n", &self.name, "get", "pods", "-o", "yaml"])
-            .unwrap_or_else(|e| e);
-        let wide = k
-            .try_run(&["-n", &self.name, "get", "pods", "-o", "wide"])
-            .unwrap_or_else(|e| e);
-        let events = k
-            .try_run(&[
+        cluster()
+            .json(&[
                 "-n",
                 &self.name,
                 "get",
                 "events",
-                "--sort-by=.lastTimestamp",
-                "-o",
-                "custom-columns=LAST:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,FIELD:.involvedObject.fieldPath,FROM:.reportingComponent,COUNT:.count,MESSAGE:.message",
+                "--field-selector",
+                &selector,
             ])
-            .unwrap_or_else(|e| e);
-        format!(
-            "---- pods in {ns} (wide)\n{wide}\n---- pods in {ns} (YAML)\n{pods}\n---- events in {ns}\n{events}\n---- podprobe logs\n{logs}",
-            ns = self.name,
-            logs = podprobe_logs()
-        )
+            .ok()
+            .and_then(|list| list["items"].as_array().cloned())
+            .unwrap_or_default()
     }
 
-    /// Polls `check` until it returns `Some` or `deadline` passes; then
-    /// panics with `what` and [`diagnostics`](Self::diagnostics).
+    /// [`wait_for`] with this namespace's [`diagnostics`](Self::diagnostics).
     pub fn wait_for<T>(
         &self,
-        deadline: Duration,
         what: &str,
-        mut check: impl FnMut() -> Option<T>,
+        timeout: Duration,
+        check: impl FnMut() -> Result<T, String>,
     ) -> T {
-        let start = Instant::now();
-        loop {
-            if let Some(value) = check() {
-                return value;
-            }
-            if start.elapsed() > deadline {
-                panic!(
-                    "timed out after {deadline:?} waiting for {what}\n{}",
-                    self.diagnostics()
-                );
-            }
-            std::thread::sleep(POLL);
-        }
+        wait_for(what, timeout, check, || self.diagnostics())
     }
 
-    /// Checks `holds` every poll for `period`; panics with diagnostics as
-    /// soon as it does not.
+    /// Checks `holds` every poll for `period`; panics with what it saw and
+    /// the diagnostics as soon as it does not hold.
     pub fn holds_for(
         &self,
-        period: Duration,
         what: &str,
+        period: Duration,
         mut holds: impl FnMut() -> Result<(), String>,
     ) {
         let start = Instant::now();
@@ -291,37 +266,88 @@ impl TestNamespace {
             std::thread::sleep(POLL);
         }
     }
-}
 
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        // Not waiting: the namespace controller finishes in the background.
-        let _ = kubectl().try_run(&["delete", "namespace", &self.name, "--wait=false"]);
+    /// A pod of this namespace as JSON.
+    pub fn pod(&self, name: &str) -> Result<Value, String> {
+        cluster().json(&["-n", &self.name, "get", "pod", name])
+    }
+
+    /// What a human needs to see when a wait failed: pods, events.
+    pub fn diagnostics(&self) -> String {
+        let pods = cluster()
+            .kubectl(&["-n", &self.name, "get", "pods", "-o", "yaml"])
+            .unwrap_or_else(|e| e);
+        let wide = cluster()
+            .kubectl(&["-n", &self.name, "get", "pods", "-o", "wide"])
+            .unwrap_or_else(|e| e);
+        let events = cluster()
+            .kubectl(&[
+                "-n",
+                &self.name,
+                "get",
+                "events",
+                "--sort-by=.lastTimestamp",
+                "-o",
+                "custom-columns=LAST:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,\
+                 FIELD:.involvedObject.fieldPath,FROM:.reportingComponent,COUNT:.count,MESSAGE:.message",
+            ])
+            .unwrap_or_else(|e| e);
+        format!(
+            "--- pods\n{wide}\n{pods}\n--- events\n{events}\n--- podprobe DaemonSet logs\n{}",
+            podprobe_logs()
+        )
     }
 }
 
-/// The `status` ("True"/"False") of `pod`'s condition `kind`, if present.
-pub fn condition(pod: &Value, kind: &str) -> Option<String> {
-    condition_field(pod, kind, "status")
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+    }
 }
 
-/// Field `field` of `pod`'s condition `kind`, if present.
-pub fn condition_field(pod: &Value, kind: &str, field: &str) -> Option<String> {
-    pod["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-        .and_then(|c| c[field].as_str())
-        .map(str::to_string)
+/// Polls `check` until it returns `Ok` or `timeout` passes; then panics with
+/// `what`, the last error and `diagnostics()`.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+    diagnostics: impl FnOnce() -> String,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check() {
+            Ok(value) => return value,
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; last: {last}\n{}",
+                diagnostics()
+            );
+        }
+        std::thread::sleep(POLL);
+    }
 }
 
-/// `restartCount` of `pod`'s container `container`.
+/// The status (`"True"`/`"False"`) and `lastTransitionTime` of a pod
+/// condition, if present.
+pub fn condition(pod: &Value, type_: &str) -> Option<(String, String)> {
+    let conditions = pod["status"]["conditions"].as_array()?;
+    let c = conditions.iter().find(|c| c["type"] == type_)?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["lastTransitionTime"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    ))
+}
+
+/// `restartCount` of a container.
 pub fn restart_count(pod: &Value, container: &str) -> Option<u64> {
-    pod["status"]["containerStatuses"]
-        .as_array()?
-        .iter()
-        .find(|c| c["name"] == container)
-        .and_then(|c| c["restartCount"].as_u64())
+    let statuses = pod["status"]["containerStatuses"].as_array()?;
+    let status = statuses.iter().find(|s| s["name"] == container)?;
+    status["restartCount"].as_u64()
 }
 
 /// Whether `pod`'s container `container` is running.
@@ -333,9 +359,44 @@ pub fn running(pod: &Value, container: &str) -> bool {
         .any(|c| c["name"] == container && c["state"]["running"].is_object())
 }
 
-/// A pod gated on [`GATE`] with one container `container` of `image`,
-/// running `command` (empty: the image's entrypoint) with `args`, and the
-/// `podprobe.io/probes` annotation `probes` for it.
+/// Deploys podprobe from `tests/e2e` once per test binary (`hack/deploy.sh`:
+/// builds and imports the images, applies, waits for the DaemonSet;
+/// idempotent). Its DaemonSet leaves pods labelled [`TEST_RUN_LABEL`] alone.
+pub fn ensure_podprobe() {
+    static DEPLOYED: OnceLock<()> = OnceLock::new();
+    DEPLOYED.get_or_init(|| {
+        let output = Command::new("bash")
+            .arg(repo().join("hack/deploy.sh"))
+            .arg(repo().join("tests/e2e"))
+            .output()
+            .expect("run hack/deploy.sh");
+        assert!(
+            output.status.success(),
+            "hack/deploy.sh tests/e2e failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+}
+
+/// What podprobe's DaemonSet pods logged lately (empty when not deployed).
+pub fn podprobe_logs() -> String {
+    cluster()
+        .kubectl(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "logs",
+            "-l",
+            PODPROBE_SELECTOR,
+            "--tail=300",
+            "--prefix",
+        ])
+        .unwrap_or_else(|e| e)
+}
+
+/// A pod gated on [`GATE`] with one container `container` of `image`
+/// running `command` (empty: the image's entrypoint) with `args`, and
+/// `probes` as its entry in the `podprobe.io/probes` annotation.
 pub fn gated_pod(
     name: &str,
     container: &str,
@@ -344,11 +405,7 @@ pub fn gated_pod(
     args: &[&str],
     probes: Value,
 ) -> Value {
-    let mut c = serde_json::json!({
-        "name": container,
-        "image": image,
-        "imagePullPolicy": "Never",
-    });
+    let mut c = serde_json::json!({"name": container, "image": image, "imagePullPolicy": "Never"});
     if !command.is_empty() {
         c["command"] = serde_json::json!(command);
     }
