@@ -28,28 +28,36 @@ use kube::runtime::watcher;
 
 use crate::config::{Config, LogFormat, RunArgs};
 use crate::cri::{CriClient, CriError};
+use crate::events::{self, EventSink, Telemetry};
 use crate::manager::{PodProbes, ProberManager, probe_kills};
+use crate::metrics::{Metrics, PatchOutcome};
 use crate::pods::{self, PodCache, PodEvent, with_started};
 use crate::probe::Prober;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
-use crate::status::patcher::{Intent, KubeStatusApi, NoopPatchObserver, Patcher, RetryPolicy};
+use crate::server::{CriState, Health, Server};
+use crate::status::patcher::{Intent, KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
     AnnotatedProbes, ContainerProbeView, PROBES_ANNOTATION, READY_CONDITION, pod_probes,
 };
-use crate::worker::{Clock, NoopObserver, ProbeObserver, SystemClock};
+use crate::worker::{Clock, ProbeObserver, SystemClock};
 
 /// How often every pod's desired status and kills are checked again, besides
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
+
+/// `/healthz` fails when the main loop has not run for this long (it runs
+/// at least every [`RESYNC_PERIOD`]).
+pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// How long a runtime check (`Version`) may take before the runtime counts
+/// as unreachable for `/readyz`.
+const CRI_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long shutdown waits for in-flight status patches.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit status for flags podprobe cannot run with (BSD `EX_USAGE`).
 pub const EXIT_INVALID_CONFIG: u8 = 64;
-
-/// Event reason for a pod whose annotation cannot be used.
-pub const REASON_ANNOTATION_INVALID: &str = "ProbeAnnotationInvalid";
 
 /// Why the daemon cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +78,12 @@ pub enum DaemonError {
     },
     #[error("invalid --cri-endpoint: {0}")]
     Cri(#[from] CriError),
+    #[error("cannot listen on --listen {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -103,7 +117,9 @@ fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::new(&config.log_filter);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes would garble logs collected from a pipe or file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match config.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -138,39 +154,71 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let cri = CriClient::new(&config.cri_endpoint)?;
     let cache = PodCache::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    // WIRING(obs): replace with the obs helper's `Telemetry` (metrics and the
-    // probe verdicts' events) once its branch is merged.
-    let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);
+    let metrics = Metrics::new();
+    let (events, event_queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());
+    let event_publisher = tokio::spawn({
+        let (client, node) = (client.clone(), config.node_name.clone());
+        async move { event_queue.run(client, &node).await }
+    });
+    let observer: Arc<dyn ProbeObserver> =
+        Arc::new(Telemetry::new(metrics.clone(), events.clone()));
     let prober = Prober::new(&config.kube_probe_version, Some(cri.clone()));
     let (caches, receivers) = ProbeCaches::new();
     let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer);
     let patcher = Patcher::new(
         KubeStatusApi::new(client.clone(), cache.clone()),
         clock,
-        // WIRING(obs): patches sent/failed counters.
-        Arc::new(NoopPatchObserver),
+        Arc::new(PatchMetrics(metrics.clone())),
         RetryPolicy::default(),
     );
-    // WIRING(obs): start `server::serve(config.listen, ...)` for /healthz,
-    // /readyz (cache.has_synced()) and /metrics.
+    let health = Health::new(HEALTH_STALE_AFTER);
+    let server = Server::bind(config.listen, metrics.clone(), health.clone())
+        .await
+        .map_err(|source| DaemonError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let listen = server.local_addr().unwrap_or(config.listen);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let server = tokio::spawn(server.serve(until_stopped(stopped.clone())));
+    let cri_checks = tokio::spawn(check_cri(
+        cri.clone(),
+        health.clone(),
+        until_stopped(stopped),
+    ));
     tracing::info!(
         node = config.node_name,
         mode = "gate",
         cri = cri.endpoint(),
         selector = config.pod_selector.as_deref().unwrap_or(""),
-        listen = %config.listen,
+        %listen,
         "podprobe starting"
     );
-    let events = pods::watch(all_pods, watcher_config(&config), cache.clone());
+    let pod_events = pods::watch(all_pods, watcher_config(&config), cache.clone());
     let daemon = Daemon {
         manager,
         patcher,
         cri,
         cache,
+        events,
+        metrics,
+        health,
         pods: HashMap::new(),
         killing: Arc::new(Mutex::new(HashSet::new())),
     };
-    daemon.run(events, receivers, shutdown).await;
+    daemon.run(pod_events, receivers, shutdown).await;
+    let _ = stop.send(true);
+    let _ = tokio::join!(server, cri_checks);
+    // Every event sink is gone with the daemon: the publisher flushes and ends.
+    if tokio::time::timeout(SHUTDOWN_TIMEOUT, event_publisher)
+        .await
+        .is_err()
+    {
+        tracing::warn!("some events were still queued at shutdown");
+    }
     Ok(())
 }
 
@@ -189,6 +237,36 @@ async fn kube_client(config: &Config) -> Result<kube::Client, DaemonError> {
             .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
     };
     kube::Client::try_from(kube_config).map_err(DaemonError::Client)
+}
+
+/// Checks every [`RESYNC_PERIOD`] that the runtime answers, for `/readyz`;
+/// logs on transitions.
+async fn check_cri(cri: CriClient, health: Health, stop: impl Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut ticks = tokio::time::interval(RESYNC_PERIOD);
+    let mut reachable = None;
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = ticks.tick() => {}
+        }
+        let state = match tokio::time::timeout(CRI_CHECK_TIMEOUT, cri.version()).await {
+            Ok(Ok(_)) => CriState::Reachable,
+            Ok(Err(error)) => CriState::Unreachable(error.to_string()),
+            Err(_) => CriState::Unreachable(format!("no answer within {CRI_CHECK_TIMEOUT:?}")),
+        };
+        let now_reachable = state == CriState::Reachable;
+        if reachable != Some(now_reachable) {
+            match &state {
+                CriState::Unreachable(why) => {
+                    tracing::warn!(cri = cri.endpoint(), why, "container runtime unreachable")
+                }
+                _ => tracing::info!(cri = cri.endpoint(), "container runtime reachable"),
+            }
+            reachable = Some(now_reachable);
+        }
+        health.set_cri(state);
+    }
 }
 
 fn watcher_config(config: &Config) -> watcher::Config {
@@ -224,6 +302,19 @@ async fn check_selectors(pods: &Api<Pod>, config: &Config) -> Result<(), DaemonE
 
 type Manager = ProberManager<Prober, Arc<PodCache>>;
 
+/// Counts status patches in the metrics.
+struct PatchMetrics(Metrics);
+
+impl PatchObserver for PatchMetrics {
+    fn patch_sent(&self) {
+        self.0.status_patch(PatchOutcome::Sent);
+    }
+
+    fn patch_failed(&self) {
+        self.0.status_patch(PatchOutcome::Failed);
+    }
+}
+
 /// What the daemon knows about one pod, by UID.
 struct Tracked {
     /// The annotation value this state was derived from.
@@ -242,6 +333,9 @@ struct Daemon {
     patcher: Patcher<KubeStatusApi>,
     cri: CriClient,
     cache: Arc<PodCache>,
+    events: EventSink,
+    metrics: Metrics,
+    health: Health,
     pods: HashMap<String, Tracked>,
     /// Container IDs being (or already) stopped for a probe failure.
     killing: Arc<Mutex<HashSet<String>>>,
@@ -259,6 +353,7 @@ impl Daemon {
         let mut resync = tokio::time::interval(RESYNC_PERIOD);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.health.beat();
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(event) = events.next() => self.on_pod_event(event),
@@ -290,6 +385,7 @@ impl Daemon {
             PodEvent::Applied(pod) => self.on_pod_applied(&pod),
             PodEvent::Deleted(pod) => self.on_pod_deleted(&pod),
             PodEvent::Synced => {
+                self.health.set_pods_synced(true);
                 // W13: workers of pods the relist no longer has.
                 self.manager.cleanup_pods(&self.cache.uids());
             }
@@ -368,9 +464,8 @@ impl Daemon {
                     %error,
                     "ignoring the pod's probes: invalid annotation"
                 );
-                // WIRING(obs): record a Warning event `ProbeAnnotationInvalid`
-                // with `error.to_string()` on the pod through the recorder.
-                let _ = REASON_ANNOTATION_INVALID;
+                self.events
+                    .record_opt(events::PodEvent::invalid_annotation(pod, &error));
                 None
             }
         }
@@ -411,6 +506,8 @@ impl Daemon {
     }
 
     fn resync(&mut self) {
+        self.metrics.set_workers(self.manager.worker_count());
+        self.metrics.set_pods_watched(self.cache.uids().len());
         for pod in self.cache.pods() {
             let probed = pod
                 .metadata
@@ -474,8 +571,8 @@ impl Daemon {
             message = kill.message,
             "killing container"
         );
-        // WIRING(obs): record the Normal `Killing` event with `kill.message`
-        // on the container's field path.
+        self.events
+            .record_opt(events::PodEvent::killing(pod, &kill));
         let cri = self.cri.clone();
         let killing = self.killing.clone();
         let (pod_name, namespace) = (pod_name(pod).to_string(), pod_namespace(pod).to_string());
@@ -596,4 +693,137 @@ fn pod_name(pod: &Pod) -> &str {
 
 fn pod_namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
+    use crate::probe::ProbeKind;
+    use crate::results::CachedResult;
+
+    const ID: &str = "containerd://app-1";
+    const ANNOTATION: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap())
+    }
+
+    /// A pod whose `app` container runs since `started_at`, with the gate.
+    fn pod(started_at: i64, gate: Option<(&str, i64)>) -> Pod {
+        let conditions = gate.map(|(status, since)| PodCondition {
+            type_: READY_CONDITION.into(),
+            status: status.into(),
+            last_transition_time: Some(at(since)),
+            ..PodCondition::default()
+        });
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some("uid".into()),
+                annotations: Some([(PROBES_ANNOTATION.to_string(), ANNOTATION.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: conditions.map(|c| vec![c]),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "app".into(),
+                    container_id: Some(ID.into()),
+                    // The kubelet's own verdict: it knows no annotated probe.
+                    ready: true,
+                    started: Some(true),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some(at(started_at)),
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    /// A prober just restarted: a readiness worker, nothing cached yet (D5).
+    struct JustRestarted;
+
+    impl ProbeStateView for JustRestarted {
+        fn cached(&self, _: ProbeKind, _: &str) -> Option<CachedResult> {
+            None
+        }
+        fn has_worker(&self, _: &str, kind: ProbeKind) -> bool {
+            kind == ProbeKind::Readiness
+        }
+    }
+
+    /// podprobe's verdict about `app` right after a restart at `prober_start`.
+    fn verdict_after_restart(pod: &Pod, prober_start: i64) -> ContainerProbeView {
+        let probes = manager_probes(&pod_probes(pod).unwrap());
+        let mut status = pod.status.clone().unwrap();
+        rebuild(&mut status, &seed_started(pod));
+        let inputs = StatusInputs {
+            pod,
+            probes: &probes,
+            prober_start: at(prober_start).0,
+            pod_ready: gate_is_true(pod),
+        };
+        set_started_and_ready(&inputs, &JustRestarted, &mut status);
+        views(&status).remove(0)
+    }
+
+    #[test]
+    fn s4_restart_keeps_a_gated_ready_container_ready() {
+        let pod = pod(100, Some(("True", 105)));
+        let view = verdict_after_restart(&pod, 200);
+        assert!(view.started && view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn s4_restart_keeps_a_not_ready_container_not_ready() {
+        let pod = pod(100, Some(("False", 105)));
+        let view = verdict_after_restart(&pod, 200);
+        assert!(!view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn s4_container_started_just_before_podprobe_starts_over() {
+        // Within RESTART_GRACE_PERIOD of the prober's start: not pre-existing.
+        let pod = pod(195, Some(("True", 196)));
+        let view = verdict_after_restart(&pod, 200);
+        assert!(!view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn rebuild_drops_the_kubelets_ready_and_started() {
+        let mut status = pod(100, None).status.unwrap();
+        rebuild(&mut status, &HashMap::new());
+        let app = &status.container_statuses.unwrap()[0];
+        assert_eq!((app.ready, app.started), (false, None));
+    }
+
+    #[test]
+    fn seed_started_only_for_containers_running_since_the_gate_went_true() {
+        assert_eq!(
+            seed_started(&pod(100, Some(("True", 105)))),
+            HashMap::from([(ID.to_string(), true)])
+        );
+        // Restarted after the gate turned True: no podprobe saw it start.
+        assert!(seed_started(&pod(110, Some(("True", 105)))).is_empty());
+        assert!(seed_started(&pod(100, Some(("False", 105)))).is_empty());
+        assert!(seed_started(&pod(100, None)).is_empty());
+    }
 }

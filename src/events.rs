@@ -324,6 +324,7 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
+    /// Feeds `metrics` and queues events on `events`.
     pub fn new(metrics: Metrics, events: EventSink) -> Self {
         Telemetry { metrics, events }
     }

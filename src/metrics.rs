@@ -19,6 +19,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -167,10 +168,13 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DEFAULT_BUCKETS)
 }
 
-/// All of podprobe's metrics and the registry that exposes them.
+/// All of podprobe's metrics and the registries that expose them.
 #[derive(Clone)]
 pub struct Metrics {
-    registry: Arc<Registry>,
+    /// The kubelet's prober metrics, which it serves on `/metrics/probes`.
+    prober: Arc<Registry>,
+    /// podprobe's own.
+    own: Arc<Registry>,
     probe_total: Family<ProbeTotalLabels, Counter>,
     probe_duration: HistogramFamily<ProbeDurationLabels>,
     status_patches: Family<PatchLabels, Counter>,
@@ -193,9 +197,10 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh registry with every metric registered and no series yet.
+    /// Fresh registries with every metric registered and no series yet.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
+        let mut prober = Registry::default();
+        let mut own = Registry::default();
         let probe_total = Family::<ProbeTotalLabels, Counter>::default();
         let probe_duration: HistogramFamily<ProbeDurationLabels> =
             Family::new_with_constructor(duration_histogram);
@@ -208,37 +213,37 @@ impl Metrics {
         // Help texts are the kubelet's, with the stability prefix that
         // component-base adds to non-stable metrics; the encoder appends the
         // final period. Counter names lose `_total`: the encoder adds it.
-        registry.register(
+        prober.register(
             "prober_probe",
             "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result",
             probe_total.clone(),
         );
-        registry.register(
+        prober.register(
             "prober_probe_duration_seconds",
             "[ALPHA] Duration in seconds for a probe response",
             probe_duration.clone(),
         );
-        registry.register(
+        own.register(
             "podprobe_status_patches",
             "Patches of pods/status sent to the API server, by outcome (sent: accepted; failed: an error, retried later)",
             status_patches.clone(),
         );
-        registry.register(
+        own.register(
             "podprobe_events",
             "Kubernetes Events podprobe recorded, failed to record, or dropped because its queue was full",
             events.clone(),
         );
-        registry.register(
+        own.register(
             "podprobe_workers",
             "Probe workers running (one per pod, container and probe type)",
             workers.clone(),
         );
-        registry.register(
+        own.register(
             "podprobe_pods_watched",
             "Pods on this node that the pod watch currently knows",
             pods_watched.clone(),
         );
-        registry.register(
+        own.register(
             "podprobe_exec_in_flight",
             "CRI ExecSync calls of exec probes currently in flight",
             exec_in_flight.clone(),
@@ -256,7 +261,8 @@ impl Metrics {
             events.get_or_create_owned(&EventLabels { outcome });
         }
         Metrics {
-            registry: Arc::new(registry),
+            prober: Arc::new(prober),
+            own: Arc::new(own),
             probe_total,
             probe_duration,
             status_patches,
@@ -324,16 +330,31 @@ impl Metrics {
         InFlightGauge(self.exec_in_flight.clone())
     }
 
-    /// The OpenMetrics text exposition of every metric, `# EOF` included.
+    /// The OpenMetrics text exposition of every metric, `# EOF` included
+    /// (`/metrics`).
     pub fn encode(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail, and no metric here has a value
-        // the encoder rejects.
-        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
-            tracing::error!(%error, "cannot encode metrics");
-        }
-        text
+        encode_all(&[&self.prober, &self.own])
     }
+
+    /// The exposition of the prober metrics only, as the kubelet serves them
+    /// on `/metrics/probes`.
+    pub fn encode_probes(&self) -> String {
+        encode_all(&[&self.prober])
+    }
+}
+
+fn encode_all(registries: &[&Registry]) -> String {
+    let mut text = String::new();
+    let encoded = registries
+        .iter()
+        .try_for_each(|registry| encode_registry(&mut text, registry))
+        .and_then(|()| encode_eof(&mut text));
+    // Writing into a String cannot fail, and no metric here has a value the
+    // encoder rejects.
+    if let Err(error) = encoded {
+        tracing::error!(%error, "cannot encode metrics");
+    }
+    text
 }
 
 fn gauge_value(count: usize) -> i64 {
@@ -520,6 +541,17 @@ mod tests {
                 r#"prober_probe_duration_seconds_count{container="app",namespace="default",pod="pod-uid-2",probe_type="Liveness"} 1"#
             ]
         );
+    }
+
+    #[test]
+    fn probes_exposition_has_only_the_prober_metrics() {
+        let metrics = Metrics::new();
+        metrics.probe_completed(&readiness_worker(), CachedResult::Success, Duration::ZERO);
+        let text = metrics.encode_probes();
+        assert!(text.contains("prober_probe_total{"), "{text}");
+        assert!(!text.contains("podprobe_"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(text.matches("# EOF").count(), 1);
     }
 
     #[test]

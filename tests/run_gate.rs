@@ -1,0 +1,339 @@
+//! `podprobe run` in gate mode against the real local cluster: podprobe runs
+//! as a host process scoped by `--pod-selector podprobe.io/test-run=<id>` to
+//! this test's pods, next to the real kubelet.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cluster::{
+    BUSYBOX_IMAGE, Namespace, TEST_RUN_LABEL, cluster, condition, restart_count, unique_id,
+    wait_for,
+};
+use serde_json::{Value, json};
+
+const GATE: &str = "podprobe.io/ready";
+
+/// A `podprobe run` host process; stopped (SIGTERM) when dropped.
+struct Podprobe {
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Podprobe {
+    fn start(run_id: &str) -> Podprobe {
+        let cluster = cluster();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("podprobe.log");
+        let stderr = File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_podprobe"))
+            .arg("run")
+            .args(["--node-name", &cluster.node_name()])
+            .args(["--kubeconfig", &cluster.kubeconfig])
+            .args(["--cri-endpoint", &cluster.cri_endpoint()])
+            .args(["--pod-selector", &format!("{TEST_RUN_LABEL}={run_id}")])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--log-level", "info,podprobe=debug"])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start podprobe run");
+        Podprobe {
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The address `--listen 127.0.0.1:0` bound, from the startup log.
+    fn listen_addr(&self) -> String {
+        wait_for(
+            "podprobe's listen address in its log",
+            Duration::from_secs(30),
+            || {
+                let logs = self.logs();
+                let start = logs.find("listen=").ok_or("not logged yet")? + "listen=".len();
+                let addr = logs[start..].split_whitespace().next().unwrap_or_default();
+                Ok::<_, String>(addr.to_string())
+            },
+            || self.logs(),
+        )
+    }
+
+    /// SIGTERM, then the exit status (killed after 20 s).
+    fn terminate(&mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..80 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let _ = self.child.kill();
+        None
+    }
+}
+
+impl Drop for Podprobe {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.terminate();
+        }
+    }
+}
+
+/// One test's namespace, run ID and podprobe.
+struct Rig {
+    ns: Namespace,
+    run_id: String,
+    podprobe: Podprobe,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let run_id = unique_id();
+        let ns = Namespace::create(&format!("podprobe-run-{run_id}"));
+        let podprobe = Podprobe::start(&run_id);
+        Rig {
+            ns,
+            run_id,
+            podprobe,
+        }
+    }
+
+    /// A busybox pod gated on `podprobe.io/ready` with `probes` as its
+    /// annotation (a JSON string, possibly malformed on purpose).
+    fn create_pod(&self, name: &str, probes: &str) {
+        let manifest = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.ns.name,
+                "labels": {TEST_RUN_LABEL: self.run_id},
+                "annotations": {"podprobe.io/probes": probes},
+            },
+            "spec": {
+                "terminationGracePeriodSeconds": 2,
+                "readinessGates": [{"conditionType": GATE}],
+                "containers": [{
+                    "name": "app",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                }],
+            },
+        });
+        cluster().apply(&manifest).expect("create pod");
+    }
+
+    fn pod(&self, name: &str) -> Result<Value, String> {
+        self.ns.pod(name)
+    }
+
+    fn exec(&self, pod: &str, command: &[&str]) {
+        let mut args = vec!["-n", self.ns.name.as_str(), "exec", pod, "-c", "app", "--"];
+        args.extend_from_slice(command);
+        cluster().kubectl(&args).expect("kubectl exec");
+    }
+
+    fn diagnostics(&self) -> String {
+        format!(
+            "{}\n--- podprobe stderr\n{}",
+            self.ns.diagnostics(),
+            self.podprobe.logs()
+        )
+    }
+
+    /// Waits until condition `type_` of `pod` has `status`.
+    fn wait_condition(&self, pod: &str, type_: &str, status: &str, timeout: Duration) -> Value {
+        wait_for(
+            &format!("{pod} {type_}={status}"),
+            timeout,
+            || {
+                let object = self.pod(pod)?;
+                match condition(&object, type_) {
+                    Some((s, _)) if s == status => Ok(object),
+                    other => Err(format!("{type_} is {other:?}")),
+                }
+            },
+            || self.diagnostics(),
+        )
+    }
+
+    fn wait_running(&self, pod: &str) {
+        wait_for(
+            &format!("{pod} running"),
+            Duration::from_secs(60),
+            || {
+                let object = self.pod(pod)?;
+                let phase = object["status"]["phase"].as_str().unwrap_or_default();
+                (phase == "Running")
+                    .then_some(())
+                    .ok_or(format!("phase {phase:?}"))
+            },
+            || self.diagnostics(),
+        );
+    }
+}
+
+/// `GET path` on `addr`: Ok when the status is 200, else the status line.
+fn http_status(addr: &str, path: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| e.to_string())?;
+    let status = response.lines().next().unwrap_or_default().to_string();
+    status
+        .starts_with("HTTP/1.1 200")
+        .then_some(())
+        .ok_or(response)
+}
+
+const READINESS_FILE_PROBE: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}}}"#;
+
+#[test]
+fn readiness_exec_probe_flips_gate_and_ready_both_ways() {
+    let rig = Rig::new();
+    rig.create_pod("web", READINESS_FILE_PROBE);
+    rig.wait_running("web");
+    let pod = rig.wait_condition("web", GATE, "False", Duration::from_secs(30));
+    assert_eq!(
+        condition(&pod, "Ready").map(|c| c.0).as_deref(),
+        Some("False")
+    );
+
+    rig.exec("web", &["touch", "/tmp/ready"]);
+    rig.wait_condition("web", GATE, "True", Duration::from_secs(20));
+    rig.wait_condition("web", "Ready", "True", Duration::from_secs(20));
+    let addr = rig.podprobe.listen_addr();
+    wait_for(
+        "/readyz 200",
+        Duration::from_secs(30),
+        || http_status(&addr, "/readyz"),
+        || rig.diagnostics(),
+    );
+
+    rig.exec("web", &["rm", "/tmp/ready"]);
+    rig.wait_condition("web", GATE, "False", Duration::from_secs(20));
+    rig.wait_condition("web", "Ready", "False", Duration::from_secs(20));
+}
+
+#[test]
+fn failing_liveness_probe_makes_the_kubelet_restart_the_container() {
+    let rig = Rig::new();
+    let probes = r#"{"app": {"livenessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 2, "initialDelaySeconds": 2}}}"#;
+    rig.create_pod("live", probes);
+    rig.wait_running("live");
+    wait_for(
+        "restartCount >= 1",
+        Duration::from_secs(60),
+        || {
+            let pod = rig.pod("live")?;
+            let count = restart_count(&pod, "app").unwrap_or(0);
+            (count >= 1)
+                .then_some(())
+                .ok_or(format!("restartCount {count}"))
+        },
+        || rig.diagnostics(),
+    );
+    wait_for(
+        "a Killing event",
+        Duration::from_secs(20),
+        || {
+            let events = cluster().kubectl(&["-n", &rig.ns.name, "get", "events"])?;
+            events
+                .contains("Container app failed liveness probe, will be restarted")
+                .then_some(())
+                .ok_or(events)
+        },
+        || rig.diagnostics(),
+    );
+}
+
+#[test]
+fn restart_of_podprobe_does_not_flip_a_ready_pod() {
+    let mut rig = Rig::new();
+    rig.create_pod("steady", READINESS_FILE_PROBE);
+    rig.wait_running("steady");
+    rig.exec("steady", &["touch", "/tmp/ready"]);
+    rig.wait_condition("steady", "Ready", "True", Duration::from_secs(30));
+    let pod = rig.wait_condition("steady", GATE, "True", Duration::from_secs(30));
+    // D5/S4 apply to containers running since 10 s before podprobe starts.
+    std::thread::sleep(Duration::from_secs(11));
+    let before = (condition(&pod, GATE), condition(&pod, "Ready"));
+
+    assert_eq!(
+        rig.podprobe.terminate(),
+        Some(0),
+        "graceful exit on SIGTERM\n{}",
+        rig.podprobe.logs()
+    );
+    rig.podprobe = Podprobe::start(&rig.run_id);
+    // Long enough for the new instance to list, probe and sync several times.
+    for _ in 0..40 {
+        let pod = rig.pod("steady").expect("get pod");
+        let now = (condition(&pod, GATE), condition(&pod, "Ready"));
+        assert_eq!(
+            now,
+            before,
+            "readiness moved across a podprobe restart\n{}",
+            rig.diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        rig.podprobe.logs().contains("probing pod"),
+        "{}",
+        rig.diagnostics()
+    );
+}
+
+#[test]
+fn malformed_annotation_gives_an_event_and_other_pods_keep_working() {
+    let rig = Rig::new();
+    rig.create_pod(
+        "broken",
+        r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "periodSecond": 1}}}"#,
+    );
+    rig.create_pod("fine", READINESS_FILE_PROBE);
+    rig.wait_running("fine");
+    rig.exec("fine", &["touch", "/tmp/ready"]);
+    rig.wait_condition("fine", GATE, "True", Duration::from_secs(30));
+    wait_for(
+        "a ProbeAnnotationInvalid event on the broken pod",
+        Duration::from_secs(30),
+        || {
+            let events = cluster().kubectl(&[
+                "-n",
+                &rig.ns.name,
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=broken",
+            ])?;
+            (events.contains("ProbeAnnotationInvalid") && events.contains("periodSecond"))
+                .then_some(())
+                .ok_or(events)
+        },
+        || rig.diagnostics(),
+    );
+}
