@@ -6,6 +6,7 @@
 #   hack/containerd.sh down     stop containers and containerd, remove all state
 #   hack/containerd.sh status   say whether it runs and answers CRI calls
 #   hack/containerd.sh env      print PODPROBE_CRI_ENDPOINT=unix:///...
+#   hack/containerd.sh import TARBALL...  import OCI image tarballs (hack/oci-image.sh)
 #
 # Everything (config, root, state, socket, PID file, log) lives under
 # ${PODPROBE_CRI_DIR:-/tmp/podprobe-cri}; `down` stops only the process named
@@ -28,7 +29,7 @@ BUSYBOX_IMAGE=docker.io/local/busybox:latest
 PAUSE_IMAGE=docker.io/local/pause:latest
 CNI_BIN_DIR=/usr/lib/cni
 # Bump when the image layout below changes, so cached tarballs are rebuilt.
-IMAGE_FORMAT=1
+IMAGE_FORMAT=2
 
 log() { echo "containerd.sh: $*" >&2; }
 die() {
@@ -37,6 +38,9 @@ die() {
 }
 
 ctr_() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
+
+# shellcheck source=hack/oci-image.sh
+. "$(dirname "$0")/oci-image.sh"
 
 require_root() {
     [ "$(id -u)" = 0 ] || die "must run as root (containerd and runc need it)"
@@ -169,53 +173,14 @@ stop_containerd() {
     rm -f "$PIDFILE"
 }
 
-# sha256 hex digest of a file.
-digest() { sha256sum "$1" | cut -d' ' -f1; }
-
-# Writes blobs/sha256/<digest> for $1 and prints the digest.
-add_blob() {
-    local d
-    d=$(digest "$1")
-    mv "$1" "$WORK/layout/blobs/sha256/$d"
-    echo "$d"
-}
-
 # Builds an OCI image-layout tarball at $1 named $2 whose entrypoint is the
 # JSON array $3, from /bin/busybox of busybox-static.
 build_image() {
-    local out=$1 name=$2 entrypoint=$3 arch
-    arch=$(dpkg --print-architecture)
-    WORK=$(mktemp -d)
-    mkdir -p "$WORK/rootfs/bin" "$WORK/rootfs/etc" "$WORK/rootfs/tmp" "$WORK/layout/blobs/sha256"
-    cp /bin/busybox "$WORK/rootfs/bin/busybox"
-    local applet
-    for applet in $(/bin/busybox --list); do
-        [ "$applet" = busybox ] || ln -s busybox "$WORK/rootfs/bin/$applet"
-    done
-    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$WORK/rootfs/etc/passwd"
-    printf 'root:x:0:\nnogroup:x:65534:\n' >"$WORK/rootfs/etc/group"
-    chmod 1777 "$WORK/rootfs/tmp"
-    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$WORK/rootfs" -cf "$WORK/layer.tar" .
-    local layer layer_size config config_size manifest manifest_size
-    layer_size=$(stat -c %s "$WORK/layer.tar")
-    layer=$(add_blob "$WORK/layer.tar")
-    cat >"$WORK/config.json" <<EOF
-{"architecture":"$arch","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Entrypoint":$entrypoint,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:$layer"]},"history":[{"created_by":"podprobe hack/containerd.sh from busybox-static"}]}
-EOF
-    config_size=$(stat -c %s "$WORK/config.json")
-    config=$(add_blob "$WORK/config.json")
-    cat >"$WORK/manifest.json" <<EOF
-{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:$config","size":$config_size},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:$layer","size":$layer_size}]}
-EOF
-    manifest_size=$(stat -c %s "$WORK/manifest.json")
-    manifest=$(add_blob "$WORK/manifest.json")
-    printf '{"imageLayoutVersion":"1.0.0"}\n' >"$WORK/layout/oci-layout"
-    cat >"$WORK/layout/index.json" <<EOF
-{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"annotations":{"io.containerd.image.name":"$name","org.opencontainers.image.ref.name":"${name##*:}"}}]}
-EOF
-    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$WORK/layout" -cf "$out.tmp" .
-    mv "$out.tmp" "$out"
-    rm -rf "$WORK"
+    local out=$1 name=$2 entrypoint=$3 work
+    work=$(mktemp -d)
+    oci_busybox_rootfs "$work/busybox-static"
+    oci_image_tar "$out" "$name" "$entrypoint" "" "$work/busybox-static" >/dev/null
+    rm -rf "$work"
 }
 
 # Imports image $1 (entrypoint $2) unless containerd already has it; the
@@ -227,7 +192,7 @@ ensure_image() {
     base=${name#docker.io/local/}
     base=${base%%:*}
     mkdir -p "$CACHE"
-    tarball="$CACHE/$base-v$IMAGE_FORMAT-$(digest /bin/busybox | cut -c1-16).oci.tar"
+    tarball="$CACHE/$base-v$IMAGE_FORMAT-$(oci_digest /bin/busybox | cut -c1-16).oci.tar"
     if [ ! -s "$tarball" ]; then
         log "building $name"
         build_image "$tarball" "$name" "$entrypoint"
@@ -312,6 +277,17 @@ cmd_status() {
 
 cmd_env() { echo "PODPROBE_CRI_ENDPOINT=unix://$SOCK"; }
 
+# Imports the OCI tarballs "$@" (see hack/oci-image.sh), replacing images of
+# the same name.
+cmd_import() {
+    require_root
+    cri_ready || die "not running; use 'up'"
+    local tarball
+    for tarball in "$@"; do
+        ctr_ images import --snapshotter overlayfs "$tarball" >&2
+    done
+}
+
 main() {
     local verb=${1:-}
     case $verb in
@@ -323,7 +299,11 @@ main() {
         "cmd_$verb"
         ;;
     status | env) "cmd_$verb" ;;
-    *) die "usage: $0 up|restart|down|status|env" ;;
+    import)
+        shift
+        cmd_import "$@"
+        ;;
+    *) die "usage: $0 up|restart|down|status|env|import TARBALL..." ;;
     esac
 }
 

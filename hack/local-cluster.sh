@@ -9,6 +9,9 @@
 #   hack/local-cluster.sh down    stop what `up` started, remove its state (keeps logs/)
 #   hack/local-cluster.sh status  one line per part; exit 1 unless all are up
 #   hack/local-cluster.sh env     print KUBECONFIG=... for eval
+#   hack/local-cluster.sh import TARBALL...
+#                                 import OCI image tarballs (hack/oci-image.sh) into
+#                                 the kubelet's containerd
 #   hack/local-cluster.sh check   prove it works: a busybox pod runs, `kubectl exec`
 #                                 and `kubectl logs` work, an exec readiness probe
 #                                 turns the pod Ready
@@ -626,7 +629,11 @@ main() {
         ;;
     status | env) "cmd_$verb" ;;
     check) cmd_check ;;
-    *) die "usage: $0 up|down|status|env|check" ;;
+    import)
+        shift
+        containerd_ import "$@"
+        ;;
+    *) die "usage: $0 up|down|status|env|check|import TARBALL..." ;;
     esac
 }
 

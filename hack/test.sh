@@ -1,24 +1,47 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what it needs, starts a
-# private containerd (hack/containerd.sh) for the exec and CRI tests, checks
-# formatting and lints, then runs every test. Stops the containerd it started.
+# private containerd (hack/containerd.sh) for the exec and CRI tests, builds
+# Kubernetes (hack/k8s-build.sh, cached) and brings up the local cluster
+# (hack/local-cluster.sh) for the tests that run `podprobe run` against it,
+# checks formatting and lints, runs every test; then deploys podprobe's
+# DaemonSet from tests/e2e (hack/deploy.sh) and runs the end-to-end tests
+# (tests/e2e_gate.rs, #[ignore]d in a plain `cargo test`) against it. Stops
+# what it started (the containerd, the cluster); a cluster that was already up
+# is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 hack/install-deps.sh
 
 started_cri=no
+started_cluster=no
+# shellcheck disable=SC2317 # run by the EXIT trap
+cleanup() {
+  if [ "$started_cluster" = yes ]; then hack/local-cluster.sh down || true; fi
+  if [ "$started_cri" = yes ]; then hack/containerd.sh down || true; fi
+}
+trap cleanup EXIT
 if ! hack/containerd.sh status >/dev/null 2>&1; then
   hack/containerd.sh up
   started_cri=yes
 fi
-cleanup() {
-  if [ "$started_cri" = yes ]; then hack/containerd.sh down || true; fi
-}
-trap cleanup EXIT
 eval "$(hack/containerd.sh env)"
 export PODPROBE_CRI_ENDPOINT
 
+# A cold Kubernetes build takes about 16 minutes on two cores.
+hack/k8s-build.sh >/dev/null
+if ! hack/local-cluster.sh status >/dev/null 2>&1; then
+  started_cluster=yes
+  hack/local-cluster.sh up
+fi
+
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked --no-fail-fast
+status=0
+cargo test --locked --no-fail-fast || status=1
+
+# End to end, with podprobe as the cluster's DaemonSet.
+hack/deploy.sh tests/e2e
+# The tests mostly wait on the cluster: run them side by side.
+cargo test --locked --test e2e_gate -- --ignored --test-threads=12 || status=1
+exit $status

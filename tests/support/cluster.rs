@@ -1,6 +1,7 @@
 //! Helpers for tests against the real local cluster (`hack/local-cluster.sh`):
-//! a kubectl wrapper, waits with deadlines and diagnostics, and a namespace
-//! that deletes itself when dropped.
+//! a kubectl wrapper, waits with deadlines and diagnostics, a namespace that
+//! deletes itself when dropped, and podprobe deployed as the real DaemonSet
+//! (`tests/e2e`) for the end-to-end tests.
 //!
 //! The cluster must be up (`hack/local-cluster.sh up`); the kubeconfig comes
 //! from `KUBECONFIG` or `hack/local-cluster.sh env`.
@@ -18,8 +19,21 @@ use serde_json::Value;
 /// The busybox image the cluster script imports into the kubelet's runtime.
 pub const BUSYBOX_IMAGE: &str = "docker.io/local/busybox:latest";
 
+/// The e2e suite's agnhost (`hack/image.sh`), as upstream's e2e names it.
+pub const AGNHOST_IMAGE: &str = "registry.k8s.io/e2e-test-images/agnhost:2.59";
+
 /// Label that scopes a host-process `podprobe run` to one test's pods.
 pub const TEST_RUN_LABEL: &str = "podprobe.io/test-run";
+
+/// Gate mode's condition, listed in `spec.readinessGates` by gated pods.
+pub const GATE: &str = "podprobe.io/ready";
+
+/// The namespace and pod label of podprobe's DaemonSet (`deploy/base`).
+pub const PODPROBE_NAMESPACE: &str = "podprobe-system";
+pub const PODPROBE_SELECTOR: &str = "app.kubernetes.io/name=podprobe";
+
+/// How often waits look again.
+const POLL: Duration = Duration::from_millis(250);
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -166,12 +180,90 @@ pub struct Namespace {
 }
 
 impl Namespace {
+    /// Creates namespace `name` and waits until pods can be created in it
+    /// (the ServiceAccount admission plugin needs its `default` account).
     pub fn create(name: &str) -> Namespace {
         cluster()
             .kubectl(&["create", "namespace", name])
             .expect("create namespace");
-        Namespace {
+        let ns = Namespace {
             name: name.to_string(),
+        };
+        ns.wait_for(
+            "the default ServiceAccount",
+            Duration::from_secs(60),
+            || cluster().kubectl(&["-n", &ns.name, "get", "serviceaccount", "default"]),
+        );
+        ns
+    }
+
+    /// `kubectl -n <namespace> args`, which must succeed.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        cluster().kubectl(&all).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Creates `pod` (a Pod manifest without a namespace) here.
+    pub fn create_pod(&self, pod: &Value) {
+        let mut pod = pod.clone();
+        pod["metadata"]["namespace"] = Value::String(self.name.clone());
+        if let Err(e) = cluster().apply(&pod) {
+            panic!("{e}");
+        }
+    }
+
+    /// `sh -c script` in `pod`'s first container, which must succeed.
+    pub fn exec(&self, pod: &str, script: &str) -> String {
+        self.kubectl(&["exec", pod, "--", "sh", "-c", script])
+    }
+
+    /// The events about `pod` (the core/v1 view, which includes those
+    /// recorded through events.k8s.io/v1).
+    pub fn events_for(&self, pod: &str) -> Vec<Value> {
+        let selector = format!("involvedObject.name={pod}");
+        cluster()
+            .json(&[
+                "-n",
+                &self.name,
+                "get",
+                "events",
+                "--field-selector",
+                &selector,
+            ])
+            .ok()
+            .and_then(|list| list["items"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// [`wait_for`] with this namespace's [`diagnostics`](Self::diagnostics).
+    pub fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        check: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        wait_for(what, timeout, check, || self.diagnostics())
+    }
+
+    /// Checks `holds` every poll for `period`; panics with what it saw and
+    /// the diagnostics as soon as it does not hold.
+    pub fn holds_for(
+        &self,
+        what: &str,
+        period: Duration,
+        mut holds: impl FnMut() -> Result<(), String>,
+    ) {
+        let start = Instant::now();
+        while start.elapsed() < period {
+            if let Err(why) = holds() {
+                panic!(
+                    "{what} stopped holding after {:?}: {why}\n{}",
+                    start.elapsed(),
+                    self.diagnostics()
+                );
+            }
+            std::thread::sleep(POLL);
         }
     }
 
@@ -195,9 +287,15 @@ impl Namespace {
                 "get",
                 "events",
                 "--sort-by=.lastTimestamp",
+                "-o",
+                "custom-columns=LAST:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,\
+                 FIELD:.involvedObject.fieldPath,FROM:.reportingComponent,COUNT:.count,MESSAGE:.message",
             ])
             .unwrap_or_else(|e| e);
-        format!("--- pods\n{wide}\n{pods}\n--- events\n{events}")
+        format!(
+            "--- pods\n{wide}\n{pods}\n--- events\n{events}\n--- podprobe DaemonSet logs\n{}",
+            podprobe_logs()
+        )
     }
 }
 
@@ -227,7 +325,7 @@ pub fn wait_for<T>(
                 diagnostics()
             );
         }
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(POLL);
     }
 }
 
@@ -250,4 +348,81 @@ pub fn restart_count(pod: &Value, container: &str) -> Option<u64> {
     let statuses = pod["status"]["containerStatuses"].as_array()?;
     let status = statuses.iter().find(|s| s["name"] == container)?;
     status["restartCount"].as_u64()
+}
+
+/// Whether `pod`'s container `container` is running.
+pub fn running(pod: &Value, container: &str) -> bool {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["name"] == container && c["state"]["running"].is_object())
+}
+
+/// Deploys podprobe from `tests/e2e` once per test binary (`hack/deploy.sh`:
+/// builds and imports the images, applies, waits for the DaemonSet;
+/// idempotent). Its DaemonSet leaves pods labelled [`TEST_RUN_LABEL`] alone.
+pub fn ensure_podprobe() {
+    static DEPLOYED: OnceLock<()> = OnceLock::new();
+    DEPLOYED.get_or_init(|| {
+        let output = Command::new("bash")
+            .arg(repo().join("hack/deploy.sh"))
+            .arg(repo().join("tests/e2e"))
+            .output()
+            .expect("run hack/deploy.sh");
+        assert!(
+            output.status.success(),
+            "hack/deploy.sh tests/e2e failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+}
+
+/// What podprobe's DaemonSet pods logged lately (empty when not deployed).
+pub fn podprobe_logs() -> String {
+    cluster()
+        .kubectl(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "logs",
+            "-l",
+            PODPROBE_SELECTOR,
+            "--tail=300",
+            "--prefix",
+        ])
+        .unwrap_or_else(|e| e)
+}
+
+/// A pod gated on [`GATE`] with one container `container` of `image`
+/// running `command` (empty: the image's entrypoint) with `args`, and
+/// `probes` as its entry in the `podprobe.io/probes` annotation.
+pub fn gated_pod(
+    name: &str,
+    container: &str,
+    image: &str,
+    command: &[&str],
+    args: &[&str],
+    probes: Value,
+) -> Value {
+    let mut c = serde_json::json!({"name": container, "image": image, "imagePullPolicy": "Never"});
+    if !command.is_empty() {
+        c["command"] = serde_json::json!(command);
+    }
+    if !args.is_empty() {
+        c["args"] = serde_json::json!(args);
+    }
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "annotations": {"podprobe.io/probes": serde_json::json!({container: probes}).to_string()},
+        },
+        "spec": {
+            "readinessGates": [{"conditionType": GATE}],
+            "terminationGracePeriodSeconds": 2,
+            "containers": [c],
+        },
+    })
 }
