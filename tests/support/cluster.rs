@@ -160,9 +160,10 @@ impl Cluster {
     }
 
     /// The kubelet's CRI endpoint, from `hack/local-cluster.sh status`
-    /// (`PODPROBE_CRI_ENDPOINT` overrides).
+    /// (`PODPROBE_CLUSTER_CRI_ENDPOINT` overrides; `PODPROBE_CRI_ENDPOINT` is
+    /// the private containerd of the CRI tests, not the kubelet's).
     pub fn cri_endpoint(&self) -> String {
-        if let Ok(endpoint) = std::env::var("PODPROBE_CRI_ENDPOINT") {
+        if let Ok(endpoint) = std::env::var("PODPROBE_CLUSTER_CRI_ENDPOINT") {
             return endpoint;
         }
         let status = hack("local-cluster.sh", &["status"]).unwrap_or_default();
@@ -170,7 +171,7 @@ impl Cluster {
             .split_whitespace()
             .find(|word| word.starts_with("unix://"))
             .map(str::to_string)
-            .expect("`hack/local-cluster.sh status` names no CRI socket; set PODPROBE_CRI_ENDPOINT")
+            .expect("`hack/local-cluster.sh status` names no CRI socket; set PODPROBE_CLUSTER_CRI_ENDPOINT")
     }
 }
 
