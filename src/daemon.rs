@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
@@ -451,7 +452,7 @@ impl Daemon {
     fn parse(&self, pod: &Pod) -> Option<Probes> {
         match pod_probes(pod) {
             Ok(annotated) => {
-                let manager = manager_probes(&annotated);
+                let manager = manager_probes(pod, &annotated);
                 Some(Probes {
                     annotated: Arc::new(annotated),
                     manager,
@@ -628,17 +629,21 @@ fn started_by_id(views: &[ContainerProbeView]) -> HashMap<String, bool> {
         .collect()
 }
 
-/// podprobe's `started` on first sight of a pod, for a restart without
-/// flapping: while `podprobe.io/ready` is `True`, every container it was
-/// computed over had started, so each running container that started no
-/// later than the condition's last transition counts as started. (A
-/// container that restarted since then was restarted while no podprobe
-/// watched, and starts over.)
-fn seed_started(pod: &Pod) -> HashMap<String, bool> {
-    let Some(since) = gate_condition(pod)
+/// When podprobe's condition turned `True`, if it is `True`: on first sight
+/// of a pod (a restart of podprobe), every container running since no later
+/// than that was probed, started and ready. A container that restarted since
+/// then was restarted while no podprobe watched, and starts over.
+fn gate_true_since(pod: &Pod) -> Option<Timestamp> {
+    gate_condition(pod)
         .filter(|c| c.status == "True")
         .and_then(|c| c.last_transition_time.as_ref())
-    else {
+        .map(|t| t.0)
+}
+
+/// podprobe's `started` on first sight of a pod, for a restart without
+/// flapping: the running containers that [`gate_true_since`] vouches for.
+fn seed_started(pod: &Pod) -> HashMap<String, bool> {
+    let Some(since) = gate_true_since(pod) else {
         return HashMap::new();
     };
     let status = pod.status.as_ref();
@@ -651,7 +656,7 @@ fn seed_started(pod: &Pod) -> HashMap<String, bool> {
             let running = c.state.as_ref()?.running.as_ref()?;
             let started_at = running.started_at.as_ref()?;
             let id = c.container_id.clone()?;
-            (started_at.0 <= since.0).then_some((id, true))
+            (started_at.0 <= since).then_some((id, true))
         })
         .collect()
 }
@@ -668,10 +673,15 @@ fn gate_is_true(pod: &Pod) -> bool {
     gate_condition(pod).is_some_and(|c| c.status == "True")
 }
 
-fn manager_probes(annotated: &AnnotatedProbes) -> PodProbes {
+/// The manager's view of a pod's annotated probes, vouching for the
+/// containers podprobe's condition already covers ([`gate_true_since`]).
+fn manager_probes(pod: &Pod, annotated: &AnnotatedProbes) -> PodProbes {
     let mut probes = PodProbes::new();
     for probe in annotated.iter() {
         probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
+    }
+    if let Some(since) = gate_true_since(pod) {
+        probes.vouch_until(since);
     }
     probes
 }
@@ -772,7 +782,7 @@ mod tests {
 
     /// podprobe's verdict about `app` right after a restart at `prober_start`.
     fn verdict_after_restart(pod: &Pod, prober_start: i64) -> ContainerProbeView {
-        let probes = manager_probes(&pod_probes(pod).unwrap());
+        let probes = manager_probes(pod, &pod_probes(pod).unwrap());
         let mut status = pod.status.clone().unwrap();
         rebuild(&mut status, &seed_started(pod));
         let inputs = StatusInputs {
@@ -800,9 +810,19 @@ mod tests {
     }
 
     #[test]
-    fn s4_container_started_just_before_podprobe_starts_over() {
-        // Within RESTART_GRACE_PERIOD of the prober's start: not pre-existing.
+    fn restart_keeps_ready_a_container_started_just_before_podprobe() {
+        // Within RESTART_GRACE_PERIOD of the prober's start, so the kubelet's
+        // rule alone would reset it; podprobe's True condition vouches for it.
         let pod = pod(195, Some(("True", 196)));
+        let view = verdict_after_restart(&pod, 200);
+        assert!(view.started && view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn restart_resets_a_container_restarted_after_the_gate_turned_true() {
+        // Started after the condition's last transition and within the grace
+        // period: no podprobe saw it start, so it starts over.
+        let pod = pod(197, Some(("True", 196)));
         let view = verdict_after_restart(&pod, 200);
         assert!(!view.ready, "{view:?}");
     }

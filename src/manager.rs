@@ -20,7 +20,7 @@ use crate::probe::{ProbeKind, ProbeSpec};
 use crate::results::{CachedResult, ProbeCaches};
 use crate::worker::{
     self, Clock, ProbeObserver, ProbeRunner, StatusSource, WorkerConfig, WorkerContext,
-    WorkerHandle, is_restartable_init_container, running_before_prober_start,
+    WorkerHandle, is_restartable_init_container, predates_prober,
 };
 
 /// The probes of one pod, already defaulted and validated, by container
@@ -28,6 +28,9 @@ use crate::worker::{
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodProbes {
     containers: HashMap<String, HashMap<ProbeKind, ProbeSpec>>,
+    /// Containers running since no later than this count as predating the
+    /// prober (D5, S4; see [`predates_prober`]).
+    vouched_until: Option<Timestamp>,
 }
 
 impl PodProbes {
@@ -50,6 +53,17 @@ impl PodProbes {
 
     pub fn is_empty(&self) -> bool {
         self.containers.values().all(HashMap::is_empty)
+    }
+
+    /// Vouches for the containers of the pod running since no later than
+    /// `until`: they are treated as predating the prober, so a restart of
+    /// the prober resets neither their `started` nor their `ready` (D5, S4).
+    pub fn vouch_until(&mut self, until: Timestamp) {
+        self.vouched_until = Some(until);
+    }
+
+    pub fn vouched_until(&self) -> Option<Timestamp> {
+        self.vouched_until
     }
 }
 
@@ -134,7 +148,8 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
                 continue;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let config = WorkerConfig::new(kind, spec.clone(), snapshot.clone(), container.clone());
+            let config = WorkerConfig::new(kind, spec.clone(), snapshot.clone(), container.clone())
+                .with_vouched_until(probes.vouched_until());
             let on_exit = forget_worker(Arc::downgrade(&self.workers), key.clone(), id);
             let handle = worker::spawn(self.context.clone(), config, on_exit);
             workers.insert(key, Registered { id, handle });
@@ -446,7 +461,13 @@ fn readiness(
     // ChangeContainerStatusOnKubeletRestart (deprecated, off by default since
     // 1.35): S4, keep a container that predates the prober ready across a
     // restart of the prober unless the pod was not Ready.
-    if has_spec && running_before_prober_start(container, inputs.prober_start) {
+    if has_spec
+        && predates_prober(
+            container,
+            inputs.prober_start,
+            inputs.probes.vouched_until(),
+        )
+    {
         if !ready && cached.is_none() {
             ready = true;
         }

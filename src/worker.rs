@@ -169,6 +169,8 @@ pub struct WorkerConfig {
     pod: Arc<Pod>,
     container: Container,
     is_init_container: bool,
+    /// See [`predates_prober`].
+    vouched_until: Option<Timestamp>,
 }
 
 impl WorkerConfig {
@@ -185,7 +187,15 @@ impl WorkerConfig {
             pod,
             container,
             is_init_container,
+            vouched_until: None,
         }
+    }
+
+    /// Containers running since no later than `until` count as predating the
+    /// prober (see [`predates_prober`]).
+    pub fn with_vouched_until(mut self, until: Option<Timestamp>) -> Self {
+        self.vouched_until = until;
+        self
     }
 
     pub fn kind(&self) -> ProbeKind {
@@ -302,14 +312,26 @@ fn matching_restart_rule_action(container: &Container, exit_code: i32) -> Option
 
 /// Whether the container has been running since before `prober_start` minus
 /// [`RESTART_GRACE_PERIOD`]: it predates a restart of the prober (D5, S4).
-pub fn running_before_prober_start(status: &ContainerStatus, prober_start: Timestamp) -> bool {
-    let started_at = status
+/// `vouched_until` widens that: a container running since no later than it
+/// counts as predating the prober too (gate mode: podprobe's own condition
+/// in the API was `True` for it then, so it was probed and ready).
+pub fn predates_prober(
+    status: &ContainerStatus,
+    prober_start: Timestamp,
+    vouched_until: Option<Timestamp>,
+) -> bool {
+    let Some(started_at) = status
         .state
         .as_ref()
         .and_then(|state| state.running.as_ref())
-        .and_then(|running| running.started_at.as_ref());
+        .and_then(|running| running.started_at.as_ref())
+    else {
+        return false;
+    };
     let grace = i128::try_from(RESTART_GRACE_PERIOD.as_nanos()).unwrap_or(i128::MAX);
-    started_at.is_some_and(|t| t.0.as_nanosecond() < prober_start.as_nanosecond() - grace)
+    let started = started_at.0.as_nanosecond();
+    started < prober_start.as_nanosecond() - grace
+        || vouched_until.is_some_and(|v| started_at.0 <= v)
 }
 
 /// The runtime's own ID of a container: `abc` for `containerd://abc`.
@@ -458,7 +480,7 @@ impl WorkerState {
         if started_sidecar {
             writes.push(CacheWrite::Set(id.to_string(), CachedResult::Success));
         }
-        if !running_before_prober_start(container, observed.prober_start) {
+        if !predates_prober(container, observed.prober_start, config.vouched_until) {
             writes.push(CacheWrite::Set(id.to_string(), config.initial_value()));
         }
         self.on_hold = false;
@@ -1320,6 +1342,26 @@ mod tests {
             assert_eq!(step.action, Action::Probe, "{kind}");
             assert_eq!(state.container_id.as_deref(), Some(ID));
         }
+    }
+
+    #[test]
+    fn d5_vouched_container_keeps_cache_empty_within_grace() {
+        // Started 5 s before the prober, but vouched for until 4 s before it.
+        let status = pod_status(vec![running("app", ID, at(-5), Some(true))], vec![]);
+        let vouched = config(ProbeKind::Readiness, default_spec()).with_vouched_until(Some(at(-4)));
+        let mut state = WorkerState::default();
+        let step = state.before_probe(&vouched, &observed(Some(&status)));
+        assert_eq!(step.writes, vec![]);
+
+        // Vouched for only until before it started: the kubelet's rule applies.
+        let too_early =
+            config(ProbeKind::Readiness, default_spec()).with_vouched_until(Some(at(-6)));
+        let mut state = WorkerState::default();
+        let step = state.before_probe(&too_early, &observed(Some(&status)));
+        assert_eq!(
+            step.writes,
+            vec![CacheWrite::Set(ID.to_string(), CachedResult::Failure)]
+        );
     }
 
     #[test]
