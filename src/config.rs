@@ -245,7 +245,7 @@ fn check_selector(selector: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use clap::{CommandFactory, FromArgMatches, Parser};
 
     use super::*;
 
@@ -255,9 +255,15 @@ mod tests {
         run: RunArgs,
     }
 
+    /// Parses `flags` alone: the environment of the test process (CI exports
+    /// `PODPROBE_CRI_ENDPOINT` for the CRI tests) must not leak in.
     fn parse(flags: &[&str]) -> RunArgs {
         let argv = std::iter::once("podprobe").chain(flags.iter().copied());
-        Cli::try_parse_from(argv).expect("flags parse").run
+        let matches = Cli::command()
+            .mut_args(|arg| arg.env(None::<&'static str>))
+            .try_get_matches_from(argv)
+            .expect("flags parse");
+        Cli::from_arg_matches(&matches).expect("flags parse").run
     }
 
     /// `flags` after `--node-name node-1`.
