@@ -1,0 +1,3 @@
+module podprobe.bench/worker-scale
+
+go 1.26
