@@ -2,19 +2,21 @@
 //! (`hack/local-cluster.sh`) and read back, as `kubectl describe pod` sees
 //! them (`core/v1`) and as written (`events.k8s.io/v1`).
 
-#[path = "support/obs_cluster.rs"]
-mod obs_cluster;
+// Shared with the other cluster tests; this file uses only part of it.
+#[allow(dead_code)]
+#[path = "support/cluster.rs"]
+mod cluster;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cluster::{Namespace, cluster, unique_id};
 use k8s_openapi::api::core::v1::{Container, Event as CoreEvent, Pod, PodSpec};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use obs_cluster::TestNamespace;
 use podprobe::events::{self, PodEvent};
 use podprobe::manager::ProbeKill;
 use podprobe::metrics::Metrics;
@@ -115,8 +117,8 @@ async fn events_by_note(client: &Client, namespace: &str) -> BTreeMap<String, Ev
 
 #[tokio::test]
 async fn p5_k2_events_reach_the_api_with_kubelet_reasons_and_field_paths() {
-    let client = obs_cluster::client().await;
-    let namespace = TestNamespace::create(&client, "podprobe-obs").await;
+    let client = cluster().client().await;
+    let namespace = Namespace::create(&format!("podprobe-obs-{}", unique_id()));
     let pod = create_pod(&client, &namespace.name).await;
     let uid = pod.metadata.uid.clone().expect("created pod has a UID");
 

@@ -153,6 +153,17 @@ impl Cluster {
         self.kubectl_with_input(&["apply", "-f", "-"], Some(&manifest.to_string()))
     }
 
+    /// A kube client for this cluster, bound to the calling test's runtime.
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("readable kubeconfig");
+        let options = kube::config::KubeConfigOptions::default();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .expect("valid kubeconfig");
+        kube::Client::try_from(config).expect("client for the cluster")
+    }
+
     /// The name of the (first) node.
     pub fn node_name(&self) -> String {
         self.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])
