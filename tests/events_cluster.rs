@@ -2,8 +2,6 @@
 //! (`hack/local-cluster.sh`) and read back, as `kubectl describe pod` sees
 //! them (`core/v1`) and as written (`events.k8s.io/v1`).
 
-// Shared with the other cluster tests; this file uses only part of it.
-#[allow(dead_code)]
 #[path = "support/cluster.rs"]
 mod cluster;
 
