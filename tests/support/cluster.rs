@@ -374,9 +374,14 @@ pub fn running(pod: &Value, container: &str) -> bool {
 /// Deploys podprobe from `tests/e2e` once per test binary (`hack/deploy.sh`:
 /// builds and imports the images, applies, waits for the DaemonSet;
 /// idempotent). Its DaemonSet leaves pods labelled [`TEST_RUN_LABEL`] alone.
+/// `PODPROBE_E2E_DEPLOYED=1` says podprobe is deployed already
+/// (`hack/kind-e2e.sh` deploys it to kind itself).
 pub fn ensure_podprobe() {
     static DEPLOYED: OnceLock<()> = OnceLock::new();
     DEPLOYED.get_or_init(|| {
+        if std::env::var("PODPROBE_E2E_DEPLOYED").is_ok_and(|v| v == "1") {
+            return;
+        }
         let output = Command::new("bash")
             .arg(repo().join("hack/deploy.sh"))
             .arg(repo().join("tests/e2e"))
