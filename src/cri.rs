@@ -12,6 +12,7 @@
 //! as it does for the kubelet). Every call has the kubelet's deadline (the
 //! runtime request timeout, 2 min, plus what the call itself may take).
 
+use crate::metrics::InFlightGauge;
 use std::error::Error as _;
 use std::future::Future;
 use std::io;
@@ -126,6 +127,8 @@ pub struct CriClient {
     endpoint: Arc<str>,
     socket: PathBuf,
     channel: Arc<OnceLock<Channel>>,
+    /// Counts `ExecSync` calls in flight (`podprobe_exec_in_flight`).
+    exec_in_flight: InFlightGauge,
 }
 
 impl CriClient {
@@ -137,7 +140,14 @@ impl CriClient {
             endpoint: format!("unix://{}", socket.display()).into(),
             socket,
             channel: Arc::new(OnceLock::new()),
+            exec_in_flight: InFlightGauge::default(),
         })
+    }
+
+    /// Counts this client's `ExecSync` calls in flight on `gauge`.
+    pub fn count_exec_in_flight(mut self, gauge: InFlightGauge) -> Self {
+        self.exec_in_flight = gauge;
+        self
     }
 
     /// The endpoint as `unix:///path`.
@@ -173,6 +183,7 @@ impl CriClient {
             timeout: secs_i64(timeout),
         };
         let deadline = (!timeout.is_zero()).then(|| RUNTIME_REQUEST_TIMEOUT + timeout);
+        let _in_flight = self.exec_in_flight.enter();
         self.call(deadline, |mut c| async move { c.exec_sync(request).await })
             .await
     }

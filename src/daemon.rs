@@ -152,10 +152,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let client = kube_client(&config).await?;
     let all_pods: Api<Pod> = Api::all(client.clone());
     check_selectors(&all_pods, &config).await?;
-    let cri = CriClient::new(&config.cri_endpoint)?;
+    let metrics = Metrics::new();
+    let cri = CriClient::new(&config.cri_endpoint)?.count_exec_in_flight(metrics.exec_in_flight());
     let cache = PodCache::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let metrics = Metrics::new();
     let (events, event_queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());
     let event_publisher = tokio::spawn({
         let (client, node) = (client.clone(), config.node_name.clone());

@@ -268,3 +268,41 @@ impl Drop for Down<'_> {
         }
     }
 }
+
+/// `podprobe_exec_in_flight` counts an ExecSync call while it runs, and
+/// drops back when it returns.
+#[tokio::test]
+async fn exec_in_flight_gauge_counts_running_execs() {
+    let metrics = podprobe::metrics::Metrics::new();
+    let cri = client().count_exec_in_flight(metrics.exec_in_flight());
+    let pod = TestPod::start(&cri, "exec-gauge").await;
+    let gauge_line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("podprobe_exec_in_flight "))
+            .map(str::to_string)
+    };
+    let running = {
+        let cri = cri.clone();
+        let id = pod.container_id.clone();
+        tokio::spawn(async move {
+            exec::probe(
+                &cri,
+                &id,
+                &strings(&["sleep", "2"]),
+                Duration::from_secs(10),
+            )
+            .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while gauge_line(&metrics.encode()).as_deref() != Some("podprobe_exec_in_flight 1") {
+        assert!(Instant::now() < deadline, "{}", metrics.encode());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let attempt = running.await.expect("exec task");
+    assert_eq!(attempt.map(|o| o.result), Ok(ProbeResult::Success));
+    assert_eq!(
+        gauge_line(&metrics.encode()).as_deref(),
+        Some("podprobe_exec_in_flight 0")
+    );
+}
