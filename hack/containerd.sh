@@ -57,6 +57,9 @@ ensure_packages() {
     command -v curl >/dev/null || missing+=(curl)
     command -v ip >/dev/null || missing+=(iproute2)
     command -v sha256sum >/dev/null || missing+=(coreutils)
+    # Installed with the runtime when its tests were first made to pass here;
+    # containerd's CNI setup may call it.
+    command -v iptables >/dev/null || missing+=(iptables)
     [ ${#missing[@]} -eq 0 ] && return
     log "installing ${missing[*]}"
     apt-get update -qq
