@@ -74,6 +74,16 @@ impl Variant {
         pod
     }
 
+    /// The kubelet's `Killing` message for a liveness kill of `name`.
+    fn liveness_kill_message(self, name: &str) -> String {
+        match self {
+            Variant::Container => {
+                format!("Container {name} failed liveness probe, will be restarted")
+            }
+            Variant::RestartableInit => format!("Init container {name} failed liveness probe"),
+        }
+    }
+
     /// The involved object's field path of the probed container's events.
     fn field_path(self, name: &str) -> String {
         match self {
@@ -351,6 +361,7 @@ fn exec_cat_health_restart(variant: Variant) {
     let pod = busybox(variant, script, liveness(exec(&["cat", "/tmp/health"]), 5));
     run_liveness_test(&ns, &pod, 1, RESTART);
     let field_path = variant.field_path("busybox");
+    let message = variant.liveness_kill_message("busybox");
     let name = name_of(&pod);
     ns.wait_for(&format!("a Killing event on {field_path}"), START, || {
         let events = ns.events_for(&name);
@@ -358,7 +369,7 @@ fn exec_cat_health_restart(variant: Variant) {
             .iter()
             .find(|e| {
                 e["reason"] == "Killing"
-                    && e["message"] == "Container busybox failed liveness probe, will be restarted"
+                    && e["message"] == message.as_str()
                     && e["involvedObject"]["fieldPath"] == field_path.as_str()
             })
             .map(|_| ())
