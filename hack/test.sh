@@ -5,7 +5,7 @@
 # (hack/local-cluster.sh) for the tests that run `podprobe run` against it,
 # checks formatting and lints, runs every test; then deploys podprobe's
 # DaemonSet from tests/e2e (hack/deploy.sh) and runs the end-to-end tests
-# (tests/e2e_gate.rs, #[ignore]d in a plain `cargo test`) against it. Stops
+# (tests/e2e_gate.rs and tests/e2e_upstream.rs, #[ignore]d in a plain `cargo test`) against it. Stops
 # what it started (the containerd, the cluster); a cluster that was already up
 # is left running.
 set -euo pipefail
@@ -43,5 +43,5 @@ cargo test --locked --no-fail-fast || status=1
 # End to end, with podprobe as the cluster's DaemonSet.
 hack/deploy.sh tests/e2e
 # The tests mostly wait on the cluster: run them side by side.
-cargo test --locked --test e2e_gate -- --ignored --test-threads=12 || status=1
+cargo test --locked --test e2e_gate --test e2e_upstream -- --ignored --test-threads=12 || status=1
 exit $status
