@@ -22,8 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use cluster::{
-    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, cluster, condition,
-    ensure_podprobe, gated_pod, unique_id,
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, condition, ensure_podprobe, gated_pod, unique_id,
 };
 
 /// How long a restart may take to show: probe delay and period, the kill's
@@ -146,17 +145,7 @@ fn grpc_server(variant: Variant, probes: Value) -> Value {
 /// out one is used as it is (`hack/test.sh` deploys it just before), else it
 /// is deployed from this tree.
 fn setup(test: &str) -> Namespace {
-    let rolled_out = cluster().kubectl(&[
-        "-n",
-        PODPROBE_NAMESPACE,
-        "rollout",
-        "status",
-        "daemonset/podprobe",
-        "--timeout=5s",
-    ]);
-    if rolled_out.is_err() {
-        ensure_podprobe();
-    }
+    ensure_podprobe();
     Namespace::create(&format!("podprobe-up-{test}-{}", unique_id()))
 }
 
