@@ -151,10 +151,13 @@ start_containerd() {
     log "starting containerd (log: $LOG)"
     # fd 9 holds the lock; containerd must not keep it.
     setsid containerd --config "$CONFIG" >>"$LOG" 2>&1 </dev/null 9>&- &
-    echo $! >"$PIDFILE"
+    local pid=$!
+    echo "$pid" >"$PIDFILE"
     for _ in $(seq 1 300); do
         cri_ready && return 0
-        pid_of_ours >/dev/null || break
+        # Not pid_of_ours: until the forked shell has exec'd containerd, its
+        # command line is not containerd's yet, and a busy machine gets there late.
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.2
     done
     tail -n 30 "$LOG" >&2 || true

@@ -221,7 +221,7 @@ async fn client_reconnects_after_runtime_restart() {
     let env = [
         ("PODPROBE_CRI_DIR", "/tmp/podprobe-cri-restart"),
         ("PODPROBE_CRI_BRIDGE", "podprobe1"),
-        ("PODPROBE_CRI_SUBNET", "10.88.78.0/24"),
+        ("PODPROBE_CRI_SUBNET", "10.88.79.0/24"),
     ];
     let _down = Down(&env);
     let endpoint = containerd_up(&env);
