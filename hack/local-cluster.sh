@@ -127,7 +127,9 @@ wait_for() {
     local deadline=$((SECONDS + timeout))
     while [ $SECONDS -lt $deadline ]; do
         "$@" >/dev/null 2>&1 && return 0
-        if [ -n "$name" ] && ! pid_of "$name" >/dev/null; then
+        # The PID alone, not pid_of: until the forked shell has exec'd the
+        # part, its command line is not the part's yet (late on a busy machine).
+        if [ -n "$name" ] && ! kill -0 "$(cat "$RUN/$name.pid" 2>/dev/null)" 2>/dev/null; then
             tail -n 30 "$LOGS/$name.log" >&2 || true
             die "$name exited; see $LOGS/$name.log"
         fi
