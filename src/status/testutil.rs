@@ -15,19 +15,7 @@ pub fn time(rfc3339: &str) -> Time {
     Time(rfc3339.parse().expect("test timestamp"))
 }
 
-pub fn container(name: &str) -> Container {
-    Container {
-        name: name.to_string(),
-        ..Container::default()
-    }
-}
-
-pub fn sidecar(name: &str) -> Container {
-    Container {
-        restart_policy: Some("Always".to_string()),
-        ..container(name)
-    }
-}
+pub use crate::worker::testing::{container, sidecar};
 
 /// A running container's status with ID `containerd://<name>`.
 pub fn container_status(name: &str, ready: bool) -> ContainerStatus {
