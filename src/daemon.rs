@@ -712,7 +712,8 @@ mod tests {
 
     use super::*;
     use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
-    use crate::probe::ProbeKind;
+    use crate::probe::spec::{AtoiFailure, PortError};
+    use crate::probe::{Handler, ProbeKind};
     use crate::results::CachedResult;
 
     const ID: &str = "containerd://app-1";
@@ -872,16 +873,24 @@ mod tests {
     }
 
     #[test]
-    fn authority_probe_with_an_undeclared_port_name_is_an_error() {
+    fn authority_probe_with_an_undeclared_port_name_runs_and_errors() {
         let mut pod = pod(Mode::Authority, 100, None);
         let app = &mut pod.spec.as_mut().unwrap().containers[0];
         app.liveness_probe =
             Some(serde_json::from_value(serde_json::json!({"httpGet": {"port": "web"}})).unwrap());
         let (probes, errors) = authority_probes(&pod);
-        assert_eq!(probes.manager.len(), 1);
+        assert!(errors.is_empty(), "{errors:?}");
+        let liveness = probes.manager.get("app", ProbeKind::Liveness).unwrap();
         assert_eq!(
-            errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            [r#"livenessProbe.httpGet.port: port "web" not found in container "app""#]
+            liveness.handler,
+            Handler::Unresolvable(PortError::NotANumber {
+                port: "web".into(),
+                reason: AtoiFailure::InvalidSyntax
+            })
+        );
+        assert_eq!(
+            (liveness.period_seconds, liveness.failure_threshold),
+            (10, 3)
         );
     }
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::probe::spec::{container_probe, normalize};
+use crate::probe::spec::{container_probe, normalize_accepted};
 use crate::probe::{ProbeKind, ProbeSpec, SpecError};
 use crate::results::{CachedResult, ProbeCaches};
 use crate::worker::{
@@ -53,9 +53,9 @@ impl PodProbes {
     }
 
     /// The probes of `pod`'s own spec (authority mode): every probe of its
-    /// regular and restartable init containers, defaulted and resolved, and
-    /// the errors of those that cannot be run as written (a port name the
-    /// container does not declare: the API server accepts it).
+    /// regular and restartable init containers, defaulted and resolved as
+    /// the kubelet takes them ([`normalize_accepted`]), and the errors of
+    /// those podprobe cannot take (none, for a pod the API server admitted).
     pub fn from_spec(pod: &Pod) -> (PodProbes, Vec<SpecError>) {
         let mut probes = PodProbes::new();
         let mut errors = Vec::new();
@@ -64,7 +64,7 @@ impl PodProbes {
                 let Some(probe) = container_probe(container, kind) else {
                     continue;
                 };
-                match normalize(kind, probe, container) {
+                match normalize_accepted(kind, probe, container) {
                     Ok(spec) => probes.insert(container.name.clone(), kind, spec),
                     Err(error) => errors.push(error),
                 }
