@@ -1103,6 +1103,32 @@ fn falls(versions: &[(Instant, Instant, &Value)], c: &str) -> usize {
         .count()
 }
 
+/// For each failing stretch of `switch` longer than `window`: how long after
+/// it began the API server first held container `c` not ready (or the
+/// stretch ended without that: `None`, which the violation check reports).
+fn unready_lags(
+    versions: &[(Instant, Instant, &Value)],
+    c: &str,
+    switch: &Switch,
+    window: Duration,
+) -> Vec<Option<Duration>> {
+    switch
+        .failing_stretches()
+        .into_iter()
+        .filter(|(from, until)| until.is_none_or(|until| until - *from > window))
+        .map(|(from, until)| {
+            versions
+                .iter()
+                .find(|(at, held_until, pod)| {
+                    *held_until > from
+                        && until.is_none_or(|until| *at < until)
+                        && container_ready(pod, c) == Some(false)
+                })
+                .map(|(at, _, _)| at.saturating_duration_since(from))
+        })
+        .collect()
+}
+
 #[test]
 fn hammering_agent_loses_no_write_and_readiness_follows_the_servers() {
     const PODS: usize = 3;
@@ -1257,6 +1283,7 @@ fn hammering_agent_loses_no_write_and_readiness_follows_the_servers() {
     let end = Instant::now();
     let mut violations = Vec::new();
     let mut transitions = Vec::new();
+    let mut lags = Vec::new();
     let mut version_count = 0;
     for (p, uid) in uids.iter().enumerate() {
         let versions = held_versions(&seen, uid, end);
@@ -1275,6 +1302,7 @@ fn hammering_agent_loses_no_write_and_readiness_follows_the_servers() {
                 .map(|v| format!("{}: {v}", names[p])),
             );
             transitions.push((format!("{}/{c}", names[p]), falls(&versions, c)));
+            lags.extend(unready_lags(&versions, c, &b.switch, failure_window));
         }
         let mut last = vec![0u64; CONTAINERS.len()];
         for (_, _, pod) in &versions {
@@ -1324,9 +1352,12 @@ fn hammering_agent_loses_no_write_and_readiness_follows_the_servers() {
     eprintln!(
         "hammer: {hammer_secs:.1}s hammer, settled in {settle_secs:.1}s; agent writes {:?}, agent conflicts {agent_conflicts}, \
          agent errors {}; {version_count} versions recorded; ready→not-ready transitions {transitions:?}; \
-         long failures per server {long_failures:?}; podprobe patches: {patches:?}",
+         long failures per server {long_failures:?}; server failing → API not ready: max {:?} over {} long failures; \
+         podprobe patches: {patches:?}",
         reports.iter().map(|r| r.writes).collect::<Vec<_>>(),
         reports.iter().map(|r| r.errors).sum::<u64>(),
+        lags.iter().flatten().max(),
+        lags.len(),
     );
     assert!(
         sent > 0.0,
@@ -1513,6 +1544,11 @@ fn recreated_pod_never_receives_the_old_pods_status() {
     let mut generations: Vec<(String, String)> = Vec::new();
     let mut conflicts = 0;
     for generation in 0..GENERATIONS {
+        if generation > 0 {
+            // Right after the previous generation's last agent write, while
+            // podprobe may still be patching it.
+            rig.force_delete("same");
+        }
         let uid = rig.create_pod("same", &[("app", backend.port())], 1);
         let prefix = format!("gen{generation}x");
         let fake = rig.fake_containers(&["app"], &prefix);
@@ -1545,7 +1581,6 @@ fn recreated_pod_never_receives_the_old_pods_status() {
         let report = rig.rt.block_on(agent).expect("agent");
         conflicts += report.conflicts;
         assert!(report.lost.is_empty(), "{}", report.lost.join("\n"));
-        rig.force_delete("same");
     }
     stop.store(true, Ordering::SeqCst);
     rig.rt.block_on(flipper).expect("flipper");
@@ -1594,8 +1629,13 @@ fn recreated_pod_never_receives_the_old_pods_status() {
         }
     }
     let metrics = rig.podprobe().get("/metrics").expect("/metrics");
+    let logs = rig.podprobe().logs();
     eprintln!(
-        "recreate: {GENERATIONS} generations, {count} versions recorded, agent conflicts {conflicts}, podprobe patches {:?}",
-        metric_lines(&metrics, "podprobe_status_patches")
+        "recreate: {GENERATIONS} generations, {count} versions recorded, agent conflicts {conflicts}, \
+         podprobe patches {:?}; podprobe log: {} UidChanged, {} PodGone, {} UID preconditions failed",
+        metric_lines(&metrics, "podprobe_status_patches"),
+        logs.matches("decision=UidChanged").count(),
+        logs.matches("decision=PodGone").count(),
+        logs.matches("UID in precondition").count(),
     );
 }
