@@ -28,6 +28,7 @@ mod runtime;
 mod status;
 mod supervisor;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -83,6 +84,7 @@ async fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     if let Err(e) = run(Args::parse()).await {
         tracing::error!("{e}");

@@ -66,6 +66,8 @@ pub struct PodWorker {
     waiting: BTreeMap<String, Waiting>,
     /// What the last sync logged as the pod's phase, to log changes only.
     logged_phase: Option<String>,
+    /// The last exited instance logged per container, to log each exit once.
+    logged_exits: BTreeMap<String, String>,
 }
 
 impl PodWorker {
@@ -85,6 +87,7 @@ impl PodWorker {
             pod,
             waiting: BTreeMap::new(),
             logged_phase: None,
+            logged_exits: BTreeMap::new(),
         })
     }
 
@@ -179,6 +182,7 @@ impl PodWorker {
         let Some(sandbox) = observed.sandbox.clone().filter(|s| s.ready) else {
             return self.report(&observed, false).await;
         };
+        self.log_exits(&observed);
         let next = plan(&self.pod, &observed, &observed::now());
         for (name, reason) in &next.waiting {
             if !self.waiting.contains_key(name) {
@@ -218,6 +222,28 @@ impl PodWorker {
             observed = self.runtime.observe(self.uid()).await?;
         }
         self.report(&observed, false).await
+    }
+
+    /// Logs each container exit once.
+    fn log_exits(&mut self, observed: &observed::Pod) {
+        for (name, container) in &observed.containers {
+            let Some(instance) = &container.latest else {
+                continue;
+            };
+            let Some(exit) = instance.exit() else {
+                continue;
+            };
+            if self.logged_exits.get(name) != Some(&instance.id) {
+                tracing::info!(
+                    container = %name,
+                    id = %instance.id,
+                    exit_code = exit.exit_code,
+                    reason = %exit.reason,
+                    "container exited"
+                );
+                self.logged_exits.insert(name.clone(), instance.id.clone());
+            }
+        }
     }
 
     /// Replaces a missing or dead sandbox by a new one.
