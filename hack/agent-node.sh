@@ -160,19 +160,39 @@ ensure_containerd() {
     containerd_ import "$tarball"
 }
 
-# Builds the agent and podprobe (debug) and copies both to $BIN.
+# Parts whose binary `build` replaced: running, they are restarted.
+CHANGED=()
+
+# Builds the agent and podprobe (debug) and copies to $BIN what changed.
 build() {
     log "cargo build --example node-agent --bin podprobe"
     (cd "$ROOT" && cargo build --locked --example node-agent --bin podprobe >&2)
     mkdir -p "$BIN"
-    # Copies, then renames: a running binary is never written over.
-    install -m 0755 "$TARGET/debug/examples/node-agent" "$BIN/node-agent.new"
-    install -m 0755 "$TARGET/debug/podprobe" "$BIN/podprobe.new"
-    mv -f "$BIN/node-agent.new" "$BIN/node-agent"
-    mv -f "$BIN/podprobe.new" "$BIN/podprobe"
+    local name built
+    for name in node-agent podprobe; do
+        built=$TARGET/debug/$name
+        [ $name = node-agent ] && built=$TARGET/debug/examples/$name
+        cmp -s "$built" "$BIN/$name" && continue
+        # Copy, then rename: a running binary is never written over.
+        install -m 0755 "$built" "$BIN/$name.new"
+        mv -f "$BIN/$name.new" "$BIN/$name"
+        CHANGED+=("$name")
+    done
+}
+
+# Stops part $1 if it runs an older build.
+stop_if_changed() {
+    local name
+    for name in "${CHANGED[@]}"; do
+        if [ "$name" = "$1" ] && pid_of "$1" >/dev/null; then
+            log "$1 was rebuilt: restarting it"
+            stop_part "$1"
+        fi
+    done
 }
 
 start_agent() {
+    stop_if_changed node-agent
     if ! pid_of node-agent >/dev/null; then
         start_part node-agent "$AGENT_LOG" \
             --node-name "$NODE_NAME" \
@@ -187,6 +207,7 @@ start_agent() {
 
 start_podprobe() {
     [ -x "$BIN/podprobe" ] || die "no $BIN/podprobe: run '$0 up' first"
+    stop_if_changed podprobe
     if ! pid_of podprobe >/dev/null; then
         start_part podprobe "$PODPROBE_LOG" run \
             --mode authority \

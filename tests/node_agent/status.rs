@@ -195,6 +195,15 @@ pub fn differs(current: Option<&PodStatus>, desired: &PodStatus) -> bool {
 /// podprobe must fail with a conflict rather than be lost).
 pub fn patch(pod: &Pod, desired: &PodStatus) -> Value {
     let mut status = serde_json::to_value(desired).expect("a PodStatus serializes");
+    // Conditions merge by `type`: a reason or message the condition no longer
+    // has must be cleared explicitly, or the old one stays.
+    for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+        for field in ["reason", "message"] {
+            if condition.get(field).is_none() {
+                condition[field] = Value::Null;
+            }
+        }
+    }
     // podIPs merge by `ip`: an address the pod lost must be deleted explicitly.
     let current_ips = pod.status.as_ref().and_then(|s| s.pod_ips.as_deref());
     let desired_ips = desired.pod_ips.as_deref().unwrap_or_default();
@@ -703,6 +712,14 @@ mod tests {
         assert!(!text.contains("\"Ready\""), "{text}");
         assert!(!text.contains("ContainersReady"), "{text}");
         assert_eq!(body["metadata"]["uid"], "uid-1");
+        // Absent reasons are cleared, not left to the merge.
+        assert_eq!(body["status"]["conditions"][0]["reason"], Value::Null);
+        assert!(
+            body["status"]["conditions"][0]
+                .as_object()
+                .unwrap()
+                .contains_key("message")
+        );
         assert_eq!(body["metadata"]["resourceVersion"], "42");
     }
 
