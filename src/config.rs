@@ -24,7 +24,11 @@ pub struct RunArgs {
 
     /// Which status fields podprobe owns: `gate` (next to a stock kubelet:
     /// only the `podprobe.io/ready` condition, probes from the
-    /// `podprobe.io/probes` annotation) or `authority` (not implemented yet).
+    /// `podprobe.io/probes` annotation) or `authority` (for node agents
+    /// without a prober of their own: probes from the pod spec; podprobe owns
+    /// container `ready`/`started` and the `Ready`/`ContainersReady`
+    /// conditions). Never run authority mode next to a kubelet: both would
+    /// write the same fields.
     #[arg(long, env = "PODPROBE_MODE", value_enum, default_value_t = ModeArg::Gate)]
     pub mode: ModeArg,
 
@@ -103,10 +107,6 @@ pub enum ConfigError {
          letters, digits, '-' and '.', at most 253 characters)"
     )]
     NodeName(String),
-    #[error(
-        "--mode authority is not implemented yet; use --mode gate (the default) next to a stock kubelet"
-    )]
-    AuthorityNotImplemented,
     #[error("--cri-endpoint (PODPROBE_CRI_ENDPOINT) {0:?}: expected unix:///path/to/socket")]
     CriEndpoint(String),
     #[error(
@@ -124,7 +124,7 @@ impl RunArgs {
     pub fn validate(self) -> Result<Config, ConfigError> {
         let mode = match self.mode {
             ModeArg::Gate => Mode::Gate,
-            ModeArg::Authority => return Err(ConfigError::AuthorityNotImplemented),
+            ModeArg::Authority => Mode::Authority,
         };
         if !is_dns_subdomain(&self.node_name) {
             return Err(ConfigError::NodeName(self.node_name));
@@ -283,10 +283,9 @@ mod tests {
     }
 
     #[test]
-    fn authority_mode_is_refused_clearly() {
-        let err = args(&["--mode", "authority"]).validate().unwrap_err();
-        assert_eq!(err, ConfigError::AuthorityNotImplemented);
-        assert!(err.to_string().contains("not implemented yet"));
+    fn authority_mode_is_selected_by_flag() {
+        let config = args(&["--mode", "authority"]).validate().expect("valid");
+        assert_eq!(config.mode, Mode::Authority);
     }
 
     #[test]

@@ -1,17 +1,20 @@
-//! `podprobe run`: the node daemon in gate mode.
+//! `podprobe run`: the node daemon.
 //!
 //! Wiring: the node's pod watch ([`pods`]) feeds a [`ProberManager`] whose
-//! workers run the probes of each pod's `podprobe.io/probes` annotation. The
+//! workers run each pod's probes: in gate mode those of its
+//! `podprobe.io/probes` annotation, in authority mode those of its spec. The
 //! kubelet's sync loop reaction (K1) is [`Daemon::run`]: a readiness or
-//! startup result change recomputes podprobe's own `started`/`ready` for the
-//! annotated probes (S1-S5, as the kubelet's `UpdatePodStatus`), which gives
-//! the desired `podprobe.io/ready` condition that the [`Patcher`] sends; a
-//! liveness or startup failure stops the container through CRI with the
-//! kubelet's grace period (K2, K3), and the real kubelet restarts it.
+//! startup result change recomputes podprobe's `started`/`ready` (S1-S5, as
+//! the kubelet's `UpdatePodStatus`), which gives the desired status of the
+//! fields podprobe owns in its mode (the `podprobe.io/ready` condition, or
+//! container `ready`/`started` with `Ready`/`ContainersReady`) that the
+//! [`Patcher`] sends; a liveness or startup failure stops the container
+//! through CRI with the kubelet's grace period (K2, K3), and the node agent
+//! (the kubelet, in gate mode) restarts it.
 //!
-//! A restart of podprobe does not flap a Ready pod: workers do not seed
-//! containers that predate podprobe (D5), podprobe's previous `started` is
-//! taken from its condition when that is `True`, and S4 reads podprobe's own
+//! A restart of podprobe does not flap a Ready pod ([`takeover`]): workers do
+//! not seed containers that predate podprobe (D5), podprobe's previous
+//! `started` is taken over from the API, and S4 reads podprobe's own
 //! condition as "the pod was Ready".
 
 use std::collections::{HashMap, HashSet};
@@ -22,7 +25,6 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
@@ -34,12 +36,12 @@ use crate::manager::{PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pods::{self, PodCache, PodEvent, with_started};
 use crate::probe::Prober;
+use crate::probe::SpecError;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::{CriState, Health, Server};
-use crate::status::patcher::{Intent, KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
-use crate::status::{
-    AnnotatedProbes, ContainerProbeView, PROBES_ANNOTATION, READY_CONDITION, pod_probes,
-};
+use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
+use crate::status::{AnnotatedProbes, ContainerProbeView, Mode, PROBES_ANNOTATION, pod_probes};
+use crate::takeover;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
 
 /// How often every pod's desired status and kills are checked again, besides
@@ -192,7 +194,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     ));
     tracing::info!(
         node = config.node_name,
-        mode = "gate",
+        mode = ?config.mode,
         cri = cri.endpoint(),
         selector = config.pod_selector.as_deref().unwrap_or(""),
         %listen,
@@ -200,6 +202,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let pod_events = pods::watch(all_pods, watcher_config(&config), cache.clone());
     let daemon = Daemon {
+        mode: config.mode,
         manager,
         patcher,
         cri,
@@ -318,18 +321,20 @@ impl PatchObserver for PatchMetrics {
 
 /// What the daemon knows about one pod, by UID.
 struct Tracked {
-    /// The annotation value this state was derived from.
+    /// The annotation value this state was derived from (gate mode).
     annotation: Option<String>,
     probes: Option<Probes>,
 }
 
-/// A pod's valid annotated probes, in both shapes the core uses.
+/// A pod podprobe probes and writes status for.
 struct Probes {
-    annotated: Arc<AnnotatedProbes>,
+    /// What podprobe owns for the pod.
+    owned: Owned,
     manager: PodProbes,
 }
 
 struct Daemon {
+    mode: Mode,
     manager: Manager,
     patcher: Patcher<KubeStatusApi>,
     cri: CriClient,
@@ -408,16 +413,20 @@ impl Daemon {
         self.sync_pod(pod);
     }
 
-    /// First sight of a pod, or a change of its annotation: parses the
-    /// annotation and starts workers. Probes that already run are kept, as
-    /// the kubelet keeps a worker's probe for the pod's lifetime.
+    /// First sight of a pod, or a change of its annotation (gate mode):
+    /// reads its probes and starts workers. Probes that already run are kept,
+    /// as the kubelet keeps a worker's probe for the pod's lifetime (in
+    /// authority mode the API server keeps a pod's probes immutable).
     fn track(&mut self, uid: &str, pod: &Pod) {
-        let annotation = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(PROBES_ANNOTATION))
-            .cloned();
+        let annotation = match self.mode {
+            Mode::Gate => pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PROBES_ANNOTATION))
+                .cloned(),
+            Mode::Authority => None,
+        };
         match self.pods.get(uid) {
             Some(tracked) if tracked.annotation == annotation => return,
             Some(tracked) if tracked.probes.is_some() => {
@@ -434,15 +443,21 @@ impl Daemon {
             }
             _ => {}
         }
-        let probes = annotation.as_ref().and_then(|_| self.parse(pod));
+        let probes = match self.mode {
+            Mode::Gate => annotation.as_ref().and_then(|_| self.parse(pod)),
+            // podprobe owns the readiness of every pod on the node, with
+            // probes or without.
+            Mode::Authority => Some(self.spec_probes(pod)),
+        };
         if let Some(probes) = &probes {
             tracing::info!(
                 pod = pod_name(pod),
                 namespace = pod_namespace(pod),
-                probes = probes.annotated.iter().count(),
+                probes = probes.manager.len(),
                 "probing pod"
             );
-            self.cache.set_started(uid, seed_started(pod));
+            self.cache
+                .set_started(uid, takeover::seed_started(pod, self.mode));
             self.manager.add_pod(pod, &probes.manager);
         }
         self.pods
@@ -451,13 +466,7 @@ impl Daemon {
 
     fn parse(&self, pod: &Pod) -> Option<Probes> {
         match pod_probes(pod) {
-            Ok(annotated) => {
-                let manager = manager_probes(pod, &annotated);
-                Some(Probes {
-                    annotated: Arc::new(annotated),
-                    manager,
-                })
-            }
+            Ok(annotated) => Some(gate_probes(pod, annotated)),
             Err(error) => {
                 tracing::warn!(
                     pod = pod_name(pod),
@@ -470,6 +479,25 @@ impl Daemon {
                 None
             }
         }
+    }
+
+    /// Authority mode: the probes of the pod's spec. A probe that cannot run
+    /// as written is reported (log and Warning event) and left out.
+    fn spec_probes(&self, pod: &Pod) -> Probes {
+        let (probes, errors) = authority_probes(pod);
+        for error in errors {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                container = error.container,
+                probe = %error.kind,
+                %error,
+                "cannot run the probe as written"
+            );
+            self.events
+                .record_opt(events::PodEvent::invalid_spec_probe(pod, &error));
+        }
+        probes
     }
 
     fn on_pod_deleted(&mut self, pod: &Pod) {
@@ -522,8 +550,9 @@ impl Daemon {
         }
     }
 
-    /// Recomputes podprobe's verdicts for `pod`, submits the desired gate
-    /// condition and stops containers whose liveness or startup probe failed.
+    /// Recomputes podprobe's verdicts for `pod`, submits the desired status
+    /// of the fields podprobe owns and stops containers whose liveness or
+    /// startup probe failed.
     fn sync_pod(&mut self, pod: &Pod) {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return;
@@ -533,15 +562,16 @@ impl Daemon {
         };
         let mut status = pod.status.clone().unwrap_or_default();
         rebuild(&mut status, &self.cache.started(uid));
+        let pod_ready = takeover::own_condition_is_true(pod, self.mode);
         self.manager
-            .update_pod_status_with(pod, &probes.manager, gate_is_true(pod), &mut status);
+            .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status);
         let views = views(&status);
         self.cache.set_started(uid, started_by_id(&views));
         self.patcher.submit(Intent {
             namespace: pod_namespace(pod).to_string(),
             name: pod_name(pod).to_string(),
             uid: uid.to_string(),
-            probes: probes.annotated.clone(),
+            owned: probes.owned.clone(),
             views,
         });
         if pod.metadata.deletion_timestamp.is_none() {
@@ -553,7 +583,7 @@ impl Daemon {
         }
     }
 
-    /// K2/K3: stops the container through CRI; the kubelet restarts it.
+    /// K2/K3: stops the container through CRI; the node agent restarts it.
     fn kill(&self, pod: &Pod, kill: crate::manager::ProbeKill) {
         let fresh = self
             .killing
@@ -629,61 +659,27 @@ fn started_by_id(views: &[ContainerProbeView]) -> HashMap<String, bool> {
         .collect()
 }
 
-/// When podprobe's condition turned `True`, if it is `True`: on first sight
-/// of a pod (a restart of podprobe), every container running since no later
-/// than that was probed, started and ready. A container that restarted since
-/// then was restarted while no podprobe watched, and starts over.
-fn gate_true_since(pod: &Pod) -> Option<Timestamp> {
-    gate_condition(pod)
-        .filter(|c| c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0)
-}
-
-/// podprobe's `started` on first sight of a pod, for a restart without
-/// flapping: the running containers that [`gate_true_since`] vouches for.
-fn seed_started(pod: &Pod) -> HashMap<String, bool> {
-    let Some(since) = gate_true_since(pod) else {
-        return HashMap::new();
-    };
-    let status = pod.status.as_ref();
-    let init = status.and_then(|s| s.init_container_statuses.as_ref());
-    let regular = status.and_then(|s| s.container_statuses.as_ref());
-    init.into_iter()
-        .flatten()
-        .chain(regular.into_iter().flatten())
-        .filter_map(|c| {
-            let running = c.state.as_ref()?.running.as_ref()?;
-            let started_at = running.started_at.as_ref()?;
-            let id = c.container_id.clone()?;
-            (started_at.0 <= since).then_some((id, true))
-        })
-        .collect()
-}
-
-fn gate_condition(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
-    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    conditions.iter().find(|c| c.type_ == READY_CONDITION)
-}
-
-/// S4's "pod was Ready" in gate mode: podprobe's own condition, which its
-/// readiness verdicts fed (the pod's `Ready` also folds in the kubelet's
-/// containers and other gates).
-fn gate_is_true(pod: &Pod) -> bool {
-    gate_condition(pod).is_some_and(|c| c.status == "True")
-}
-
-/// The manager's view of a pod's annotated probes, vouching for the
-/// containers podprobe's condition already covers ([`gate_true_since`]).
-fn manager_probes(pod: &Pod, annotated: &AnnotatedProbes) -> PodProbes {
+/// Gate mode's [`Probes`]: the pod's annotated probes.
+fn gate_probes(pod: &Pod, annotated: AnnotatedProbes) -> Probes {
     let mut probes = PodProbes::new();
     for probe in annotated.iter() {
         probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
     }
-    if let Some(since) = gate_true_since(pod) {
-        probes.vouch_until(since);
+    Probes {
+        owned: Owned::Gate(Arc::new(annotated)),
+        manager: takeover::vouched(probes, pod, Mode::Gate),
     }
-    probes
+}
+
+/// Authority mode's [`Probes`]: the pod spec's, and the errors of those that
+/// cannot run as written.
+fn authority_probes(pod: &Pod) -> (Probes, Vec<SpecError>) {
+    let (probes, errors) = PodProbes::from_spec(pod);
+    let probes = Probes {
+        owned: Owned::Authority,
+        manager: takeover::vouched(probes, pod, Mode::Authority),
+    };
+    (probes, errors)
 }
 
 fn container_ids(pod: &Pod) -> HashSet<String> {
@@ -709,13 +705,15 @@ fn pod_namespace(pod: &Pod) -> &str {
 mod tests {
     use k8s_openapi::api::core::v1::{
         Container, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodSpec,
+        Probe,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
     use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
-    use crate::probe::ProbeKind;
+    use crate::probe::spec::{AtoiFailure, PortError};
+    use crate::probe::{Handler, ProbeKind};
     use crate::results::CachedResult;
 
     const ID: &str = "containerd://app-1";
@@ -725,14 +723,20 @@ mod tests {
         Time(Timestamp::from_second(second).unwrap())
     }
 
-    /// A pod whose `app` container runs since `started_at`, with the gate.
-    fn pod(started_at: i64, gate: Option<(&str, i64)>) -> Pod {
-        let conditions = gate.map(|(status, since)| PodCondition {
-            type_: READY_CONDITION.into(),
+    /// A pod whose `app` container runs since `started_at`, with a readiness
+    /// probe in its annotation and in its spec, and podprobe's own condition
+    /// in `mode` as `(status, since)`.
+    fn pod(mode: Mode, started_at: i64, own: Option<(&str, i64)>) -> Pod {
+        let conditions = own.map(|(status, since)| PodCondition {
+            type_: takeover::own_condition_type(mode).into(),
             status: status.into(),
             last_transition_time: Some(at(since)),
             ..PodCondition::default()
         });
+        let readiness: Probe = serde_json::from_value(serde_json::json!(
+            {"exec": {"command": ["true"]}}
+        ))
+        .unwrap();
         Pod {
             metadata: ObjectMeta {
                 uid: Some("uid".into()),
@@ -742,6 +746,7 @@ mod tests {
             spec: Some(PodSpec {
                 containers: vec![Container {
                     name: "app".into(),
+                    readiness_probe: Some(readiness),
                     ..Container::default()
                 }],
                 ..PodSpec::default()
@@ -752,9 +757,10 @@ mod tests {
                 container_statuses: Some(vec![ContainerStatus {
                     name: "app".into(),
                     container_id: Some(ID.into()),
-                    // The kubelet's own verdict: it knows no annotated probe.
-                    ready: true,
-                    started: Some(true),
+                    // Gate mode: the kubelet's own verdict (it knows no
+                    // annotated probe); authority mode: podprobe's last one.
+                    ready: own.is_some_and(|(status, _)| status == "True"),
+                    started: Some(own.is_some()),
                     state: Some(ContainerState {
                         running: Some(ContainerStateRunning {
                             started_at: Some(at(started_at)),
@@ -781,69 +787,110 @@ mod tests {
     }
 
     /// podprobe's verdict about `app` right after a restart at `prober_start`.
-    fn verdict_after_restart(pod: &Pod, prober_start: i64) -> ContainerProbeView {
-        let probes = manager_probes(pod, &pod_probes(pod).unwrap());
+    fn verdict_after_restart(mode: Mode, pod: &Pod, prober_start: i64) -> ContainerProbeView {
+        let probes = match mode {
+            Mode::Gate => gate_probes(pod, pod_probes(pod).unwrap()),
+            Mode::Authority => authority_probes(pod).0,
+        };
+        assert_eq!(probes.manager.len(), 1);
         let mut status = pod.status.clone().unwrap();
-        rebuild(&mut status, &seed_started(pod));
+        rebuild(&mut status, &takeover::seed_started(pod, mode));
         let inputs = StatusInputs {
             pod,
-            probes: &probes,
+            probes: &probes.manager,
             prober_start: at(prober_start).0,
-            pod_ready: gate_is_true(pod),
+            pod_ready: takeover::own_condition_is_true(pod, mode),
         };
         set_started_and_ready(&inputs, &JustRestarted, &mut status);
         views(&status).remove(0)
     }
 
+    const MODES: [Mode; 2] = [Mode::Gate, Mode::Authority];
+
     #[test]
-    fn s4_restart_keeps_a_gated_ready_container_ready() {
-        let pod = pod(100, Some(("True", 105)));
-        let view = verdict_after_restart(&pod, 200);
-        assert!(view.started && view.ready, "{view:?}");
+    fn s4_restart_keeps_a_ready_container_ready() {
+        for mode in MODES {
+            let view = verdict_after_restart(mode, &pod(mode, 100, Some(("True", 105))), 200);
+            assert!(view.started && view.ready, "{mode:?}: {view:?}");
+        }
     }
 
     #[test]
     fn s4_restart_keeps_a_not_ready_container_not_ready() {
-        let pod = pod(100, Some(("False", 105)));
-        let view = verdict_after_restart(&pod, 200);
-        assert!(!view.ready, "{view:?}");
+        for mode in MODES {
+            let view = verdict_after_restart(mode, &pod(mode, 100, Some(("False", 105))), 200);
+            assert!(!view.ready, "{mode:?}: {view:?}");
+        }
     }
 
     #[test]
     fn restart_keeps_ready_a_container_started_just_before_podprobe() {
         // Within RESTART_GRACE_PERIOD of the prober's start, so the kubelet's
         // rule alone would reset it; podprobe's True condition vouches for it.
-        let pod = pod(195, Some(("True", 196)));
-        let view = verdict_after_restart(&pod, 200);
-        assert!(view.started && view.ready, "{view:?}");
+        for mode in MODES {
+            let view = verdict_after_restart(mode, &pod(mode, 195, Some(("True", 196))), 200);
+            assert!(view.started && view.ready, "{mode:?}: {view:?}");
+        }
     }
 
     #[test]
-    fn restart_resets_a_container_restarted_after_the_gate_turned_true() {
+    fn restart_resets_a_container_restarted_after_the_condition_turned_true() {
         // Started after the condition's last transition and within the grace
         // period: no podprobe saw it start, so it starts over.
-        let pod = pod(197, Some(("True", 196)));
-        let view = verdict_after_restart(&pod, 200);
-        assert!(!view.ready, "{view:?}");
+        for mode in MODES {
+            let mut pod = pod(mode, 197, Some(("True", 196)));
+            // A new instance the node agent reported: podprobe never wrote it.
+            let app = &mut pod
+                .status
+                .as_mut()
+                .unwrap()
+                .container_statuses
+                .as_mut()
+                .unwrap()[0];
+            app.ready = false;
+            app.started = Some(false);
+            let view = verdict_after_restart(mode, &pod, 200);
+            assert!(!view.ready, "{mode:?}: {view:?}");
+        }
     }
 
     #[test]
-    fn rebuild_drops_the_kubelets_ready_and_started() {
-        let mut status = pod(100, None).status.unwrap();
+    fn rebuild_drops_the_previous_ready_and_started() {
+        let mut status = pod(Mode::Gate, 100, Some(("True", 105))).status.unwrap();
         rebuild(&mut status, &HashMap::new());
         let app = &status.container_statuses.unwrap()[0];
         assert_eq!((app.ready, app.started), (false, None));
     }
 
     #[test]
-    fn seed_started_only_for_containers_running_since_the_gate_went_true() {
+    fn authority_probes_come_from_the_spec() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        pod.metadata.annotations = None;
+        let (probes, errors) = authority_probes(&pod);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(probes.manager.get("app", ProbeKind::Readiness).is_some());
+        assert_eq!(probes.owned, Owned::Authority);
+    }
+
+    #[test]
+    fn authority_probe_with_an_undeclared_port_name_runs_and_errors() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        app.liveness_probe =
+            Some(serde_json::from_value(serde_json::json!({"httpGet": {"port": "web"}})).unwrap());
+        let (probes, errors) = authority_probes(&pod);
+        assert!(errors.is_empty(), "{errors:?}");
+        let liveness = probes.manager.get("app", ProbeKind::Liveness).unwrap();
         assert_eq!(
-            seed_started(&pod(100, Some(("True", 105)))),
-            HashMap::from([(ID.to_string(), true)])
+            liveness.handler,
+            Handler::Unresolvable(PortError::NotANumber {
+                port: "web".into(),
+                reason: AtoiFailure::InvalidSyntax
+            })
         );
-        // Restarted after the gate turned True: no podprobe saw it start.
-        assert!(seed_started(&pod(110, Some(("True", 105)))).is_empty());
-        assert!(seed_started(&pod(100, Some(("False", 105)))).is_empty());
-        assert!(seed_started(&pod(100, None)).is_empty());
+        assert_eq!(
+            (liveness.period_seconds, liveness.failure_threshold),
+            (10, 3)
+        );
     }
 }

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::manager::ProbeKill;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::probe::prober::EventType;
-use crate::probe::{ProbeEvent, ProbeKind};
+use crate::probe::{ProbeEvent, ProbeKind, SpecError};
 use crate::status::annotation::AnnotationError;
 use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
 
@@ -60,6 +60,8 @@ pub mod reasons {
     pub const KILLING: &str = "Killing";
     /// The pod's `podprobe.io/probes` annotation cannot be used.
     pub const PROBE_ANNOTATION_INVALID: &str = "ProbeAnnotationInvalid";
+    /// A probe of the pod spec cannot run as written (authority mode).
+    pub const PROBE_SPEC_INVALID: &str = "ProbeSpecInvalid";
 }
 
 /// One Event to record, with the object it is about.
@@ -106,6 +108,18 @@ impl PodEvent {
             regarding: pod_reference(pod, None)?,
             type_: EventType::Warning,
             reason: reasons::PROBE_ANNOTATION_INVALID,
+            action: "ReadProbes",
+            note: error.to_string(),
+        })
+    }
+
+    /// A Warning on the container: a probe of its spec cannot run as
+    /// written (a port name it does not declare), so it does not run.
+    pub fn invalid_spec_probe(pod: &Pod, error: &SpecError) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, Some(container_field_path(pod, &error.container)))?,
+            type_: EventType::Warning,
+            reason: reasons::PROBE_SPEC_INVALID,
             action: "ReadProbes",
             note: error.to_string(),
         })

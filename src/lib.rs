@@ -24,6 +24,7 @@ pub mod results;
 pub mod server;
 pub mod simulate;
 pub mod status;
+pub mod takeover;
 pub mod worker;
 
 /// Default `MAJOR.MINOR` in `User-Agent: kube-probe/...`: the Kubernetes

@@ -16,8 +16,9 @@ struct Cli {
 enum Command {
     /// Run one probe once and report what the kubelet would conclude.
     Probe(podprobe::oneshot::ProbeArgs),
-    /// Run the node daemon: probe the annotated pods of this node and publish
-    /// their `podprobe.io/ready` condition.
+    /// Run the node daemon: probe the pods of this node and publish their
+    /// readiness (gate mode: the `podprobe.io/ready` condition of annotated
+    /// pods; authority mode: container ready/started and Ready/ContainersReady).
     Run(podprobe::config::RunArgs),
     /// Simulate a pod's probes in virtual time against a script of how its
     /// containers behave, printing what the kubelet would observe and do.

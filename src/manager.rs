@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::probe::{ProbeKind, ProbeSpec};
+use crate::probe::spec::{container_probe, normalize_accepted};
+use crate::probe::{ProbeKind, ProbeSpec, SpecError};
 use crate::results::{CachedResult, ProbeCaches};
 use crate::worker::{
     self, Clock, ProbeObserver, ProbeRunner, StatusSource, WorkerConfig, WorkerContext,
@@ -51,8 +52,34 @@ impl PodProbes {
         self.containers.get(container)?.get(&kind)
     }
 
+    /// The probes of `pod`'s own spec (authority mode): every probe of its
+    /// regular and restartable init containers, defaulted and resolved as
+    /// the kubelet takes them ([`normalize_accepted`]), and the errors of
+    /// those podprobe cannot take (none, for a pod the API server admitted).
+    pub fn from_spec(pod: &Pod) -> (PodProbes, Vec<SpecError>) {
+        let mut probes = PodProbes::new();
+        let mut errors = Vec::new();
+        for container in probed_containers(pod) {
+            for kind in ProbeKind::ALL {
+                let Some(probe) = container_probe(container, kind) else {
+                    continue;
+                };
+                match normalize_accepted(kind, probe, container) {
+                    Ok(spec) => probes.insert(container.name.clone(), kind, spec),
+                    Err(error) => errors.push(error),
+                }
+            }
+        }
+        (probes, errors)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.containers.values().all(HashMap::is_empty)
+    }
+
+    /// How many probes there are.
+    pub fn len(&self) -> usize {
+        self.containers.values().map(HashMap::len).sum()
     }
 
     /// Vouches for the containers of the pod running since no later than

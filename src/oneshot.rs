@@ -328,6 +328,7 @@ pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
             join_host_port(pod_ip, a.port),
             a.service
         ),
+        Handler::Unresolvable(error) => format!("unresolvable port: {error}"),
     }
 }
 

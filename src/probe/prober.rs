@@ -166,6 +166,7 @@ impl Prober {
                 };
                 exec::probe(cri, id, &action.command, exec_timeout(timeout)).await
             }
+            Handler::Unresolvable(error) => Err(ProbeError::unknown(error.to_string())),
         }
     }
 }
@@ -198,7 +199,7 @@ fn exec_timeout(timeout: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::probe::Outcome;
-    use crate::probe::spec::{ExecAction, TcpSocketAction};
+    use crate::probe::spec::{AtoiFailure, ExecAction, PortError, TcpSocketAction};
 
     fn spec(handler: Handler) -> ProbeSpec {
         ProbeSpec {
@@ -243,6 +244,24 @@ mod tests {
         assert_eq!(v.attempts, MAX_PROBE_RETRIES);
         assert!(v.error.is_some());
         assert_eq!(v.event.map(|e| e.reason), Some(reasons::UNHEALTHY));
+    }
+
+    #[tokio::test]
+    async fn h19_an_unresolvable_port_errors_every_run_as_the_kubelets() {
+        let unresolvable = spec(Handler::Unresolvable(PortError::NotANumber {
+            port: "web".into(),
+            reason: AtoiFailure::InvalidSyntax,
+        }));
+        let v = Prober::new("1.35", None)
+            .probe(ProbeKind::Readiness, &unresolvable, TARGET)
+            .await;
+        assert_eq!(v.attempts, MAX_PROBE_RETRIES);
+        assert_eq!(
+            v.event.map(|e| e.message).as_deref(),
+            Some(
+                r#"Readiness probe errored and resulted in unknown state: strconv.Atoi: parsing "web": invalid syntax"#
+            )
+        );
     }
 
     fn verdict(attempt: Attempt) -> ProbeVerdict {

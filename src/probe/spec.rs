@@ -62,6 +62,11 @@ pub enum Handler {
     HttpGet(HttpGetAction),
     TcpSocket(TcpSocketAction),
     Grpc(GrpcAction),
+    /// An `httpGet`/`tcpSocket` probe of the pod spec whose port does not
+    /// resolve (a name the container does not declare). The API server
+    /// accepts it; the kubelet runs it, and every run errors with this
+    /// (H19, H20). Only [`normalize_accepted`] builds it.
+    Unresolvable(PortError),
 }
 
 /// `exec`: the command with `$(VAR)` references already expanded from the
@@ -151,7 +156,12 @@ pub fn normalize(
         return Err(to_spec_error(first));
     }
     let handler = build_handler(kind, &probe, container).map_err(to_spec_error)?;
-    Ok(ProbeSpec {
+    Ok(spec_with(handler, &probe))
+}
+
+/// `handler` with the timing of `probe`, defaults applied.
+fn spec_with(handler: Handler, probe: &Probe) -> ProbeSpec {
+    ProbeSpec {
         handler,
         initial_delay_seconds: int(probe.initial_delay_seconds),
         timeout_seconds: int(probe.timeout_seconds),
@@ -159,7 +169,36 @@ pub fn normalize(
         success_threshold: int(probe.success_threshold),
         failure_threshold: int(probe.failure_threshold),
         termination_grace_period_seconds: probe.termination_grace_period_seconds,
-    })
+    }
+}
+
+/// [`normalize`] for a probe the API server has accepted (a probe of the pod
+/// spec): a port that does not resolve is no error, as in the kubelet, which
+/// runs the probe and has every run error (the handler is then
+/// [`Handler::Unresolvable`]). Any other error is returned as by
+/// [`normalize`].
+pub fn normalize_accepted(
+    kind: ProbeKind,
+    probe: &Probe,
+    container: &Container,
+) -> Result<ProbeSpec, SpecError> {
+    let error = match normalize(kind, probe, container) {
+        Ok(spec) => return Ok(spec),
+        Err(error) => error,
+    };
+    let defaulted = with_defaults(probe);
+    if !validation::validate_probe(kind, &defaulted).is_empty() {
+        return Err(error);
+    }
+    let port = match validation::handlers(&defaulted).first() {
+        Some(HandlerRef::HttpGet(http)) => &http.port,
+        Some(HandlerRef::TcpSocket(tcp)) => &tcp.port,
+        _ => return Err(error),
+    };
+    match resolve_container_port(port, container) {
+        Err(port_error) => Ok(spec_with(Handler::Unresolvable(port_error), &defaulted)),
+        Ok(_) => Err(error),
+    }
 }
 
 /// Every probe error of `container` as the API server reports them, in its

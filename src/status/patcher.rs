@@ -5,11 +5,19 @@
 //! and podprobe's verdicts) whenever something may have changed. Per pod UID
 //! there is one task with one in-flight patch; intents that arrive meanwhile
 //! coalesce and only the latest is sent. What to send is decided by the pure
-//! [`decide`] against the freshest pod object podprobe knows: the watch's
-//! cache, with podprobe's own condition as the API server last returned it
-//! (the watch may lag behind our own write, and only podprobe writes that
-//! condition). Errors are retried with bounded exponential backoff; on a
-//! conflict (the UID precondition failed) or a 404 the pod is read again and
+//! [`decide`] against the freshest pod object podprobe knows (the watch may
+//! lag behind podprobe's own write):
+//!
+//! - gate mode: the watch's cache, with podprobe's own condition as the API
+//!   server last returned it (only podprobe writes that condition);
+//! - authority mode: whichever of the watch's cache and the API server's last
+//!   answer has the newer `resourceVersion`. The patch replaces whole
+//!   container status lists under a `resourceVersion` precondition, so a stale
+//!   base costs one conflict and a fresh read, never a lost write of the node
+//!   agent's.
+//!
+//! Errors are retried with bounded exponential backoff; on a conflict (a UID
+//! or resourceVersion precondition failed) or a 404 the pod is read again and
 //! the patch rebuilt, and a pod whose UID changed is never patched: every
 //! patch carries the UID precondition.
 
@@ -26,8 +34,10 @@ use tokio::task::JoinSet;
 
 use super::annotation::AnnotatedProbes;
 use super::conditions::replace_or_append;
+use super::patch::owned_conditions;
 use super::{
-    ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_gate_status,
+    ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_authority_status,
+    desired_gate_status,
 };
 use crate::pods::PodCache;
 use crate::worker::Clock;
@@ -40,8 +50,28 @@ pub struct Intent {
     pub name: String,
     /// The pod the verdicts are about; a pod with another UID is never patched.
     pub uid: String,
-    pub probes: Arc<AnnotatedProbes>,
+    pub owned: Owned,
     pub views: Vec<ContainerProbeView>,
+}
+
+/// The fields podprobe owns for a pod (design.md), with what computing them
+/// needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Owned {
+    /// The `podprobe.io/ready` condition, from the annotated probes.
+    Gate(Arc<AnnotatedProbes>),
+    /// Container `ready`/`started` and the `Ready`/`ContainersReady`
+    /// conditions.
+    Authority,
+}
+
+impl Owned {
+    pub fn mode(&self) -> Mode {
+        match self {
+            Owned::Gate(_) => Mode::Gate,
+            Owned::Authority => Mode::Authority,
+        }
+    }
 }
 
 /// What to do for an intent, given the pod as the API server has it.
@@ -57,8 +87,8 @@ pub enum Decision {
     UidChanged,
 }
 
-/// The pure decision: the gate-mode patch that takes `pod` to the intent's
-/// desired status at `now`, if any.
+/// The pure decision: the patch that takes `pod` to the intent's desired
+/// status at `now`, if any.
 pub fn decide(pod: Option<&Pod>, intent: &Intent, now: &Time) -> Result<Decision, PatchError> {
     let Some(pod) = pod else {
         return Ok(Decision::PodGone);
@@ -66,17 +96,29 @@ pub fn decide(pod: Option<&Pod>, intent: &Intent, now: &Time) -> Result<Decision
     if pod.metadata.uid.as_deref() != Some(intent.uid.as_str()) {
         return Ok(Decision::UidChanged);
     }
-    let desired = desired_gate_status(pod, &intent.probes, &intent.views, now);
-    Ok(match build_patch(Mode::Gate, pod, &desired)? {
+    let desired = match &intent.owned {
+        Owned::Gate(probes) => desired_gate_status(pod, probes, &intent.views, now),
+        // Until the node agent reports containers there is nothing to derive
+        // from (the kubelet always has its runtime's view of them).
+        Owned::Authority if !has_container_statuses(pod) => return Ok(Decision::Unchanged),
+        Owned::Authority => desired_authority_status(pod, &intent.views, now),
+    };
+    Ok(match build_patch(intent.owned.mode(), pod, &desired)? {
         Some(patch) => Decision::Send(patch),
         None => Decision::Unchanged,
     })
 }
 
+fn has_container_statuses(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .is_some_and(|s| s.container_statuses.is_some() || s.init_container_statuses.is_some())
+}
+
 /// A failed API request, classified by what the patcher does next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
-    /// 409: the UID precondition failed (or another conflict): re-read.
+    /// 409: a UID or resourceVersion precondition failed: re-read.
     #[error("conflict: {0}")]
     Conflict(String),
     /// 404: the pod is gone, or was just recreated: re-read.
@@ -293,7 +335,7 @@ async fn run_pod<A: StatusApi>(
 ) {
     let mut pod = PodPatcher {
         shared: &shared,
-        written: None,
+        returned: None,
     };
     while intents.changed().await.is_ok() {
         let Some(intent) = intents.borrow_and_update().clone() else {
@@ -305,8 +347,9 @@ async fn run_pod<A: StatusApi>(
 
 struct PodPatcher<'a, A> {
     shared: &'a Shared<A>,
-    /// podprobe's condition as the API server last returned it.
-    written: Option<PodCondition>,
+    /// The pod as the API server last returned it to podprobe (a patch's
+    /// answer or a fresh read).
+    returned: Option<Pod>,
 }
 
 /// How one attempt ended.
@@ -382,14 +425,13 @@ impl<A: StatusApi> PodPatcher<'_, A> {
         {
             Ok(updated) => {
                 self.shared.observer.patch_sent();
-                self.written = own_condition(&updated).cloned();
                 tracing::info!(
                     pod = intent.name,
                     namespace = intent.namespace,
-                    condition = READY_CONDITION,
-                    status = self.written.as_ref().map_or("", |c| c.status.as_str()),
+                    conditions = owned_summary(intent.owned.mode(), &updated),
                     "patched pod status"
                 );
+                self.returned = Some(updated);
                 Attempt::Done
             }
             Err(error) => {
@@ -402,31 +444,54 @@ impl<A: StatusApi> PodPatcher<'_, A> {
     }
 
     /// The pod to diff against: a fresh read after a conflict, else the
-    /// cached object with podprobe's condition as last written.
+    /// cached object brought up to date with what the API server last
+    /// returned (see the module doc).
     async fn base_pod(&mut self, intent: &Intent, reread: bool) -> Result<Option<Pod>, ApiError> {
         if reread {
             let pod = self.shared.api.get(&intent.namespace, &intent.name).await?;
-            let same = pod
-                .as_ref()
-                .is_some_and(|p| p.metadata.uid.as_deref() == Some(&intent.uid));
-            if same {
-                self.written = pod.as_ref().and_then(own_condition).cloned();
-            }
+            self.returned = pod
+                .clone()
+                .filter(|p| p.metadata.uid.as_deref() == Some(&intent.uid));
             return Ok(pod);
         }
         let Some(cached) = self.shared.api.cached(&intent.uid) else {
             return Ok(None);
         };
-        let mut pod = Pod::clone(&cached);
-        if let Some(written) = &self.written {
-            let status = pod.status.get_or_insert_with(Default::default);
-            replace_or_append(
-                status.conditions.get_or_insert_with(Vec::new),
-                written.clone(),
-            );
-        }
-        Ok(Some(pod))
+        let Some(returned) = &self.returned else {
+            return Ok(Some(Pod::clone(&cached)));
+        };
+        Ok(Some(match intent.owned.mode() {
+            Mode::Gate => with_own_condition(&cached, returned),
+            Mode::Authority if newer(returned, &cached) => returned.clone(),
+            Mode::Authority => Pod::clone(&cached),
+        }))
     }
+}
+
+/// `cached` with podprobe's gate condition as in `returned`.
+fn with_own_condition(cached: &Pod, returned: &Pod) -> Pod {
+    let mut pod = cached.clone();
+    if let Some(written) = own_condition(returned) {
+        let status = pod.status.get_or_insert_with(Default::default);
+        replace_or_append(
+            status.conditions.get_or_insert_with(Vec::new),
+            written.clone(),
+        );
+    }
+    pod
+}
+
+/// Whether `a` is a later version of the pod than `b`. resourceVersions are
+/// opaque to clients; comparing them as numbers (etcd revisions) only picks
+/// the base to diff against, and a wrong pick costs one conflict.
+fn newer(a: &Pod, b: &Pod) -> bool {
+    let version = |pod: &Pod| {
+        pod.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    matches!((version(a), version(b)), (Some(a), Some(b)) if a > b)
 }
 
 fn own_condition(pod: &Pod) -> Option<&PodCondition> {
@@ -434,15 +499,32 @@ fn own_condition(pod: &Pod) -> Option<&PodCondition> {
     conditions.iter().find(|c| c.type_ == READY_CONDITION)
 }
 
+/// `Type=Status` of the conditions podprobe owns in `mode`, for the log.
+fn owned_summary(mode: Mode, pod: &Pod) -> String {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_deref());
+    owned_conditions(mode)
+        .iter()
+        .map(|type_| {
+            let status = conditions
+                .unwrap_or_default()
+                .iter()
+                .find(|c| c.type_ == *type_)
+                .map_or("", |c| c.status.as_str());
+            format!("{type_}={status}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
 
-    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-    use crate::status::conditions::{FALSE, TRUE};
+    use crate::status::conditions::{FALSE, POD_READY, TRUE};
     use crate::status::testutil::{UID, container, container_status, pod, view};
     use crate::worker::TokioClock;
 
@@ -478,7 +560,7 @@ mod tests {
             namespace: "shop".into(),
             name: "web-0".into(),
             uid: UID.into(),
-            probes: probes(),
+            owned: Owned::Gate(probes()),
             views: vec![view("app", true, ready)],
         }
     }
@@ -487,12 +569,16 @@ mod tests {
         Time(Timestamp::from_second(1_740_823_231).unwrap())
     }
 
-    fn gate_in(patch: &Value) -> Option<&str> {
+    fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
         patch["status"]["conditions"]
             .as_array()?
             .iter()
-            .find(|c| c["type"] == READY_CONDITION)?["status"]
+            .find(|c| c["type"] == type_)?["status"]
             .as_str()
+    }
+
+    fn gate_in(patch: &Value) -> Option<&str> {
+        condition_in(patch, READY_CONDITION)
     }
 
     #[test]
@@ -588,11 +674,18 @@ mod tests {
             Ok(state.server.clone())
         }
 
+        /// Applies the patch as the API server would, for the fields
+        /// podprobe's patches carry: preconditions, whole container status
+        /// lists, conditions merged by type; bumps the resourceVersion.
         async fn patch_status(&self, _: &str, _: &str, patch: &Value) -> Result<Pod, ApiError> {
             self.hold.acquire().await.unwrap().forget();
             let mut state = self.state();
-            let gate = gate_in(patch).unwrap_or("-").to_string();
-            state.requests.push(format!("patch {gate}"));
+            let summary = [READY_CONDITION, POD_READY]
+                .iter()
+                .find_map(|type_| condition_in(patch, type_))
+                .unwrap_or("-")
+                .to_string();
+            state.requests.push(format!("patch {summary}"));
             if let Some(error) = state.failures.pop_front() {
                 return Err(error);
             }
@@ -603,20 +696,38 @@ mod tests {
             if patch["metadata"]["uid"].as_str() != server.metadata.uid.as_deref() {
                 return Err(ApiError::Conflict("Precondition failed: UID".into()));
             }
-            let conditions = server
-                .status
-                .as_mut()
-                .unwrap()
-                .conditions
-                .get_or_insert_with(Vec::new);
-            replace_or_append(
-                conditions,
-                PodCondition {
-                    type_: READY_CONDITION.into(),
-                    status: gate,
-                    ..PodCondition::default()
-                },
-            );
+            let version = patch["metadata"]["resourceVersion"].as_str();
+            if version.is_some() && version != server.metadata.resource_version.as_deref() {
+                return Err(ApiError::Conflict("the object has been modified".into()));
+            }
+            let mut status = serde_json::to_value(server.status.take()).unwrap();
+            for list in ["containerStatuses", "initContainerStatuses"] {
+                if let Some(whole) = patch["status"].get(list) {
+                    status[list] = whole.clone();
+                }
+            }
+            for change in patch["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let conditions = status["conditions"].as_array_mut().unwrap();
+                match conditions.iter_mut().find(|c| c["type"] == change["type"]) {
+                    Some(existing) => {
+                        for (key, value) in change.as_object().unwrap() {
+                            existing[key] = value.clone();
+                        }
+                    }
+                    None => conditions.push(change.clone()),
+                }
+            }
+            server.status = serde_json::from_value(status).unwrap();
+            server.metadata.resource_version = server
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(|v| (v + 1).to_string());
             Ok(server.clone())
         }
     }
@@ -733,5 +844,110 @@ mod tests {
         patcher.forget(UID);
         assert!(patcher.shutdown(Duration::from_secs(1)).await);
         assert_eq!(api.requests(), ["patch True"]);
+    }
+
+    /// A pod on an agent's node: `app` running, not ready yet, no conditions
+    /// from podprobe, at resourceVersion 1.
+    fn agent_pod() -> Pod {
+        let mut app = container_status("app", false);
+        app.restart_count = 0;
+        let status = PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: TRUE.into(),
+                ..PodCondition::default()
+            }]),
+            container_statuses: Some(vec![app]),
+            ..PodStatus::default()
+        };
+        let mut pod = pod(vec![], vec![container("app")], &[], status);
+        pod.metadata.resource_version = Some("1".into());
+        pod
+    }
+
+    fn authority_intent(ready: bool) -> Intent {
+        Intent {
+            owned: Owned::Authority,
+            ..intent(ready)
+        }
+    }
+
+    fn app_status(pod: &Pod) -> &ContainerStatus {
+        &pod.status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0]
+    }
+
+    #[test]
+    fn decide_in_authority_mode_waits_for_the_agents_container_statuses() {
+        let mut pod = agent_pod();
+        pod.status.as_mut().unwrap().container_statuses = None;
+        assert_eq!(
+            decide(Some(&pod), &authority_intent(true), &now()).unwrap(),
+            Decision::Unchanged
+        );
+        let Decision::Send(patch) =
+            decide(Some(&agent_pod()), &authority_intent(true), &now()).unwrap()
+        else {
+            panic!("expected a patch");
+        };
+        assert_eq!(patch["metadata"]["resourceVersion"], "1");
+        assert_eq!(patch["status"]["containerStatuses"][0]["ready"], true);
+        assert_eq!(condition_in(&patch, POD_READY), Some(TRUE));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn authority_never_loses_a_concurrent_write_of_the_node_agent() {
+        let api = FakeApi::new(agent_pod(), false);
+        // The agent restarted the container meanwhile; the watch lags.
+        {
+            let mut state = api.state();
+            let server = state.server.as_mut().unwrap();
+            server.metadata.resource_version = Some("2".into());
+            let statuses = server.status.as_mut().unwrap().container_statuses.as_mut();
+            statuses.unwrap()[0].restart_count = 1;
+        }
+        let patcher = patcher(&api);
+        patcher.submit(authority_intent(true));
+        assert!(patcher.shutdown(Duration::from_secs(10)).await);
+        assert_eq!(api.requests(), ["patch True", "get", "patch True"]);
+        let server = api.state().server.clone().unwrap();
+        assert_eq!(app_status(&server).restart_count, 1);
+        assert!(app_status(&server).ready);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn authority_diffs_against_its_own_newer_write_when_the_watch_lags() {
+        let api = FakeApi::new(agent_pod(), false);
+        let patcher = patcher(&api);
+        patcher.submit(authority_intent(true));
+        settle().await;
+        // The cache still has resourceVersion 1: going back to not ready is
+        // built on podprobe's own write, without a conflict.
+        patcher.submit(authority_intent(false));
+        assert!(patcher.shutdown(Duration::from_secs(1)).await);
+        assert_eq!(api.requests(), ["patch True", "patch False"]);
+        let server = api.state().server.clone().unwrap();
+        assert!(!app_status(&server).ready);
+        assert_eq!(server.metadata.resource_version.as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn newer_compares_resource_versions_as_numbers_only() {
+        let at = |v: Option<&str>| Pod {
+            metadata: kube::api::ObjectMeta {
+                resource_version: v.map(str::to_string),
+                ..Default::default()
+            },
+            ..Pod::default()
+        };
+        assert!(newer(&at(Some("10")), &at(Some("9"))));
+        assert!(!newer(&at(Some("9")), &at(Some("10"))));
+        assert!(!newer(&at(Some("abc")), &at(Some("9"))));
+        assert!(!newer(&at(None), &at(Some("9"))));
     }
 }

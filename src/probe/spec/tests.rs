@@ -704,3 +704,25 @@ proptest! {
         prop_assert_eq!(expand(&input, &vars), input);
     }
 }
+
+#[test]
+fn h19_accepted_probe_with_an_undeclared_port_name_keeps_the_port_error() {
+    let accepted = |value| normalize_accepted(ProbeKind::Readiness, &probe(value), &app());
+    let spec = accepted(json!({"tcpSocket": {"port": "admin"}, "periodSeconds": 3})).unwrap();
+    assert_eq!(
+        spec.handler,
+        Handler::Unresolvable(PortError::NotANumber {
+            port: "admin".into(),
+            reason: AtoiFailure::InvalidSyntax
+        })
+    );
+    assert_eq!((spec.period_seconds, spec.timeout_seconds), (3, 1));
+    // A resolvable probe is normalised as usual.
+    assert_eq!(
+        accepted(tcp_web()).unwrap(),
+        ok(ProbeKind::Readiness, tcp_web())
+    );
+    // Anything else the API server would have refused stays an error.
+    let invalid = accepted(json!({"tcpSocket": {"port": "admin"}, "periodSeconds": -1}));
+    assert!(invalid.is_err(), "{invalid:?}");
+}
