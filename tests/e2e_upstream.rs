@@ -54,6 +54,10 @@ enum Target {
     /// Authority mode: probes in the spec, the pod bound to the agent node,
     /// readiness = the container's `ready` and `Ready`.
     Authority,
+    /// The reference for authority mode: the same spec pods on the
+    /// kubelet's node, probed by the kubelet itself (no podprobe). What
+    /// upstream's suite tests; it checks the scaled-down ports.
+    Kubelet,
 }
 
 /// Where the probed container sits: upstream runs every scenario both ways.
@@ -88,6 +92,7 @@ impl Case {
                 ensure_agent_node();
                 "upa"
             }
+            Target::Kubelet => "upk",
         };
         Namespace::create(&format!("podprobe-{mode}-{test}-{}", unique_id()))
     }
@@ -110,6 +115,7 @@ impl Case {
                 let node = &ensure_agent_node().name;
                 spec_pod(pod, name, image, command, args, probes, Some(node))
             }
+            Target::Kubelet => spec_pod(pod, name, image, command, args, probes, None),
         };
         match self.variant {
             Variant::Container => pod,
@@ -141,7 +147,7 @@ impl Case {
     fn readiness(self, pod: &Value) -> Vec<(&'static str, Option<bool>)> {
         let first = match self.target {
             Target::Gate => ("gate", status(pod, GATE).map(|s| s == "True")),
-            Target::Authority => (
+            Target::Authority | Target::Kubelet => (
                 "container ready",
                 container_status(pod, &probed_name(pod)).and_then(|s| s["ready"].as_bool()),
             ),
@@ -153,7 +159,7 @@ impl Case {
     fn readiness_conditions(self) -> [&'static str; 2] {
         match self.target {
             Target::Gate => [GATE, "Ready"],
-            Target::Authority => ["ContainersReady", "Ready"],
+            Target::Authority | Target::Kubelet => ["ContainersReady", "Ready"],
         }
     }
 }
@@ -287,7 +293,7 @@ fn run_liveness_test(ns: &Namespace, pod: &Value, expect: u64, timeout: Duration
 fn wait_ready(ns: &Namespace, case: Case, pod: &str, want: bool) -> Value {
     let what = match case.target {
         Target::Gate => "the gate and Ready",
-        Target::Authority => "the container's ready and Ready",
+        Target::Authority | Target::Kubelet => "the container's ready and Ready",
     };
     ns.wait_for(&format!("{pod}: {what} {want}"), START, || {
         let p = ns.pod(pod)?;
@@ -537,7 +543,7 @@ fn liveness_after_startup(case: Case) {
 fn ready_right_after_startup(case: Case) {
     match case.target {
         Target::Gate => ready_right_after_startup_gate(case),
-        Target::Authority => ready_right_after_startup_authority(case),
+        Target::Authority | Target::Kubelet => ready_right_after_startup_spec(case),
     }
 }
 
@@ -571,11 +577,11 @@ fn ready_right_after_startup_gate(case: Case) {
     );
 }
 
-/// Authority mode, with upstream's timing and reading: podprobe owns
-/// `started`, so the test waits for the container's `started`, then for
+/// Probes in the spec, with upstream's timing and reading: whoever probes
+/// owns `started` (podprobe in authority mode), so the test waits for the container's `started`, then for
 /// `Ready`, and requires Ready within 25 s of started, with a 30 s readiness
 /// period (and never before started).
-fn ready_right_after_startup_authority(case: Case) {
+fn ready_right_after_startup_spec(case: Case) {
     let ns = case.setup("readyafterstartup");
     let probes = json!({
         "readinessProbe": probe(exec(&["/bin/cat", "/tmp/health"]), json!({"periodSeconds": 30})),
@@ -675,14 +681,14 @@ fn terminate_ready_pod(case: Case, test: &str, probes: Value) -> (Namespace, Str
 /// Waits until `pod` turns not ready while it still exists (its readiness
 /// probe kept running after SIGTERM).
 ///
-/// Authority mode asserts what upstream asserts: `Ready` False. In gate mode
+/// With probes in the spec this asserts what upstream asserts: `Ready` False. In gate mode
 /// `Ready` is the kubelet's to recompute, and it does not recompute it from a
 /// readiness gate for a terminating pod: the test asserts podprobe's gate
 /// turning False and reports `Ready` (see `tests/UPSTREAM_E2E.md`).
 fn not_ready_while_deleted(ns: &Namespace, case: Case, pod: &str) {
     let kind = match case.target {
         Target::Gate => GATE,
-        Target::Authority => "Ready",
+        Target::Authority | Target::Kubelet => "Ready",
     };
     let p = ns.wait_for(
         &format!("{pod}: {kind} False while terminating"),
@@ -928,109 +934,124 @@ mod restartable_init_container {
     );
 }
 
-/// The same scenarios in authority mode, on the agent node.
-mod authority {
-    /// "Probing container".
-    mod container {
-        scenarios!(
-            Target::Authority,
-            Variant::Container,
-            "needs the local cluster and the agent node (hack/test.sh runs it)"
-        );
-    }
-
-    /// "Probing restartable init container" (`SidecarContainers`).
-    mod restartable_init_container {
-        scenarios!(
-            Target::Authority,
-            Variant::RestartableInit,
-            "needs the local cluster and the agent node (hack/test.sh runs it)"
-        );
-    }
-
-    use crate::*;
-
-    /// Upstream's `test/e2e/common/node/pods.go` "should support pod
-    /// readiness gates": a pod with two readiness gates whose conditions the
-    /// test patches; `Ready` follows them. In authority mode podprobe owns
-    /// `Ready`, so it must recompute it from the gates as the kubelet does.
-    #[test]
-    #[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
-    fn should_support_pod_readiness_gates() {
-        const GATE_1: &str = "k8s.io/test-condition1";
-        const GATE_2: &str = "k8s.io/test-condition2";
-        let case = Case {
-            target: Target::Authority,
-            variant: Variant::Container,
-        };
-        let ns = case.setup("readinessgates");
-        let mut pod = case.pod(
-            "pod-ready",
-            "pod-readiness-gate",
-            BUSYBOX_IMAGE,
-            &["/bin/sh", "-c", "echo container is alive; sleep 10000"],
-            &[],
-            json!({}),
-        );
-        pod["spec"]["readinessGates"] =
-            json!([{"conditionType": GATE_1}, {"conditionType": GATE_2}]);
-        let name = name_of(&pod);
-        let is_ready = |p: &Value| status(p, "Ready").as_deref() == Some("True");
-        // Upstream polls every second for a minute.
-        let validate_pod_readiness = |expect_ready: bool| {
-            ns.wait_for(
-                &format!("{name}: Ready {expect_ready}"),
-                Duration::from_secs(60),
-                || {
-                    let p = ns.pod(&name)?;
-                    if is_ready(&p) == expect_ready {
-                        Ok(())
-                    } else {
-                        Err(format!("conditions {}", p["status"]["conditions"]))
-                    }
-                },
-            )
-        };
-        let patch_gate = |gate: &str, status: &str| {
-            let patch = json!({"status": {"conditions": [{"type": gate, "status": status}]}});
-            ns.kubectl(&[
-                "patch",
-                "pod",
-                &name,
-                "--subresource=status",
-                "--type=strategic",
-                "-p",
-                &patch.to_string(),
-            ]);
-        };
-
-        let p = create_and_start(&ns, &pod);
-        assert!(
-            !is_ready(&p),
-            "Expect pod {name}'s Ready condition to be false initially\n{}",
-            ns.diagnostics()
-        );
-
-        patch_gate(GATE_1, "True");
-        // Upstream sleeps one kubelet sync loop (10 s) and checks once; this
-        // checks all along.
-        ns.holds_for(
-            &format!("{name} not Ready with only {GATE_1} True"),
-            Duration::from_secs(10),
+/// Upstream's `test/e2e/common/node/pods.go` "should support pod
+/// readiness gates": a pod with two readiness gates whose conditions the
+/// test patches; `Ready` follows them. With probes in the spec on the
+/// agent node podprobe owns `Ready`, so it must recompute it from the
+/// gates as the kubelet does.
+fn readiness_gates(target: Target) {
+    const GATE_1: &str = "k8s.io/test-condition1";
+    const GATE_2: &str = "k8s.io/test-condition2";
+    let case = Case {
+        target,
+        variant: Variant::Container,
+    };
+    let ns = case.setup("readinessgates");
+    let mut pod = case.pod(
+        "pod-ready",
+        "pod-readiness-gate",
+        BUSYBOX_IMAGE,
+        &["/bin/sh", "-c", "echo container is alive; sleep 10000"],
+        &[],
+        json!({}),
+    );
+    pod["spec"]["readinessGates"] = json!([{"conditionType": GATE_1}, {"conditionType": GATE_2}]);
+    let name = name_of(&pod);
+    let is_ready = |p: &Value| status(p, "Ready").as_deref() == Some("True");
+    // Upstream polls every second for a minute.
+    let validate_pod_readiness = |expect_ready: bool| {
+        ns.wait_for(
+            &format!("{name}: Ready {expect_ready}"),
+            Duration::from_secs(60),
             || {
                 let p = ns.pod(&name)?;
-                if is_ready(&p) {
-                    Err("Ready True with only one readiness gate True".to_string())
-                } else {
+                if is_ready(&p) == expect_ready {
                     Ok(())
+                } else {
+                    Err(format!("conditions {}", p["status"]["conditions"]))
                 }
             },
-        );
+        )
+    };
+    let patch_gate = |gate: &str, status: &str| {
+        let patch = json!({"status": {"conditions": [{"type": gate, "status": status}]}});
+        ns.kubectl(&[
+            "patch",
+            "pod",
+            &name,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            &patch.to_string(),
+        ]);
+    };
 
-        patch_gate(GATE_2, "True");
-        validate_pod_readiness(true);
+    let p = create_and_start(&ns, &pod);
+    assert!(
+        !is_ready(&p),
+        "Expect pod {name}'s Ready condition to be false initially\n{}",
+        ns.diagnostics()
+    );
 
-        patch_gate(GATE_1, "False");
-        validate_pod_readiness(false);
-    }
+    patch_gate(GATE_1, "True");
+    // Upstream sleeps one kubelet sync loop (10 s) and checks once; this
+    // checks all along.
+    ns.holds_for(
+        &format!("{name} not Ready with only {GATE_1} True"),
+        Duration::from_secs(10),
+        || {
+            let p = ns.pod(&name)?;
+            if is_ready(&p) {
+                Err("Ready True with only one readiness gate True".to_string())
+            } else {
+                Ok(())
+            }
+        },
+    );
+
+    patch_gate(GATE_2, "True");
+    validate_pod_readiness(true);
+
+    patch_gate(GATE_1, "False");
+    validate_pod_readiness(false);
+}
+
+/// The scenarios with the probes in the pod spec, for `$target`: both
+/// variants, and upstream's readiness-gates test.
+macro_rules! spec_probe_scenarios {
+    ($target:expr, $ignore:literal) => {
+        /// "Probing container".
+        mod container {
+            scenarios!($target, Variant::Container, $ignore);
+        }
+
+        /// "Probing restartable init container" (`SidecarContainers`).
+        mod restartable_init_container {
+            scenarios!($target, Variant::RestartableInit, $ignore);
+        }
+
+        /// "Pods should support pod readiness gates" (`pods.go`).
+        #[test]
+        #[ignore = $ignore]
+        fn should_support_pod_readiness_gates() {
+            crate::readiness_gates($target);
+        }
+    };
+}
+
+/// Authority mode: the pods on the agent node, probed by podprobe.
+mod authority {
+    spec_probe_scenarios!(
+        crate::Target::Authority,
+        "needs the local cluster and the agent node (hack/test.sh runs it)"
+    );
+}
+
+/// The reference: the same pods on the kubelet's node, probed by the
+/// kubelet.
+mod kubelet {
+    spec_probe_scenarios!(
+        crate::Target::Kubelet,
+        "needs the local cluster (hack/test.sh runs it)"
+    );
 }
