@@ -15,6 +15,9 @@
 #   hack/image.sh              build both, import them, print "NAME DIGEST" per image
 #   hack/image.sh --no-import  build only; print "NAME DIGEST TARBALL" per image
 #                              (e.g. for `kind load image-archive TARBALL`)
+#   hack/image.sh [--no-import] podprobe|agnhost...
+#                              only the images named (e.g. agnhost alone, which
+#                              needs no cargo build)
 #
 # Tarballs are reproducible and go to the cargo target directory's image/.
 # Importing needs root and a running cluster.
@@ -80,14 +83,24 @@ build_agnhost() {
 
 main() {
     local import=yes
-    case ${1:-} in
-    "") ;;
-    --no-import) import=no ;;
-    *) die "usage: $0 [--no-import]" ;;
-    esac
-    local built name digest tarball
+    if [ "${1:-}" = --no-import ]; then
+        import=no
+        shift
+    fi
+    local images=("$@") image
+    [ ${#images[@]} -gt 0 ] || images=(podprobe agnhost)
+    for image in "${images[@]}"; do
+        case $image in
+        podprobe | agnhost) ;;
+        *) die "usage: $0 [--no-import] [podprobe|agnhost]..." ;;
+        esac
+    done
+    local built="" name digest tarball
     mkdir -p "$TARGET/image"
-    built=$(build_podprobe && build_agnhost)
+    for image in "${images[@]}"; do
+        built+="$("build_$image")"$'\n'
+    done
+    built=${built%$'\n'}
     if [ $import = no ]; then
         echo "$built"
         return

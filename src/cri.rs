@@ -32,8 +32,9 @@ mod v1 {
 
 pub use v1::{
     Container, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState,
-    ContainerStateValue, ContainerStatus, ExecSyncResponse, ImageSpec, KeyValue, PodSandboxConfig,
-    PodSandboxMetadata, VersionResponse,
+    ContainerStateValue, ContainerStatus, ExecSyncResponse, ImageSpec, KeyValue, PodSandbox,
+    PodSandboxConfig, PodSandboxFilter, PodSandboxMetadata, PodSandboxState, PodSandboxStatus,
+    VersionResponse,
 };
 
 use v1::runtime_service_client::RuntimeServiceClient;
@@ -282,6 +283,42 @@ impl CriClient {
         })
         .await
         .map(drop)
+    }
+
+    /// `PodSandboxStatus` (not verbose): the sandbox's state and its IP
+    /// (`network.ip`).
+    pub async fn pod_sandbox_status(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> Result<PodSandboxStatus, CriError> {
+        let request = v1::PodSandboxStatusRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+            verbose: false,
+        };
+        let response = self
+            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+                c.pod_sandbox_status(request).await
+            })
+            .await?;
+        response
+            .status
+            .ok_or_else(|| self.incomplete("PodSandboxStatus", "status"))
+    }
+
+    /// `ListPodSandbox` matching `filter` (`PodSandboxFilter::default()` for all).
+    pub async fn list_pod_sandbox(
+        &self,
+        filter: PodSandboxFilter,
+    ) -> Result<Vec<PodSandbox>, CriError> {
+        let request = v1::ListPodSandboxRequest {
+            filter: Some(filter),
+        };
+        let response = self
+            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+                c.list_pod_sandbox(request).await
+            })
+            .await?;
+        Ok(response.items)
     }
 
     /// `CreateContainer` in a sandbox started with `sandbox_config`; returns

@@ -88,49 +88,27 @@ fn running_since(container: &ContainerStatus) -> Option<Timestamp> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStatus, PodStatus,
-    };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::api::core::v1::PodStatus;
 
     use super::*;
+    use crate::status::testutil::{container, container_status, pod, time, timed};
 
-    const ID: &str = "containerd://app-1";
+    const ID: &str = "containerd://app";
+    /// When [`container_status`]'s container started.
+    const STARTED: &str = "2025-03-01T10:00:03Z";
 
-    fn at(second: i64) -> Time {
-        Time(Timestamp::from_second(second).unwrap())
-    }
-
-    /// A pod whose `app` container runs since `started_at` with `started`,
-    /// and condition `type_` with `status` since `since`.
-    fn pod(started_at: i64, started: bool, condition: Option<(&str, &str, i64)>) -> Pod {
-        let conditions = condition.map(|(type_, status, since)| {
-            vec![PodCondition {
-                type_: type_.into(),
-                status: status.into(),
-                last_transition_time: Some(at(since)),
-                ..PodCondition::default()
-            }]
-        });
-        Pod {
-            status: Some(PodStatus {
-                conditions,
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "app".into(),
-                    container_id: Some(ID.into()),
-                    started: Some(started),
-                    state: Some(ContainerState {
-                        running: Some(ContainerStateRunning {
-                            started_at: Some(at(started_at)),
-                        }),
-                        ..ContainerState::default()
-                    }),
-                    ..ContainerStatus::default()
-                }]),
-                ..PodStatus::default()
-            }),
-            ..Pod::default()
-        }
+    /// `app` running since [`STARTED`] with `started`, and podprobe's
+    /// condition `(type, status, since)`.
+    fn app_pod(started: bool, condition: Option<(&str, &str, &str)>) -> Pod {
+        let mut app = container_status("app", false);
+        app.started = Some(started);
+        let status = PodStatus {
+            conditions: condition
+                .map(|(type_, status, since)| vec![timed(type_, status, None, None, since)]),
+            container_statuses: Some(vec![app]),
+            ..PodStatus::default()
+        };
+        pod(vec![], vec![container("app")], &[], status)
     }
 
     #[test]
@@ -138,33 +116,33 @@ mod tests {
         let seed = |p: &Pod| seed_started(p, Mode::Gate);
         let gate = |status, since| Some((READY_CONDITION, status, since));
         assert_eq!(
-            seed(&pod(100, false, gate("True", 105))),
+            seed(&app_pod(false, gate("True", "2025-03-01T10:00:05Z"))),
             HashMap::from([(ID.to_string(), true)])
         );
         // Restarted after the gate turned True: no podprobe saw it start.
-        assert!(seed(&pod(110, false, gate("True", 105))).is_empty());
-        assert!(seed(&pod(100, false, gate("False", 105))).is_empty());
-        assert!(seed(&pod(100, false, None)).is_empty());
+        assert!(seed(&app_pod(false, gate("True", "2025-03-01T10:00:01Z"))).is_empty());
+        assert!(seed(&app_pod(false, gate("False", "2025-03-01T10:00:05Z"))).is_empty());
+        assert!(seed(&app_pod(false, None)).is_empty());
     }
 
     #[test]
     fn authority_seeds_the_started_podprobe_wrote() {
         let seed = |p: &Pod| seed_started(p, Mode::Authority);
         assert_eq!(
-            seed(&pod(110, true, None)),
+            seed(&app_pod(true, None)),
             HashMap::from([(ID.to_string(), true)])
         );
-        assert!(seed(&pod(110, false, None)).is_empty());
+        assert!(seed(&app_pod(false, None)).is_empty());
     }
 
     #[test]
     fn the_own_condition_depends_on_the_mode() {
-        let ready = pod(100, true, Some((CONTAINERS_READY, "True", 105)));
+        let ready = app_pod(true, Some((CONTAINERS_READY, "True", STARTED)));
         assert!(own_condition_is_true(&ready, Mode::Authority));
         assert!(!own_condition_is_true(&ready, Mode::Gate));
         assert_eq!(
             vouched_until(&ready, Mode::Authority),
-            Some(at(105).0),
+            Some(time(STARTED).0),
             "ContainersReady vouches in authority mode"
         );
         assert_eq!(vouched_until(&ready, Mode::Gate), None);

@@ -29,7 +29,7 @@ pub mod patcher;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
 
