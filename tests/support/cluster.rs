@@ -575,23 +575,17 @@ static AGENT_NODE: OnceLock<AgentNode> = OnceLock::new();
 
 /// Brings the agent node up once per test binary (`hack/agent-node.sh up`,
 /// idempotent: its containerd and images, the agent, and podprobe `--mode
-/// authority`) and returns it. The local cluster must be up.
+/// authority`, rebuilt from this tree) and returns it. The local cluster must
+/// be up. `PODPROBE_AGENT_NODE_UP=1` says it is up already and is used as it
+/// is (`up` would restart a running agent or podprobe built from another
+/// tree).
 pub fn ensure_agent_node() -> &'static AgentNode {
     AGENT_NODE.get_or_init(|| {
         cluster();
         let script = repo().join("hack/agent-node.sh");
-        let up = Command::new("bash")
-            .arg(&script)
-            .arg("up")
-            .output()
-            .expect("run hack/agent-node.sh up");
-        assert!(
-            up.status.success(),
-            "hack/agent-node.sh up failed ({}):\n{}\n{}",
-            up.status,
-            String::from_utf8_lossy(&up.stdout),
-            String::from_utf8_lossy(&up.stderr)
-        );
+        if !std::env::var("PODPROBE_AGENT_NODE_UP").is_ok_and(|v| v == "1") {
+            agent_node_up(&script);
+        }
         let env = Command::new("bash")
             .arg(&script)
             .arg("env")
@@ -605,6 +599,22 @@ pub fn ensure_agent_node() -> &'static AgentNode {
         );
         AgentNode::from_env(&String::from_utf8_lossy(&env.stdout)).unwrap_or_else(|e| panic!("{e}"))
     })
+}
+
+/// `hack/agent-node.sh up`, which must succeed.
+fn agent_node_up(script: &Path) {
+    let up = Command::new("bash")
+        .arg(script)
+        .arg("up")
+        .output()
+        .expect("run hack/agent-node.sh up");
+    assert!(
+        up.status.success(),
+        "hack/agent-node.sh up failed ({}):\n{}\n{}",
+        up.status,
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr)
+    );
 }
 
 /// The agent's and the authority-mode podprobe's logs about `namespace`
