@@ -317,6 +317,10 @@ impl PatchObserver for PatchMetrics {
     fn patch_failed(&self) {
         self.0.status_patch(PatchOutcome::Failed);
     }
+
+    fn patch_conflict(&self) {
+        self.0.status_patch(PatchOutcome::Conflict);
+    }
 }
 
 /// What the daemon knows about one pod, by UID.

@@ -8,6 +8,8 @@
 //! - [`oneshot`]: `podprobe probe`, one probe run once from the command line;
 //! - [`results`], [`worker`], [`manager`]: the kubelet's prober state machines;
 //! - [`status`]: desired pod status and the patches that reach it;
+//! - [`daemon`]: `podprobe run` (gate or authority mode), and [`takeover`],
+//!   what a restarted daemon takes over from the API;
 //! - [`simulate`]: `podprobe simulate`, the prober on a virtual clock
 //!   against scripted containers.
 

@@ -106,6 +106,9 @@ pub enum PatchOutcome {
     Sent,
     /// Rejected or not sent; the patcher retries.
     Failed,
+    /// Rejected because a precondition (UID, resourceVersion) no longer
+    /// held: another writer was first; the patcher re-reads and rebuilds.
+    Conflict,
 }
 
 impl PatchOutcome {
@@ -114,6 +117,7 @@ impl PatchOutcome {
         match self {
             PatchOutcome::Sent => "sent",
             PatchOutcome::Failed => "failed",
+            PatchOutcome::Conflict => "conflict",
         }
     }
 }
@@ -225,7 +229,7 @@ impl Metrics {
         );
         own.register(
             "podprobe_status_patches",
-            "Patches of pods/status sent to the API server, by outcome (sent: accepted; failed: an error, retried later)",
+            "Patches of pods/status sent to the API server, by outcome (sent: accepted; conflict: another writer changed the pod first, rebuilt from a fresh read; failed: an error, retried later)",
             status_patches.clone(),
         );
         own.register(
@@ -250,7 +254,11 @@ impl Metrics {
         );
         // Outcome series exist from the start, so a rate over them is
         // defined before the first patch or event.
-        for outcome in [PatchOutcome::Sent, PatchOutcome::Failed] {
+        for outcome in [
+            PatchOutcome::Sent,
+            PatchOutcome::Failed,
+            PatchOutcome::Conflict,
+        ] {
             status_patches.get_or_create_owned(&PatchLabels { outcome });
         }
         for outcome in [
@@ -560,6 +568,7 @@ mod tests {
         metrics.status_patch(PatchOutcome::Sent);
         metrics.status_patch(PatchOutcome::Sent);
         metrics.status_patch(PatchOutcome::Failed);
+        metrics.status_patch(PatchOutcome::Conflict);
         metrics.event(EventOutcome::Dropped);
         metrics.set_workers(3);
         metrics.set_pods_watched(2);
@@ -568,6 +577,7 @@ mod tests {
         for line in [
             r#"podprobe_status_patches_total{outcome="sent"} 2"#,
             r#"podprobe_status_patches_total{outcome="failed"} 1"#,
+            r#"podprobe_status_patches_total{outcome="conflict"} 1"#,
             r#"podprobe_events_total{outcome="dropped"} 1"#,
             r#"podprobe_events_total{outcome="recorded"} 0"#,
             "podprobe_workers 3",

@@ -216,6 +216,9 @@ pub trait PatchObserver: Send + Sync + 'static {
     fn patch_sent(&self) {}
     /// A patch request failed (it may be retried).
     fn patch_failed(&self) {}
+    /// A patch was rejected because another writer changed the pod first
+    /// (a precondition failed); it is rebuilt from a fresh read.
+    fn patch_conflict(&self) {}
 }
 
 /// A [`PatchObserver`] that counts nothing.
@@ -434,10 +437,16 @@ impl<A: StatusApi> PodPatcher<'_, A> {
                 self.returned = Some(updated);
                 Attempt::Done
             }
+            Err(ApiError::Conflict(error)) => {
+                // Expected next to a node agent that writes the same lists.
+                self.shared.observer.patch_conflict();
+                tracing::debug!(pod = intent.name, namespace = intent.namespace, %error, "pod status patch conflicted; re-reading");
+                Attempt::Retry { reread: true }
+            }
             Err(error) => {
                 self.shared.observer.patch_failed();
                 tracing::warn!(pod = intent.name, namespace = intent.namespace, %error, "pod status patch failed");
-                let reread = matches!(error, ApiError::Conflict(_) | ApiError::NotFound(_));
+                let reread = matches!(error, ApiError::NotFound(_));
                 Attempt::Retry { reread }
             }
         }

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use tracing::Instrument;
 
+use crate::node::FIELD_MANAGER;
 use crate::observed;
 use crate::plan::plan;
 use crate::policy;
@@ -34,6 +35,15 @@ const CONFLICT_RETRIES: usize = 5;
 
 /// The pod as the API has it; `None` once it is gone from the API.
 pub type PodUpdates = watch::Receiver<Option<Arc<Pod>>>;
+
+/// Status writes under the agent's field manager, so that `managedFields`
+/// tell the agent's fields from podprobe's.
+fn status_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
 
 /// What woke a worker up.
 enum Next {
@@ -298,11 +308,7 @@ impl PodWorker {
             let body = status::patch(&self.pod, &desired);
             match self
                 .pods
-                .patch_status(
-                    self.name(),
-                    &PatchParams::default(),
-                    &Patch::Strategic(body),
-                )
+                .patch_status(self.name(), &status_params(), &Patch::Strategic(body))
                 .await
             {
                 Ok(pod) => {
