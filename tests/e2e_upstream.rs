@@ -1,18 +1,29 @@
 //! Upstream's probe e2e scenarios (`test/e2e/common/node/container_probe.go`,
 //! "Probing container" and "Probing restartable init container") ported to
-//! gate mode: the probes live in the `podprobe.io/probes` annotation, the pod
-//! lists the `podprobe.io/ready` readiness gate, and podprobe runs as the real
-//! DaemonSet (`tests/e2e`) next to the real kubelet of `hack/local-cluster.sh`.
+//! both of podprobe's modes:
 //!
-//! Each scenario runs twice, as a regular container (`container::*`) and as a
-//! restartable init container (`restartable_init_container::*`), with the
-//! test named after the upstream `It`. Upstream's timings (15 s initial
-//! delays, 4 min observation windows) are scaled down so the file runs in a
-//! few minutes; `tests/UPSTREAM_E2E.md` lists every upstream scenario and how
-//! it maps here.
+//! - gate mode (`container::*`, `restartable_init_container::*`): the probes
+//!   live in the `podprobe.io/probes` annotation, the pod lists the
+//!   `podprobe.io/ready` readiness gate, and podprobe runs as the real
+//!   DaemonSet (`tests/e2e`) next to the real kubelet of
+//!   `hack/local-cluster.sh`; readiness is the gate and `Ready`;
+//! - authority mode (`authority::container::*`,
+//!   `authority::restartable_init_container::*`): the probes live in the pod
+//!   spec, the pod is bound to the agent node of `hack/agent-node.sh` (a CRI
+//!   agent without a prober) and podprobe `--mode authority` owns container
+//!   `ready`/`started` and `Ready`/`ContainersReady`; readiness is the
+//!   container's `ready` and `Ready`, exactly as upstream reads it. Upstream's
+//!   "should support pod readiness gates" (`test/e2e/common/node/pods.go`)
+//!   runs there too (`authority::should_support_pod_readiness_gates`).
 //!
-//! `#[ignore]`d like `e2e_gate`: `hack/test.sh` deploys podprobe and runs them
-//! with `--ignored`.
+//! Each scenario runs as a regular container and as a restartable init
+//! container, with the test named after the upstream `It`. Upstream's timings
+//! (15 s initial delays, 4 min observation windows) are scaled down so the
+//! file runs in a few minutes; `tests/UPSTREAM_E2E.md` lists every upstream
+//! scenario and how it maps here.
+//!
+//! `#[ignore]`d like `e2e_gate`: `hack/test.sh` deploys podprobe, brings the
+//! agent node up and runs them with `--ignored`.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -22,7 +33,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use cluster::{
-    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, condition, ensure_podprobe, gated_pod, unique_id,
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, SLEEP_LOOP, condition, container_status,
+    ensure_agent_node, ensure_podprobe, epoch_seconds, gated_pod, sidecar, spec_pod, unique_id,
 };
 
 /// How long a restart may take to show: probe delay and period, the kill's
@@ -33,8 +45,20 @@ const RESTART: Duration = Duration::from_secs(90);
 const OBSERVE: Duration = Duration::from_secs(20);
 const START: Duration = Duration::from_secs(120);
 
-/// A busybox loop that runs until stopped and exits 0 on SIGTERM.
-const SLEEP_LOOP: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+/// Who runs the probes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Target {
+    /// Gate mode: probes in the annotation, podprobe's DaemonSet next to the
+    /// kubelet, readiness = `podprobe.io/ready` and `Ready`.
+    Gate,
+    /// Authority mode: probes in the spec, the pod bound to the agent node,
+    /// readiness = the container's `ready` and `Ready`.
+    Authority,
+    /// The reference for authority mode: the same spec pods on the
+    /// kubelet's node, probed by the kubelet itself (no podprobe). What
+    /// upstream's suite tests; it checks the scaled-down ports.
+    Kubelet,
+}
 
 /// Where the probed container sits: upstream runs every scenario both ways.
 #[derive(Clone, Copy, Debug)]
@@ -46,9 +70,36 @@ enum Variant {
     RestartableInit,
 }
 
-impl Variant {
-    /// A gated pod whose probed container `name` runs `image` with `command`
-    /// and `args` and has `probes` in the annotation.
+/// One scenario's run: which mode, which container.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    target: Target,
+    variant: Variant,
+}
+
+impl Case {
+    /// The namespace of one test, with what runs the probes up: podprobe's
+    /// DaemonSet (a rolled out one is used as it is, as `hack/test.sh`
+    /// deploys it just before, else it is deployed from this tree) or the
+    /// agent node with podprobe in authority mode.
+    fn setup(self, test: &str) -> Namespace {
+        let mode = match self.target {
+            Target::Gate => {
+                ensure_podprobe();
+                "up"
+            }
+            Target::Authority => {
+                ensure_agent_node();
+                "upa"
+            }
+            Target::Kubelet => "upk",
+        };
+        Namespace::create(&format!("podprobe-{mode}-{test}-{}", unique_id()))
+    }
+
+    /// A pod whose probed container `name` runs `image` with `command` and
+    /// `args` and has `probes`: in the annotation of a gated pod, or in the
+    /// spec of a pod bound to the agent node.
     fn pod(
         self,
         pod: &str,
@@ -58,24 +109,23 @@ impl Variant {
         args: &[&str],
         probes: Value,
     ) -> Value {
-        let mut pod = gated_pod(pod, name, image, command, args, probes);
-        if let Variant::RestartableInit = self {
-            let mut sidecar = pod["spec"]["containers"][0].take();
-            sidecar["restartPolicy"] = json!("Always");
-            pod["spec"]["initContainers"] = json!([sidecar]);
-            pod["spec"]["containers"] = json!([{
-                "name": "main",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", SLEEP_LOOP],
-            }]);
+        let pod = match self.target {
+            Target::Gate => gated_pod(pod, name, image, command, args, probes),
+            Target::Authority => {
+                let node = &ensure_agent_node().name;
+                spec_pod(pod, name, image, command, args, probes, Some(node))
+            }
+            Target::Kubelet => spec_pod(pod, name, image, command, args, probes, None),
+        };
+        match self.variant {
+            Variant::Container => pod,
+            Variant::RestartableInit => sidecar(pod),
         }
-        pod
     }
 
     /// The kubelet's `Killing` message for a liveness kill of `name`.
     fn liveness_kill_message(self, name: &str) -> String {
-        match self {
+        match self.variant {
             Variant::Container => {
                 format!("Container {name} failed liveness probe, will be restarted")
             }
@@ -85,16 +135,38 @@ impl Variant {
 
     /// The involved object's field path of the probed container's events.
     fn field_path(self, name: &str) -> String {
-        match self {
+        match self.variant {
             Variant::Container => format!("spec.containers{{{name}}}"),
             Variant::RestartableInit => format!("spec.initContainers{{{name}}}"),
+        }
+    }
+
+    /// The readiness upstream reads, as `(what, status)` pairs: the gate
+    /// and `Ready` in gate mode; the probed container's `ready` and `Ready`
+    /// in authority mode.
+    fn readiness(self, pod: &Value) -> Vec<(&'static str, Option<bool>)> {
+        let first = match self.target {
+            Target::Gate => ("gate", status(pod, GATE).map(|s| s == "True")),
+            Target::Authority | Target::Kubelet => (
+                "container ready",
+                container_status(pod, &probed_name(pod)).and_then(|s| s["ready"].as_bool()),
+            ),
+        };
+        vec![first, ("Ready", status(pod, "Ready").map(|s| s == "True"))]
+    }
+
+    /// The conditions whose `lastTransitionTime` says when readiness came.
+    fn readiness_conditions(self) -> [&'static str; 2] {
+        match self.target {
+            Target::Gate => [GATE, "Ready"],
+            Target::Authority | Target::Kubelet => ["ContainersReady", "Ready"],
         }
     }
 }
 
 /// A busybox pod running `sh -c script`, probed as container `busybox`.
-fn busybox(variant: Variant, script: &str, probes: Value) -> Value {
-    variant.pod(
+fn busybox(case: Case, script: &str, probes: Value) -> Value {
+    case.pod(
         "busybox",
         "busybox",
         BUSYBOX_IMAGE,
@@ -106,8 +178,8 @@ fn busybox(variant: Variant, script: &str, probes: Value) -> Value {
 
 /// agnhost `liveness`: `/healthz` answers 200 for 10 s after start, then 500;
 /// `/redirect?loc=` redirects; port 8080.
-fn agnhost_liveness(variant: Variant, probes: Value) -> Value {
-    variant.pod(
+fn agnhost_liveness(case: Case, probes: Value) -> Value {
+    case.pod(
         "liveness",
         "agnhost",
         AGNHOST_IMAGE,
@@ -118,8 +190,8 @@ fn agnhost_liveness(variant: Variant, probes: Value) -> Value {
 }
 
 /// agnhost `test-webserver` on port 80 (answers 200 on `/`).
-fn test_webserver(variant: Variant, probes: Value) -> Value {
-    variant.pod(
+fn test_webserver(case: Case, probes: Value) -> Value {
+    case.pod(
         "test-webserver",
         "test-webserver",
         AGNHOST_IMAGE,
@@ -130,8 +202,8 @@ fn test_webserver(variant: Variant, probes: Value) -> Value {
 }
 
 /// agnhost `grpc-health-checking`: SERVING on gRPC port 5000.
-fn grpc_server(variant: Variant, probes: Value) -> Value {
-    variant.pod(
+fn grpc_server(case: Case, probes: Value) -> Value {
+    case.pod(
         "grpc",
         "agnhost",
         AGNHOST_IMAGE,
@@ -139,14 +211,6 @@ fn grpc_server(variant: Variant, probes: Value) -> Value {
         &["grpc-health-checking", "--port=5000", "--http-port=8080"],
         probes,
     )
-}
-
-/// The namespace of one test, with podprobe's DaemonSet running: a rolled
-/// out one is used as it is (`hack/test.sh` deploys it just before), else it
-/// is deployed from this tree.
-fn setup(test: &str) -> Namespace {
-    ensure_podprobe();
-    Namespace::create(&format!("podprobe-up-{test}-{}", unique_id()))
 }
 
 fn name_of(pod: &Value) -> String {
@@ -167,39 +231,12 @@ fn probed_name(pod: &Value) -> String {
     c["name"].as_str().unwrap_or_default().to_string()
 }
 
-/// The status of `container` in either status list.
-fn container_status<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
-    let status = &pod["status"];
-    ["containerStatuses", "initContainerStatuses"]
-        .iter()
-        .flat_map(|list| status[*list].as_array().into_iter().flatten())
-        .find(|s| s["name"] == container)
-}
-
 fn restarts(pod: &Value, container: &str) -> Option<u64> {
     container_status(pod, container)?["restartCount"].as_u64()
 }
 
 fn status(pod: &Value, kind: &str) -> Option<String> {
     condition(pod, kind).map(|(status, _)| status)
-}
-
-/// Seconds since the epoch of an RFC 3339 UTC timestamp (`...Z`, as the API
-/// server writes them).
-fn epoch_seconds(rfc3339: &str) -> Option<i64> {
-    let (date, time) = rfc3339.trim_end_matches('Z').split_once('T')?;
-    let mut d = date.split('-').map(str::parse::<i64>);
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let mut t = time.split(':').map(str::parse::<i64>);
-    let (h, min, s) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + min * 60 + s)
 }
 
 /// Creates `pod` and waits until its probed container is no longer waiting
@@ -251,27 +288,33 @@ fn run_liveness_test(ns: &Namespace, pod: &Value, expect: u64, timeout: Duration
     }
 }
 
-/// Waits until the gate and `Ready` are both `want`; returns the pod.
-fn wait_ready(ns: &Namespace, pod: &str, want: bool) -> Value {
-    let want = if want { "True" } else { "False" };
-    ns.wait_for(&format!("{pod}: {GATE} and Ready {want}"), START, || {
+/// Waits until the readiness upstream reads ([`Case::readiness`]) is all
+/// `want`; returns the pod.
+fn wait_ready(ns: &Namespace, case: Case, pod: &str, want: bool) -> Value {
+    let what = match case.target {
+        Target::Gate => "the gate and Ready",
+        Target::Authority | Target::Kubelet => "the container's ready and Ready",
+    };
+    ns.wait_for(&format!("{pod}: {what} {want}"), START, || {
         let p = ns.pod(pod)?;
-        match (status(&p, GATE), status(&p, "Ready")) {
-            (Some(g), Some(r)) if g == want && r == want => Ok(p),
-            seen => Err(format!("(gate, Ready) = {seen:?}")),
+        let seen = case.readiness(&p);
+        if seen.iter().all(|(_, ready)| *ready == Some(want)) {
+            Ok(p)
+        } else {
+            Err(format!("{seen:?}"))
         }
     })
 }
 
 /// Upstream's `runReadinessFailTest`: never ready for `window`.
-fn never_ready(ns: &Namespace, pod: &str, window: Duration) {
+fn never_ready(ns: &Namespace, case: Case, pod: &str, window: Duration) {
     ns.holds_for(&format!("{pod} never ready"), window, || {
         let p = ns.pod(pod)?;
-        match (status(&p, GATE), status(&p, "Ready")) {
-            (Some(g), _) | (_, Some(g)) if g == "True" => {
-                Err("the gate or Ready turned True".to_string())
-            }
-            _ => Ok(()),
+        let seen = case.readiness(&p);
+        if seen.iter().any(|(_, ready)| *ready == Some(true)) {
+            Err(format!("turned ready: {seen:?}"))
+        } else {
+            Ok(())
         }
     });
 }
@@ -300,20 +343,20 @@ fn delete_now(ns: &Namespace, pod: &str) {
 
 // ---- the scenarios, in upstream's order --------------------------------
 
-fn readiness_initial_delay(variant: Variant) {
+fn readiness_initial_delay(case: Case) {
     const DELAY: i64 = 5;
-    let ns = setup("initdelay");
+    let ns = case.setup("initdelay");
     let probes = json!({"readinessProbe": probe(http_get("/", 80),
         json!({"initialDelaySeconds": DELAY, "periodSeconds": 1}))});
-    let pod = test_webserver(variant, probes);
+    let pod = test_webserver(case, probes);
     let (name, container) = (name_of(&pod), probed_name(&pod));
     create_and_start(&ns, &pod);
-    let p = wait_ready(&ns, &name, true);
+    let p = wait_ready(&ns, case, &name, true);
     let started = container_status(&p, &container)
         .and_then(|s| s["state"]["running"]["startedAt"].as_str())
         .and_then(epoch_seconds)
         .expect("startedAt of the running container");
-    for kind in [GATE, "Ready"] {
+    for kind in case.readiness_conditions() {
         let (_, at) = condition(&p, kind).expect("condition present");
         let at = epoch_seconds(&at).expect("lastTransitionTime");
         assert!(
@@ -326,13 +369,13 @@ fn readiness_initial_delay(variant: Variant) {
     assert_eq!(restarts(&p, &container), Some(0), "{}", ns.diagnostics());
 }
 
-fn readiness_fails(variant: Variant) {
-    let ns = setup("readyfail");
+fn readiness_fails(case: Case) {
+    let ns = case.setup("readyfail");
     // Nothing listens on 81.
     let probes = json!({"readinessProbe": probe(http_get("/", 81), json!({"periodSeconds": 1}))});
-    let pod = test_webserver(variant, probes);
+    let pod = test_webserver(case, probes);
     create_and_start(&ns, &pod);
-    never_ready(&ns, &name_of(&pod), OBSERVE);
+    never_ready(&ns, case, &name_of(&pod), OBSERVE);
     let p = ns.pod(&name_of(&pod)).expect("pod");
     assert_eq!(restarts(&p, &probed_name(&pod)), Some(0));
 }
@@ -344,13 +387,13 @@ fn liveness(handler: Value, delay: u32) -> Value {
     }))})
 }
 
-fn exec_cat_health_restart(variant: Variant) {
-    let ns = setup("catrestart");
+fn exec_cat_health_restart(case: Case) {
+    let ns = case.setup("catrestart");
     let script = "echo ok >/tmp/health; sleep 3; rm -rf /tmp/health; sleep 600";
-    let pod = busybox(variant, script, liveness(exec(&["cat", "/tmp/health"]), 5));
+    let pod = busybox(case, script, liveness(exec(&["cat", "/tmp/health"]), 5));
     run_liveness_test(&ns, &pod, 1, RESTART);
-    let field_path = variant.field_path("busybox");
-    let message = variant.liveness_kill_message("busybox");
+    let field_path = case.field_path("busybox");
+    let message = case.liveness_kill_message("busybox");
     let name = name_of(&pod);
     ns.wait_for(&format!("a Killing event on {field_path}"), START, || {
         let events = ns.events_for(&name);
@@ -366,40 +409,40 @@ fn exec_cat_health_restart(variant: Variant) {
     });
 }
 
-fn exec_cat_health_no_restart(variant: Variant) {
-    let ns = setup("catok");
+fn exec_cat_health_no_restart(case: Case) {
+    let ns = case.setup("catok");
     let script = "echo ok >/tmp/health; sleep 600";
-    let pod = busybox(variant, script, liveness(exec(&["cat", "/tmp/health"]), 2));
+    let pod = busybox(case, script, liveness(exec(&["cat", "/tmp/health"]), 2));
     run_liveness_test(&ns, &pod, 0, OBSERVE);
 }
 
-fn healthz_restart(variant: Variant) {
-    let ns = setup("healthz");
-    let pod = agnhost_liveness(variant, liveness(http_get("/healthz", 8080), 3));
+fn healthz_restart(case: Case) {
+    let ns = case.setup("healthz");
+    let pod = agnhost_liveness(case, liveness(http_get("/healthz", 8080), 3));
     run_liveness_test(&ns, &pod, 1, RESTART);
 }
 
-fn tcp_no_restart(variant: Variant) {
-    let ns = setup("tcp");
+fn tcp_no_restart(case: Case) {
+    let ns = case.setup("tcp");
     // /healthz fails after 10 s, but the socket stays open.
-    let pod = agnhost_liveness(variant, liveness(json!({"tcpSocket": {"port": 8080}}), 3));
+    let pod = agnhost_liveness(case, liveness(json!({"tcpSocket": {"port": 8080}}), 3));
     run_liveness_test(&ns, &pod, 0, OBSERVE);
 }
 
-fn monotonic_restarts(variant: Variant) {
+fn monotonic_restarts(case: Case) {
     // Upstream counts 5 restarts (minutes of CrashLoopBackOff); 2 show the
     // same thing: every time /healthz turns bad the container is restarted.
-    let ns = setup("monotonic");
-    let pod = agnhost_liveness(variant, liveness(http_get("/healthz", 8080), 3));
+    let ns = case.setup("monotonic");
+    let pod = agnhost_liveness(case, liveness(http_get("/healthz", 8080), 3));
     run_liveness_test(&ns, &pod, 2, RESTART * 2);
 }
 
-fn healthz_no_restart(variant: Variant) {
-    let ns = setup("webok");
+fn healthz_no_restart(case: Case) {
+    let ns = case.setup("webok");
     let probes = json!({"livenessProbe": probe(http_get("/", 80), json!({
         "initialDelaySeconds": 3, "timeoutSeconds": 5, "failureThreshold": 5, "periodSeconds": 2,
     }))});
-    run_liveness_test(&ns, &test_webserver(variant, probes), 0, OBSERVE);
+    run_liveness_test(&ns, &test_webserver(case, probes), 0, OBSERVE);
 }
 
 /// An exec probe that outlives its 1 s timeout.
@@ -409,46 +452,42 @@ fn slow_exec(kind: &str, command: &str) -> Value {
     }))})
 }
 
-fn exec_liveness_timeout(variant: Variant) {
-    let ns = setup("exectimeout");
-    let pod = busybox(variant, "sleep 600", slow_exec("livenessProbe", "sleep 10"));
+fn exec_liveness_timeout(case: Case) {
+    let ns = case.setup("exectimeout");
+    let pod = busybox(case, "sleep 600", slow_exec("livenessProbe", "sleep 10"));
     run_liveness_test(&ns, &pod, 1, RESTART);
 }
 
-fn exec_readiness_timeout(variant: Variant) {
-    let ns = setup("readytimeout");
-    let pod = busybox(
-        variant,
-        "sleep 600",
-        slow_exec("readinessProbe", "sleep 10"),
-    );
+fn exec_readiness_timeout(case: Case) {
+    let ns = case.setup("readytimeout");
+    let pod = busybox(case, "sleep 600", slow_exec("readinessProbe", "sleep 10"));
     create_and_start(&ns, &pod);
-    never_ready(&ns, &name_of(&pod), OBSERVE);
+    never_ready(&ns, case, &name_of(&pod), OBSERVE);
 }
 
-fn failing_exec_longer_than_timeout(variant: Variant) {
-    let ns = setup("execfail");
+fn failing_exec_longer_than_timeout(case: Case) {
+    let ns = case.setup("execfail");
     let pod = busybox(
-        variant,
+        case,
         "sleep 600",
         slow_exec("livenessProbe", "sleep 10 & exit 1"),
     );
     run_liveness_test(&ns, &pod, 1, RESTART);
 }
 
-fn local_redirect_restart(variant: Variant) {
-    let ns = setup("localredirect");
+fn local_redirect_restart(case: Case) {
+    let ns = case.setup("localredirect");
     let pod = agnhost_liveness(
-        variant,
+        case,
         liveness(http_get("/redirect?loc=%2Fhealthz", 8080), 3),
     );
     run_liveness_test(&ns, &pod, 1, RESTART);
 }
 
-fn non_local_redirect_no_restart(variant: Variant) {
-    let ns = setup("remoteredirect");
+fn non_local_redirect_no_restart(case: Case) {
+    let ns = case.setup("remoteredirect");
     let pod = agnhost_liveness(
-        variant,
+        case,
         liveness(http_get("/redirect?loc=http%3A%2F%2F0.0.0.0%2F", 8080), 3),
     );
     run_liveness_test(&ns, &pod, 0, OBSERVE);
@@ -468,29 +507,29 @@ fn non_local_redirect_no_restart(variant: Variant) {
     assert_eq!(event["type"], "Warning", "{event:#}");
 }
 
-fn startup_fails_restart(variant: Variant) {
-    let ns = setup("startupfail");
+fn startup_fails_restart(case: Case) {
+    let ns = case.setup("startupfail");
     let probes = json!({
         "livenessProbe": probe(exec(&["/bin/true"]), json!({"initialDelaySeconds": 3, "failureThreshold": 1})),
         "startupProbe": probe(exec(&["/bin/false"]),
             json!({"initialDelaySeconds": 3, "failureThreshold": 3, "periodSeconds": 1})),
     });
-    run_liveness_test(&ns, &busybox(variant, "sleep 600", probes), 1, RESTART);
+    run_liveness_test(&ns, &busybox(case, "sleep 600", probes), 1, RESTART);
 }
 
-fn startup_delays_liveness(variant: Variant) {
-    let ns = setup("startupdelay");
+fn startup_delays_liveness(case: Case) {
+    let ns = case.setup("startupdelay");
     let probes = json!({
         "livenessProbe": probe(exec(&["/bin/false"]),
             json!({"initialDelaySeconds": 3, "failureThreshold": 1, "periodSeconds": 1})),
         "startupProbe": probe(exec(&["/bin/false"]),
             json!({"initialDelaySeconds": 3, "failureThreshold": 60, "periodSeconds": 1})),
     });
-    run_liveness_test(&ns, &busybox(variant, "sleep 600", probes), 0, OBSERVE);
+    run_liveness_test(&ns, &busybox(case, "sleep 600", probes), 0, OBSERVE);
 }
 
-fn liveness_after_startup(variant: Variant) {
-    let ns = setup("afterstartup");
+fn liveness_after_startup(case: Case) {
+    let ns = case.setup("afterstartup");
     let probes = json!({
         "livenessProbe": probe(exec(&["/bin/false"]),
             json!({"initialDelaySeconds": 3, "failureThreshold": 1, "periodSeconds": 1})),
@@ -498,33 +537,38 @@ fn liveness_after_startup(variant: Variant) {
             json!({"initialDelaySeconds": 3, "failureThreshold": 60, "periodSeconds": 1})),
     });
     let script = "sleep 3; echo ok >/tmp/startup; sleep 600";
-    run_liveness_test(&ns, &busybox(variant, script, probes), 1, RESTART);
+    run_liveness_test(&ns, &busybox(case, script, probes), 1, RESTART);
 }
 
-fn ready_right_after_startup(variant: Variant) {
-    // Upstream: readiness every 30 s, ready within 25 s of startup success,
-    // so readiness must run as soon as startup succeeds. Scaled: every 30 s,
-    // ready within 10 s of the startup file appearing.
-    let ns = setup("readyafterstartup");
+fn ready_right_after_startup(case: Case) {
+    match case.target {
+        Target::Gate => ready_right_after_startup_gate(case),
+        Target::Authority | Target::Kubelet => ready_right_after_startup_spec(case),
+    }
+}
+
+/// Gate mode. Upstream: readiness every 30 s, ready within 25 s of startup
+/// success, so readiness must run as soon as startup succeeds; it times from
+/// the container's `started`, which in gate mode is the kubelet's (true at
+/// once: it sees no startup probe). Scaled: every 30 s, ready within 10 s of
+/// the test creating the startup file.
+fn ready_right_after_startup_gate(case: Case) {
+    let ns = case.setup("readyafterstartup");
     let probes = json!({
         "readinessProbe": probe(exec(&["/bin/cat", "/tmp/health"]), json!({"periodSeconds": 30})),
         "startupProbe": probe(exec(&["/bin/cat", "/tmp/startup"]),
             json!({"failureThreshold": 120, "periodSeconds": 1})),
     });
-    let pod = busybox(
-        variant,
-        &format!("echo ok >/tmp/health; {SLEEP_LOOP}"),
-        probes,
-    );
+    let pod = busybox(case, &format!("echo ok >/tmp/health; {SLEEP_LOOP}"), probes);
     let name = name_of(&pod);
     create_and_start(&ns, &pod);
-    never_ready(&ns, &name, Duration::from_secs(5));
+    never_ready(&ns, case, &name, Duration::from_secs(5));
     let started = Instant::now();
     let mut cmd = vec!["exec", name.as_str()];
     let container = probed_name(&pod);
     cmd.extend(["-c", &container, "--", "sh", "-c", "echo ok >/tmp/startup"]);
     ns.kubectl(&cmd);
-    wait_ready(&ns, &name, true);
+    wait_ready(&ns, case, &name, true);
     let ready_in = started.elapsed();
     assert!(
         ready_in <= Duration::from_secs(10),
@@ -533,105 +577,154 @@ fn ready_right_after_startup(variant: Variant) {
     );
 }
 
+/// Probes in the spec, with upstream's timing and reading: whoever probes
+/// owns `started` (podprobe in authority mode), so the test waits for the container's `started`, then for
+/// `Ready`, and requires Ready within 25 s of started, with a 30 s readiness
+/// period (and never before started).
+fn ready_right_after_startup_spec(case: Case) {
+    let ns = case.setup("readyafterstartup");
+    let probes = json!({
+        "readinessProbe": probe(exec(&["/bin/cat", "/tmp/health"]), json!({"periodSeconds": 30})),
+        "startupProbe": probe(exec(&["/bin/cat", "/tmp/startup"]),
+            json!({"failureThreshold": 120, "periodSeconds": 5})),
+    });
+    // Upstream: the 32 s before startup outlast the 30 s readiness period.
+    let script = format!("echo ok >/tmp/health; sleep 32; echo ok >/tmp/startup; {SLEEP_LOOP}");
+    let pod = busybox(case, &script, probes);
+    let (name, container) = (name_of(&pod), probed_name(&pod));
+    ns.create_pod(&pod);
+    ns.wait_for(
+        &format!("{name}/{container} started"),
+        START + Duration::from_secs(32),
+        || {
+            let p = ns.pod(&name)?;
+            match container_status(&p, &container).map(|s| &s["started"]) {
+                Some(Value::Bool(true)) => Ok(()),
+                seen => {
+                    assert_ne!(
+                        status(&p, "Ready").as_deref(),
+                        Some("True"),
+                        "{name} became Ready before its startup probe succeeded\n{}",
+                        ns.diagnostics()
+                    );
+                    Err(format!("started {seen:?}"))
+                }
+            }
+        },
+    );
+    let started = Instant::now();
+    wait_ready(&ns, case, &name, true);
+    let ready_in = started.elapsed();
+    assert!(
+        ready_in <= Duration::from_secs(25),
+        "ready {ready_in:?} after started, more than 25 s: readiness did not run right after startup\n{}",
+        ns.diagnostics()
+    );
+}
+
 /// A pod that ignores SIGTERM with a 500 s grace period, whose `probes` use
 /// a probe-level 2 s grace period: only that makes the restart quick.
-fn grace_override(variant: Variant, test: &str, probes: Value) {
-    let ns = setup(test);
-    let mut pod = busybox(
-        variant,
-        "trap '' TERM; while true; do sleep 1; done",
-        probes,
-    );
+fn grace_override(case: Case, test: &str, probes: Value) {
+    let ns = case.setup(test);
+    let mut pod = busybox(case, "trap '' TERM; while true; do sleep 1; done", probes);
     pod["spec"]["terminationGracePeriodSeconds"] = json!(500);
     run_liveness_test(&ns, &pod, 1, Duration::from_secs(60));
     delete_now(&ns, &name_of(&pod));
 }
 
-fn liveness_grace_override(variant: Variant) {
+fn liveness_grace_override(case: Case) {
     // Nothing listens on 8080.
     let probes = json!({"livenessProbe": probe(http_get("/healthz", 8080), json!({
         "initialDelaySeconds": 3, "failureThreshold": 1, "periodSeconds": 2, "terminationGracePeriodSeconds": 2,
     }))});
-    grace_override(variant, "livegrace", probes);
+    grace_override(case, "livegrace", probes);
 }
 
-fn startup_grace_override(variant: Variant) {
+fn startup_grace_override(case: Case) {
     let probes = json!({
         "livenessProbe": probe(exec(&["/bin/true"]), json!({"initialDelaySeconds": 3, "failureThreshold": 1})),
         "startupProbe": probe(exec(&["/bin/cat", "/tmp/startup"]), json!({
             "initialDelaySeconds": 3, "failureThreshold": 1, "periodSeconds": 2, "terminationGracePeriodSeconds": 2,
         })),
     });
-    grace_override(variant, "startgrace", probes);
+    grace_override(case, "startgrace", probes);
 }
 
-fn grpc_no_restart(variant: Variant) {
-    let ns = setup("grpcok");
-    let pod = grpc_server(variant, liveness(json!({"grpc": {"port": 5000}}), 3));
+fn grpc_no_restart(case: Case) {
+    let ns = case.setup("grpcok");
+    let pod = grpc_server(case, liveness(json!({"grpc": {"port": 5000}}), 3));
     run_liveness_test(&ns, &pod, 0, OBSERVE);
 }
 
-fn grpc_restart(variant: Variant) {
-    let ns = setup("grpcbad");
+fn grpc_restart(case: Case) {
+    let ns = case.setup("grpcbad");
     // Nothing serves gRPC on 2333.
-    let pod = grpc_server(variant, liveness(json!({"grpc": {"port": 2333}}), 3));
+    let pod = grpc_server(case, liveness(json!({"grpc": {"port": 2333}}), 3));
     run_liveness_test(&ns, &pod, 1, RESTART);
 }
 
 /// Upstream's terminating pod: on SIGTERM it removes its probe files and
 /// keeps running for a while; returns the namespace and pod name once the
 /// pod is Ready and its deletion started.
-fn terminate_ready_pod(variant: Variant, test: &str, probes: Value) -> (Namespace, String) {
-    let ns = setup(test);
+fn terminate_ready_pod(case: Case, test: &str, probes: Value) -> (Namespace, String) {
+    let ns = case.setup(test);
     let script = "trap 'rm -f /tmp/ready /tmp/liveness; sleep 10; exit 0' TERM; \
                   touch /tmp/ready /tmp/liveness; while true; do sleep 1; done";
-    let mut pod = busybox(variant, script, probes);
+    let mut pod = busybox(case, script, probes);
     pod["spec"]["terminationGracePeriodSeconds"] = json!(15);
     let name = name_of(&pod);
     create_and_start(&ns, &pod);
-    wait_ready(&ns, &name, true);
+    wait_ready(&ns, case, &name, true);
     ns.kubectl(&["delete", "pod", &name, "--wait=false"]);
     (ns, name)
 }
 
-/// Waits until podprobe's gate turns False while `pod` still exists (its
-/// readiness probe kept running after SIGTERM). `Ready` is the kubelet's to
-/// recompute; it is reported, not required (see `tests/UPSTREAM_E2E.md`).
-fn gate_false_while_terminating(ns: &Namespace, pod: &str) {
+/// Waits until `pod` turns not ready while it still exists (its readiness
+/// probe kept running after SIGTERM).
+///
+/// With probes in the spec this asserts what upstream asserts: `Ready` False. In gate mode
+/// `Ready` is the kubelet's to recompute, and it does not recompute it from a
+/// readiness gate for a terminating pod: the test asserts podprobe's gate
+/// turning False and reports `Ready` (see `tests/UPSTREAM_E2E.md`).
+fn not_ready_while_deleted(ns: &Namespace, case: Case, pod: &str) {
+    let kind = match case.target {
+        Target::Gate => GATE,
+        Target::Authority | Target::Kubelet => "Ready",
+    };
     let p = ns.wait_for(
-        &format!("{pod}: {GATE} False while terminating"),
+        &format!("{pod}: {kind} False while terminating"),
         START,
         || {
             let p = ns.pod(pod)?;
-            match status(&p, GATE).as_deref() {
+            match status(&p, kind).as_deref() {
                 Some("False") => Ok(p),
-                seen => Err(format!("gate {seen:?}")),
+                seen => Err(format!("{kind} {seen:?}")),
             }
         },
     );
     assert!(p["metadata"]["deletionTimestamp"].is_string(), "{p:#}");
     eprintln!(
-        "{pod}: gate False while terminating; Ready {:?}",
-        status(&p, "Ready")
+        "{pod}: {kind} False while terminating; readiness {:?}",
+        case.readiness(&p)
     );
 }
 
-fn not_ready_while_terminating(variant: Variant) {
+fn not_ready_while_terminating(case: Case) {
     let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/ready"]),
         json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1}))});
-    let (ns, name) = terminate_ready_pod(variant, "terminating", probes);
-    gate_false_while_terminating(&ns, &name);
+    let (ns, name) = terminate_ready_pod(case, "terminating", probes);
+    not_ready_while_deleted(&ns, case, &name);
 }
 
-fn not_ready_and_no_liveness_while_terminating(variant: Variant) {
+fn not_ready_and_no_liveness_while_terminating(case: Case) {
     let probes = json!({
         "readinessProbe": probe(exec(&["cat", "/tmp/ready"]),
             json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1})),
         "livenessProbe": probe(exec(&["cat", "/tmp/liveness"]),
             json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1})),
     });
-    let (ns, name) = terminate_ready_pod(variant, "terminatinglive", probes);
-    gate_false_while_terminating(&ns, &name);
+    let (ns, name) = terminate_ready_pod(case, "terminatinglive", probes);
+    not_ready_while_deleted(&ns, case, &name);
     ns.holds_for("no liveness failure while terminating", OBSERVE, || {
         let events = ns.events_for(&name);
         match events.iter().find(|e| {
@@ -645,187 +738,321 @@ fn not_ready_and_no_liveness_while_terminating(variant: Variant) {
     });
 }
 
-/// One `#[test]` per upstream `It`, named after it, for one [`Variant`].
+/// One `#[test]` per upstream `It`, named after it, for one [`Target`] and
+/// [`Variant`], ignored for `$ignore`.
 macro_rules! scenarios {
-    ($variant:expr) => {
-        use super::*;
+    ($target:expr, $variant:expr, $ignore:literal) => {
+        use crate::*;
 
-        const VARIANT: Variant = $variant;
+        const CASE: Case = Case {
+            target: $target,
+            variant: $variant,
+        };
 
         /// "with readiness probe should not be ready before initial delay and never restart"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn with_readiness_probe_should_not_be_ready_before_initial_delay_and_never_restart() {
-            readiness_initial_delay(VARIANT);
+            readiness_initial_delay(CASE);
         }
 
         /// "with readiness probe that fails should never be ready and never restart"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn with_readiness_probe_that_fails_should_never_be_ready_and_never_restart() {
-            readiness_fails(VARIANT);
+            readiness_fails(CASE);
         }
 
         /// "should be restarted with a exec \"cat /tmp/health\" liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_with_a_exec_cat_tmp_health_liveness_probe() {
-            exec_cat_health_restart(VARIANT);
+            exec_cat_health_restart(CASE);
         }
 
         /// "should *not* be restarted with a exec \"cat /tmp/health\" liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_not_be_restarted_with_a_exec_cat_tmp_health_liveness_probe() {
-            exec_cat_health_no_restart(VARIANT);
+            exec_cat_health_no_restart(CASE);
         }
 
         /// "should be restarted with a /healthz http liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_with_a_healthz_http_liveness_probe() {
-            healthz_restart(VARIANT);
+            healthz_restart(CASE);
         }
 
         /// "should *not* be restarted with a tcp:8080 liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_not_be_restarted_with_a_tcp_8080_liveness_probe() {
-            tcp_no_restart(VARIANT);
+            tcp_no_restart(CASE);
         }
 
         /// "should have monotonically increasing restart count"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_have_monotonically_increasing_restart_count() {
-            monotonic_restarts(VARIANT);
+            monotonic_restarts(CASE);
         }
 
         /// "should *not* be restarted with a /healthz http liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_not_be_restarted_with_a_healthz_http_liveness_probe() {
-            healthz_no_restart(VARIANT);
+            healthz_no_restart(CASE);
         }
 
         /// "should be restarted with an exec liveness probe with timeout"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_with_an_exec_liveness_probe_with_timeout() {
-            exec_liveness_timeout(VARIANT);
+            exec_liveness_timeout(CASE);
         }
 
         /// "should not be ready with an exec readiness probe timeout"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_not_be_ready_with_an_exec_readiness_probe_timeout() {
-            exec_readiness_timeout(VARIANT);
+            exec_readiness_timeout(CASE);
         }
 
         /// "should be restarted with a failing exec liveness probe that took longer than the timeout"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_with_a_failing_exec_liveness_probe_that_took_longer_than_the_timeout()
         {
-            failing_exec_longer_than_timeout(VARIANT);
+            failing_exec_longer_than_timeout(CASE);
         }
 
         /// "should be restarted with a local redirect http liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_with_a_local_redirect_http_liveness_probe() {
-            local_redirect_restart(VARIANT);
+            local_redirect_restart(CASE);
         }
 
         /// "should *not* be restarted with a non-local redirect http liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_not_be_restarted_with_a_non_local_redirect_http_liveness_probe() {
-            non_local_redirect_no_restart(VARIANT);
+            non_local_redirect_no_restart(CASE);
         }
 
         /// "should be restarted startup probe fails"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_startup_probe_fails() {
-            startup_fails_restart(VARIANT);
+            startup_fails_restart(CASE);
         }
 
         /// "should *not* be restarted by liveness probe because startup probe delays it"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_not_be_restarted_by_liveness_probe_because_startup_probe_delays_it() {
-            startup_delays_liveness(VARIANT);
+            startup_delays_liveness(CASE);
         }
 
         /// "should be restarted by liveness probe after startup probe enables it"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_by_liveness_probe_after_startup_probe_enables_it() {
-            liveness_after_startup(VARIANT);
+            liveness_after_startup(CASE);
         }
 
         /// "should be ready immediately after startupProbe succeeds"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_ready_immediately_after_startup_probe_succeeds() {
-            ready_right_after_startup(VARIANT);
+            ready_right_after_startup(CASE);
         }
 
         /// "should override timeoutGracePeriodSeconds when LivenessProbe field is set"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_override_timeout_grace_period_seconds_when_liveness_probe_field_is_set() {
-            liveness_grace_override(VARIANT);
+            liveness_grace_override(CASE);
         }
 
         /// "should override timeoutGracePeriodSeconds when StartupProbe field is set"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_override_timeout_grace_period_seconds_when_startup_probe_field_is_set() {
-            startup_grace_override(VARIANT);
+            startup_grace_override(CASE);
         }
 
         /// "should *not* be restarted with a GRPC liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_not_be_restarted_with_a_grpc_liveness_probe() {
-            grpc_no_restart(VARIANT);
+            grpc_no_restart(CASE);
         }
 
         /// "should be restarted with a GRPC liveness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_be_restarted_with_a_grpc_liveness_probe() {
-            grpc_restart(VARIANT);
+            grpc_restart(CASE);
         }
 
         /// "should mark readiness on pods to false while pod is in progress of
         /// terminating when a pod has a readiness probe"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_mark_readiness_on_pods_to_false_while_pod_is_in_progress_of_terminating_when_a_pod_has_a_readiness_probe()
          {
-            not_ready_while_terminating(VARIANT);
+            not_ready_while_terminating(CASE);
         }
 
         /// "should mark readiness on pods to false and disable liveness probes
         /// while pod is in progress of terminating"
         #[test]
-        #[ignore = "needs the local cluster (hack/test.sh runs it)"]
+        #[ignore = $ignore]
         fn should_mark_readiness_on_pods_to_false_and_disable_liveness_probes_while_pod_is_in_progress_of_terminating()
          {
-            not_ready_and_no_liveness_while_terminating(VARIANT);
+            not_ready_and_no_liveness_while_terminating(CASE);
         }
     };
 }
 
-/// "Probing container".
+/// "Probing container", gate mode.
 mod container {
-    scenarios!(Variant::Container);
+    scenarios!(
+        Target::Gate,
+        Variant::Container,
+        "needs the local cluster (hack/test.sh runs it)"
+    );
 }
 
-/// "Probing restartable init container" (`SidecarContainers`).
+/// "Probing restartable init container" (`SidecarContainers`), gate mode.
 mod restartable_init_container {
-    scenarios!(Variant::RestartableInit);
+    scenarios!(
+        Target::Gate,
+        Variant::RestartableInit,
+        "needs the local cluster (hack/test.sh runs it)"
+    );
+}
+
+/// Upstream's `test/e2e/common/node/pods.go` "should support pod
+/// readiness gates": a pod with two readiness gates whose conditions the
+/// test patches; `Ready` follows them. With probes in the spec on the
+/// agent node podprobe owns `Ready`, so it must recompute it from the
+/// gates as the kubelet does.
+fn readiness_gates(target: Target) {
+    const GATE_1: &str = "k8s.io/test-condition1";
+    const GATE_2: &str = "k8s.io/test-condition2";
+    let case = Case {
+        target,
+        variant: Variant::Container,
+    };
+    let ns = case.setup("readinessgates");
+    let mut pod = case.pod(
+        "pod-ready",
+        "pod-readiness-gate",
+        BUSYBOX_IMAGE,
+        &["/bin/sh", "-c", "echo container is alive; sleep 10000"],
+        &[],
+        json!({}),
+    );
+    pod["spec"]["readinessGates"] = json!([{"conditionType": GATE_1}, {"conditionType": GATE_2}]);
+    let name = name_of(&pod);
+    let is_ready = |p: &Value| status(p, "Ready").as_deref() == Some("True");
+    // Upstream polls every second for a minute.
+    let validate_pod_readiness = |expect_ready: bool| {
+        ns.wait_for(
+            &format!("{name}: Ready {expect_ready}"),
+            Duration::from_secs(60),
+            || {
+                let p = ns.pod(&name)?;
+                if is_ready(&p) == expect_ready {
+                    Ok(())
+                } else {
+                    Err(format!("conditions {}", p["status"]["conditions"]))
+                }
+            },
+        )
+    };
+    let patch_gate = |gate: &str, status: &str| {
+        let patch = json!({"status": {"conditions": [{"type": gate, "status": status}]}});
+        ns.kubectl(&[
+            "patch",
+            "pod",
+            &name,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            &patch.to_string(),
+        ]);
+    };
+
+    let p = create_and_start(&ns, &pod);
+    assert!(
+        !is_ready(&p),
+        "Expect pod {name}'s Ready condition to be false initially\n{}",
+        ns.diagnostics()
+    );
+
+    patch_gate(GATE_1, "True");
+    // Upstream sleeps one kubelet sync loop (10 s) and checks once; this
+    // checks all along.
+    ns.holds_for(
+        &format!("{name} not Ready with only {GATE_1} True"),
+        Duration::from_secs(10),
+        || {
+            let p = ns.pod(&name)?;
+            if is_ready(&p) {
+                Err("Ready True with only one readiness gate True".to_string())
+            } else {
+                Ok(())
+            }
+        },
+    );
+
+    patch_gate(GATE_2, "True");
+    validate_pod_readiness(true);
+
+    patch_gate(GATE_1, "False");
+    validate_pod_readiness(false);
+}
+
+/// The scenarios with the probes in the pod spec, for `$target`: both
+/// variants, and upstream's readiness-gates test.
+macro_rules! spec_probe_scenarios {
+    ($target:expr, $ignore:literal) => {
+        /// "Probing container".
+        mod container {
+            scenarios!($target, Variant::Container, $ignore);
+        }
+
+        /// "Probing restartable init container" (`SidecarContainers`).
+        mod restartable_init_container {
+            scenarios!($target, Variant::RestartableInit, $ignore);
+        }
+
+        /// "Pods should support pod readiness gates" (`pods.go`).
+        #[test]
+        #[ignore = $ignore]
+        fn should_support_pod_readiness_gates() {
+            crate::readiness_gates($target);
+        }
+    };
+}
+
+/// Authority mode: the pods on the agent node, probed by podprobe.
+mod authority {
+    spec_probe_scenarios!(
+        crate::Target::Authority,
+        "needs the local cluster and the agent node (hack/test.sh runs it)"
+    );
+}
+
+/// The reference: the same pods on the kubelet's node, probed by the
+/// kubelet.
+mod kubelet {
+    spec_probe_scenarios!(
+        crate::Target::Kubelet,
+        "needs the local cluster (hack/test.sh runs it)"
+    );
 }

@@ -1,7 +1,9 @@
 //! Helpers for tests against the real local cluster (`hack/local-cluster.sh`):
 //! a kubectl wrapper, waits with deadlines and diagnostics, a namespace that
-//! deletes itself when dropped, and podprobe deployed as the real DaemonSet
-//! (`tests/e2e`) for the end-to-end tests.
+//! deletes itself when dropped, podprobe deployed as the real DaemonSet
+//! (`tests/e2e`) for the gate-mode end-to-end tests, the agent node
+//! (`hack/agent-node.sh`) whose pods podprobe probes in authority mode, and
+//! the test pods themselves (probes in the annotation or in the spec).
 //!
 //! The cluster must be up (`hack/local-cluster.sh up`); the kubeconfig comes
 //! from `KUBECONFIG` or `hack/local-cluster.sh env`.
@@ -9,7 +11,7 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -305,8 +307,9 @@ impl Namespace {
             ])
             .unwrap_or_else(|e| e);
         format!(
-            "--- pods\n{wide}\n{pods}\n--- events\n{events}\n--- podprobe DaemonSet logs\n{}",
-            podprobe_logs()
+            "--- pods\n{wide}\n{pods}\n--- events\n{events}\n--- podprobe DaemonSet logs\n{}{}",
+            podprobe_logs(),
+            agent_node_logs(&self.name)
         )
     }
 }
@@ -411,17 +414,10 @@ pub fn podprobe_logs() -> String {
         .unwrap_or_else(|e| e)
 }
 
-/// A pod gated on [`GATE`] with one container `container` of `image`
-/// running `command` (empty: the image's entrypoint) with `args`, and
-/// `probes` as its entry in the `podprobe.io/probes` annotation.
-pub fn gated_pod(
-    name: &str,
-    container: &str,
-    image: &str,
-    command: &[&str],
-    args: &[&str],
-    probes: Value,
-) -> Value {
+/// A pod with one container `container` of `image` running `command`
+/// (empty: the image's entrypoint) with `args`, and a 2 s grace period; no
+/// probes anywhere.
+pub fn pod(name: &str, container: &str, image: &str, command: &[&str], args: &[&str]) -> Value {
     let mut c = serde_json::json!({"name": container, "image": image, "imagePullPolicy": "Never"});
     if !command.is_empty() {
         c["command"] = serde_json::json!(command);
@@ -432,14 +428,228 @@ pub fn gated_pod(
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "annotations": {"podprobe.io/probes": serde_json::json!({container: probes}).to_string()},
-        },
+        "metadata": {"name": name},
         "spec": {
-            "readinessGates": [{"conditionType": GATE}],
             "terminationGracePeriodSeconds": 2,
             "containers": [c],
         },
     })
+}
+
+/// Gate mode's test pod: [`pod`] gated on [`GATE`], with `probes` (any of
+/// `startupProbe`, `readinessProbe`, `livenessProbe`) as its container's
+/// entry in the `podprobe.io/probes` annotation.
+pub fn gated_pod(
+    name: &str,
+    container: &str,
+    image: &str,
+    command: &[&str],
+    args: &[&str],
+    probes: Value,
+) -> Value {
+    let mut pod = pod(name, container, image, command, args);
+    pod["metadata"]["annotations"] = serde_json::json!({
+        "podprobe.io/probes": serde_json::json!({container: probes}).to_string(),
+    });
+    pod["spec"]["readinessGates"] = serde_json::json!([{"conditionType": GATE}]);
+    pod
+}
+
+/// Authority mode's (and the kubelet's) test pod: [`pod`] with `probes` on
+/// the container itself, bound to `node` when given (else the scheduler
+/// places it: on the kubelet's node, as the agent node is tainted).
+pub fn spec_pod(
+    name: &str,
+    container: &str,
+    image: &str,
+    command: &[&str],
+    args: &[&str],
+    probes: Value,
+    node: Option<&str>,
+) -> Value {
+    let mut pod = pod(name, container, image, command, args);
+    if let (Some(c), Some(probes)) = (
+        pod["spec"]["containers"][0].as_object_mut(),
+        probes.as_object(),
+    ) {
+        c.extend(probes.clone());
+    }
+    if let Some(node) = node {
+        pod["spec"]["nodeName"] = serde_json::json!(node);
+    }
+    pod
+}
+
+/// A shell loop that runs until stopped and exits 0 on SIGTERM.
+pub const SLEEP_LOOP: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
+/// `pod` with its first container turned into a restartable init container
+/// (`restartPolicy: Always`, a sidecar) next to a main container `main` that
+/// only sleeps.
+pub fn sidecar(mut pod: Value) -> Value {
+    let mut sidecar = pod["spec"]["containers"][0].take();
+    sidecar["restartPolicy"] = serde_json::json!("Always");
+    pod["spec"]["initContainers"] = serde_json::json!([sidecar]);
+    pod["spec"]["containers"] = serde_json::json!([{
+        "name": "main",
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", SLEEP_LOOP],
+    }]);
+    pod
+}
+
+/// The status of `container` in either status list (init or regular).
+pub fn container_status<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
+    let status = &pod["status"];
+    ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|list| status[*list].as_array().into_iter().flatten())
+        .find(|s| s["name"] == container)
+}
+
+/// Seconds since the epoch of an RFC 3339 UTC timestamp (`...Z`, as the API
+/// server writes them; fractions of a second are dropped).
+pub fn epoch_seconds(rfc3339: &str) -> Option<i64> {
+    let (date, time) = rfc3339.trim_end_matches('Z').split_once('T')?;
+    let time = time.split_once('.').map_or(time, |(whole, _)| whole);
+    let mut d = date.split('-').map(str::parse::<i64>);
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':').map(str::parse::<i64>);
+    let (h, min, s) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + min * 60 + s)
+}
+
+/// Now, in whole seconds since the epoch (the API server's granularity).
+pub fn now_epoch_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The second node of `hack/agent-node.sh`: a test CRI agent that runs pods
+/// (restarts, phase, IPs, container states) but has no prober, and podprobe
+/// in authority mode as a host process owning their readiness.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentNode {
+    /// The node's name; pods are bound to it with `spec.nodeName`.
+    pub name: String,
+    /// The agent's private containerd.
+    pub cri_endpoint: String,
+    /// The agent's log file.
+    pub agent_log: PathBuf,
+    /// The authority-mode podprobe's log file.
+    pub authority_log: PathBuf,
+    /// Where the authority-mode podprobe serves health and metrics.
+    pub authority_listen: String,
+}
+
+impl AgentNode {
+    /// Parses the `KEY=value` lines of `hack/agent-node.sh env`.
+    pub fn from_env(env: &str) -> Result<AgentNode, String> {
+        let get = |key: &str| {
+            env.lines()
+                .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+                .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("`hack/agent-node.sh env` does not set {key}:\n{env}"))
+        };
+        Ok(AgentNode {
+            name: get("PODPROBE_AGENT_NODE")?,
+            cri_endpoint: get("PODPROBE_AGENT_CRI_ENDPOINT")?,
+            agent_log: get("PODPROBE_AGENT_LOG")?.into(),
+            authority_log: get("PODPROBE_AUTHORITY_LOG")?.into(),
+            authority_listen: get("PODPROBE_AUTHORITY_LISTEN")?,
+        })
+    }
+}
+
+static AGENT_NODE: OnceLock<AgentNode> = OnceLock::new();
+
+/// Brings the agent node up once per test binary (`hack/agent-node.sh up`,
+/// idempotent: its containerd and images, the agent, and podprobe `--mode
+/// authority`, rebuilt from this tree) and returns it. The local cluster must
+/// be up. `PODPROBE_AGENT_NODE_UP=1` says it is up already and is used as it
+/// is (`up` would restart a running agent or podprobe built from another
+/// tree).
+pub fn ensure_agent_node() -> &'static AgentNode {
+    AGENT_NODE.get_or_init(|| {
+        cluster();
+        let script = repo().join("hack/agent-node.sh");
+        if !std::env::var("PODPROBE_AGENT_NODE_UP").is_ok_and(|v| v == "1") {
+            agent_node_up(&script);
+        }
+        let env = Command::new("bash")
+            .arg(&script)
+            .arg("env")
+            .output()
+            .expect("run hack/agent-node.sh env");
+        assert!(
+            env.status.success(),
+            "hack/agent-node.sh env failed ({}):\n{}",
+            env.status,
+            String::from_utf8_lossy(&env.stderr)
+        );
+        AgentNode::from_env(&String::from_utf8_lossy(&env.stdout)).unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// `hack/agent-node.sh up`, which must succeed.
+fn agent_node_up(script: &Path) {
+    let up = Command::new("bash")
+        .arg(script)
+        .arg("up")
+        .output()
+        .expect("run hack/agent-node.sh up");
+    assert!(
+        up.status.success(),
+        "hack/agent-node.sh up failed ({}):\n{}\n{}",
+        up.status,
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr)
+    );
+}
+
+/// The agent's and the authority-mode podprobe's logs about `namespace`
+/// (and their last lines), once this test binary brought the agent node up
+/// and for the files that exist.
+fn agent_node_logs(namespace: &str) -> String {
+    let Some(agent) = AGENT_NODE.get() else {
+        return String::new();
+    };
+    [
+        ("agent", &agent.agent_log),
+        ("authority-mode podprobe", &agent.authority_log),
+    ]
+    .into_iter()
+    .filter_map(|(what, path)| {
+        let tail = log_tail(path, namespace)?;
+        Some(format!("\n--- {what} log ({})\n{tail}", path.display()))
+    })
+    .collect()
+}
+
+/// The last 200 lines of the log at `path` that mention `namespace`, then its
+/// last 40 lines whatever they are about; `None` when it cannot be read.
+fn log_tail(path: &Path, namespace: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    let about: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains(namespace))
+        .collect();
+    let last = |v: &[&str], n: usize| v[v.len().saturating_sub(n)..].join("\n");
+    Some(format!(
+        "(lines about {namespace})\n{}\n(last lines)\n{}",
+        last(&about, 200),
+        last(&lines, 40)
+    ))
 }

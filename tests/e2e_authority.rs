@@ -1,0 +1,879 @@
+//! Differential end-to-end tests of authority mode: the kubelet's own prober
+//! is the reference.
+//!
+//! Each scenario creates the same pod spec (probes in the spec) twice in one
+//! namespace: `kubelet`, which the scheduler puts on the kubelet's node (the
+//! agent node is tainted), probed natively; and `agent`, bound to the agent
+//! node of `hack/agent-node.sh`, whose CRI agent has no prober and where
+//! podprobe `--mode authority` owns container `ready`/`started` and the
+//! `ContainersReady`/`Ready` conditions. The pods' containers change on a
+//! schedule of their own (the agent node has no `kubectl exec`) or the test
+//! patches both pods' status; each phase waits for its expected state on
+//! each pod, then [`differences`] compares the two: per container `ready`,
+//! `started` and `restartCount`, and `ContainersReady`/`Ready` with their
+//! status, reason, message and (relative) transition time.
+//!
+//! `#[ignore]`d like the other cluster tests: `hack/test.sh` brings the
+//! cluster and the agent node up and runs them with `--ignored`.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use cluster::{
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, Namespace, SLEEP_LOOP, condition, container_status,
+    ensure_agent_node, epoch_seconds, now_epoch_seconds, sidecar, spec_pod, unique_id,
+};
+
+/// From creation to the first phase: image, sandbox, network, first probes.
+const START: Duration = Duration::from_secs(120);
+/// From one phase to the next when it takes a few probe periods.
+const FLIP: Duration = Duration::from_secs(60);
+/// A liveness restart, with CrashLoopBackOff after the first.
+const RESTART: Duration = Duration::from_secs(90);
+
+/// The two copies of each scenario's pod.
+const KUBELET: &str = "kubelet";
+const AGENT: &str = "agent";
+const COPIES: [&str; 2] = [KUBELET, AGENT];
+
+/// The conditions podprobe owns in authority mode.
+const CONDITIONS: [&str; 2] = ["ContainersReady", "Ready"];
+
+/// Slack on transition times, on top of one probe period. The API server's
+/// timestamps are whole seconds (truncated), so each of the two relative
+/// times compared (`lastTransitionTime - anchor`) is off by less than 1 s
+/// and their difference by less than 2 s.
+const TIMESTAMP_SLACK: i64 = 2;
+
+/// What a phase's transition times are measured from, in each pod.
+#[derive(Clone, Copy, Debug)]
+enum Anchor {
+    /// The `startedAt` of this container's current run.
+    Started(&'static str),
+    /// When the test acted on each pod (`[kubelet, agent]`, epoch seconds).
+    At([i64; 2]),
+}
+
+impl Anchor {
+    /// The anchor of `pod` (copy `index` of [`COPIES`]), in epoch seconds.
+    fn of(self, pod: &Value, index: usize) -> Option<i64> {
+        match self {
+            Anchor::Started(container) => container_status(pod, container)
+                .and_then(|s| s["state"]["running"]["startedAt"].as_str())
+                .and_then(epoch_seconds),
+            Anchor::At(at) => Some(at[index]),
+        }
+    }
+}
+
+/// The container names of `pod`'s status lists, init containers first.
+fn status_names(pod: &Value) -> Vec<String> {
+    ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|list| pod["status"][*list].as_array().into_iter().flatten())
+        .filter_map(|s| s["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The condition `type_` of `pod`, or `Null`.
+fn condition_of<'a>(pod: &'a Value, type_: &str) -> &'a Value {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|list| list.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+/// Every way the `agent` copy's readiness differs from the `kubelet`
+/// copy's, one line per field (empty when they agree):
+///
+/// - per container (init and regular), `ready`, `started` and
+///   `restartCount`, and its presence;
+/// - `ContainersReady` and `Ready`: `status`, `reason`, `message`;
+/// - their `lastTransitionTime`, measured from each pod's anchor
+///   (`anchors`, epoch seconds: `[kubelet, agent]`), may differ by one probe
+///   `period` (the probers' ticks are not in phase) plus
+///   [`TIMESTAMP_SLACK`]; a condition that changed before the anchor in both
+///   pods belongs to an earlier phase and is not compared.
+fn differences(
+    kubelet: &Value,
+    agent: &Value,
+    anchors: [Option<i64>; 2],
+    period: i64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut names = status_names(kubelet);
+    for name in status_names(agent) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    for name in &names {
+        match (
+            container_status(kubelet, name),
+            container_status(agent, name),
+        ) {
+            (Some(k), Some(a)) => {
+                for field in ["ready", "started", "restartCount"] {
+                    if k[field] != a[field] {
+                        out.push(format!(
+                            "container {name} {field}: kubelet {}, agent {}",
+                            k[field], a[field]
+                        ));
+                    }
+                }
+            }
+            (k, a) => out.push(format!(
+                "container {name} status: kubelet {}, agent {}",
+                if k.is_some() { "present" } else { "missing" },
+                if a.is_some() { "present" } else { "missing" },
+            )),
+        }
+    }
+    for (i, anchor) in anchors.iter().enumerate() {
+        if anchor.is_none() {
+            out.push(format!(
+                "{}: no anchor to measure transition times from",
+                COPIES[i]
+            ));
+        }
+    }
+    let allowed = period + TIMESTAMP_SLACK;
+    for type_ in CONDITIONS {
+        let (k, a) = (condition_of(kubelet, type_), condition_of(agent, type_));
+        if k.is_null() || a.is_null() {
+            if k.is_null() != a.is_null() {
+                out.push(format!("condition {type_}: kubelet {k}, agent {a}"));
+            }
+            continue;
+        }
+        for field in ["status", "reason", "message"] {
+            if k[field] != a[field] {
+                out.push(format!(
+                    "condition {type_} {field}: kubelet {}, agent {}",
+                    k[field], a[field]
+                ));
+            }
+        }
+        let relative = |c: &Value, anchor: Option<i64>| {
+            Some(epoch_seconds(c["lastTransitionTime"].as_str()?)? - anchor?)
+        };
+        match (relative(k, anchors[0]), relative(a, anchors[1])) {
+            (Some(k), Some(a)) if k < 0 && a < 0 => {}
+            (Some(k), Some(a)) if (k - a).abs() > allowed => out.push(format!(
+                "condition {type_} lastTransitionTime: kubelet {k:+}s, agent {a:+}s from the anchor \
+                 (may differ by {allowed}s)"
+            )),
+            (Some(_), Some(_)) => {}
+            (k_at, a_at) if anchors.iter().all(Option::is_some) => out.push(format!(
+                "condition {type_} lastTransitionTime: kubelet {k_at:?}, agent {a_at:?} ({}, {})",
+                k["lastTransitionTime"], a["lastTransitionTime"]
+            )),
+            _ => {}
+        }
+    }
+    out
+}
+
+// ---- expectations: what one pod must show to be in a phase ---------------
+
+fn container<'a>(pod: &'a Value, name: &str) -> Result<&'a Value, String> {
+    container_status(pod, name).ok_or_else(|| format!("no status for container {name}"))
+}
+
+fn running(pod: &Value, name: &str) -> Result<(), String> {
+    let c = container(pod, name)?;
+    if c["state"]["running"].is_object() {
+        Ok(())
+    } else {
+        Err(format!("{name} state {}", c["state"]))
+    }
+}
+
+fn not_running(pod: &Value, name: &str) -> Result<(), String> {
+    match container_status(pod, name) {
+        Some(c) if c["state"]["running"].is_object() => Err(format!("{name} running")),
+        _ => Ok(()),
+    }
+}
+
+fn field_is(pod: &Value, name: &str, field: &str, want: bool) -> Result<(), String> {
+    let c = container(pod, name)?;
+    if c[field] == want {
+        Ok(())
+    } else {
+        Err(format!("{name} {field} {}", c[field]))
+    }
+}
+
+fn ready(pod: &Value, name: &str, want: bool) -> Result<(), String> {
+    field_is(pod, name, "ready", want)
+}
+
+fn started(pod: &Value, name: &str, want: bool) -> Result<(), String> {
+    field_is(pod, name, "started", want)
+}
+
+fn condition_is(pod: &Value, type_: &str, want: bool) -> Result<(), String> {
+    let want = if want { "True" } else { "False" };
+    match condition(pod, type_) {
+        Some((status, _)) if status == want => Ok(()),
+        seen => Err(format!("{type_} {seen:?}")),
+    }
+}
+
+fn restarted(pod: &Value, name: &str, at_least: u64) -> Result<(), String> {
+    match container(pod, name)?["restartCount"].as_u64() {
+        Some(n) if n >= at_least => Ok(()),
+        seen => Err(format!("{name} restartCount {seen:?}")),
+    }
+}
+
+/// What one pod must show to be in a phase.
+type Expect<'a> = &'a dyn Fn(&Value) -> Result<(), String>;
+
+/// One step of a scenario.
+struct Phase<'a> {
+    what: &'a str,
+    timeout: Duration,
+    expect: Expect<'a>,
+    anchor: Anchor,
+}
+
+/// One scenario's namespace and its two pods.
+struct Differential {
+    ns: Namespace,
+    /// The probe period (seconds) transition times may differ by.
+    period: i64,
+    agent_node: String,
+}
+
+impl Differential {
+    /// Creates `build(name, node)` as [`KUBELET`] (no node: the scheduler
+    /// picks the kubelet's) and as [`AGENT`] (bound to the agent node).
+    fn start(test: &str, period: i64, build: impl Fn(&str, Option<&str>) -> Value) -> Self {
+        let agent_node = ensure_agent_node().name.clone();
+        let ns = Namespace::create(&format!("podprobe-diff-{test}-{}", unique_id()));
+        ns.create_pod(&build(KUBELET, None));
+        ns.create_pod(&build(AGENT, Some(&agent_node)));
+        Differential {
+            ns,
+            period,
+            agent_node,
+        }
+    }
+
+    fn pods(&self) -> Result<[Value; 2], String> {
+        Ok([self.ns.pod(KUBELET)?, self.ns.pod(AGENT)?])
+    }
+
+    /// Waits until each pod has gone through `phases` in order, each pod at
+    /// its own pace (the two containers do not start at the same instant),
+    /// then compares the two pods as they were when each first met each
+    /// phase.
+    fn run(&self, phases: &[Phase]) {
+        let mut at = [0usize; 2];
+        let mut seen: Vec<[Option<Value>; 2]> = phases.iter().map(|_| [None, None]).collect();
+        let total = phases.iter().map(|p| p.timeout).sum();
+        self.ns.wait_for("every phase on both pods", total, || {
+            let mut waiting = Vec::new();
+            for (i, name) in COPIES.iter().enumerate() {
+                let Some(phase) = phases.get(at[i]) else {
+                    continue;
+                };
+                let pod = self.ns.pod(name)?;
+                match (phase.expect)(&pod) {
+                    Ok(()) => {
+                        seen[at[i]][i] = Some(pod);
+                        at[i] += 1;
+                    }
+                    Err(why) => waiting.push(format!("{name} not yet {:?}: {why}", phase.what)),
+                }
+            }
+            if at.iter().all(|&a| a == phases.len()) {
+                Ok(())
+            } else {
+                Err(waiting.join("; "))
+            }
+        });
+        for (phase, pods) in phases.iter().zip(seen) {
+            let [Some(kubelet), Some(agent)] = pods else {
+                unreachable!("every phase was seen on both pods");
+            };
+            self.compare(phase.what, &[kubelet, agent], phase.anchor);
+        }
+    }
+
+    /// Checks `holds` on both pods for `period`, then compares them as last
+    /// seen.
+    fn hold(&self, what: &str, period: Duration, holds: Expect, anchor: Anchor) {
+        let mut last = None;
+        self.ns.holds_for(what, period, || {
+            let pods = self.pods()?;
+            for (name, pod) in COPIES.iter().zip(&pods) {
+                holds(pod).map_err(|why| format!("{name}: {why}"))?;
+            }
+            last = Some(pods);
+            Ok(())
+        });
+        let pods = last.expect("held at least once");
+        self.compare(what, &pods, anchor);
+    }
+
+    /// Panics, listing every difference and the diagnostics, unless the two
+    /// pods agree (see [`differences`]).
+    fn compare(&self, phase: &str, pods: &[Value; 2], anchor: Anchor) {
+        let [kubelet, agent] = pods;
+        let kubelet_node = kubelet["spec"]["nodeName"].as_str().unwrap_or_default();
+        assert!(
+            !kubelet_node.is_empty() && kubelet_node != self.agent_node,
+            "the kubelet copy runs on {kubelet_node:?}, not on the kubelet's node"
+        );
+        assert_eq!(agent["spec"]["nodeName"], self.agent_node.as_str());
+        let anchors = [anchor.of(kubelet, 0), anchor.of(agent, 1)];
+        let diff = differences(kubelet, agent, anchors, self.period);
+        assert!(
+            diff.is_empty(),
+            "phase {phase:?}: the agent node's pod (podprobe) differs from the kubelet's \
+             (anchor {anchor:?} = {anchors:?}):\n  {}\n--- kubelet copy status\n{:#}\n--- agent copy status\n{:#}\n{}",
+            diff.join("\n  "),
+            kubelet["status"],
+            agent["status"],
+            self.ns.diagnostics()
+        );
+        eprintln!("{}: phase {phase:?}: the two pods agree", self.ns.name);
+    }
+
+    /// Strategic-merge-patches `conditions` into both pods' status, as a
+    /// controller owning readiness gates does; the anchor of what follows.
+    fn patch_conditions(&self, conditions: Value) -> Anchor {
+        let patch = json!({"status": {"conditions": conditions}}).to_string();
+        let mut at = [0; 2];
+        for (i, name) in COPIES.iter().enumerate() {
+            at[i] = now_epoch_seconds();
+            self.ns.kubectl(&[
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=strategic",
+                "-p",
+                &patch,
+            ]);
+        }
+        Anchor::At(at)
+    }
+}
+
+fn exec(command: &[&str]) -> Value {
+    json!({"exec": {"command": command}})
+}
+
+/// `handler` with the given probe fields merged in.
+fn probe(handler: Value, fields: Value) -> Value {
+    let mut probe = handler;
+    if let (Some(p), Some(f)) = (probe.as_object_mut(), fields.as_object()) {
+        p.extend(f.clone());
+    }
+    probe
+}
+
+/// A busybox pod whose container `app` runs `script` then [`SLEEP_LOOP`],
+/// with `probes` in its spec.
+fn busybox(script: &str, probes: Value) -> impl Fn(&str, Option<&str>) -> Value {
+    let script = format!("{script}{SLEEP_LOOP}");
+    move |name, node| {
+        spec_pod(
+            name,
+            "app",
+            BUSYBOX_IMAGE,
+            &["sh", "-c", &script],
+            &[],
+            probes.clone(),
+            node,
+        )
+    }
+}
+
+/// The whole pod ready: `app` running and ready, `Ready` True.
+fn app_ready(pod: &Value) -> Result<(), String> {
+    running(pod, "app")?;
+    ready(pod, "app", true)?;
+    condition_is(pod, "Ready", true)
+}
+
+/// `app` running but not ready, `Ready` False.
+fn app_not_ready(pod: &Value) -> Result<(), String> {
+    running(pod, "app")?;
+    ready(pod, "app", false)?;
+    condition_is(pod, "Ready", false)
+}
+
+/// A readiness probe of `handler` succeeding from the start (period 2 s).
+fn handler_readiness(test: &str, build: impl Fn(&str, Option<&str>) -> Value) {
+    let pair = Differential::start(test, 2, build);
+    pair.run(&[Phase {
+        what: "ready",
+        timeout: START,
+        expect: &app_ready,
+        anchor: Anchor::Started("app"),
+    }]);
+}
+
+fn readiness(handler: Value) -> Value {
+    json!({"readinessProbe": probe(handler, json!({"periodSeconds": 2}))})
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn exec_readiness_succeeding() {
+    let probes = readiness(exec(&["cat", "/tmp/ready"]));
+    handler_readiness("exec", busybox("touch /tmp/ready; ", probes));
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn http_get_readiness_succeeding() {
+    // busybox httpd answers 200 for /ready.
+    let probes = readiness(json!({"httpGet": {"path": "/ready", "port": 8080}}));
+    let script = "mkdir -p /www && touch /www/ready && httpd -p 8080 -h /www; ";
+    handler_readiness("http", busybox(script, probes));
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn tcp_readiness_succeeding() {
+    let probes = readiness(json!({"tcpSocket": {"port": 8080}}));
+    handler_readiness("tcp", busybox("httpd -p 8080 -h /tmp; ", probes));
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn grpc_readiness_succeeding() {
+    // agnhost grpc-health-checking, as upstream's e2e runs it: SERVING.
+    let probes = readiness(json!({"grpc": {"port": 5000}}));
+    handler_readiness("grpc", move |name, node| {
+        spec_pod(
+            name,
+            "app",
+            AGNHOST_IMAGE,
+            &[],
+            &["grpc-health-checking", "--port=5000", "--http-port=8080"],
+            probes.clone(),
+            node,
+        )
+    });
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn success_and_failure_thresholds() {
+    // The readiness file exists for the first 14 s, is gone for the next
+    // 14 s, then is back: ready after 3 successes, not ready after 3
+    // failures, ready again after 3 successes.
+    let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/ready"]), json!({
+        "periodSeconds": 2, "successThreshold": 3, "failureThreshold": 3,
+    }))});
+    let script = "touch /tmp/ready; sleep 14; rm /tmp/ready; sleep 14; touch /tmp/ready; ";
+    let pair = Differential::start("thresholds", 2, busybox(script, probes));
+    let anchor = Anchor::Started("app");
+    pair.run(&[
+        Phase {
+            what: "ready after successThreshold successes",
+            timeout: START,
+            expect: &app_ready,
+            anchor,
+        },
+        Phase {
+            what: "not ready after failureThreshold failures",
+            timeout: FLIP,
+            expect: &app_not_ready,
+            anchor,
+        },
+        Phase {
+            what: "ready again",
+            timeout: FLIP,
+            expect: &app_ready,
+            anchor,
+        },
+    ]);
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn initial_delay() {
+    let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/ready"]), json!({
+        "periodSeconds": 2, "initialDelaySeconds": 10,
+    }))});
+    let pair = Differential::start("initialdelay", 2, busybox("touch /tmp/ready; ", probes));
+    let anchor = Anchor::Started("app");
+    pair.run(&[
+        Phase {
+            what: "running, not ready during the initial delay",
+            timeout: START,
+            expect: &app_not_ready,
+            anchor,
+        },
+        Phase {
+            what: "ready after the initial delay",
+            timeout: FLIP,
+            expect: &app_ready,
+            anchor,
+        },
+    ]);
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn startup_probe_gates_readiness_and_liveness() {
+    // Readiness would pass at once and liveness fail at once: until the
+    // startup probe succeeds (after 10 s), neither may run.
+    let every_second = json!({"periodSeconds": 1, "failureThreshold": 1});
+    let probes = json!({
+        "startupProbe": probe(exec(&["cat", "/tmp/started"]),
+            json!({"periodSeconds": 1, "failureThreshold": 60})),
+        "readinessProbe": probe(exec(&["true"]), every_second.clone()),
+        "livenessProbe": probe(exec(&["cat", "/tmp/started"]), every_second),
+    });
+    let script = "sleep 10; touch /tmp/started; ";
+    let pair = Differential::start("startup", 1, busybox(script, probes));
+    let anchor = Anchor::Started("app");
+    pair.run(&[
+        Phase {
+            what: "running, not started, not ready",
+            timeout: START,
+            expect: &|p| {
+                running(p, "app")?;
+                started(p, "app", false)?;
+                ready(p, "app", false)?;
+                condition_is(p, "Ready", false)
+            },
+            anchor,
+        },
+        Phase {
+            what: "started and ready",
+            timeout: FLIP,
+            expect: &|p| {
+                started(p, "app", true)?;
+                app_ready(p)
+            },
+            anchor,
+        },
+    ]);
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn failing_readiness_probe() {
+    let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/never"]),
+        json!({"periodSeconds": 1}))});
+    let pair = Differential::start("readyfail", 1, busybox("", probes));
+    let anchor = Anchor::Started("app");
+    pair.run(&[Phase {
+        what: "running",
+        timeout: START,
+        expect: &|p| running(p, "app"),
+        anchor,
+    }]);
+    pair.hold(
+        "never ready",
+        Duration::from_secs(10),
+        &app_not_ready,
+        anchor,
+    );
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn liveness_restarts() {
+    // Healthy for 3 s after each start, then the liveness probe fails.
+    let probes = json!({"livenessProbe": probe(exec(&["cat", "/tmp/alive"]),
+        json!({"periodSeconds": 1, "failureThreshold": 1}))});
+    let script = "touch /tmp/alive; sleep 3; rm /tmp/alive; ";
+    let pair = Differential::start("liveness", 1, busybox(script, probes));
+    let anchor = Anchor::Started("app");
+    let restarted_ready = |n| {
+        move |p: &Value| {
+            restarted(p, "app", n)?;
+            app_ready(p)
+        }
+    };
+    pair.run(&[
+        Phase {
+            what: "restarted once, running and ready",
+            timeout: RESTART,
+            expect: &restarted_ready(1),
+            anchor,
+        },
+        Phase {
+            what: "restarted twice, running and ready",
+            timeout: RESTART,
+            expect: &restarted_ready(2),
+            anchor,
+        },
+    ]);
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn restartable_init_container_with_startup_and_readiness_probes() {
+    // The sidecar starts (startup probe) after 6 s and turns ready 8 s
+    // later; `main` may only start once the sidecar has started.
+    let probes = json!({
+        "startupProbe": probe(exec(&["cat", "/tmp/started"]),
+            json!({"periodSeconds": 1, "failureThreshold": 60})),
+        "readinessProbe": probe(exec(&["cat", "/tmp/ready"]), json!({"periodSeconds": 1})),
+    });
+    let script = format!("sleep 6; touch /tmp/started; sleep 8; touch /tmp/ready; {SLEEP_LOOP}");
+    let pair = Differential::start("sidecar", 1, |name, node| {
+        sidecar(spec_pod(
+            name,
+            "app",
+            BUSYBOX_IMAGE,
+            &["sh", "-c", &script],
+            &[],
+            probes.clone(),
+            node,
+        ))
+    });
+    let anchor = Anchor::Started("app");
+    pair.run(&[
+        Phase {
+            what: "sidecar running, not started; main not running",
+            timeout: START,
+            expect: &|p| {
+                running(p, "app")?;
+                started(p, "app", false)?;
+                not_running(p, "main")?;
+                condition_is(p, "Ready", false)
+            },
+            anchor,
+        },
+        Phase {
+            what: "sidecar started, not ready; main running and ready",
+            timeout: FLIP,
+            expect: &|p| {
+                started(p, "app", true)?;
+                ready(p, "app", false)?;
+                running(p, "main")?;
+                ready(p, "main", true)?;
+                condition_is(p, "Ready", false)
+            },
+            anchor,
+        },
+        Phase {
+            what: "sidecar ready, pod ready",
+            timeout: FLIP,
+            expect: &|p| {
+                ready(p, "app", true)?;
+                ready(p, "main", true)?;
+                condition_is(p, "Ready", true)
+            },
+            anchor,
+        },
+    ]);
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn readiness_gate_set_by_the_test() {
+    const TEST_GATE: &str = "podprobe.io/test-gate";
+    let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/ready"]),
+        json!({"periodSeconds": 1}))});
+    let build = busybox("touch /tmp/ready; ", probes);
+    let pair = Differential::start("gates", 1, |name, node| {
+        let mut pod = build(name, node);
+        pod["spec"]["readinessGates"] = json!([{"conditionType": TEST_GATE}]);
+        pod
+    });
+    let containers_ready_only = |p: &Value| {
+        running(p, "app")?;
+        ready(p, "app", true)?;
+        condition_is(p, "ContainersReady", true)?;
+        condition_is(p, "Ready", false)
+    };
+    pair.run(&[Phase {
+        what: "containers ready, the gate's condition missing",
+        timeout: START,
+        expect: &containers_ready_only,
+        anchor: Anchor::Started("app"),
+    }]);
+    let anchor = pair.patch_conditions(json!([{"type": TEST_GATE, "status": "True"}]));
+    pair.run(&[Phase {
+        what: "the gate True: Ready",
+        timeout: FLIP,
+        expect: &app_ready,
+        anchor,
+    }]);
+    let anchor = pair.patch_conditions(json!([{"type": TEST_GATE, "status": "False"}]));
+    pair.run(&[Phase {
+        what: "the gate False: not Ready, containers still ready",
+        timeout: FLIP,
+        expect: &containers_ready_only,
+        anchor,
+    }]);
+}
+
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn pod_without_probes() {
+    // No probe: ready as soon as running. The period allowed is the
+    // kubelet's 1 s PLEG relist, the nearest thing it has.
+    let pair = Differential::start("noprobes", 1, busybox("", json!({})));
+    pair.run(&[Phase {
+        what: "running, started and ready",
+        timeout: START,
+        expect: &|p| {
+            started(p, "app", true)?;
+            app_ready(p)
+        },
+        anchor: Anchor::Started("app"),
+    }]);
+}
+
+mod differences {
+    use super::*;
+
+    /// A running pod with container `app`, anchored (started) at 12:00:00.
+    fn pod(ready: bool, restarts: u64, transition: &str, reason: Option<&str>) -> Value {
+        let status = if ready { "True" } else { "False" };
+        let condition = |type_: &str| {
+            let mut c = json!({"type": type_, "status": status, "lastTransitionTime": transition});
+            if let Some(reason) = reason {
+                c["reason"] = json!(reason);
+                c["message"] = json!("containers with unready status: [app]");
+            }
+            c
+        };
+        json!({
+            "spec": {"containers": [{"name": "app"}]},
+            "status": {
+                "conditions": [condition("Ready"), condition("ContainersReady")],
+                "containerStatuses": [{
+                    "name": "app", "ready": ready, "started": true, "restartCount": restarts,
+                    "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}},
+                }],
+            },
+        })
+    }
+
+    fn anchors(kubelet: &Value, agent: &Value) -> [Option<i64>; 2] {
+        let anchor = Anchor::Started("app");
+        [anchor.of(kubelet, 0), anchor.of(agent, 1)]
+    }
+
+    #[test]
+    fn equal_pods_have_no_differences() {
+        let kubelet = pod(true, 0, "2026-01-01T12:00:04Z", None);
+        let agent = kubelet.clone();
+        assert_eq!(
+            differences(&kubelet, &agent, anchors(&kubelet, &agent), 2),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn every_differing_field_is_listed() {
+        let kubelet = pod(true, 0, "2026-01-01T12:00:04Z", None);
+        let mut agent = pod(false, 1, "2026-01-01T12:00:04Z", Some("ContainersNotReady"));
+        agent["status"]["containerStatuses"][0]["started"] = json!(false);
+        let diff = differences(&kubelet, &agent, anchors(&kubelet, &agent), 2);
+        let want = [
+            "container app ready: kubelet true, agent false",
+            "container app started: kubelet true, agent false",
+            "container app restartCount: kubelet 0, agent 1",
+            "condition ContainersReady status: kubelet \"True\", agent \"False\"",
+            "condition ContainersReady reason: kubelet null, agent \"ContainersNotReady\"",
+            "condition ContainersReady message: kubelet null, agent \"containers with unready status: [app]\"",
+            "condition Ready status: kubelet \"True\", agent \"False\"",
+            "condition Ready reason: kubelet null, agent \"ContainersNotReady\"",
+            "condition Ready message: kubelet null, agent \"containers with unready status: [app]\"",
+        ];
+        assert_eq!(diff, want);
+    }
+
+    #[test]
+    fn transition_times_may_differ_by_one_period_plus_the_slack() {
+        let kubelet = pod(true, 0, "2026-01-01T12:00:01Z", None);
+        let within = pod(true, 0, "2026-01-01T12:00:05Z", None);
+        assert_eq!(
+            differences(&kubelet, &within, anchors(&kubelet, &within), 2),
+            Vec::<String>::new()
+        );
+        let late = pod(true, 0, "2026-01-01T12:00:06Z", None);
+        let diff = differences(&kubelet, &late, anchors(&kubelet, &late), 2);
+        assert_eq!(
+            diff,
+            [
+                "condition ContainersReady lastTransitionTime: kubelet +1s, agent +6s from the anchor (may differ by 4s)",
+                "condition Ready lastTransitionTime: kubelet +1s, agent +6s from the anchor (may differ by 4s)",
+            ]
+        );
+    }
+
+    #[test]
+    fn transition_times_are_relative_to_each_pods_anchor() {
+        // The agent's container started 30 s later; its condition turned 3 s
+        // after its start, the kubelet's 1 s after its own.
+        let kubelet = pod(true, 0, "2026-01-01T12:00:01Z", None);
+        let mut agent = pod(true, 0, "2026-01-01T12:00:33Z", None);
+        agent["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] =
+            json!("2026-01-01T12:00:30Z");
+        assert_eq!(
+            differences(&kubelet, &agent, anchors(&kubelet, &agent), 2),
+            Vec::<String>::new()
+        );
+        // The same, measured from instants the test recorded.
+        let at = Anchor::At([
+            epoch_seconds("2026-01-01T12:00:00Z").unwrap(),
+            epoch_seconds("2026-01-01T12:00:25Z").unwrap(),
+        ]);
+        let diff = differences(&kubelet, &agent, [at.of(&kubelet, 0), at.of(&agent, 1)], 2);
+        assert_eq!(
+            diff,
+            [
+                "condition ContainersReady lastTransitionTime: kubelet +1s, agent +8s from the anchor (may differ by 4s)",
+                "condition Ready lastTransitionTime: kubelet +1s, agent +8s from the anchor (may differ by 4s)",
+            ]
+        );
+    }
+
+    #[test]
+    fn transitions_before_the_anchor_in_both_pods_are_an_earlier_phases() {
+        let kubelet = pod(true, 0, "2026-01-01T11:59:00Z", None);
+        let agent = pod(true, 0, "2026-01-01T11:58:00Z", None);
+        assert_eq!(
+            differences(&kubelet, &agent, anchors(&kubelet, &agent), 2),
+            Vec::<String>::new()
+        );
+        // Only one of them changed in this phase: that is a difference.
+        let agent = pod(true, 0, "2026-01-01T12:00:01Z", None);
+        assert_eq!(
+            differences(&kubelet, &agent, anchors(&kubelet, &agent), 2).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn missing_statuses_conditions_and_anchors_are_differences() {
+        let kubelet = pod(true, 0, "2026-01-01T12:00:01Z", None);
+        let mut agent = kubelet.clone();
+        agent["status"]["containerStatuses"] = json!([]);
+        agent["status"]["conditions"] = json!([kubelet["status"]["conditions"][0]]);
+        let diff = differences(&kubelet, &agent, anchors(&kubelet, &agent), 2);
+        assert_eq!(diff.len(), 3, "{diff:#?}");
+        assert_eq!(
+            diff[0],
+            "container app status: kubelet present, agent missing"
+        );
+        assert_eq!(diff[1], "agent: no anchor to measure transition times from");
+        assert!(
+            diff[2].starts_with("condition ContainersReady: kubelet {"),
+            "{}",
+            diff[2]
+        );
+    }
+}
