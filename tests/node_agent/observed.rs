@@ -51,6 +51,9 @@ pub struct Exit {
     pub message: String,
     pub started_at: Option<Time>,
     pub finished_at: Time,
+    /// Whether podprobe stopped it for a failed liveness or startup probe
+    /// (its `Killing` event); `None` until that is known.
+    pub probe_kill: Option<bool>,
 }
 
 /// The two newest instances of one container: the kubelet reports the

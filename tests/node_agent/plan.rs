@@ -9,14 +9,12 @@
 //! every regular container has stopped for good, the sidecars are stopped
 //! too and not restarted.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeMap;
 
-use crate::backoff::{self, Restart};
-use crate::observed::{self, Exit, Instance};
+use crate::backoff::{self, Backoff, Restart};
+use crate::observed::{self, Instance};
 use crate::policy;
 use crate::status::{Waiting, kubernetes_id};
 
@@ -31,8 +29,8 @@ pub struct Plan {
     pub waiting: BTreeMap<String, Waiting>,
 }
 
-/// The next steps for `pod` at `now`.
-pub fn plan(pod: &Pod, observed: &observed::Pod, now: &Time) -> Plan {
+/// The next steps for `pod` at `now`, with the back-off of its containers.
+pub fn plan(pod: &Pod, observed: &observed::Pod, now: &Time, backoff: &mut Backoff) -> Plan {
     let mut plan = Plan::default();
     let Some(spec) = pod.spec.as_ref() else {
         return plan;
@@ -53,8 +51,8 @@ pub fn plan(pod: &Pod, observed: &observed::Pod, now: &Time) -> Plan {
                     true
                 }
                 Some(instance) => match instance.exit() {
-                    Some(exit) => {
-                        plan.restart(pod, container, instance, exit, now);
+                    Some(_) => {
+                        plan.restart(pod, container, observed, backoff, now);
                         true
                     }
                     None => !started_in_api(pod, instance),
@@ -70,9 +68,9 @@ pub fn plan(pod: &Pod, observed: &observed::Pod, now: &Time) -> Plan {
                 }
                 Some(instance) => match instance.exit() {
                     Some(exit) if exit.exit_code == 0 => false,
-                    Some(exit) => {
+                    Some(_) => {
                         if policy::init_retries(pod) {
-                            plan.restart(pod, container, instance, exit, now);
+                            plan.restart(pod, container, observed, backoff, now);
                         }
                         true
                     }
@@ -94,7 +92,7 @@ pub fn plan(pod: &Pod, observed: &observed::Pod, now: &Time) -> Plan {
             Some(instance) => match instance.exit() {
                 Some(exit) if policy::should_restart(pod, container, exit.exit_code) => {
                     all_stopped = false;
-                    plan.restart(pod, container, instance, exit, now);
+                    plan.restart(pod, container, observed, backoff, now);
                 }
                 Some(_) => {}
                 None => all_stopped = false,
@@ -123,26 +121,37 @@ pub fn plan(pod: &Pod, observed: &observed::Pod, now: &Time) -> Plan {
 }
 
 impl Plan {
-    /// Restarts `instance` of `container` now, or holds it in
-    /// CrashLoopBackOff.
+    /// Starts the exited `container` again now, or holds it in
+    /// CrashLoopBackOff ([`Backoff`]). Whether podprobe killed it must be
+    /// known first: until then nothing is decided.
     fn restart(
         &mut self,
         pod: &Pod,
         container: &Container,
-        instance: &Instance,
-        exit: &Exit,
+        observed: &observed::Pod,
+        backoff: &mut Backoff,
         now: &Time,
     ) {
-        let since_exit = now
-            .0
-            .duration_since(exit.finished_at.0)
-            .try_into()
-            .unwrap_or(Duration::ZERO);
-        match backoff::restart(instance.attempt, since_exit) {
-            Restart::Now => self
-                .start
-                .push((container.name.clone(), instance.attempt + 1)),
-            Restart::After { backoff, .. } => {
+        let Some(history) = observed.containers.get(&container.name) else {
+            return;
+        };
+        let Some((instance, exit)) = history.latest.as_ref().and_then(|i| Some((i, i.exit()?)))
+        else {
+            return;
+        };
+        let name = &container.name;
+        let restart = match exit.probe_kill {
+            None => return,
+            Some(true) => {
+                let before = history.previous.as_ref().and_then(Instance::exit);
+                let before = before.map(|e| e.finished_at.0);
+                backoff.restart_killed(name, &instance.id, before, exit.finished_at.0, now.0)
+            }
+            Some(false) => backoff.restart(name, Some(exit.finished_at.0), now.0),
+        };
+        match restart {
+            Restart::Now => self.start.push((name.clone(), instance.attempt + 1)),
+            Restart::After { backoff } => {
                 let meta = &pod.metadata;
                 let message = format!(
                     "back-off {} restarting failed container={} pod={}_{}({})",
@@ -178,7 +187,7 @@ fn started_in_api(pod: &Pod, instance: &Instance) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observed::State;
+    use crate::observed::{Exit, State};
     use k8s_openapi::api::core::v1::{ContainerStatus, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use k8s_openapi::jiff::Timestamp;
@@ -242,6 +251,7 @@ mod tests {
                 message: String::new(),
                 started_at: Some(at(0)),
                 finished_at: at(finished),
+                probe_kill: Some(false),
             }),
         )
     }
@@ -271,23 +281,43 @@ mod tests {
     #[test]
     fn init_containers_run_one_at_a_time_before_the_regular_ones() {
         let pod = pod(vec![named("one"), named("two")], &["main"], "Always");
-        assert_eq!(starts(&plan(&pod, &observed(vec![]), &at(0))), [("one", 0)]);
+        assert_eq!(
+            starts(&plan(
+                &pod,
+                &observed(vec![]),
+                &at(0),
+                &mut Backoff::default()
+            )),
+            [("one", 0)]
+        );
         let one_running = observed(vec![("one", running("o1"))]);
-        assert_eq!(starts(&plan(&pod, &one_running, &at(0))), []);
+        assert_eq!(
+            starts(&plan(&pod, &one_running, &at(0), &mut Backoff::default())),
+            []
+        );
         let one_done = observed(vec![("one", exited("o1", 0, 0, 1))]);
-        assert_eq!(starts(&plan(&pod, &one_done, &at(2))), [("two", 0)]);
+        assert_eq!(
+            starts(&plan(&pod, &one_done, &at(2), &mut Backoff::default())),
+            [("two", 0)]
+        );
         let both_done = observed(vec![
             ("one", exited("o1", 0, 0, 1)),
             ("two", exited("t1", 0, 0, 1)),
         ]);
-        assert_eq!(starts(&plan(&pod, &both_done, &at(2))), [("main", 0)]);
+        assert_eq!(
+            starts(&plan(&pod, &both_done, &at(2), &mut Backoff::default())),
+            [("main", 0)]
+        );
     }
 
     #[test]
     fn the_next_container_waits_until_the_sidecar_is_started_in_the_api() {
         let mut pod = pod(vec![sidecar("proxy")], &["main"], "Always");
         let proxy_running = observed(vec![("proxy", running("p1"))]);
-        assert_eq!(starts(&plan(&pod, &proxy_running, &at(0))), []);
+        assert_eq!(
+            starts(&plan(&pod, &proxy_running, &at(0), &mut Backoff::default())),
+            []
+        );
         pod.status = Some(PodStatus {
             init_container_statuses: Some(vec![ContainerStatus {
                 name: "proxy".into(),
@@ -297,18 +327,25 @@ mod tests {
             }]),
             ..Default::default()
         });
-        assert_eq!(starts(&plan(&pod, &proxy_running, &at(0))), [("main", 0)]);
+        assert_eq!(
+            starts(&plan(&pod, &proxy_running, &at(0), &mut Backoff::default())),
+            [("main", 0)]
+        );
     }
 
     #[test]
     fn restarts_back_off_from_the_previous_exit() {
         let pod = pod(vec![], &["main"], "Always");
+        let mut backoff = Backoff::default();
         // The first restart is immediate.
         let first = observed(vec![("main", exited("m1", 0, 1, 5))]);
-        assert_eq!(starts(&plan(&pod, &first, &at(5))), [("main", 1)]);
+        assert_eq!(
+            starts(&plan(&pod, &first, &at(5), &mut backoff)),
+            [("main", 1)]
+        );
         // The second waits 10 s from the exit.
         let second = observed(vec![("main", exited("m2", 1, 1, 20))]);
-        let held = plan(&pod, &second, &at(25));
+        let held = plan(&pod, &second, &at(25), &mut backoff);
         assert_eq!(starts(&held), []);
         assert_eq!(
             held.waiting["main"],
@@ -317,7 +354,48 @@ mod tests {
                 message: "back-off 10s restarting failed container=main pod=web_default(u1)".into(),
             }
         );
-        assert_eq!(starts(&plan(&pod, &second, &at(30))), [("main", 2)]);
+        assert_eq!(
+            starts(&plan(&pod, &second, &at(30), &mut backoff)),
+            [("main", 2)]
+        );
+    }
+
+    #[test]
+    fn a_probe_kill_restarts_at_once_as_the_kubelets_kill_and_start() {
+        let pod = pod(vec![], &["main"], "Always");
+        let mut backoff = Backoff::default();
+        let killed = |id: &str, attempt, finished| {
+            let mut instance = exited(id, attempt, 143, finished);
+            if let State::Exited(exit) = &mut instance.state {
+                exit.probe_kill = Some(true);
+            }
+            instance
+        };
+        let first = observed(vec![("main", killed("m1", 0, 15))]);
+        assert_eq!(
+            starts(&plan(&pod, &first, &at(15), &mut backoff)),
+            [("main", 1)]
+        );
+        let mut second = observed(vec![("main", killed("m2", 1, 30))]);
+        second.containers.get_mut("main").unwrap().previous = Some(killed("m1", 0, 15));
+        assert_eq!(
+            starts(&plan(&pod, &second, &at(30), &mut backoff)),
+            [("main", 2)]
+        );
+    }
+
+    #[test]
+    fn nothing_is_decided_before_it_is_known_whether_a_probe_killed_it() {
+        let pod = pod(vec![], &["main"], "Always");
+        let mut unknown = exited("m1", 0, 143, 5);
+        if let State::Exited(exit) = &mut unknown.state {
+            exit.probe_kill = None;
+        }
+        let observed = observed(vec![("main", unknown)]);
+        assert_eq!(
+            plan(&pod, &observed, &at(5), &mut Backoff::default()),
+            Plan::default()
+        );
     }
 
     #[test]
@@ -326,16 +404,28 @@ mod tests {
         let failed = observed(vec![("main", exited("m1", 0, 1, 1))]);
         let never = pod(vec![], &["main"], "Never");
         let on_failure = pod(vec![], &["main"], "OnFailure");
-        assert_eq!(plan(&never, &failed, &at(2)), Plan::default());
-        assert_eq!(plan(&on_failure, &succeeded, &at(2)), Plan::default());
-        assert_eq!(starts(&plan(&on_failure, &failed, &at(2))), [("main", 1)]);
+        assert_eq!(
+            plan(&never, &failed, &at(2), &mut Backoff::default()),
+            Plan::default()
+        );
+        assert_eq!(
+            plan(&on_failure, &succeeded, &at(2), &mut Backoff::default()),
+            Plan::default()
+        );
+        assert_eq!(
+            starts(&plan(&on_failure, &failed, &at(2), &mut Backoff::default())),
+            [("main", 1)]
+        );
     }
 
     #[test]
     fn a_failed_init_container_stops_the_pod_under_never() {
         let pod = pod(vec![named("init")], &["main"], "Never");
         let failed = observed(vec![("init", exited("i1", 0, 1, 1))]);
-        assert_eq!(plan(&pod, &failed, &at(2)), Plan::default());
+        assert_eq!(
+            plan(&pod, &failed, &at(2), &mut Backoff::default()),
+            Plan::default()
+        );
     }
 
     #[test]
@@ -345,7 +435,7 @@ mod tests {
             ("proxy", running("p1")),
             ("main", exited("m1", 0, 0, 1)),
         ]);
-        let plan = plan(&pod, &done, &at(2));
+        let plan = plan(&pod, &done, &at(2), &mut Backoff::default());
         assert_eq!(starts(&plan), []);
         assert_eq!(plan.stop, ["p1"]);
     }

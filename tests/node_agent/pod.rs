@@ -13,14 +13,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Event, Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use podprobe::cri::CriError;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use tracing::Instrument;
 
+use crate::backoff::Backoff;
 use crate::node::FIELD_MANAGER;
 use crate::observed;
 use crate::plan::plan;
@@ -32,6 +34,10 @@ use crate::status::{self, Inputs, Waiting};
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(1);
 /// Conflicting status writes tried again before waiting for the next sync.
 const CONFLICT_RETRIES: usize = 5;
+/// How long after an exit the agent waits for podprobe's `Killing` event
+/// before it takes the exit for a crash (podprobe records the event just
+/// before it stops the container; the event reaches the API asynchronously).
+const KILLING_EVENT_GRACE: Duration = Duration::from_secs(2);
 
 /// The pod as the API has it; `None` once it is gone from the API.
 pub type PodUpdates = watch::Receiver<Option<Arc<Pod>>>;
@@ -67,6 +73,7 @@ enum SyncError {
 /// Runs one pod until it is gone; spawn it per pod UID.
 pub struct PodWorker {
     pods: Api<Pod>,
+    events: Api<Event>,
     runtime: Runtime,
     node_ip: String,
     updates: PodUpdates,
@@ -78,6 +85,10 @@ pub struct PodWorker {
     logged_phase: Option<String>,
     /// The last exited instance logged per container, to log each exit once.
     logged_exits: BTreeMap<String, String>,
+    /// The containers' CrashLoopBackOff.
+    backoff: Backoff,
+    /// Whether podprobe killed an exited instance, by CRI ID, once known.
+    probe_kills: BTreeMap<String, bool>,
 }
 
 impl PodWorker {
@@ -90,7 +101,8 @@ impl PodWorker {
         let pod = updates.borrow().clone()?;
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         Some(PodWorker {
-            pods: Api::namespaced(client, &namespace),
+            pods: Api::namespaced(client.clone(), &namespace),
+            events: Api::namespaced(client, &namespace),
             runtime,
             node_ip,
             updates,
@@ -98,6 +110,8 @@ impl PodWorker {
             waiting: BTreeMap::new(),
             logged_phase: None,
             logged_exits: BTreeMap::new(),
+            backoff: Backoff::default(),
+            probe_kills: BTreeMap::new(),
         })
     }
 
@@ -193,7 +207,8 @@ impl PodWorker {
             return self.report(&observed, false).await;
         };
         self.log_exits(&observed);
-        let next = plan(&self.pod, &observed, &observed::now());
+        self.find_probe_kills(&mut observed).await?;
+        let next = plan(&self.pod, &observed, &observed::now(), &mut self.backoff);
         for (name, reason) in &next.waiting {
             if !self.waiting.contains_key(name) {
                 tracing::info!(container = %name, message = %reason.message, "{}", reason.reason);
@@ -232,6 +247,51 @@ impl PodWorker {
             observed = self.runtime.observe(self.uid()).await?;
         }
         self.report(&observed, false).await
+    }
+
+    /// Fills in whether podprobe killed each newest exited instance: it did
+    /// if it recorded a `Killing` event for the container after the instance
+    /// started. Without such an event [`KILLING_EVENT_GRACE`] after the
+    /// exit, the exit was a crash.
+    async fn find_probe_kills(&mut self, observed: &mut observed::Pod) -> Result<(), SyncError> {
+        let mut killings: Option<Vec<Event>> = None;
+        let now = Timestamp::now();
+        for (name, container) in &mut observed.containers {
+            let Some(instance) = container.latest.as_mut() else {
+                continue;
+            };
+            let id = instance.id.clone();
+            let observed::State::Exited(exit) = &mut instance.state else {
+                continue;
+            };
+            if let Some(known) = self.probe_kills.get(&id) {
+                exit.probe_kill = Some(*known);
+                continue;
+            }
+            if killings.is_none() {
+                let fields = format!("involvedObject.uid={},reason=Killing", self.uid());
+                let list = self
+                    .events
+                    .list(&ListParams::default().fields(&fields))
+                    .await?;
+                killings = Some(list.items);
+            }
+            let started = exit.started_at.as_ref().map(|t| t.0);
+            let killed = killings
+                .iter()
+                .flatten()
+                .any(|event| is_killing_of(event, name, started));
+            let waited = now.duration_since(exit.finished_at.0)
+                >= KILLING_EVENT_GRACE.try_into().unwrap_or_default();
+            if killed || waited {
+                if killed {
+                    tracing::info!(container = %name, id = %id, "container was stopped by a probe");
+                }
+                self.probe_kills.insert(id, killed);
+                exit.probe_kill = Some(killed);
+            }
+        }
+        Ok(())
     }
 
     /// Logs each container exit once.
@@ -452,4 +512,26 @@ impl PodWorker {
             }
         }
     }
+}
+
+/// Whether `event` is a `Killing` of container `name` at or after `started`.
+fn is_killing_of(event: &Event, name: &str, started: Option<Timestamp>) -> bool {
+    let path = event
+        .involved_object
+        .field_path
+        .as_deref()
+        .unwrap_or_default();
+    let about = path == format!("spec.containers{{{name}}}")
+        || path == format!("spec.initContainers{{{name}}}");
+    let series = event
+        .series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref());
+    let times = [
+        event.event_time.as_ref().map(|t| t.0),
+        series.map(|t| t.0),
+        event.last_timestamp.as_ref().map(|t| t.0),
+    ];
+    let latest = times.into_iter().flatten().max();
+    about && latest.is_some_and(|at| started.is_none_or(|started| at >= started))
 }

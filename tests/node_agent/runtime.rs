@@ -155,6 +155,7 @@ impl Runtime {
                 finished_at: observed::time(status.finished_at)
                     .or_else(|| observed::time(status.created_at))
                     .unwrap_or_else(observed::now),
+                probe_kill: None,
             }),
             ContainerState::ContainerUnknown => State::Unknown,
         };

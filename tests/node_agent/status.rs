@@ -581,6 +581,7 @@ mod tests {
                 message: String::new(),
                 started_at: Some(at(1)),
                 finished_at: at(6),
+                probe_kill: Some(false),
             }),
         }
     }
