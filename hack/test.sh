@@ -52,5 +52,7 @@ if ! hack/agent-node.sh status >/dev/null 2>&1; then
   hack/agent-node.sh up
 fi
 # The tests mostly wait on the cluster: run them side by side.
-cargo test --locked --test e2e_gate --test e2e_upstream --test e2e_authority -- --ignored --test-threads=12 || status=1
+# Both are up now: the tests use them as they are.
+PODPROBE_E2E_DEPLOYED=1 PODPROBE_AGENT_NODE_UP=1 \
+  cargo test --locked --test e2e_gate --test e2e_upstream --test e2e_authority -- --ignored --test-threads=12 || status=1
 exit $status
