@@ -15,13 +15,11 @@
 
 mod support {
     pub mod cluster;
+    pub mod host_podprobe;
     pub mod http_server;
 }
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,6 +36,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use support::cluster::{BUSYBOX_IMAGE, Namespace, TEST_RUN_LABEL, cluster, unique_id, wait_for};
+use support::host_podprobe::HostPodprobe;
 use support::http_server::{TestServer, reply};
 
 /// `periodSeconds` of every probe here.
@@ -176,102 +175,6 @@ async fn flip(
 
 // ---------------------------------------------------------------------------
 // podprobe as a child process.
-
-/// `podprobe run --mode authority` as a host process; SIGTERM when dropped.
-struct Podprobe {
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Podprobe {
-    fn start(node: &str, run_id: &str) -> Podprobe {
-        let cluster = cluster();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = dir.path().join("podprobe.log");
-        let stderr = File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_podprobe"))
-            .arg("run")
-            .args(["--mode", "authority"])
-            .args(["--node-name", node])
-            .args(["--kubeconfig", &cluster.kubeconfig])
-            .args(["--cri-endpoint", &cluster.cri_endpoint()])
-            // The DaemonSets that tolerate every taint also land on the
-            // test's node; podprobe only sees the test's own pods.
-            .args(["--pod-selector", &format!("{TEST_RUN_LABEL}={run_id}")])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(["--log-level", "info,podprobe=debug"])
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start podprobe run");
-        Podprobe {
-            child,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn log_tail(&self) -> String {
-        let logs = self.logs();
-        let lines: Vec<&str> = logs.lines().collect();
-        lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-    }
-
-    /// The address `--listen 127.0.0.1:0` bound, from the startup log.
-    fn listen_addr(&self) -> String {
-        wait_for(
-            "podprobe's listen address in its log",
-            Duration::from_secs(30),
-            || {
-                let logs = self.logs();
-                let start = logs.find("listen=").ok_or("not logged yet")? + "listen=".len();
-                let addr = logs[start..].split_whitespace().next().unwrap_or_default();
-                Ok::<_, String>(addr.to_string())
-            },
-            || self.logs(),
-        )
-    }
-
-    /// `GET path` on podprobe's listen address: the body of a 200.
-    fn get(&self, path: &str) -> Result<String, String> {
-        http_get(&self.listen_addr(), path)
-    }
-
-    /// SIGTERM, then the exit status (SIGKILL after 20 s: `None`).
-    fn terminate(&mut self) -> Option<i32> {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        for _ in 0..80 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        None
-    }
-
-    /// SIGKILL: no chance to finish anything in flight.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Podprobe {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.terminate();
-        }
-    }
-}
 
 /// `GET path` on loopback `addr`: the body when the status is 200.
 fn http_get(addr: &str, path: &str) -> Result<String, String> {
@@ -843,7 +746,7 @@ async fn hammer(
 struct Rig {
     t0: Instant,
     run_id: String,
-    podprobe: Option<Podprobe>,
+    podprobe: Option<HostPodprobe>,
     recorder: Option<Recorder>,
     pods: Api<Pod>,
     node: TestNode,
@@ -878,10 +781,14 @@ impl Rig {
     }
 
     fn start_podprobe(&mut self) {
-        self.podprobe = Some(Podprobe::start(&self.node.name, &self.run_id));
+        self.podprobe = Some(HostPodprobe::start(
+            "authority",
+            &self.node.name,
+            &self.run_id,
+        ));
     }
 
-    fn podprobe(&self) -> &Podprobe {
+    fn podprobe(&self) -> &HostPodprobe {
         self.podprobe.as_ref().expect("podprobe started")
     }
 
@@ -1020,7 +927,7 @@ impl Rig {
         let pods = cluster()
             .kubectl(&["-n", &self.ns.name, "get", "pods", "-o", "yaml"])
             .unwrap_or_else(|e| e);
-        let log = self.podprobe.as_ref().map(Podprobe::log_tail);
+        let log = self.podprobe.as_ref().map(|p| p.log_tail(LOG_TAIL_LINES));
         format!(
             "--- pods\n{pods}\n--- podprobe stderr (last {LOG_TAIL_LINES} lines)\n{}",
             log.unwrap_or_default()
@@ -1341,7 +1248,7 @@ fn hammering_agent_loses_no_write_and_readiness_follows_the_servers() {
         );
     }
 
-    let metrics = rig.podprobe().get("/metrics").expect("/metrics");
+    let metrics = http_get(&rig.podprobe().listen_addr(), "/metrics").expect("/metrics");
     let patches = metric_lines(&metrics, "podprobe_status_patches");
     let sent = metric_sum(
         &metrics,
@@ -1628,7 +1535,7 @@ fn recreated_pod_never_receives_the_old_pods_status() {
             }
         }
     }
-    let metrics = rig.podprobe().get("/metrics").expect("/metrics");
+    let metrics = http_get(&rig.podprobe().listen_addr(), "/metrics").expect("/metrics");
     let logs = rig.podprobe().logs();
     eprintln!(
         "recreate: {GENERATIONS} generations, {count} versions recorded, agent conflicts {conflicts}, \

@@ -4,107 +4,32 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/host_podprobe.rs"]
+mod host_podprobe;
 
-use std::fs::File;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cluster::{
     BUSYBOX_IMAGE, Namespace, TEST_RUN_LABEL, cluster, condition, restart_count, unique_id,
     wait_for,
 };
+use host_podprobe::HostPodprobe;
 use serde_json::{Value, json};
 
 const GATE: &str = "podprobe.io/ready";
-
-/// A `podprobe run` host process; stopped (SIGTERM) when dropped.
-struct Podprobe {
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Podprobe {
-    fn start(run_id: &str) -> Podprobe {
-        let cluster = cluster();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = dir.path().join("podprobe.log");
-        let stderr = File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_podprobe"))
-            .arg("run")
-            .args(["--node-name", &cluster.node_name()])
-            .args(["--kubeconfig", &cluster.kubeconfig])
-            .args(["--cri-endpoint", &cluster.cri_endpoint()])
-            .args(["--pod-selector", &format!("{TEST_RUN_LABEL}={run_id}")])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(["--log-level", "info,podprobe=debug"])
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start podprobe run");
-        Podprobe {
-            child,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The address `--listen 127.0.0.1:0` bound, from the startup log.
-    fn listen_addr(&self) -> String {
-        wait_for(
-            "podprobe's listen address in its log",
-            Duration::from_secs(30),
-            || {
-                let logs = self.logs();
-                let start = logs.find("listen=").ok_or("not logged yet")? + "listen=".len();
-                let addr = logs[start..].split_whitespace().next().unwrap_or_default();
-                Ok::<_, String>(addr.to_string())
-            },
-            || self.logs(),
-        )
-    }
-
-    /// SIGTERM, then the exit status (killed after 20 s).
-    fn terminate(&mut self) -> Option<i32> {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        for _ in 0..80 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        let _ = self.child.kill();
-        None
-    }
-}
-
-impl Drop for Podprobe {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.terminate();
-        }
-    }
-}
 
 /// One test's namespace, run ID and podprobe.
 struct Rig {
     ns: Namespace,
     run_id: String,
-    podprobe: Podprobe,
+    podprobe: HostPodprobe,
 }
 
 impl Rig {
     fn new() -> Rig {
         let run_id = unique_id();
         let ns = Namespace::create(&format!("podprobe-run-{run_id}"));
-        let podprobe = Podprobe::start(&run_id);
+        let podprobe = HostPodprobe::start("gate", &cluster().node_name(), &run_id);
         Rig {
             ns,
             run_id,
@@ -287,7 +212,7 @@ fn restart_of_podprobe_does_not_flip_a_ready_pod() {
         "graceful exit on SIGTERM\n{}",
         rig.podprobe.logs()
     );
-    rig.podprobe = Podprobe::start(&rig.run_id);
+    rig.podprobe = HostPodprobe::start("gate", &cluster().node_name(), &rig.run_id);
     // Long enough for the new instance to list, probe and sync several times.
     for _ in 0..40 {
         let pod = rig.pod("steady").expect("get pod");
