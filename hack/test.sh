@@ -52,7 +52,12 @@ if ! hack/agent-node.sh status >/dev/null 2>&1; then
   hack/agent-node.sh up
 fi
 # The tests mostly wait on the cluster: run them side by side.
-# Both are up now: the tests use them as they are.
+# Both are up now: the tests use them as they are. e2e_upstream's kubelet::
+# tests (upstream's scenarios under the kubelet's own prober: the reference the
+# port was checked against, see tests/UPSTREAM_E2E.md) are left out: they test
+# the kubelet, whose readiness probes can error out during termination under
+# this load; e2e_authority compares podprobe with the kubelet in every run.
 PODPROBE_E2E_DEPLOYED=1 PODPROBE_AGENT_NODE_UP=1 \
-  cargo test --locked --test e2e_gate --test e2e_upstream --test e2e_authority -- --ignored --test-threads=12 || status=1
+  cargo test --locked --test e2e_gate --test e2e_upstream --test e2e_authority -- --ignored \
+  --skip kubelet:: --test-threads=12 || status=1
 exit $status
