@@ -859,6 +859,25 @@ mod tests {
     }
 
     #[test]
+    fn authority_restart_keeps_a_ready_container_of_a_not_ready_pod_ready() {
+        // Another container keeps ContainersReady False; `app` was reported
+        // ready and started just before podprobe restarted: the kubelet's S4
+        // would reset it, podprobe's own verdict about the instance keeps it.
+        let mut pod = pod(Mode::Authority, 195, Some(("False", 190)));
+        let app = &mut pod
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0];
+        app.ready = true;
+        app.started = Some(true);
+        let view = verdict_after_restart(Mode::Authority, &pod, 200);
+        assert!(view.started && view.ready, "{view:?}");
+    }
+
+    #[test]
     fn rebuild_drops_the_previous_ready_and_started() {
         let mut status = pod(Mode::Gate, 100, Some(("True", 105))).status.unwrap();
         rebuild(&mut status, &HashMap::new());

@@ -29,9 +29,10 @@ use crate::worker::{
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodProbes {
     containers: HashMap<String, HashMap<ProbeKind, ProbeSpec>>,
-    /// Containers running since no later than this count as predating the
-    /// prober (D5, S4; see [`predates_prober`]).
-    vouched_until: Option<Timestamp>,
+    /// Container instances (status `containerID`s) a previous podprobe
+    /// reported ready: they count as predating the prober (D5, S4; see
+    /// [`predates_prober`]).
+    vouched: HashSet<String>,
 }
 
 impl PodProbes {
@@ -82,15 +83,16 @@ impl PodProbes {
         self.containers.values().map(HashMap::len).sum()
     }
 
-    /// Vouches for the containers of the pod running since no later than
-    /// `until`: they are treated as predating the prober, so a restart of
-    /// the prober resets neither their `started` nor their `ready` (D5, S4).
-    pub fn vouch_until(&mut self, until: Timestamp) {
-        self.vouched_until = Some(until);
+    /// Vouches for container instances (status `containerID`s) a previous
+    /// podprobe reported ready: they are treated as predating the prober, so
+    /// a restart of the prober resets neither their `started` nor their
+    /// `ready` (D5, S4).
+    pub fn vouch(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.vouched.extend(ids);
     }
 
-    pub fn vouched_until(&self) -> Option<Timestamp> {
-        self.vouched_until
+    pub fn vouched(&self) -> &HashSet<String> {
+        &self.vouched
     }
 }
 
@@ -176,7 +178,7 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let config = WorkerConfig::new(kind, spec.clone(), snapshot.clone(), container.clone())
-                .with_vouched_until(probes.vouched_until());
+                .with_vouched(probes.vouched().clone());
             let on_exit = forget_worker(Arc::downgrade(&self.workers), key.clone(), id);
             let handle = worker::spawn(self.context.clone(), config, on_exit);
             workers.insert(key, Registered { id, handle });
@@ -487,14 +489,10 @@ fn readiness(
     let mut ready = !has_worker;
     // ChangeContainerStatusOnKubeletRestart (deprecated, off by default since
     // 1.35): S4, keep a container that predates the prober ready across a
-    // restart of the prober unless the pod was not Ready.
-    if has_spec
-        && predates_prober(
-            container,
-            inputs.prober_start,
-            inputs.probes.vouched_until(),
-        )
-    {
+    // restart of the prober unless the pod was not Ready (or, beyond the
+    // kubelet, the instance itself was vouched for as ready).
+    let vouched = inputs.probes.vouched();
+    if has_spec && predates_prober(container, inputs.prober_start, vouched) {
         if !ready && cached.is_none() {
             ready = true;
         }
@@ -502,7 +500,11 @@ fn readiness(
             .probes
             .get(&container.name, ProbeKind::Readiness)
             .is_some();
-        if has_readiness_probe && !inputs.pod_ready {
+        let vouched_ready = container
+            .container_id
+            .as_ref()
+            .is_some_and(|id| vouched.contains(id));
+        if has_readiness_probe && !inputs.pod_ready && !vouched_ready {
             ready = false;
         }
     }

@@ -1,16 +1,22 @@
 //! Restart without flapping: what podprobe takes over from the API on first
 //! sight of a pod, so that a restarted podprobe resumes where the previous
 //! one left off instead of resetting `started`/`ready` (the kubelet's D5/S4
-//! rules alone would reset containers that started shortly before it).
+//! rules alone would reset containers that started shortly before it, and
+//! every container with a readiness probe in a pod that is not Ready).
 //!
-//! podprobe's own condition vouches for the containers it covered: in gate
-//! mode `podprobe.io/ready`, in authority mode `ContainersReady` (both are
-//! fed only by podprobe's readiness verdicts). While it is `True`, every
-//! container running since no later than its last transition was probed,
-//! started and ready; a container that restarted since then did so while no
-//! podprobe watched, and starts over.
+//! A previous podprobe vouches for the container instances it reported
+//! ready; they count as predating the prober and keep `ready` until their
+//! probes say otherwise:
+//!
+//! - gate mode: while podprobe's `podprobe.io/ready` is `True`, every
+//!   container running since no later than its last transition (podprobe
+//!   wrote no per-container verdict there); a container that restarted since
+//!   then did so while no podprobe watched, and starts over;
+//! - authority mode: the instances whose `ready` is `true` in the API
+//!   (podprobe owns that field there, so it is a previous podprobe's verdict
+//!   about that very instance).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
@@ -41,49 +47,56 @@ pub fn own_condition_is_true(pod: &Pod, mode: Mode) -> bool {
     own_condition(pod, mode).is_some_and(|c| c.status == TRUE)
 }
 
-/// When podprobe's own condition turned `True`, if it is `True`.
-pub fn vouched_until(pod: &Pod, mode: Mode) -> Option<Timestamp> {
-    own_condition(pod, mode)
+/// The running container instances (status `containerID`s) a previous
+/// podprobe reported ready (see the module doc).
+pub fn vouched_instances(pod: &Pod, mode: Mode) -> HashSet<String> {
+    let gate_true_since = own_condition(pod, Mode::Gate)
         .filter(|c| c.status == TRUE)
         .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0)
+        .map(|t| t.0);
+    running_statuses(pod)
+        .filter(|(c, started_at)| match mode {
+            Mode::Gate => gate_true_since.is_some_and(|until| *started_at <= until),
+            Mode::Authority => c.ready,
+        })
+        .filter_map(|(c, _)| c.container_id.clone())
+        .collect()
 }
 
-/// `probes` vouching for the containers podprobe's condition covers.
+/// `probes` vouching for the instances of [`vouched_instances`].
 pub fn vouched(mut probes: PodProbes, pod: &Pod, mode: Mode) -> PodProbes {
-    if let Some(until) = vouched_until(pod, mode) {
-        probes.vouch_until(until);
-    }
+    probes.vouch(vouched_instances(pod, mode));
     probes
 }
 
-/// podprobe's `started` verdicts on first sight of a pod, by container ID.
-///
-/// - Gate mode: the running containers [`vouched_until`] covers.
-/// - Authority mode: the running containers whose `started` is `true` in the
-///   API: podprobe owns that field there, so it is a previous podprobe's
-///   verdict about that very instance.
+/// podprobe's `started` verdicts on first sight of a pod, by container ID:
+/// in gate mode the [`vouched_instances`]; in authority mode the running
+/// instances whose `started` is `true` in the API (podprobe's own field
+/// there, ready or not).
 pub fn seed_started(pod: &Pod, mode: Mode) -> HashMap<String, bool> {
-    let until = vouched_until(pod, mode);
-    let seeded = |c: &ContainerStatus| match mode {
-        Mode::Gate => until.is_some_and(|until| running_since(c).is_some_and(|t| t <= until)),
-        Mode::Authority => running_since(c).is_some() && c.started == Some(true),
+    let ids = match mode {
+        Mode::Gate => vouched_instances(pod, mode),
+        Mode::Authority => running_statuses(pod)
+            .filter(|(c, _)| c.started == Some(true))
+            .filter_map(|(c, _)| c.container_id.clone())
+            .collect(),
     };
+    ids.into_iter().map(|id| (id, true)).collect()
+}
+
+/// Every running container status of the pod (init and regular), with when
+/// it started.
+fn running_statuses(pod: &Pod) -> impl Iterator<Item = (&ContainerStatus, Timestamp)> {
     let status = pod.status.as_ref();
     let init = status.and_then(|s| s.init_container_statuses.as_ref());
     let regular = status.and_then(|s| s.container_statuses.as_ref());
     init.into_iter()
         .flatten()
         .chain(regular.into_iter().flatten())
-        .filter(|c| seeded(c))
-        .filter_map(|c| Some((c.container_id.clone()?, true)))
-        .collect()
-}
-
-/// When a running container started; `None` when it does not run.
-fn running_since(container: &ContainerStatus) -> Option<Timestamp> {
-    let running = container.state.as_ref()?.running.as_ref()?;
-    running.started_at.as_ref().map(|t| t.0)
+        .filter_map(|c| {
+            let running = c.state.as_ref()?.running.as_ref()?;
+            Some((c, running.started_at.as_ref()?.0))
+        })
 }
 
 #[cfg(test)]
@@ -91,7 +104,7 @@ mod tests {
     use k8s_openapi::api::core::v1::PodStatus;
 
     use super::*;
-    use crate::status::testutil::{container, container_status, pod, time, timed};
+    use crate::status::testutil::{container, container_status, pod, timed};
 
     const ID: &str = "containerd://app";
     /// When [`container_status`]'s container started.
@@ -140,11 +153,25 @@ mod tests {
         let ready = app_pod(true, Some((CONTAINERS_READY, "True", STARTED)));
         assert!(own_condition_is_true(&ready, Mode::Authority));
         assert!(!own_condition_is_true(&ready, Mode::Gate));
+    }
+
+    #[test]
+    fn authority_vouches_for_the_instances_podprobe_reported_ready() {
+        let mut pod = app_pod(true, Some((CONTAINERS_READY, "False", STARTED)));
+        assert!(vouched_instances(&pod, Mode::Authority).is_empty());
+        let app = &mut pod
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0];
+        app.ready = true;
         assert_eq!(
-            vouched_until(&ready, Mode::Authority),
-            Some(time(STARTED).0),
-            "ContainersReady vouches in authority mode"
+            vouched_instances(&pod, Mode::Authority),
+            HashSet::from([ID.to_string()])
         );
-        assert_eq!(vouched_until(&ready, Mode::Gate), None);
+        // Gate mode reads only its condition: the kubelet wrote that ready.
+        assert!(vouched_instances(&pod, Mode::Gate).is_empty());
     }
 }

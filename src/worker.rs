@@ -13,6 +13,7 @@
 //!
 //! Every worker is one tokio task; nothing per worker costs a thread.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -170,7 +171,7 @@ pub struct WorkerConfig {
     container: Container,
     is_init_container: bool,
     /// See [`predates_prober`].
-    vouched_until: Option<Timestamp>,
+    vouched: HashSet<String>,
 }
 
 impl WorkerConfig {
@@ -187,14 +188,14 @@ impl WorkerConfig {
             pod,
             container,
             is_init_container,
-            vouched_until: None,
+            vouched: HashSet::new(),
         }
     }
 
-    /// Containers running since no later than `until` count as predating the
-    /// prober (see [`predates_prober`]).
-    pub fn with_vouched_until(mut self, until: Option<Timestamp>) -> Self {
-        self.vouched_until = until;
+    /// The container instances (status `containerID`s) that count as
+    /// predating the prober (see [`predates_prober`]).
+    pub fn with_vouched(mut self, vouched: HashSet<String>) -> Self {
+        self.vouched = vouched;
         self
     }
 
@@ -312,13 +313,13 @@ fn matching_restart_rule_action(container: &Container, exit_code: i32) -> Option
 
 /// Whether the container has been running since before `prober_start` minus
 /// [`RESTART_GRACE_PERIOD`]: it predates a restart of the prober (D5, S4).
-/// `vouched_until` widens that: a container running since no later than it
-/// counts as predating the prober too (gate mode: podprobe's own condition
-/// in the API was `True` for it then, so it was probed and ready).
+/// `vouched` widens that: a running instance whose `containerID` it holds
+/// counts as predating the prober too (a previous podprobe probed it and
+/// reported it ready: see [`crate::takeover`]).
 pub fn predates_prober(
     status: &ContainerStatus,
     prober_start: Timestamp,
-    vouched_until: Option<Timestamp>,
+    vouched: &HashSet<String>,
 ) -> bool {
     let Some(started_at) = status
         .state
@@ -331,7 +332,10 @@ pub fn predates_prober(
     let grace = i128::try_from(RESTART_GRACE_PERIOD.as_nanos()).unwrap_or(i128::MAX);
     let started = started_at.0.as_nanosecond();
     started < prober_start.as_nanosecond() - grace
-        || vouched_until.is_some_and(|v| started_at.0 <= v)
+        || status
+            .container_id
+            .as_ref()
+            .is_some_and(|id| vouched.contains(id))
 }
 
 /// The runtime's own ID of a container: `abc` for `containerd://abc`.
@@ -480,7 +484,7 @@ impl WorkerState {
         if started_sidecar {
             writes.push(CacheWrite::Set(id.to_string(), CachedResult::Success));
         }
-        if !predates_prober(container, observed.prober_start, config.vouched_until) {
+        if !predates_prober(container, observed.prober_start, &config.vouched) {
             writes.push(CacheWrite::Set(id.to_string(), config.initial_value()));
         }
         self.on_hold = false;
@@ -1346,18 +1350,19 @@ mod tests {
 
     #[test]
     fn d5_vouched_container_keeps_cache_empty_within_grace() {
-        // Started 5 s before the prober, but vouched for until 4 s before it.
+        // Started 5 s before the prober, but vouched for.
         let status = pod_status(vec![running("app", ID, at(-5), Some(true))], vec![]);
-        let vouched = config(ProbeKind::Readiness, default_spec()).with_vouched_until(Some(at(-4)));
+        let vouched = config(ProbeKind::Readiness, default_spec())
+            .with_vouched(HashSet::from([ID.to_string()]));
         let mut state = WorkerState::default();
         let step = state.before_probe(&vouched, &observed(Some(&status)));
         assert_eq!(step.writes, vec![]);
 
-        // Vouched for only until before it started: the kubelet's rule applies.
-        let too_early =
-            config(ProbeKind::Readiness, default_spec()).with_vouched_until(Some(at(-6)));
+        // Another instance was vouched for: the kubelet's rule applies.
+        let another = config(ProbeKind::Readiness, default_spec())
+            .with_vouched(HashSet::from(["containerd://before".to_string()]));
         let mut state = WorkerState::default();
-        let step = state.before_probe(&too_early, &observed(Some(&status)));
+        let step = state.before_probe(&another, &observed(Some(&status)));
         assert_eq!(
             step.writes,
             vec![CacheWrite::Set(ID.to_string(), CachedResult::Failure)]

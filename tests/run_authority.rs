@@ -1282,12 +1282,21 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
     const FAILURE_THRESHOLD: u32 = 2;
     let mut rig = Rig::new("restart");
     let steady: [(&str, &[&str]); 2] = [("web", &["app", "proxy"]), ("solo", &["app"])];
+    // Not Ready throughout because of `side`; its `app` is ready and must
+    // stay so (the kubelet's S4 alone would reset it: the pod is not Ready).
+    let mixed: (&str, &[&str]) = ("mixed", &["app", "side"]);
+    let all = || {
+        steady
+            .iter()
+            .copied()
+            .chain([("sick", &["app"][..]), mixed])
+    };
     let mut backends: HashMap<String, Backend> = HashMap::new();
     let mut uids = HashMap::new();
-    for (pod, containers) in steady.iter().copied().chain([("sick", &["app"][..])]) {
+    for (pod, containers) in all() {
         let mut ports = Vec::new();
         for c in containers {
-            let b = rig.backend(true);
+            let b = rig.backend((pod, *c) != ("mixed", "side"));
             ports.push((*c, b.port()));
             backends.insert(format!("{pod}/{c}"), b);
         }
@@ -1297,16 +1306,20 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
     // Started now: the first restart comes within 10 s of the containers'
     // start, where only the vouch of a True ContainersReady keeps them ready.
     let mut fakes = HashMap::new();
-    for (pod, containers) in steady.iter().copied().chain([("sick", &["app"][..])]) {
+    for (pod, containers) in all() {
         let fake = rig.fake_containers(containers, pod);
         rig.agent_write(pod, &fake, &vec![AgentState::default(); fake.len()]);
         fakes.insert(pod, fake);
     }
     let mut baseline = HashMap::new();
-    for pod in ["web", "solo", "sick"] {
+    for pod in ["web", "solo", "sick", "mixed"] {
         let names: Vec<String> = fakes[pod].iter().map(|c| c.name.clone()).collect();
-        let ready = rig.wait_pod(pod, "Ready", Duration::from_secs(30), |p| {
-            check_conditions(p, &names, &vec![true; names.len()])?;
+        let want: Vec<bool> = names
+            .iter()
+            .map(|c| (pod, c.as_str()) != ("mixed", "side"))
+            .collect();
+        let ready = rig.wait_pod(pod, "settled", Duration::from_secs(30), |p| {
+            check_conditions(p, &names, &want)?;
             Ok(p.clone())
         });
         baseline.insert(
@@ -1329,7 +1342,7 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
             Duration::from_secs(30),
             || {
                 let exposition = http_get(&addr, "/metrics/probes")?;
-                for (pod, containers) in steady {
+                for (pod, containers) in steady.iter().copied().chain([("mixed", &["app"][..])]) {
                     for c in containers {
                         let labels = [
                             "probe_type=\"Readiness\"",
@@ -1428,6 +1441,34 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
             versions.len() - first_ready
         );
     }
+    // `mixed`: its ready container stayed ready and started, its
+    // ContainersReady False with the same transition time.
+    let versions = held_versions(&seen, &uids["mixed"], end);
+    let first_ready = versions
+        .iter()
+        .position(|v| container_ready(v.2, "app") == Some(true))
+        .expect("a version with mixed/app ready");
+    for (_, _, version) in &versions[first_ready..] {
+        let app = container_status(version, "app");
+        assert_eq!(
+            app.map(|s| (s["ready"].as_bool(), s["started"].as_bool())),
+            Some((Some(true), Some(true))),
+            "mixed/app was not ready and started in resourceVersion {}:\n{version:#}\n{}",
+            rv(version),
+            rig.diagnostics()
+        );
+        assert_eq!(
+            condition_state(version, "ContainersReady"),
+            baseline["mixed"].1,
+            "mixed: ContainersReady moved across a podprobe restart in resourceVersion {}:\n{version:#}\n{}",
+            rv(version),
+            rig.diagnostics()
+        );
+    }
+    eprintln!(
+        "restart: mixed: {} versions kept app ready",
+        versions.len() - first_ready
+    );
     eprintln!("restart: sick reported not ready this long after podprobe went down: {timings:?}");
 }
 
