@@ -719,6 +719,7 @@ mod tests {
     use crate::probe::spec::{AtoiFailure, PortError};
     use crate::probe::{Handler, ProbeKind};
     use crate::results::CachedResult;
+    use crate::status::testutil::first_container_status;
 
     const ID: &str = "containerd://app-1";
     const ANNOTATION: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
@@ -844,13 +845,7 @@ mod tests {
         for mode in MODES {
             let mut pod = pod(mode, 197, Some(("True", 196)));
             // A new instance the node agent reported: podprobe never wrote it.
-            let app = &mut pod
-                .status
-                .as_mut()
-                .unwrap()
-                .container_statuses
-                .as_mut()
-                .unwrap()[0];
+            let app = first_container_status(&mut pod);
             app.ready = false;
             app.started = Some(false);
             let view = verdict_after_restart(mode, &pod, 200);
@@ -864,13 +859,7 @@ mod tests {
         // ready and started just before podprobe restarted: the kubelet's S4
         // would reset it, podprobe's own verdict about the instance keeps it.
         let mut pod = pod(Mode::Authority, 195, Some(("False", 190)));
-        let app = &mut pod
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0];
+        let app = first_container_status(&mut pod);
         app.ready = true;
         app.started = Some(true);
         let view = verdict_after_restart(Mode::Authority, &pod, 200);

@@ -104,7 +104,9 @@ mod tests {
     use k8s_openapi::api::core::v1::PodStatus;
 
     use super::*;
-    use crate::status::testutil::{container, container_status, pod, timed};
+    use crate::status::testutil::{
+        container, container_status, first_container_status, pod, timed,
+    };
 
     const ID: &str = "containerd://app";
     /// When [`container_status`]'s container started.
@@ -159,13 +161,7 @@ mod tests {
     fn authority_vouches_for_the_instances_podprobe_reported_ready() {
         let mut pod = app_pod(true, Some((CONTAINERS_READY, "False", STARTED)));
         assert!(vouched_instances(&pod, Mode::Authority).is_empty());
-        let app = &mut pod
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0];
+        let app = first_container_status(&mut pod);
         app.ready = true;
         assert_eq!(
             vouched_instances(&pod, Mode::Authority),

@@ -225,13 +225,7 @@ mod tests {
     #[test]
     fn gate_rule1_not_running_is_not_ready() {
         let mut pod = two_container_pod("Running");
-        let app = &mut pod
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0];
+        let app = first_container_status(&mut pod);
         app.state = Some(ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: 1,

@@ -94,3 +94,13 @@ pub fn pod(
         }),
     }
 }
+
+/// The first container status of `pod`, to change in a test.
+pub fn first_container_status(pod: &mut Pod) -> &mut ContainerStatus {
+    let status = pod.status.as_mut().expect("pod status");
+    let statuses = status
+        .container_statuses
+        .as_mut()
+        .expect("container statuses");
+    &mut statuses[0]
+}
