@@ -200,6 +200,12 @@ impl PodWorker {
             return self.report(&observed, false).await;
         }
         if !observed.sandbox.as_ref().is_some_and(|s| s.ready) {
+            if observed.sandbox.is_none() {
+                // As the kubelet: a new pod's first status (its containers
+                // waiting in ContainerCreating) goes out before its sandbox
+                // is made, which takes seconds.
+                self.report(&observed, false).await?;
+            }
             self.replace_sandbox(&observed).await?;
             observed = self.runtime.observe(self.uid()).await?;
         }
