@@ -96,8 +96,8 @@ fn condition_of<'a>(pod: &'a Value, type_: &str) -> &'a Value {
 /// - their `lastTransitionTime`, measured from each pod's anchor
 ///   (`anchors`, epoch seconds: `[kubelet, agent]`), may differ by one probe
 ///   `period` (the probers' ticks are not in phase) plus
-///   [`TIMESTAMP_SLACK`]; a condition that changed before the anchor in both
-///   pods belongs to an earlier phase and is not compared.
+///   [`TIMESTAMP_SLACK`]; a condition that changed no later than the anchor
+///   in both pods belongs to an earlier phase and is not compared.
 fn differences(
     kubelet: &Value,
     agent: &Value,
@@ -162,7 +162,11 @@ fn differences(
             Some(epoch_seconds(c["lastTransitionTime"].as_str()?)? - anchor?)
         };
         match (relative(k, anchors[0]), relative(a, anchors[1])) {
-            (Some(k), Some(a)) if k < 0 && a < 0 => {}
+            // No later than the anchor on both sides, in whole seconds:
+            // not the probes' doing in this phase (e.g. the first False,
+            // written when each pod started; the two nodes' start-up times
+            // differ).
+            (Some(k), Some(a)) if k <= 0 && a <= 0 => {}
             (Some(k), Some(a)) if (k - a).abs() > allowed => out.push(format!(
                 "condition {type_} lastTransitionTime: kubelet {k:+}s, agent {a:+}s from the anchor \
                  (may differ by {allowed}s)"
@@ -847,6 +851,19 @@ mod differences {
         let agent = pod(true, 0, "2026-01-01T11:58:00Z", None);
         assert_eq!(
             differences(&kubelet, &agent, anchors(&kubelet, &agent), 2),
+            Vec::<String>::new()
+        );
+        // The first False of each pod, from its start: the kubelet's node
+        // took 4 s longer to start the container.
+        let kubelet_start = pod(false, 0, "2026-01-01T11:59:56Z", None);
+        let agent_start = pod(false, 0, "2026-01-01T12:00:00Z", None);
+        assert_eq!(
+            differences(
+                &kubelet_start,
+                &agent_start,
+                anchors(&kubelet_start, &agent_start),
+                2
+            ),
             Vec::<String>::new()
         );
         // Only one of them changed in this phase: that is a difference.
