@@ -19,7 +19,7 @@
 #[path = "support/cluster.rs"]
 mod cluster;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -236,6 +236,12 @@ fn restarted(pod: &Value, name: &str, at_least: u64) -> Result<(), String> {
     }
 }
 
+/// How long a pod must stay in a phase before it is compared: on the agent
+/// node two writers update a pod one after the other (the agent reports a
+/// container running, podprobe then its `started`), and the version in
+/// between is no state the kubelet would ever publish.
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// What one pod must show to be in a phase.
 type Expect<'a> = &'a dyn Fn(&Value) -> Result<(), String>;
 
@@ -281,6 +287,8 @@ impl Differential {
     fn run(&self, phases: &[Phase]) {
         let mut at = [0usize; 2];
         let mut seen: Vec<[Option<Value>; 2]> = phases.iter().map(|_| [None, None]).collect();
+        // When each pod was first seen in its current phase.
+        let mut met: [Option<Instant>; 2] = [None, None];
         let total = phases.iter().map(|p| p.timeout).sum();
         self.ns.wait_for("every phase on both pods", total, || {
             let mut waiting = Vec::new();
@@ -290,11 +298,16 @@ impl Differential {
                 };
                 let pod = self.ns.pod(name)?;
                 match (phase.expect)(&pod) {
-                    Ok(()) => {
+                    Ok(()) if met[i].get_or_insert_with(Instant::now).elapsed() >= SETTLE => {
                         seen[at[i]][i] = Some(pod);
                         at[i] += 1;
+                        met[i] = None;
                     }
-                    Err(why) => waiting.push(format!("{name} not yet {:?}: {why}", phase.what)),
+                    Ok(()) => waiting.push(format!("{name} settling in {:?}", phase.what)),
+                    Err(why) => {
+                        met[i] = None;
+                        waiting.push(format!("{name} not yet {:?}: {why}", phase.what));
+                    }
                 }
             }
             if at.iter().all(|&a| a == phases.len()) {
