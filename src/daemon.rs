@@ -34,7 +34,7 @@ use crate::cri::{CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
 use crate::manager::{PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
-use crate::pods::{self, PodCache, PodEvent, with_started};
+use crate::pods::{self, PodCache, PodEvent, all_container_statuses, with_started};
 use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
@@ -687,12 +687,7 @@ fn authority_probes(pod: &Pod) -> (Probes, Vec<SpecError>) {
 }
 
 fn container_ids(pod: &Pod) -> HashSet<String> {
-    let status = pod.status.as_ref();
-    let init = status.and_then(|s| s.init_container_statuses.as_ref());
-    let regular = status.and_then(|s| s.container_statuses.as_ref());
-    init.into_iter()
-        .flatten()
-        .chain(regular.into_iter().flatten())
+    all_container_statuses(pod)
         .filter_map(|c| c.container_id.clone())
         .collect()
 }

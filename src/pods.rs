@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -123,6 +123,16 @@ impl StatusSource for PodCache {
         with_started(&mut status, &started);
         Some(status)
     }
+}
+
+/// Every container status of `pod`: init containers', then regular ones.
+pub fn all_container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let status = pod.status.as_ref();
+    let init = status.and_then(|s| s.init_container_statuses.as_ref());
+    let regular = status.and_then(|s| s.container_statuses.as_ref());
+    init.into_iter()
+        .flatten()
+        .chain(regular.into_iter().flatten())
 }
 
 /// Sets `started` of every container status to the verdict about its

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::manager::PodProbes;
+use crate::pods::all_container_statuses;
 use crate::status::conditions::{CONTAINERS_READY, TRUE};
 use crate::status::{Mode, READY_CONDITION};
 
@@ -87,16 +88,10 @@ pub fn seed_started(pod: &Pod, mode: Mode) -> HashMap<String, bool> {
 /// Every running container status of the pod (init and regular), with when
 /// it started.
 fn running_statuses(pod: &Pod) -> impl Iterator<Item = (&ContainerStatus, Timestamp)> {
-    let status = pod.status.as_ref();
-    let init = status.and_then(|s| s.init_container_statuses.as_ref());
-    let regular = status.and_then(|s| s.container_statuses.as_ref());
-    init.into_iter()
-        .flatten()
-        .chain(regular.into_iter().flatten())
-        .filter_map(|c| {
-            let running = c.state.as_ref()?.running.as_ref()?;
-            Some((c, running.started_at.as_ref()?.0))
-        })
+    all_container_statuses(pod).filter_map(|c| {
+        let running = c.state.as_ref()?.running.as_ref()?;
+        Some((c, running.started_at.as_ref()?.0))
+    })
 }
 
 #[cfg(test)]

@@ -35,7 +35,9 @@ use kube::core::WatchEvent;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use support::cluster::{BUSYBOX_IMAGE, Namespace, TEST_RUN_LABEL, cluster, unique_id, wait_for};
+use support::cluster::{
+    BUSYBOX_IMAGE, Namespace, TEST_RUN_LABEL, cluster, condition, unique_id, wait_for,
+};
 use support::host_podprobe::HostPodprobe;
 use support::http_server::{TestServer, reply};
 
@@ -469,18 +471,6 @@ fn pod_condition<'a>(pod: &'a Value, type_: &str) -> Option<&'a Value> {
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
-}
-
-/// `(status, lastTransitionTime)` of a condition.
-fn condition_state(pod: &Value, type_: &str) -> Option<(String, String)> {
-    let c = pod_condition(pod, type_)?;
-    Some((
-        c["status"].as_str()?.to_string(),
-        c["lastTransitionTime"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    ))
 }
 
 fn rv(pod: &Value) -> &str {
@@ -1325,8 +1315,8 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
         baseline.insert(
             pod,
             (
-                condition_state(&ready, "Ready"),
-                condition_state(&ready, "ContainersReady"),
+                condition(&ready, "Ready"),
+                condition(&ready, "ContainersReady"),
             ),
         );
     }
@@ -1410,13 +1400,13 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
         let versions = held_versions(&seen, &uids[pod], end);
         let first_ready = versions
             .iter()
-            .position(|v| condition_state(v.2, "Ready").is_some_and(|c| c.0 == "True"))
+            .position(|v| condition(v.2, "Ready").is_some_and(|c| c.0 == "True"))
             .expect("a Ready version");
         let (ready, containers_ready) = &baseline[pod];
         for (_, _, version) in &versions[first_ready..] {
             let now = (
-                condition_state(version, "Ready"),
-                condition_state(version, "ContainersReady"),
+                condition(version, "Ready"),
+                condition(version, "ContainersReady"),
             );
             assert_eq!(
                 (&now.0, &now.1),
@@ -1458,7 +1448,7 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
             rig.diagnostics()
         );
         assert_eq!(
-            condition_state(version, "ContainersReady"),
+            condition(version, "ContainersReady"),
             baseline["mixed"].1,
             "mixed: ContainersReady moved across a podprobe restart in resourceVersion {}:\n{version:#}\n{}",
             rv(version),
@@ -1566,7 +1556,7 @@ fn recreated_pod_never_receives_the_old_pods_status() {
             }
             let all_ready = statuses.is_some_and(|s| s.iter().all(|c| c["ready"] == true));
             for type_ in ["Ready", "ContainersReady"] {
-                let truth = condition_state(pod, type_).map(|c| c.0);
+                let truth = condition(pod, type_).map(|c| c.0);
                 assert!(
                     truth.as_deref() != Some("True") || all_ready,
                     "pod uid {uid}: {type_} True without its own containers ready in resourceVersion {}:\n{pod:#}\n{}",
