@@ -163,14 +163,17 @@ ensure_containerd() {
 # Parts whose binary `build` replaced: running, they are restarted.
 CHANGED=()
 
-# Builds the agent and podprobe (debug) and copies to $BIN what changed.
+# Builds the agent (test support: debug) and podprobe (release, the binary
+# its image ships; hack/test.sh has built it already) and copies to $BIN what
+# changed.
 build() {
-    log "cargo build --example node-agent --bin podprobe"
-    (cd "$ROOT" && cargo build --locked --example node-agent --bin podprobe >&2)
+    log "cargo build --example node-agent; cargo build --release --bin podprobe"
+    (cd "$ROOT" && cargo build --locked --example node-agent >&2 &&
+        cargo build --locked --release --bin podprobe >&2)
     mkdir -p "$BIN"
     local name built
     for name in node-agent podprobe; do
-        built=$TARGET/debug/$name
+        built=$TARGET/release/$name
         [ $name = node-agent ] && built=$TARGET/debug/examples/$name
         cmp -s "$built" "$BIN/$name" && continue
         # Copy, then rename: a running binary is never written over.

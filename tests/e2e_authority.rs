@@ -8,8 +8,9 @@
 //! podprobe `--mode authority` owns container `ready`/`started` and the
 //! `ContainersReady`/`Ready` conditions. The pods' containers change on a
 //! schedule of their own (the agent node has no `kubectl exec`) or the test
-//! patches both pods' status; each phase waits for its expected state on
-//! each pod, then [`differences`] compares the two: per container `ready`,
+//! patches both pods' status. A watch delivers every version of both pods;
+//! each phase is met by each pod in the version that stands for it
+//! ([`settled`]), then [`differences`] compares the two: per container `ready`,
 //! `started` and `restartCount`, and `ContainersReady`/`Ready` with their
 //! status, reason, message and (relative) transition time.
 //!
@@ -24,8 +25,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use cluster::{
-    AGNHOST_IMAGE, BUSYBOX_IMAGE, Namespace, SLEEP_LOOP, condition, container_status,
-    ensure_agent_node, epoch_seconds, now_epoch_seconds, sidecar, spec_pod, unique_id,
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, Namespace, PodVersion, PodWatch, SLEEP_LOOP, condition,
+    container_status, ensure_agent_node, epoch_seconds, now_epoch_seconds, sidecar, spec_pod,
+    unique_id,
 };
 
 /// From creation to the first phase: image, sandbox, network, first probes.
@@ -229,17 +231,22 @@ fn condition_is(pod: &Value, type_: &str, want: bool) -> Result<(), String> {
     }
 }
 
-fn restarted(pod: &Value, name: &str, at_least: u64) -> Result<(), String> {
+/// Exactly `count` restarts: the watch delivers every version, so each
+/// node is compared at its own `count`th restart, however far the other
+/// has run ahead by then.
+fn restarted(pod: &Value, name: &str, count: u64) -> Result<(), String> {
     match container(pod, name)?["restartCount"].as_u64() {
-        Some(n) if n >= at_least => Ok(()),
+        Some(n) if n == count => Ok(()),
         seen => Err(format!("{name} restartCount {seen:?}")),
     }
 }
 
-/// How long a pod must stay in a phase before it is compared: on the agent
-/// node two writers update a pod one after the other (the agent reports a
-/// container running, podprobe then its `started`), and the version in
-/// between is no state the kubelet would ever publish.
+/// How long a version must last to stand for its phase: on the agent node
+/// two writers update a pod one after the other (the agent reports a
+/// container running, podprobe then its `started`, tens of milliseconds
+/// later), and the version in between is no state the kubelet would ever
+/// publish. Every phase of these scenarios lasts several probe periods
+/// (≥ 1 s each).
 const SETTLE: Duration = Duration::from_secs(1);
 
 /// What one pod must show to be in a phase.
@@ -253,91 +260,181 @@ struct Phase<'a> {
     anchor: Anchor,
 }
 
-/// One scenario's namespace and its two pods.
+/// Where a pod's versions stand against a phase (see [`settled`]).
+#[derive(Debug, PartialEq)]
+enum Settled {
+    /// The phase was met; this version (an index into the versions given)
+    /// stands for it.
+    Met(usize),
+    /// Not (yet): why.
+    Waiting(String),
+}
+
+/// Finds, in one pod's `versions` (in the order the watch delivered them),
+/// the version that stands for the phase `expect` describes: the first
+/// matching version that lasted [`SETTLE`] (until the next version, or until
+/// `now` for the last one); when the run of matching versions ended before
+/// any lasted that long, the longest-lived of them (the phase was short,
+/// but it happened). Versions before the first match belong to earlier
+/// states and are skipped.
+fn settled(versions: &[PodVersion], expect: Expect, now: Instant) -> Settled {
+    let mut longest: Option<(usize, Duration)> = None;
+    let mut why = "no version yet".to_string();
+    for (i, version) in versions.iter().enumerate() {
+        let until = versions.get(i + 1).map_or(now, |next| next.at);
+        let lasted = until.saturating_duration_since(version.at);
+        match expect(&version.pod) {
+            Ok(()) if lasted >= SETTLE => return Settled::Met(i),
+            Ok(()) => {
+                if longest.is_none_or(|(_, l)| lasted > l) {
+                    longest = Some((i, lasted));
+                }
+                why = format!("settling ({lasted:?} so far)");
+            }
+            Err(e) => match longest {
+                Some((i, _)) => return Settled::Met(i),
+                None => why = e,
+            },
+        }
+    }
+    Settled::Waiting(why)
+}
+
+/// One scenario's namespace, its two pods, and every version of them.
 struct Differential {
     ns: Namespace,
     /// The probe period (seconds) transition times may differ by.
     period: i64,
     agent_node: String,
+    watch: PodWatch,
+    /// Every version of each copy (indexed as [`COPIES`]) seen so far.
+    versions: [Vec<PodVersion>; 2],
+    /// Per copy, the first version the next phase may be met in.
+    next: [usize; 2],
 }
 
 impl Differential {
     /// Creates `build(name, node)` as [`KUBELET`] (no node: the scheduler
-    /// picks the kubelet's) and as [`AGENT`] (bound to the agent node).
+    /// picks the kubelet's) and as [`AGENT`] (bound to the agent node), and
+    /// watches both from their creation.
     fn start(test: &str, period: i64, build: impl Fn(&str, Option<&str>) -> Value) -> Self {
         let agent_node = ensure_agent_node().name.clone();
         let ns = Namespace::create(&format!("podprobe-diff-{test}-{}", unique_id()));
+        let watch = PodWatch::start(&ns.name);
         ns.create_pod(&build(KUBELET, None));
         ns.create_pod(&build(AGENT, Some(&agent_node)));
         Differential {
             ns,
             period,
             agent_node,
+            watch,
+            versions: [Vec::new(), Vec::new()],
+            next: [0, 0],
         }
     }
 
-    fn pods(&self) -> Result<[Value; 2], String> {
-        Ok([self.ns.pod(KUBELET)?, self.ns.pod(AGENT)?])
+    /// Takes what the watch delivers: waits until one version arrives or
+    /// `until`, then takes whatever else is there already.
+    fn receive(&mut self, until: Instant) {
+        let mut deadline = until;
+        loop {
+            match self.watch.next_until(deadline) {
+                Ok(Some(version)) => {
+                    let name = version.pod["metadata"]["name"].as_str().unwrap_or_default();
+                    if let Some(i) = COPIES.iter().position(|c| *c == name) {
+                        self.versions[i].push(version);
+                    }
+                    deadline = Instant::now();
+                }
+                Ok(None) => return,
+                Err(e) => panic!("{}: {e}\n{}", self.ns.name, self.ns.diagnostics()),
+            }
+        }
     }
 
-    /// Waits until each pod has gone through `phases` in order, each pod at
-    /// its own pace (the two containers do not start at the same instant),
-    /// then compares the two pods as they were when each first met each
-    /// phase.
-    fn run(&self, phases: &[Phase]) {
+    /// Follows each pod through `phases` in order, each at its own pace (the
+    /// two containers do not start at the same instant), in every version
+    /// the watch delivers, then compares the two pods as they were in the
+    /// version that stands for each phase (see [`settled`]).
+    fn run(&mut self, phases: &[Phase]) {
+        let total: Duration = phases.iter().map(|p| p.timeout).sum();
+        let deadline = Instant::now() + total;
         let mut at = [0usize; 2];
         let mut seen: Vec<[Option<Value>; 2]> = phases.iter().map(|_| [None, None]).collect();
-        // When each pod was first seen in its current phase.
-        let mut met: [Option<Instant>; 2] = [None, None];
-        let total = phases.iter().map(|p| p.timeout).sum();
-        self.ns.wait_for("every phase on both pods", total, || {
+        loop {
+            let now = Instant::now();
             let mut waiting = Vec::new();
-            for (i, name) in COPIES.iter().enumerate() {
-                let Some(phase) = phases.get(at[i]) else {
-                    continue;
-                };
-                let pod = self.ns.pod(name)?;
-                match (phase.expect)(&pod) {
-                    Ok(()) if met[i].get_or_insert_with(Instant::now).elapsed() >= SETTLE => {
-                        seen[at[i]][i] = Some(pod);
-                        at[i] += 1;
-                        met[i] = None;
-                    }
-                    Ok(()) => waiting.push(format!("{name} settling in {:?}", phase.what)),
-                    Err(why) => {
-                        met[i] = None;
-                        waiting.push(format!("{name} not yet {:?}: {why}", phase.what));
+            for (i, copy) in COPIES.iter().enumerate() {
+                while let Some(phase) = phases.get(at[i]) {
+                    let from = self.next[i];
+                    match settled(&self.versions[i][from..], phase.expect, now) {
+                        Settled::Met(k) => {
+                            seen[at[i]][i] = Some(self.versions[i][from + k].pod.clone());
+                            self.next[i] = from + k + 1;
+                            at[i] += 1;
+                        }
+                        Settled::Waiting(why) => {
+                            waiting.push(format!("{copy} not yet {:?}: {why}", phase.what));
+                            break;
+                        }
                     }
                 }
             }
-            if at.iter().all(|&a| a == phases.len()) {
-                Ok(())
-            } else {
-                Err(waiting.join("; "))
+            if waiting.is_empty() {
+                break;
             }
-        });
+            if now >= deadline {
+                panic!(
+                    "{}: timed out after {total:?} waiting for every phase on both pods \
+                     ({} and {} versions seen); last: {}\n{}",
+                    self.ns.name,
+                    self.versions[0].len(),
+                    self.versions[1].len(),
+                    waiting.join("; "),
+                    self.ns.diagnostics()
+                );
+            }
+            self.receive(deadline.min(now + SETTLE));
+        }
         for (phase, pods) in phases.iter().zip(seen) {
             let [Some(kubelet), Some(agent)] = pods else {
-                unreachable!("every phase was seen on both pods");
+                unreachable!("every phase was met on both pods");
             };
             self.compare(phase.what, &[kubelet, agent], phase.anchor);
         }
     }
 
-    /// Checks `holds` on both pods for `period`, then compares them as last
-    /// seen.
-    fn hold(&self, what: &str, period: Duration, holds: Expect, anchor: Anchor) {
-        let mut last = None;
-        self.ns.holds_for(what, period, || {
-            let pods = self.pods()?;
-            for (name, pod) in COPIES.iter().zip(&pods) {
-                holds(pod).map_err(|why| format!("{name}: {why}"))?;
+    /// Checks `holds` on every version of both pods for `period` (from the
+    /// version current when it starts), then compares them as last seen.
+    fn hold(&mut self, what: &str, period: Duration, holds: Expect, anchor: Anchor) {
+        let start = Instant::now();
+        self.receive(start);
+        // The version current at the start: the last one delivered by then.
+        let first = self.versions.each_ref().map(|v| v.len().saturating_sub(1));
+        let end = start + period;
+        while Instant::now() < end {
+            self.receive(end);
+        }
+        for (i, copy) in COPIES.iter().enumerate() {
+            let versions = &self.versions[i][first[i]..];
+            assert!(!versions.is_empty(), "{copy}: no version of the pod seen");
+            for version in versions {
+                if let Err(why) = holds(&version.pod) {
+                    panic!(
+                        "{}: {what} stopped holding for {copy} after {:?}: {why}\n{}",
+                        self.ns.name,
+                        version.at.saturating_duration_since(start),
+                        self.ns.diagnostics()
+                    );
+                }
             }
-            last = Some(pods);
-            Ok(())
-        });
-        let pods = last.expect("held at least once");
-        self.compare(what, &pods, anchor);
+            self.next[i] = self.versions[i].len();
+        }
+        let last = self
+            .versions
+            .each_ref()
+            .map(|v| v.last().expect("a version").pod.clone());
+        self.compare(what, &last, anchor);
     }
 
     /// Panics, listing every difference and the diagnostics, unless the two
@@ -431,7 +528,7 @@ fn app_not_ready(pod: &Value) -> Result<(), String> {
 
 /// A readiness probe of `handler` succeeding from the start (period 2 s).
 fn handler_readiness(test: &str, build: impl Fn(&str, Option<&str>) -> Value) {
-    let pair = Differential::start(test, 2, build);
+    let mut pair = Differential::start(test, 2, build);
     pair.run(&[Phase {
         what: "ready",
         timeout: START,
@@ -495,7 +592,7 @@ fn success_and_failure_thresholds() {
         "periodSeconds": 2, "successThreshold": 3, "failureThreshold": 3,
     }))});
     let script = "touch /tmp/ready; sleep 14; rm /tmp/ready; sleep 14; touch /tmp/ready; ";
-    let pair = Differential::start("thresholds", 2, busybox(script, probes));
+    let mut pair = Differential::start("thresholds", 2, busybox(script, probes));
     let anchor = Anchor::Started("app");
     pair.run(&[
         Phase {
@@ -525,7 +622,7 @@ fn initial_delay() {
     let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/ready"]), json!({
         "periodSeconds": 2, "initialDelaySeconds": 10,
     }))});
-    let pair = Differential::start("initialdelay", 2, busybox("touch /tmp/ready; ", probes));
+    let mut pair = Differential::start("initialdelay", 2, busybox("touch /tmp/ready; ", probes));
     let anchor = Anchor::Started("app");
     pair.run(&[
         Phase {
@@ -556,7 +653,7 @@ fn startup_probe_gates_readiness_and_liveness() {
         "livenessProbe": probe(exec(&["cat", "/tmp/started"]), every_second),
     });
     let script = "sleep 10; touch /tmp/started; ";
-    let pair = Differential::start("startup", 1, busybox(script, probes));
+    let mut pair = Differential::start("startup", 1, busybox(script, probes));
     let anchor = Anchor::Started("app");
     pair.run(&[
         Phase {
@@ -587,7 +684,7 @@ fn startup_probe_gates_readiness_and_liveness() {
 fn failing_readiness_probe() {
     let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/never"]),
         json!({"periodSeconds": 1}))});
-    let pair = Differential::start("readyfail", 1, busybox("", probes));
+    let mut pair = Differential::start("readyfail", 1, busybox("", probes));
     let anchor = Anchor::Started("app");
     pair.run(&[Phase {
         what: "running",
@@ -610,7 +707,7 @@ fn liveness_restarts() {
     let probes = json!({"livenessProbe": probe(exec(&["cat", "/tmp/alive"]),
         json!({"periodSeconds": 1, "failureThreshold": 1}))});
     let script = "touch /tmp/alive; sleep 3; rm /tmp/alive; ";
-    let pair = Differential::start("liveness", 1, busybox(script, probes));
+    let mut pair = Differential::start("liveness", 1, busybox(script, probes));
     let anchor = Anchor::Started("app");
     let restarted_ready = |n| {
         move |p: &Value| {
@@ -645,7 +742,7 @@ fn restartable_init_container_with_startup_and_readiness_probes() {
         "readinessProbe": probe(exec(&["cat", "/tmp/ready"]), json!({"periodSeconds": 1})),
     });
     let script = format!("sleep 6; touch /tmp/started; sleep 8; touch /tmp/ready; {SLEEP_LOOP}");
-    let pair = Differential::start("sidecar", 1, |name, node| {
+    let mut pair = Differential::start("sidecar", 1, |name, node| {
         sidecar(spec_pod(
             name,
             "app",
@@ -701,7 +798,7 @@ fn readiness_gate_set_by_the_test() {
     let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/ready"]),
         json!({"periodSeconds": 1}))});
     let build = busybox("touch /tmp/ready; ", probes);
-    let pair = Differential::start("gates", 1, |name, node| {
+    let mut pair = Differential::start("gates", 1, |name, node| {
         let mut pod = build(name, node);
         pod["spec"]["readinessGates"] = json!([{"conditionType": TEST_GATE}]);
         pod
@@ -739,7 +836,7 @@ fn readiness_gate_set_by_the_test() {
 fn pod_without_probes() {
     // No probe: ready as soon as running. The period allowed is the
     // kubelet's 1 s PLEG relist, the nearest thing it has.
-    let pair = Differential::start("noprobes", 1, busybox("", json!({})));
+    let mut pair = Differential::start("noprobes", 1, busybox("", json!({})));
     pair.run(&[Phase {
         what: "running, started and ready",
         timeout: START,
@@ -904,6 +1001,76 @@ mod differences {
             diff[2].starts_with("condition ContainersReady: kubelet {"),
             "{}",
             diff[2]
+        );
+    }
+}
+
+mod settled {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Versions of a pod whose `n` is the given value, delivered at the
+    /// given milliseconds after `t0`.
+    fn versions(t0: Instant, seq: &[(u64, i64)]) -> Vec<PodVersion> {
+        seq.iter()
+            .map(|&(ms, n)| PodVersion {
+                at: t0 + MS * ms as u32,
+                pod: json!({"n": n}),
+            })
+            .collect()
+    }
+
+    fn is(n: i64) -> impl Fn(&Value) -> Result<(), String> {
+        move |p| {
+            if p["n"] == n {
+                Ok(())
+            } else {
+                Err(format!("n {}", p["n"]))
+            }
+        }
+    }
+
+    #[test]
+    fn the_first_version_that_lasted_stands_for_the_phase() {
+        let t0 = Instant::now();
+        // 2 is the agent's write, 30 ms before podprobe's: both match, the
+        // lasting one stands.
+        let v = versions(t0, &[(0, 0), (500, 1), (530, 1), (5000, 1), (6000, 2)]);
+        assert_eq!(settled(&v, &is(1), t0 + MS * 7000), Settled::Met(2));
+    }
+
+    #[test]
+    fn a_matching_version_younger_than_settle_is_waited_for() {
+        let t0 = Instant::now();
+        let v = versions(t0, &[(0, 0), (500, 1)]);
+        assert!(matches!(
+            settled(&v, &is(1), t0 + MS * 900),
+            Settled::Waiting(why) if why.starts_with("settling")
+        ));
+        assert_eq!(settled(&v, &is(1), t0 + MS * 1500), Settled::Met(1));
+    }
+
+    #[test]
+    fn a_short_phase_is_met_in_its_longest_version() {
+        // The phase lasted 700 ms in all, in three versions: polling could
+        // miss it, the watch cannot.
+        let t0 = Instant::now();
+        let v = versions(t0, &[(0, 0), (100, 1), (150, 1), (600, 1), (800, 2)]);
+        assert_eq!(settled(&v, &is(1), t0 + MS * 5000), Settled::Met(2));
+    }
+
+    #[test]
+    fn states_before_the_phase_are_skipped_and_reported() {
+        let t0 = Instant::now();
+        let v = versions(t0, &[(0, 0), (100, 2)]);
+        assert_eq!(
+            settled(&v, &is(1), t0 + MS * 5000),
+            Settled::Waiting("n 2".into())
+        );
+        assert_eq!(
+            settled(&[], &is(1), t0),
+            Settled::Waiting("no version yet".into())
         );
     }
 }

@@ -320,6 +320,100 @@ impl Drop for Namespace {
     }
 }
 
+/// One version of a pod, as a [`PodWatch`] delivered it.
+#[derive(Debug, Clone)]
+pub struct PodVersion {
+    /// When the watch delivered it: one clock for every pod of the watch.
+    pub at: Instant,
+    pub pod: Value,
+}
+
+/// Every version of the pods of a namespace, in the API server's order:
+/// `kubectl get pods --watch` (a list, then a watch from its
+/// resourceVersion), read by a thread. A state that lasts a moment cannot
+/// slip between two polls.
+pub struct PodWatch {
+    child: std::process::Child,
+    versions: std::sync::mpsc::Receiver<PodVersion>,
+    /// kubectl's stderr, read to its end by a thread of its own.
+    stderr: std::sync::Mutex<Option<std::thread::JoinHandle<String>>>,
+}
+
+impl PodWatch {
+    /// Starts watching the pods of `namespace`.
+    pub fn start(namespace: &str) -> PodWatch {
+        let cluster = cluster();
+        let mut child = Command::new(&cluster.kubectl)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .args(["-n", namespace, "get", "pods", "--watch"])
+            .args(["--output-watch-events", "-o", "json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cluster.kubectl.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut child_stderr = child.stderr.take().expect("piped stderr");
+        let (send, versions) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // kubectl prints one JSON object per event, pretty-printed.
+            let events = serde_json::Deserializer::from_reader(std::io::BufReader::new(stdout))
+                .into_iter::<Value>();
+            for event in events {
+                let Ok(mut event) = event else { break };
+                if !matches!(event["type"].as_str(), Some("ADDED" | "MODIFIED")) {
+                    continue;
+                }
+                let version = PodVersion {
+                    at: Instant::now(),
+                    pod: event["object"].take(),
+                };
+                if send.send(version).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut child_stderr, &mut text);
+            text
+        });
+        PodWatch {
+            child,
+            versions,
+            stderr: std::sync::Mutex::new(Some(stderr)),
+        }
+    }
+
+    /// The next version, waiting for it until `deadline`: `Ok(None)` when
+    /// none came by then, `Err` when the watch ended (it never should while
+    /// a test runs).
+    pub fn next_until(&self, deadline: Instant) -> Result<Option<PodVersion>, String> {
+        use std::sync::mpsc::RecvTimeoutError;
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match self.versions.recv_timeout(wait) {
+            Ok(version) => Ok(Some(version)),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => {
+                // Its stdout is closed: kubectl has exited, or is exiting.
+                let stderr = self.stderr.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let said = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+                Err(format!(
+                    "the pod watch (kubectl get pods --watch) ended: {}",
+                    said.trim()
+                ))
+            }
+        }
+    }
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Polls `check` until it returns `Ok` or `timeout` passes; then panics with
 /// `what`, the last error and `diagnostics()`.
 pub fn wait_for<T>(
