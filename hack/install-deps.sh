@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing podprobe needs on a fresh Debian machine
-# (as root): protoc for the CRI protos, rustfmt and clippy. The container
+# (as root): protoc for the CRI protos, rustfmt and clippy, IPv6 on loopback. The container
 # runtime's packages are installed by hack/containerd.sh. Idempotent.
 set -euo pipefail
 
@@ -18,4 +18,12 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component list --installed 2>/dev/null | grep -q "^${component}" \
       || rustup component add "$component"
   done
+fi
+
+# The probers' IPv6 tests (tests/tcp_probe.rs, tests/grpc_probe.rs) dial
+# [::1]; they fail, never skip, without it.
+if [ "$(sysctl -n net.ipv6.conf.lo.disable_ipv6 2>/dev/null || echo absent)" != 0 ]; then
+  echo "install-deps: enabling IPv6 on loopback" >&2
+  sysctl -qw net.ipv6.conf.lo.disable_ipv6=0 \
+    || echo "install-deps: this kernel has no IPv6 loopback: the IPv6 probe tests will fail" >&2
 fi
