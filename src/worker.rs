@@ -1111,6 +1111,8 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -1964,16 +1966,62 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn w5_first_probe_jittered_within_one_period_of_prober_start() {
-        for _ in 0..20 {
-            let rig = rig(ScriptedRunner::always(ProbeResult::Success));
-            rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
-            let origin = Instant::now();
-            let (handle, _) = spawn_on(&rig, config(ProbeKind::Liveness, default_spec()));
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            let times = rig.runner.call_times(origin);
-            assert_eq!(times.len(), 1, "{times:?}");
-            assert!((0.0..10.0).contains(&times[0]), "{times:?}");
+    async fn w5_first_probes_spread_over_one_period_of_prober_start() {
+        // 32 workers start with the prober. Each first probe waits a uniform
+        // fraction of the 10 s period, so all 32 land in the same half of
+        // it with probability 2 * 2^-32 (under 1e-9): a test that needs both
+        // halves fails without jitter (all at 0) and almost never with it.
+        const WORKERS: usize = 32;
+        let period = 10.0;
+        let names: Vec<String> = (0..WORKERS).map(|i| format!("app{i}")).collect();
+        let mut rig = rig(ScriptedRunner::always(ProbeResult::Success));
+        // More workers than the updates channel holds: drain it, or the
+        // 21st worker's first write would wait forever (R6).
+        let (_, closed) = mpsc::channel(1);
+        let mut updates = std::mem::replace(&mut rig.receivers.liveness, closed);
+        tokio::spawn(async move { while updates.recv().await.is_some() {} });
+        let statuses = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| running(name, &format!("containerd://c{i}"), epoch(), Some(true)))
+            .collect();
+        rig.statuses.set("uid-1", pod_status(statuses, vec![]));
+        let pod = pod(
+            "uid-1",
+            names.iter().map(|n| container(n)).collect(),
+            vec![],
+        );
+        let handles: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let config = config_in(ProbeKind::Liveness, default_spec(), pod.clone(), name);
+                spawn_on(&rig, config).0
+            })
+            .collect();
+        // Past the latest possible first probe (one period). Early workers
+        // probe a second time by then, so only each one's first call counts.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let mut first: HashMap<String, f64> = HashMap::new();
+        for call in rig.runner.calls() {
+            let since_start = (call.at - rig.context.started).as_secs_f64();
+            first
+                .entry(call.container_id.unwrap())
+                .or_insert(since_start);
+        }
+        assert_eq!(first.len(), WORKERS, "every worker probed: {first:?}");
+        // The timer rounds a deadline up to the next millisecond, so a
+        // fraction just under 1 fires at exactly one period.
+        assert!(
+            first.values().all(|t| (0.0..=period).contains(t)),
+            "every first probe within one period of the prober start: {first:?}"
+        );
+        let early = first.values().filter(|t| **t < period / 2.0).count();
+        assert!(
+            0 < early && early < WORKERS,
+            "first probes spread over the period, not all in one half \
+             ({early} of {WORKERS} in the first half): {first:?}"
+        );
+        for handle in handles {
             handle.stop();
         }
     }

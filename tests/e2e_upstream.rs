@@ -17,10 +17,12 @@
 //!   runs there too (`authority::should_support_pod_readiness_gates`).
 //!
 //! Each scenario runs as a regular container and as a restartable init
-//! container, with the test named after the upstream `It`. Upstream's timings
-//! (15 s initial delays, 4 min observation windows) are scaled down so the
-//! file runs in a few minutes; `tests/UPSTREAM_E2E.md` lists every upstream
-//! scenario and how it maps here.
+//! container, with the test named after the upstream `It`; in gate mode the
+//! two termination scenarios check the gate, not `Ready`, and are named
+//! `should_mark_the_gate_false_*`. Upstream's timings (15 s initial delays,
+//! 4 min observation windows) are scaled down so the file runs in a few
+//! minutes; `tests/UPSTREAM_E2E.md` lists every upstream scenario and how it
+//! maps here.
 //!
 //! `#[ignore]`d like `e2e_gate`: `hack/test.sh` deploys podprobe, brings the
 //! agent node up and runs them with `--ignored`.
@@ -663,68 +665,127 @@ fn grpc_restart(case: Case) {
     run_liveness_test(&ns, &pod, 1, RESTART);
 }
 
+/// How long upstream's terminating pod keeps running after SIGTERM (upstream
+/// 30 s), and its grace period (upstream 30 s), scaled down.
+const TERMINATING_RUNS_FOR: Duration = Duration::from_secs(10);
+const TERMINATING_GRACE: Duration = Duration::from_secs(15);
+
 /// Upstream's terminating pod: on SIGTERM it removes its probe files and
-/// keeps running for a while; returns the namespace and pod name once the
-/// pod is Ready and its deletion started.
-fn terminate_ready_pod(case: Case, test: &str, probes: Value) -> (Namespace, String) {
+/// keeps running for [`TERMINATING_RUNS_FOR`]; returns the namespace, the
+/// pod name and when its deletion was requested, once the pod was ready.
+fn terminate_ready_pod(case: Case, test: &str, probes: Value) -> (Namespace, String, Instant) {
     let ns = case.setup(test);
-    let script = "trap 'rm -f /tmp/ready /tmp/liveness; sleep 10; exit 0' TERM; \
-                  touch /tmp/ready /tmp/liveness; while true; do sleep 1; done";
-    let mut pod = busybox(case, script, probes);
-    pod["spec"]["terminationGracePeriodSeconds"] = json!(15);
+    let script = format!(
+        "trap 'rm -f /tmp/ready /tmp/liveness; sleep {}; exit 0' TERM; \
+         touch /tmp/ready /tmp/liveness; while true; do sleep 1; done",
+        TERMINATING_RUNS_FOR.as_secs()
+    );
+    let mut pod = busybox(case, &script, probes);
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(TERMINATING_GRACE.as_secs());
     let name = name_of(&pod);
     create_and_start(&ns, &pod);
     wait_ready(&ns, case, &name, true);
+    let deleted = Instant::now();
     ns.kubectl(&["delete", "pod", &name, "--wait=false"]);
-    (ns, name)
+    (ns, name, deleted)
 }
 
-/// Waits until `pod` turns not ready while it still exists (its readiness
-/// probe kept running after SIGTERM).
-///
-/// With probes in the spec this asserts what upstream asserts: `Ready` False. In gate mode
-/// `Ready` is the kubelet's to recompute, and it does not recompute it from a
-/// readiness gate for a terminating pod: the test asserts podprobe's gate
-/// turning False and reports `Ready` (see `tests/UPSTREAM_E2E.md`).
+/// What upstream asserts, with the probes in the spec: `pod` turns not
+/// `Ready` while it still exists (its readiness probe kept running after
+/// SIGTERM).
 fn not_ready_while_deleted(ns: &Namespace, case: Case, pod: &str) {
-    let kind = match case.target {
-        Target::Gate => GATE,
-        Target::Authority | Target::Kubelet => "Ready",
-    };
     let p = ns.wait_for(
-        &format!("{pod}: {kind} False while terminating"),
+        &format!("{pod}: Ready False while terminating"),
         START,
         || {
             let p = ns.pod(pod)?;
-            match status(&p, kind).as_deref() {
+            match status(&p, "Ready").as_deref() {
                 Some("False") => Ok(p),
-                seen => Err(format!("{kind} {seen:?}")),
+                seen => Err(format!("Ready {seen:?}")),
             }
         },
     );
     assert!(p["metadata"]["deletionTimestamp"].is_string(), "{p:#}");
     eprintln!(
-        "{pod}: {kind} False while terminating; readiness {:?}",
+        "{pod}: Ready False while terminating; readiness {:?}",
         case.readiness(&p)
     );
 }
 
+/// Gate mode's part of it: podprobe's gate on `pod` turns False within the
+/// pod's grace period of its deletion (`deleted`), while the probed
+/// container still runs. Only a readiness probe run after SIGTERM does that:
+/// once the container exited, the gate would be False anyway.
+///
+/// `Ready` is not checked, only reported: the kubelet does not recompute it
+/// from a readiness gate for a terminating pod (see `tests/UPSTREAM_E2E.md`).
+fn gate_false_while_deleted(ns: &Namespace, case: Case, pod: &str, deleted: Instant) {
+    let within = TERMINATING_GRACE.saturating_sub(deleted.elapsed());
+    let p = ns.wait_for(
+        &format!("{pod}: {GATE} False within {TERMINATING_GRACE:?} of the deletion"),
+        within,
+        || {
+            let p = ns.pod(pod)?;
+            match status(&p, GATE).as_deref() {
+                Some("False") => Ok(p),
+                seen => Err(format!("{GATE} {seen:?}")),
+            }
+        },
+    );
+    let after = deleted.elapsed();
+    assert!(
+        p["metadata"]["deletionTimestamp"].is_string(),
+        "{pod}: {GATE} False after {after:?}, but the pod is not terminating: {p:#}"
+    );
+    let container = probed_name(&p);
+    let state = container_status(&p, &container).map(|s| &s["state"]);
+    assert!(
+        state.is_some_and(|s| s["running"].is_object()),
+        "{pod}: {GATE} False after {after:?} only once {container} stopped running \
+         ({state:?}): the readiness probe did not turn it False while terminating\n{}",
+        ns.diagnostics()
+    );
+    eprintln!(
+        "{pod}: {GATE} False {after:?} after the deletion, {container} still running; readiness {:?}",
+        case.readiness(&p)
+    );
+}
+
+/// The readiness probe of upstream's terminating pods: fails as soon as
+/// SIGTERM removed `/tmp/ready`.
+fn terminating_readiness_probe() -> Value {
+    probe(
+        exec(&["cat", "/tmp/ready"]),
+        json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1}),
+    )
+}
+
 fn not_ready_while_terminating(case: Case) {
-    let probes = json!({"readinessProbe": probe(exec(&["cat", "/tmp/ready"]),
-        json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1}))});
-    let (ns, name) = terminate_ready_pod(case, "terminating", probes);
+    let probes = json!({"readinessProbe": terminating_readiness_probe()});
+    let (ns, name, _) = terminate_ready_pod(case, "terminating", probes);
     not_ready_while_deleted(&ns, case, &name);
 }
 
-fn not_ready_and_no_liveness_while_terminating(case: Case) {
+fn gate_false_while_terminating(case: Case) {
+    let probes = json!({"readinessProbe": terminating_readiness_probe()});
+    let (ns, name, deleted) = terminate_ready_pod(case, "terminating", probes);
+    gate_false_while_deleted(&ns, case, &name, deleted);
+}
+
+/// Upstream's terminating pod with a liveness probe too: `readiness_false`
+/// checks readiness turning False after the deletion; then no liveness
+/// failure for [`OBSERVE`], although SIGTERM removed the liveness file.
+fn readiness_false_and_no_liveness_while_terminating(
+    case: Case,
+    readiness_false: impl FnOnce(&Namespace, &str, Instant),
+) {
     let probes = json!({
-        "readinessProbe": probe(exec(&["cat", "/tmp/ready"]),
-            json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1})),
+        "readinessProbe": terminating_readiness_probe(),
         "livenessProbe": probe(exec(&["cat", "/tmp/liveness"]),
             json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1})),
     });
-    let (ns, name) = terminate_ready_pod(case, "terminatinglive", probes);
-    not_ready_while_deleted(&ns, case, &name);
+    let (ns, name, deleted) = terminate_ready_pod(case, "terminatinglive", probes);
+    readiness_false(&ns, &name, deleted);
     ns.holds_for("no liveness failure while terminating", OBSERVE, || {
         let events = ns.events_for(&name);
         match events.iter().find(|e| {
@@ -738,10 +799,51 @@ fn not_ready_and_no_liveness_while_terminating(case: Case) {
     });
 }
 
-/// One `#[test]` per upstream `It`, named after it, for one [`Target`] and
-/// [`Variant`], ignored for `$ignore`.
+fn not_ready_and_no_liveness_while_terminating(case: Case) {
+    readiness_false_and_no_liveness_while_terminating(case, |ns, name, _| {
+        not_ready_while_deleted(ns, case, name);
+    });
+}
+
+fn gate_false_and_no_liveness_while_terminating(case: Case) {
+    readiness_false_and_no_liveness_while_terminating(case, |ns, name, deleted| {
+        gate_false_while_deleted(ns, case, name, deleted);
+    });
+}
+
+/// One `#[test]` per upstream `It` for one [`Target`] and [`Variant`],
+/// ignored for `$ignore`: `scenarios!(gate, variant, ignore)` for gate mode,
+/// `scenarios!(target, variant, ignore)` for the targets with the probes in
+/// the spec. Each test is named after its `It`, except the two gate-mode
+/// tests of termination, which check podprobe's gate rather than `Ready`
+/// and are named for that.
 macro_rules! scenarios {
-    ($target:expr, $variant:expr, $ignore:literal) => {
+    (gate, $variant:expr, $ignore:literal) => {
+        scenarios!(@shared Target::Gate, $variant, $ignore);
+
+        /// Upstream's "should mark readiness on pods to false while pod is
+        /// in progress of terminating when a pod has a readiness probe", for
+        /// the gate: `podprobe.io/ready` turns False within the grace period
+        /// of the deletion, while the container still runs. `Ready` is only
+        /// reported (the kubelet does not recompute it from a gate then).
+        #[test]
+        #[ignore = $ignore]
+        fn should_mark_the_gate_false_while_pod_is_in_progress_of_terminating_when_a_pod_has_a_readiness_probe()
+         {
+            gate_false_while_terminating(CASE);
+        }
+
+        /// Upstream's "should mark readiness on pods to false and disable
+        /// liveness probes while pod is in progress of terminating", for the
+        /// gate: as the test above, then no liveness failure.
+        #[test]
+        #[ignore = $ignore]
+        fn should_mark_the_gate_false_and_disable_liveness_probes_while_pod_is_in_progress_of_terminating()
+         {
+            gate_false_and_no_liveness_while_terminating(CASE);
+        }
+    };
+    (@shared $target:expr, $variant:expr, $ignore:literal) => {
         use crate::*;
 
         const CASE: Case = Case {
@@ -896,6 +998,15 @@ macro_rules! scenarios {
         fn should_be_restarted_with_a_grpc_liveness_probe() {
             grpc_restart(CASE);
         }
+    };
+    ($target:expr, $variant:expr, $ignore:literal) => {
+        // Gate mode's termination tests check the gate, not `Ready`: they
+        // come from the `gate` arm, under their own names.
+        const _: () = assert!(
+            !matches!($target, Target::Gate),
+            "gate mode is `scenarios!(gate, ...)`"
+        );
+        scenarios!(@shared $target, $variant, $ignore);
 
         /// "should mark readiness on pods to false while pod is in progress of
         /// terminating when a pod has a readiness probe"
@@ -920,7 +1031,7 @@ macro_rules! scenarios {
 /// "Probing container", gate mode.
 mod container {
     scenarios!(
-        Target::Gate,
+        gate,
         Variant::Container,
         "needs the local cluster (hack/test.sh runs it)"
     );
@@ -929,7 +1040,7 @@ mod container {
 /// "Probing restartable init container" (`SidecarContainers`), gate mode.
 mod restartable_init_container {
     scenarios!(
-        Target::Gate,
+        gate,
         Variant::RestartableInit,
         "needs the local cluster (hack/test.sh runs it)"
     );
