@@ -112,8 +112,6 @@ summary() {
   echo "wall time $((SECONDS - run_start)) s; logs in $logs; exit $status"
 }
 
-hack/install-deps.sh
-
 started_cri=no
 started_cluster=no
 started_agent=no
@@ -128,6 +126,8 @@ cleanup() {
   exit $status
 }
 trap cleanup EXIT
+
+phase install-deps hack/install-deps.sh
 
 if ! hack/containerd.sh status >/dev/null 2>&1; then
   started_cri=yes

@@ -35,8 +35,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use cluster::{
-    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, SLEEP_LOOP, condition, container_status,
-    ensure_agent_node, ensure_podprobe, epoch_seconds, gated_pod, sidecar, spec_pod, unique_id,
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, PodWatch, SLEEP_LOOP, condition,
+    container_status, ensure_agent_node, ensure_podprobe, epoch_seconds, gated_pod, sidecar,
+    spec_pod, unique_id,
 };
 
 /// How long a restart may take to show: probe delay and period, the kill's
@@ -671,9 +672,14 @@ const TERMINATING_RUNS_FOR: Duration = Duration::from_secs(10);
 const TERMINATING_GRACE: Duration = Duration::from_secs(15);
 
 /// Upstream's terminating pod: on SIGTERM it removes its probe files and
-/// keeps running for [`TERMINATING_RUNS_FOR`]; returns the namespace, the
-/// pod name and when its deletion was requested, once the pod was ready.
-fn terminate_ready_pod(case: Case, test: &str, probes: Value) -> (Namespace, String, Instant) {
+/// keeps running for [`TERMINATING_RUNS_FOR`]; once the pod was ready,
+/// deletes it, and returns the namespace, the pod name, a watch of every
+/// version from just before the deletion, and when it was requested.
+fn terminate_ready_pod(
+    case: Case,
+    test: &str,
+    probes: Value,
+) -> (Namespace, String, PodWatch, Instant) {
     let ns = case.setup(test);
     let script = format!(
         "trap 'rm -f /tmp/ready /tmp/liveness; sleep {}; exit 0' TERM; \
@@ -685,9 +691,10 @@ fn terminate_ready_pod(case: Case, test: &str, probes: Value) -> (Namespace, Str
     let name = name_of(&pod);
     create_and_start(&ns, &pod);
     wait_ready(&ns, case, &name, true);
+    let watch = PodWatch::start(&ns.name);
     let deleted = Instant::now();
     ns.kubectl(&["delete", "pod", &name, "--wait=false"]);
-    (ns, name, deleted)
+    (ns, name, watch, deleted)
 }
 
 /// What upstream asserts, with the probes in the spec: `pod` turns not
@@ -715,23 +722,37 @@ fn not_ready_while_deleted(ns: &Namespace, case: Case, pod: &str) {
 /// Gate mode's part of it: podprobe's gate on `pod` turns False within the
 /// pod's grace period of its deletion (`deleted`), while the probed
 /// container still runs. Only a readiness probe run after SIGTERM does that:
-/// once the container exited, the gate would be False anyway.
+/// once the container exited, the gate would be False anyway. The first
+/// version with the gate False (from `watch`, which sees every version) is
+/// the one checked, so a slow poll cannot see it only after the container
+/// stopped.
 ///
 /// `Ready` is not checked, only reported: the kubelet does not recompute it
 /// from a readiness gate for a terminating pod (see `tests/UPSTREAM_E2E.md`).
-fn gate_false_while_deleted(ns: &Namespace, case: Case, pod: &str, deleted: Instant) {
-    let within = TERMINATING_GRACE.saturating_sub(deleted.elapsed());
-    let p = ns.wait_for(
-        &format!("{pod}: {GATE} False within {TERMINATING_GRACE:?} of the deletion"),
-        within,
-        || {
-            let p = ns.pod(pod)?;
-            match status(&p, GATE).as_deref() {
-                Some("False") => Ok(p),
-                seen => Err(format!("{GATE} {seen:?}")),
+fn gate_false_while_deleted(
+    ns: &Namespace,
+    case: Case,
+    pod: &str,
+    watch: &PodWatch,
+    deleted: Instant,
+) {
+    let deadline = deleted + TERMINATING_GRACE;
+    let p = loop {
+        match watch.next_until(deadline) {
+            Ok(Some(v))
+                if v.pod["metadata"]["name"] == pod
+                    && status(&v.pod, GATE).as_deref() == Some("False") =>
+            {
+                break v.pod;
             }
-        },
-    );
+            Ok(Some(_)) => {}
+            Ok(None) => panic!(
+                "{pod}: {GATE} not False within {TERMINATING_GRACE:?} of the deletion\n{}",
+                ns.diagnostics()
+            ),
+            Err(e) => panic!("{pod}: {e}\n{}", ns.diagnostics()),
+        }
+    };
     let after = deleted.elapsed();
     assert!(
         p["metadata"]["deletionTimestamp"].is_string(),
@@ -762,14 +783,14 @@ fn terminating_readiness_probe() -> Value {
 
 fn not_ready_while_terminating(case: Case) {
     let probes = json!({"readinessProbe": terminating_readiness_probe()});
-    let (ns, name, _) = terminate_ready_pod(case, "terminating", probes);
+    let (ns, name, _, _) = terminate_ready_pod(case, "terminating", probes);
     not_ready_while_deleted(&ns, case, &name);
 }
 
 fn gate_false_while_terminating(case: Case) {
     let probes = json!({"readinessProbe": terminating_readiness_probe()});
-    let (ns, name, deleted) = terminate_ready_pod(case, "terminating", probes);
-    gate_false_while_deleted(&ns, case, &name, deleted);
+    let (ns, name, watch, deleted) = terminate_ready_pod(case, "terminating", probes);
+    gate_false_while_deleted(&ns, case, &name, &watch, deleted);
 }
 
 /// Upstream's terminating pod with a liveness probe too: `readiness_false`
@@ -777,15 +798,15 @@ fn gate_false_while_terminating(case: Case) {
 /// failure for [`OBSERVE`], although SIGTERM removed the liveness file.
 fn readiness_false_and_no_liveness_while_terminating(
     case: Case,
-    readiness_false: impl FnOnce(&Namespace, &str, Instant),
+    readiness_false: impl FnOnce(&Namespace, &str, &PodWatch, Instant),
 ) {
     let probes = json!({
         "readinessProbe": terminating_readiness_probe(),
         "livenessProbe": probe(exec(&["cat", "/tmp/liveness"]),
             json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1})),
     });
-    let (ns, name, deleted) = terminate_ready_pod(case, "terminatinglive", probes);
-    readiness_false(&ns, &name, deleted);
+    let (ns, name, watch, deleted) = terminate_ready_pod(case, "terminatinglive", probes);
+    readiness_false(&ns, &name, &watch, deleted);
     ns.holds_for("no liveness failure while terminating", OBSERVE, || {
         let events = ns.events_for(&name);
         match events.iter().find(|e| {
@@ -800,14 +821,14 @@ fn readiness_false_and_no_liveness_while_terminating(
 }
 
 fn not_ready_and_no_liveness_while_terminating(case: Case) {
-    readiness_false_and_no_liveness_while_terminating(case, |ns, name, _| {
+    readiness_false_and_no_liveness_while_terminating(case, |ns, name, _, _| {
         not_ready_while_deleted(ns, case, name);
     });
 }
 
 fn gate_false_and_no_liveness_while_terminating(case: Case) {
-    readiness_false_and_no_liveness_while_terminating(case, |ns, name, deleted| {
-        gate_false_while_deleted(ns, case, name, deleted);
+    readiness_false_and_no_liveness_while_terminating(case, |ns, name, watch, deleted| {
+        gate_false_while_deleted(ns, case, name, watch, deleted);
     });
 }
 
