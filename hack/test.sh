@@ -57,18 +57,18 @@ record() {
   if [ "$2" != 0 ]; then status=1; fi
 }
 
-# One line per test binary of the cargo test logs "$@":
-# "suite passed failed ignored seconds"; a binary that printed no result
-# (it crashed, or was never run) is reported with failed "?".
+# One line per test binary of the cargo test log $2, its name prefixed
+# with $1: "suite passed failed ignored seconds"; a binary that printed no
+# result (it crashed, or was never run) is reported with failed "?".
 suites() {
-  awk '
+  awk -v prefix="$1" '
     function flush() { if (suite != "" && !done) print suite, "-", "?", "-", "-"; suite = ""; done = 0 }
     /^ *Running / {
       flush()
-      suite = ($2 == "unittests") ? $3 : $2
+      suite = prefix (($2 == "unittests") ? $3 : $2)
       next
     }
-    /^ *Doc-tests / { flush(); suite = "doc:" $2; next }
+    /^ *Doc-tests / { flush(); suite = prefix "doc:" $2; next }
     /^test result:/ {
       passed = failed = ignored = 0; secs = "-"
       for (i = 1; i <= NF; i++) {
@@ -81,7 +81,7 @@ suites() {
       done = 1
     }
     END { flush() }
-  ' "$@"
+  ' "$2"
 }
 
 summary() {
@@ -94,13 +94,12 @@ summary() {
     printf '%-24s %-7s %7ss\n' "$name" "$([ "$rc" = 0 ] && echo ok || echo "FAIL($rc)")" "$secs"
   done
   echo
-  local test_logs=()
-  for name in tests e2e; do
-    [ -f "$logs/$name.log" ] && test_logs+=("$logs/$name.log")
-  done
-  if [ ${#test_logs[@]} -gt 0 ]; then
+  if [ -f "$logs/tests.log" ]; then
     printf '%-36s %7s %7s %8s %10s\n' suite passed failed ignored time
-    suites "${test_logs[@]}" | awk '
+    {
+      suites "" "$logs/tests.log"
+      if [ -f "$logs/e2e.log" ]; then suites "e2e:" "$logs/e2e.log"; fi
+    } | awk '
       { printf "%-36s %7s %7s %8s %10s\n", $1, $2, $3, $4, $5
         if ($2 != "-") passed += $2
         if ($3 == "?") crashed++; else failed += $3 }
