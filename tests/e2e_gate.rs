@@ -46,6 +46,15 @@ fn busybox_pod(name: &str, prelude: &str, probes: Value) -> Value {
     )
 }
 
+/// How long a [`fast`] readiness probe may take to turn the gate and `Ready`
+/// False once it starts failing: `failureThreshold` (1) × `periodSeconds`
+/// (1 s) = 1 s of failed probes, plus up to one period for the probe's phase,
+/// plus up to `timeoutSeconds` (1 s) for the failing probe itself, plus 12 s
+/// of slack for podprobe's patch, the kubelet's pod sync that turns `Ready`
+/// False after it, and the test's `kubectl get`s on a loaded two-core
+/// machine.
+const FAST_FALSE_WITHIN: Duration = Duration::from_secs(1 + 1 + 1 + 12);
+
 /// A probe that reacts within about a second.
 fn fast(handler: Value) -> Value {
     let mut probe = handler;
@@ -91,10 +100,15 @@ fn readiness_gates_column(ns: &Namespace, pod: &str) -> String {
 /// API and `kubectl get pods -o wide` shows the gate as met (`1/1`) or not
 /// (`0/1`); returns the pod.
 fn wait_gate(ns: &Namespace, pod: &str, want: bool) -> Value {
+    wait_gate_within(ns, pod, want, FLIP)
+}
+
+/// [`wait_gate`] with a deadline of `timeout`.
+fn wait_gate_within(ns: &Namespace, pod: &str, want: bool, timeout: Duration) -> Value {
     let want_status = if want { "True" } else { "False" };
     let want_column = if want { "1/1" } else { "0/1" };
     let what = format!("{pod}: {GATE} and Ready {want_status}, READINESS GATES {want_column}");
-    ns.wait_for(&what, FLIP, || {
+    ns.wait_for(&what, timeout, || {
         let p = ns.pod(pod)?;
         let seen = (
             status(&p, GATE),
@@ -409,6 +423,28 @@ fn restarting_podprobe_flips_no_pod() {
         }
     });
     stays_ready(&ns, "calm", &pod, Duration::from_secs(15));
+
+    // A new podprobe that did nothing would pass the checks above: with the
+    // old pods gone for good, the new one must react to the probe failing.
+    ns.wait_for("the old podprobe pods gone", START, || {
+        let mut args = vec![
+            "-n",
+            PODPROBE_NAMESPACE,
+            "get",
+            "pods",
+            "--ignore-not-found",
+        ];
+        args.extend(before.iter().map(String::as_str));
+        args.extend(["-o", "name"]);
+        let left = cluster().kubectl(&args)?;
+        if left.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left}"))
+        }
+    });
+    ns.exec("calm", "rm /tmp/ready");
+    wait_gate_within(&ns, "calm", false, FAST_FALSE_WITHIN);
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //! container status lists are atomic). Probes are HTTP GETs against loopback
 //! servers the test switches between 200 and 503 (`status.podIP` is
 //! `127.0.0.1`). A watch records every version of the test's pods, so the
-//! tests judge what the API server held, not only where it ended up.
+//! tests judge what the API server held, not only where it ended up. To force
+//! a race, a test can put a proxy it freezes between podprobe and the API
+//! server ([`ApiProxy`]).
 
 mod support {
     pub mod cluster;
@@ -730,6 +732,162 @@ async fn hammer(
 }
 
 // ---------------------------------------------------------------------------
+// podprobe's way to the API server: a proxy the test can freeze.
+
+/// A TCP proxy between podprobe and the API server (TLS passes through it
+/// untouched). While frozen it forwards nothing either way: what podprobe
+/// sends is held until the thaw, and podprobe hears nothing, its watch
+/// included, so it goes on acting on the pods as it last saw them.
+struct ApiProxy {
+    frozen: tokio::sync::watch::Sender<bool>,
+    /// Bytes podprobe sent since the last freeze.
+    held: Arc<AtomicU64>,
+    /// The cluster's kubeconfig with the proxy as the server.
+    kubeconfig: tempfile::NamedTempFile,
+}
+
+impl ApiProxy {
+    /// Starts the proxy on `rt`, listening on a free loopback port, in front
+    /// of the API server of the cluster's kubeconfig (its current context),
+    /// and writes [`kubeconfig`](Self::kubeconfig): the same with the proxy as
+    /// the server. The server certificate is still checked against the
+    /// original host (through `tls-server-name` when that is a name).
+    fn start(rt: &tokio::runtime::Runtime) -> ApiProxy {
+        let text = std::fs::read_to_string(&cluster().kubeconfig).expect("read the kubeconfig");
+        let mut config: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&text).expect("kubeconfig YAML");
+        let context = config["current-context"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let cluster_name = config["contexts"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"].as_str() == Some(context.as_str()))
+            .and_then(|c| c["context"]["cluster"].as_str())
+            .expect("the current context's cluster")
+            .to_string();
+        let entry = config["clusters"]
+            .as_sequence_mut()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"].as_str() == Some(cluster_name.as_str()))
+            .and_then(|c| c["cluster"].as_mapping_mut())
+            .expect("the current cluster");
+        let server = entry
+            .get("server")
+            .and_then(|s| s.as_str())
+            .expect("the cluster's server")
+            .to_string();
+        let authority = server
+            .strip_prefix("https://")
+            .expect("an https:// server")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let (host, upstream) = match authority.rsplit_once(':') {
+            Some((host, port)) if port.parse::<u16>().is_ok() => (host, authority.to_string()),
+            _ => (authority, format!("{authority}:443")),
+        };
+
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind the API proxy");
+        let addr = listener.local_addr().expect("the API proxy's address");
+        entry.insert("server".into(), format!("https://{addr}").into());
+        let ip = host.trim_start_matches('[').trim_end_matches(']');
+        if ip.parse::<std::net::IpAddr>().is_err() {
+            entry.insert("tls-server-name".into(), host.into());
+        }
+        let kubeconfig = tempfile::NamedTempFile::new().expect("temp file");
+        let text = serde_yaml_ng::to_string(&config).expect("kubeconfig YAML");
+        std::fs::write(kubeconfig.path(), text).expect("write the proxied kubeconfig");
+
+        let (frozen, _) = tokio::sync::watch::channel(false);
+        let held = Arc::new(AtomicU64::new(0));
+        let (watch, counter) = (frozen.subscribe(), held.clone());
+        rt.spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (frozen, held, upstream) = (watch.clone(), counter.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (from_client, to_client) = client.into_split();
+                    let (from_server, to_server) = server.into_split();
+                    tokio::join!(
+                        pump(from_client, to_server, frozen.clone(), Some(held)),
+                        pump(from_server, to_client, frozen, None),
+                    );
+                });
+            }
+        });
+        ApiProxy {
+            frozen,
+            held,
+            kubeconfig,
+        }
+    }
+
+    /// The kubeconfig that leads through the proxy.
+    fn kubeconfig(&self) -> &str {
+        self.kubeconfig.path().to_str().expect("a UTF-8 temp path")
+    }
+
+    fn freeze(&self) {
+        self.held.store(0, Ordering::SeqCst);
+        self.frozen.send_replace(true);
+    }
+
+    fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
+
+    /// Bytes podprobe sent since the last freeze.
+    fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ApiProxy {
+    /// A test that fails while frozen still lets podprobe shut down cleanly.
+    fn drop(&mut self) {
+        self.thaw();
+    }
+}
+
+/// Copies `from` to `to` until either end closes, holding each chunk while
+/// `frozen` (and counting it into `held`).
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+    held: Option<Arc<AtomicU64>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if *frozen.borrow_and_update() {
+            if let Some(held) = &held {
+                held.fetch_add(n as u64, Ordering::SeqCst);
+            }
+            if frozen.wait_for(|frozen| !frozen).await.is_err() {
+                break;
+            }
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
 // One test's rig.
 
 /// One test's runtime, namespace, node, podprobe and the pods' recorder.
@@ -776,6 +934,19 @@ impl Rig {
             &self.node.name,
             &self.run_id,
         ));
+    }
+
+    /// Starts podprobe with its API traffic through an [`ApiProxy`], which
+    /// is returned.
+    fn start_podprobe_behind_proxy(&mut self) -> ApiProxy {
+        let proxy = ApiProxy::start(&self.rt);
+        self.podprobe = Some(HostPodprobe::start_with_kubeconfig(
+            "authority",
+            &self.node.name,
+            &self.run_id,
+            proxy.kubeconfig(),
+        ));
+        proxy
     }
 
     fn podprobe(&self) -> &HostPodprobe {
@@ -1462,66 +1633,154 @@ fn restarted_podprobe_resumes_without_flapping_readiness() {
     eprintln!("restart: sick reported not ready this long after podprobe went down: {timings:?}");
 }
 
+/// Creates pod `same` as generation `generations.len()`, its container `app`
+/// probed on `port`, and reports that container as the agent (container IDs
+/// `containerd://gen<N>x...`); records its UID and ID prefix.
+fn new_generation(rig: &Rig, port: u16, generations: &mut Vec<(String, String)>) {
+    let uid = rig.create_pod("same", &[("app", port)], 1);
+    let prefix = format!("gen{}x", generations.len());
+    let fake = rig.fake_containers(&["app"], &prefix);
+    rig.agent_write("same", &fake, &[AgentState::default()]);
+    generations.push((uid, prefix));
+}
+
+/// What in `pod` belongs to a pod other than the one whose containers have
+/// IDs starting with `containerd://<prefix>`: container statuses with other
+/// IDs, and `Ready`/`ContainersReady` True while its own containers are not
+/// all ready.
+fn foreign_status(pod: &Value, prefix: &str) -> Vec<String> {
+    let mut foreign = Vec::new();
+    let statuses = pod["status"]["containerStatuses"].as_array();
+    for status in statuses.into_iter().flatten() {
+        let id = status["containerID"].as_str().unwrap_or_default();
+        if !id.starts_with(&format!("containerd://{prefix}")) {
+            foreign.push(format!("container status {id} of another pod"));
+        }
+    }
+    let all_ready = statuses.is_some_and(|s| s.iter().all(|c| c["ready"] == true));
+    for type_ in ["Ready", "ContainersReady"] {
+        if condition(pod, type_).is_some_and(|c| c.0 == "True") && !all_ready {
+            foreign.push(format!("{type_} True without its own containers ready"));
+        }
+    }
+    foreign
+}
+
+/// Whether a line of `log` contains all of `parts`.
+fn logged(log: &str, parts: &[&str]) -> bool {
+    log.lines()
+        .any(|l| parts.iter().all(|part| l.contains(part)))
+}
+
+/// A status patch podprobe built for a pod before it was deleted and
+/// recreated under the same name, and that reaches the API server after,
+/// must not land on the new pod (every patch carries the pod's UID and, in
+/// authority mode, its resourceVersion as preconditions). The race is forced
+/// for each recreation: the test freezes podprobe's way to the API server (an
+/// [`ApiProxy`]), lets the probe succeed so that podprobe builds its patch on
+/// the pod it knows and sends it into the proxy, deletes and recreates the
+/// pod and reports the new pod's container as the agent, and only then lets
+/// the held patch through. It must be rejected, and podprobe must then leave
+/// the new pod to the new pod's own verdicts.
 #[test]
 fn recreated_pod_never_receives_the_old_pods_status() {
-    const GENERATIONS: usize = 4;
+    const GENERATIONS: usize = 3;
     let mut rig = Rig::new("recreate");
-    let backend = rig.backend(true);
-    let stop = Arc::new(AtomicBool::new(false));
-    // Flips fast, so that podprobe has patches to send around each deletion.
-    let flipper = {
-        let (switch, stop) = (backend.switch.clone(), stop.clone());
-        rig.rt.spawn(async move {
-            while !stop.load(Ordering::SeqCst) {
-                switch.set(!switch.is_healthy());
-                tokio::time::sleep(Duration::from_millis(700)).await;
-            }
-        })
-    };
-    rig.start_podprobe();
+    // Failing: each generation is not ready until the race; the success is
+    // what podprobe writes about the old pod while it is being replaced.
+    let backend = rig.backend(false);
+    let proxy = rig.start_podprobe_behind_proxy();
+    let app = ["app".to_string()];
     let mut generations: Vec<(String, String)> = Vec::new();
-    let mut conflicts = 0;
-    for generation in 0..GENERATIONS {
-        if generation > 0 {
-            // Right after the previous generation's last agent write, while
-            // podprobe may still be patching it.
-            rig.force_delete("same");
-        }
-        let uid = rig.create_pod("same", &[("app", backend.port())], 1);
-        let prefix = format!("gen{generation}x");
-        let fake = rig.fake_containers(&["app"], &prefix);
-        generations.push((uid.clone(), prefix));
-        rig.agent_write("same", &fake, &[AgentState::default()]);
+    new_generation(&rig, backend.port(), &mut generations);
+    for _ in 1..GENERATIONS {
+        let (old_uid, _) = generations.last().cloned().expect("a generation");
         rig.wait_pod(
             "same",
-            "podprobe's ContainersReady",
+            "podprobe's not-ready verdict, nothing left to send",
             Duration::from_secs(20),
             |p| {
-                (p["metadata"]["uid"] == uid.as_str()
-                    && pod_condition(p, "ContainersReady").is_some())
-                .then_some(())
-                .ok_or("not yet".to_string())
+                (p["metadata"]["uid"] == old_uid.as_str())
+                    .then_some(())
+                    .ok_or("another uid".to_string())?;
+                let status = container_status(p, "app");
+                let seen = status.map(|s| (s["ready"].as_bool(), s["started"].as_bool()));
+                (seen == Some((Some(false), Some(true))))
+                    .then_some(())
+                    .ok_or(format!("app (ready, started) = {seen:?}"))?;
+                check_conditions(p, &app, &[false])
             },
         );
-        // Keep podprobe's patches of this pod in conflict and retry up to
-        // the deletion, then recreate at once.
-        let hammer_stop = Arc::new(AtomicBool::new(false));
-        let agent = rig.rt.spawn(hammer(
-            rig.pods.clone(),
-            "same".to_string(),
-            fake.clone(),
-            hammer_stop.clone(),
-            200,
-            Duration::from_millis(20),
-        ));
-        std::thread::sleep(Duration::from_secs(2));
-        hammer_stop.store(true, Ordering::SeqCst);
-        let report = rig.rt.block_on(agent).expect("agent");
-        conflicts += report.conflicts;
-        assert!(report.lost.is_empty(), "{}", report.lost.join("\n"));
+
+        let log_from = rig.podprobe().logs().len();
+        proxy.freeze();
+        backend.switch.set(true);
+        // successThreshold (1) × periodSeconds until the verdict, SLACK for
+        // the probe's phase and building the patch.
+        wait_for(
+            "podprobe's patch of the pod it knows, held by the proxy",
+            PERIOD + SLACK,
+            || {
+                let logs = rig.podprobe().logs();
+                let since = logs.get(log_from..).unwrap_or_default();
+                let success = logged(since, &["probe result changed", "result=Success"]);
+                match (success, proxy.held()) {
+                    (true, held) if held > 0 => Ok(()),
+                    seen => Err(format!("(readiness success logged, bytes held) = {seen:?}")),
+                }
+            },
+            || rig.diagnostics(),
+        );
+        // Whenever podprobe builds that patch before the thaw, it builds it on
+        // this generation: it cannot hear of the deletion.
+        rig.force_delete("same");
+        backend.switch.set(false);
+        new_generation(&rig, backend.port(), &mut generations);
+        let (new_uid, new_prefix) = generations.last().cloned().expect("a generation");
+
+        let log_from = rig.podprobe().logs().len();
+        proxy.thaw();
+        // The held request, its answer, one retry backoff and a fresh read,
+        // on a loaded machine.
+        let stale = wait_for(
+            "podprobe's held patch rejected and the recreated pod left alone",
+            Duration::from_secs(20),
+            || {
+                let seen = rig.recorder().snapshot();
+                let foreign: Vec<String> = held_versions(&seen, &new_uid, Instant::now())
+                    .into_iter()
+                    .flat_map(|(_, _, pod)| {
+                        foreign_status(pod, &new_prefix)
+                            .into_iter()
+                            .map(move |f| format!("resourceVersion {}: {f}", rv(pod)))
+                    })
+                    .collect();
+                if !foreign.is_empty() {
+                    return Ok(foreign);
+                }
+                let logs = rig.podprobe().logs();
+                let since = logs.get(log_from..).unwrap_or_default();
+                let rejected = since.contains("pod status patch conflicted")
+                    || since.contains("pod status patch failed");
+                let refused =
+                    since.contains("decision=UidChanged") || since.contains("decision=PodGone");
+                if rejected && refused {
+                    Ok(Vec::new())
+                } else {
+                    Err(format!(
+                        "podprobe's log since the thaw: patch rejected {rejected}, old pod refused {refused}"
+                    ))
+                }
+            },
+            || rig.diagnostics(),
+        );
+        assert!(
+            stale.is_empty(),
+            "the recreated pod (uid {new_uid}, containers {new_prefix}*) received the old pod's status (uid {old_uid}):\n{}\n{}",
+            stale.join("\n"),
+            rig.diagnostics()
+        );
     }
-    stop.store(true, Ordering::SeqCst);
-    rig.rt.block_on(flipper).expect("flipper");
     backend.switch.set(true);
     let (last_uid, _) = generations.last().cloned().expect("a generation");
     rig.wait_pod(
@@ -1532,7 +1791,7 @@ fn recreated_pod_never_receives_the_old_pods_status() {
             (p["metadata"]["uid"] == last_uid.as_str())
                 .then_some(())
                 .ok_or("another uid".to_string())?;
-            check_conditions(p, &["app".to_string()], &[true])
+            check_conditions(p, &app, &[true])
         },
     );
 
@@ -1544,36 +1803,23 @@ fn recreated_pod_never_receives_the_old_pods_status() {
     for (uid, prefix) in &generations {
         for (_, _, pod) in held_versions(&seen, uid, end) {
             count += 1;
-            let statuses = pod["status"]["containerStatuses"].as_array();
-            for status in statuses.into_iter().flatten() {
-                let id = status["containerID"].as_str().unwrap_or_default();
-                assert!(
-                    id.starts_with(&format!("containerd://{prefix}")),
-                    "pod uid {uid} (containers {prefix}*) holds container status {id} of another generation in resourceVersion {}:\n{pod:#}\n{}",
-                    rv(pod),
-                    rig.diagnostics()
-                );
-            }
-            let all_ready = statuses.is_some_and(|s| s.iter().all(|c| c["ready"] == true));
-            for type_ in ["Ready", "ContainersReady"] {
-                let truth = condition(pod, type_).map(|c| c.0);
-                assert!(
-                    truth.as_deref() != Some("True") || all_ready,
-                    "pod uid {uid}: {type_} True without its own containers ready in resourceVersion {}:\n{pod:#}\n{}",
-                    rv(pod),
-                    rig.diagnostics()
-                );
-            }
+            let foreign = foreign_status(pod, prefix);
+            assert!(
+                foreign.is_empty(),
+                "pod uid {uid} (containers {prefix}*) in resourceVersion {}: {}:\n{pod:#}\n{}",
+                rv(pod),
+                foreign.join("; "),
+                rig.diagnostics()
+            );
         }
     }
     let metrics = http_get(&rig.podprobe().listen_addr(), "/metrics").expect("/metrics");
     let logs = rig.podprobe().logs();
     eprintln!(
-        "recreate: {GENERATIONS} generations, {count} versions recorded, agent conflicts {conflicts}, \
-         podprobe patches {:?}; podprobe log: {} UidChanged, {} PodGone, {} UID preconditions failed",
+        "recreate: {GENERATIONS} generations, {count} versions recorded, podprobe patches {:?}; \
+         podprobe log: {} UidChanged, {} PodGone",
         metric_lines(&metrics, "podprobe_status_patches"),
         logs.matches("decision=UidChanged").count(),
         logs.matches("decision=PodGone").count(),
-        logs.matches("UID in precondition").count(),
     );
 }

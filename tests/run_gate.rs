@@ -18,6 +18,25 @@ use serde_json::{Value, json};
 
 const GATE: &str = "podprobe.io/ready";
 
+/// The real kubelet's node, where the scheduler puts the tests' pods: not
+/// the agent node of `hack/agent-node.sh` nor a node `run_authority`
+/// registers (both tainted, and either may come first in a list of nodes).
+fn kubelet_node() -> String {
+    let selector = "!podprobe.io/agent-node,!podprobe.io/test-node";
+    let name = cluster()
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            selector,
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .expect("list nodes");
+    assert!(!name.is_empty(), "no node matches {selector}");
+    name
+}
+
 /// One test's namespace, run ID and podprobe.
 struct Rig {
     ns: Namespace,
@@ -29,7 +48,7 @@ impl Rig {
     fn new() -> Rig {
         let run_id = unique_id();
         let ns = Namespace::create(&format!("podprobe-run-{run_id}"));
-        let podprobe = HostPodprobe::start("gate", &cluster().node_name(), &run_id);
+        let podprobe = HostPodprobe::start("gate", &kubelet_node(), &run_id);
         Rig {
             ns,
             run_id,
@@ -135,6 +154,19 @@ fn http_status(addr: &str, path: &str) -> Result<(), String> {
 
 const READINESS_FILE_PROBE: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}}}"#;
 
+/// How long after `/tmp/ready` is removed [`READINESS_FILE_PROBE`] must have
+/// turned the gate False: `failureThreshold` (3, the default) ×
+/// `periodSeconds` (1 s) = 3 s of failed probes, plus up to one period for
+/// the probe's phase, plus up to `timeoutSeconds` (1 s) for the last exec,
+/// plus 5 s of slack for the patch, the API server and the test's `kubectl
+/// get` on a loaded two-core machine.
+const GATE_FALSE_WITHIN: Duration = Duration::from_secs(3 + 1 + 1 + 5);
+
+/// How long after the gate turned False the kubelet must have turned `Ready`
+/// False: one pod sync after its watch delivers the gate's change, with the
+/// same slack.
+const READY_FOLLOWS_WITHIN: Duration = Duration::from_secs(10);
+
 #[test]
 fn readiness_exec_probe_flips_gate_and_ready_both_ways() {
     let rig = Rig::new();
@@ -212,7 +244,7 @@ fn restart_of_podprobe_does_not_flip_a_ready_pod() {
         "graceful exit on SIGTERM\n{}",
         rig.podprobe.logs()
     );
-    rig.podprobe = HostPodprobe::start("gate", &cluster().node_name(), &rig.run_id);
+    rig.podprobe = HostPodprobe::start("gate", &kubelet_node(), &rig.run_id);
     // Long enough for the new instance to list, probe and sync several times.
     for _ in 0..40 {
         let pod = rig.pod("steady").expect("get pod");
@@ -230,6 +262,13 @@ fn restart_of_podprobe_does_not_flip_a_ready_pod() {
         "{}",
         rig.diagnostics()
     );
+
+    // A restarted podprobe that did nothing would pass the checks above: the
+    // new instance (the old one has exited) must also react to the probe
+    // failing.
+    rig.exec("steady", &["rm", "/tmp/ready"]);
+    rig.wait_condition("steady", GATE, "False", GATE_FALSE_WITHIN);
+    rig.wait_condition("steady", "Ready", "False", READY_FOLLOWS_WITHIN);
 }
 
 #[test]

@@ -24,6 +24,17 @@ impl HostPodprobe {
     /// `node`, with the kubelet's CRI socket, listening on a free loopback
     /// port.
     pub fn start(mode: &str, node: &str, run_id: &str) -> HostPodprobe {
+        Self::start_with_kubeconfig(mode, node, run_id, &cluster().kubeconfig)
+    }
+
+    /// [`start`](Self::start) with another kubeconfig (one whose server is a
+    /// test's proxy in front of the API server, say).
+    pub fn start_with_kubeconfig(
+        mode: &str,
+        node: &str,
+        run_id: &str,
+        kubeconfig: &str,
+    ) -> HostPodprobe {
         let cluster = cluster();
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("podprobe.log");
@@ -32,7 +43,7 @@ impl HostPodprobe {
             .arg("run")
             .args(["--mode", mode])
             .args(["--node-name", node])
-            .args(["--kubeconfig", &cluster.kubeconfig])
+            .args(["--kubeconfig", kubeconfig])
             .args(["--cri-endpoint", &cluster.cri_endpoint()])
             .args(["--pod-selector", &format!("{TEST_RUN_LABEL}={run_id}")])
             .args(["--listen", "127.0.0.1:0"])
