@@ -18,25 +18,6 @@ use serde_json::{Value, json};
 
 const GATE: &str = "podprobe.io/ready";
 
-/// The real kubelet's node, where the scheduler puts the tests' pods: not
-/// the agent node of `hack/agent-node.sh` nor a node `run_authority`
-/// registers (both tainted, and either may come first in a list of nodes).
-fn kubelet_node() -> String {
-    let selector = "!podprobe.io/agent-node,!podprobe.io/test-node";
-    let name = cluster()
-        .kubectl(&[
-            "get",
-            "nodes",
-            "-l",
-            selector,
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ])
-        .expect("list nodes");
-    assert!(!name.is_empty(), "no node matches {selector}");
-    name
-}
-
 /// One test's namespace, run ID and podprobe.
 struct Rig {
     ns: Namespace,
@@ -48,7 +29,7 @@ impl Rig {
     fn new() -> Rig {
         let run_id = unique_id();
         let ns = Namespace::create(&format!("podprobe-run-{run_id}"));
-        let podprobe = HostPodprobe::start("gate", &kubelet_node(), &run_id);
+        let podprobe = HostPodprobe::start("gate", &cluster().node_name(), &run_id);
         Rig {
             ns,
             run_id,
@@ -244,7 +225,7 @@ fn restart_of_podprobe_does_not_flip_a_ready_pod() {
         "graceful exit on SIGTERM\n{}",
         rig.podprobe.logs()
     );
-    rig.podprobe = HostPodprobe::start("gate", &kubelet_node(), &rig.run_id);
+    rig.podprobe = HostPodprobe::start("gate", &cluster().node_name(), &rig.run_id);
     // Long enough for the new instance to list, probe and sync several times.
     for _ in 0..40 {
         let pod = rig.pod("steady").expect("get pod");

@@ -166,10 +166,24 @@ impl Cluster {
         kube::Client::try_from(config).expect("client for the cluster")
     }
 
-    /// The name of the (first) node.
+    /// The real kubelet's node, where the scheduler puts the tests' pods:
+    /// not the agent node of `hack/agent-node.sh` nor a node `run_authority`
+    /// registers (both tainted, and either may come first in a list of
+    /// nodes).
     pub fn node_name(&self) -> String {
-        self.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])
-            .expect("list nodes")
+        let selector = "!podprobe.io/agent-node,!podprobe.io/test-node";
+        let name = self
+            .kubectl(&[
+                "get",
+                "nodes",
+                "-l",
+                selector,
+                "-o",
+                "jsonpath={.items[0].metadata.name}",
+            ])
+            .expect("list nodes");
+        assert!(!name.is_empty(), "no node matches {selector}");
+        name
     }
 
     /// The kubelet's CRI endpoint, from `hack/local-cluster.sh status`
