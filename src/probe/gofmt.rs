@@ -10,8 +10,25 @@ use std::time::Duration;
 /// (`\a \b \f \n \r \t \v`), `\xNN` for other ASCII control bytes, and
 /// `\uNNNN` / `\UNNNNNNNN` for other characters Go does not print.
 pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+    go_quote_bytes(s.as_bytes())
+}
+
+/// [`go_quote`] of bytes that need not be UTF-8, as Go quotes a string
+/// holding any bytes: each byte of an invalid sequence as `\xNN`.
+pub(crate) fn go_quote_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 2);
     out.push('"');
+    for chunk in bytes.utf8_chunks() {
+        quote_chars(&mut out, chunk.valid());
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn quote_chars(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -36,8 +53,6 @@ pub(crate) fn go_quote(s: &str) -> String {
             }
         }
     }
-    out.push('"');
-    out
 }
 
 /// Go's `unicode.IsPrint`: letters, marks, numbers, punctuation, symbols and
@@ -140,6 +155,13 @@ pub(crate) fn go_code_name(code: tonic::Code) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotes_invalid_utf8_byte_by_byte_like_go() {
+        assert_eq!(go_quote_bytes(b"%a\xc3"), "\"%a\\xc3\"");
+        assert_eq!(go_quote_bytes("caf\u{e9}\n".as_bytes()), "\"caf\u{e9}\\n\"");
+        assert_eq!(go_quote_bytes(b"\xff\xfe"), "\"\\xff\\xfe\"");
+    }
 
     #[test]
     fn quotes_like_go_strconv_quote() {

@@ -20,7 +20,7 @@ pub mod tcp;
 use std::fmt;
 
 pub use gofmt::go_duration;
-pub(crate) use gofmt::go_quote;
+pub(crate) use gofmt::{go_quote, go_quote_bytes};
 pub use prober::{ProbeEvent, ProbeTarget, ProbeVerdict, Prober};
 pub use spec::{Handler, ProbeSpec, SpecError};
 

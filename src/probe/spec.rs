@@ -27,7 +27,9 @@ use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
 use super::go_quote;
 
-pub use self::expand::{env_map, expand, expand_command};
+pub use self::expand::{
+    CommandTooLong, MAX_EXPANDED_COMMAND_BYTES, env_map, expand, expand_command,
+};
 pub use self::port::{AtoiFailure, PortError, resolve_container_port};
 
 /// A probe after defaulting, validation and resolution.
@@ -283,7 +285,14 @@ fn build_handler(
             command: expand_command(
                 exec.command.as_deref().unwrap_or_default(),
                 container.env.as_deref().unwrap_or_default(),
-            ),
+            )
+            .map_err(|CommandTooLong| {
+                FieldError::too_long(
+                    format!("{root}.exec.command"),
+                    MAX_EXPANDED_COMMAND_BYTES,
+                    "once `$(VAR)` references are expanded from the container's env",
+                )
+            })?,
         }),
         Some(HandlerRef::HttpGet(http)) => Handler::HttpGet(HttpGetAction {
             scheme: match http.scheme.as_deref() {

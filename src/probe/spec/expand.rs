@@ -6,11 +6,32 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::EnvVar;
 
+/// The most bytes an expanded exec command may hold, all arguments
+/// together: Linux's `ARG_MAX` with the default 8 MiB stack (a quarter of
+/// it). A longer command cannot be exec'd in the container under the
+/// kubelet either (`E2BIG`), so refusing it turns away no probe that could
+/// ever succeed, and it bounds what a `$(VAR)` bomb (one large variable
+/// referenced thousands of times) can make podprobe allocate.
+pub const MAX_EXPANDED_COMMAND_BYTES: usize = 2 * 1024 * 1024;
+
+/// A command whose expansion would pass [`MAX_EXPANDED_COMMAND_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandTooLong;
+
 /// Expands every element of `command` on its own, with the variables of
-/// `env` (E1). An empty command stays empty.
-pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
+/// `env` (E1). An empty command stays empty. Stops, without allocating
+/// more, as soon as the expansion would pass [`MAX_EXPANDED_COMMAND_BYTES`].
+pub fn expand_command(command: &[String], env: &[EnvVar]) -> Result<Vec<String>, CommandTooLong> {
     let vars = env_map(env);
-    command.iter().map(|arg| expand(arg, &vars)).collect()
+    let mut left = MAX_EXPANDED_COMMAND_BYTES;
+    command
+        .iter()
+        .map(|arg| {
+            let expanded = expand_within(arg, &vars, left)?;
+            left -= expanded.len();
+            Ok(expanded)
+        })
+        .collect()
 }
 
 /// The variables a command can see: every `env` entry by name with its
@@ -36,33 +57,62 @@ pub fn env_map(env: &[EnvVar]) -> HashMap<&str, &str> {
 /// a rune, which mangles a multi-byte character there (`$é`) into invalid
 /// UTF-8; here such text is kept as written.
 pub fn expand(input: &str, vars: &HashMap<&str, &str>) -> String {
-    let mut out = String::with_capacity(input.len());
+    expand_within(input, vars, usize::MAX).unwrap_or_default()
+}
+
+/// [`expand`], or [`CommandTooLong`] as soon as the result would pass
+/// `limit` bytes.
+fn expand_within(
+    input: &str,
+    vars: &HashMap<&str, &str>,
+    limit: usize,
+) -> Result<String, CommandTooLong> {
+    let mut out = Bounded {
+        text: String::with_capacity(input.len().min(limit)),
+        limit,
+    };
     let mut rest = input;
     while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
+        out.push(&rest[..at])?;
         let after = &rest[at + 1..];
         rest = if let Some(escaped) = after.strip_prefix('$') {
-            out.push('$');
+            out.push("$")?;
             escaped
         } else if let Some((name, tail)) = after.strip_prefix('(').and_then(|r| r.split_once(')')) {
             match vars.get(name) {
-                Some(value) => out.push_str(value),
+                Some(value) => out.push(value)?,
                 None => {
-                    out.push_str("$(");
-                    out.push_str(name);
-                    out.push(')');
+                    out.push("$(")?;
+                    out.push(name)?;
+                    out.push(")")?;
                 }
             }
             tail
         } else {
             // Not a reference, or one without its `)`: the `$` is plain
             // text and scanning goes on from the character after it.
-            out.push('$');
+            out.push("$")?;
             after
         };
     }
-    out.push_str(rest);
-    out
+    out.push(rest)?;
+    Ok(out.text)
+}
+
+/// A string that refuses to grow past `limit` bytes.
+struct Bounded {
+    text: String,
+    limit: usize,
+}
+
+impl Bounded {
+    fn push(&mut self, s: &str) -> Result<(), CommandTooLong> {
+        if s.len() > self.limit - self.text.len() {
+            return Err(CommandTooLong);
+        }
+        self.text.push_str(s);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -156,7 +206,7 @@ mod tests {
     #[test]
     fn e1_each_element_expanded_independently() {
         let env = [literal("PORT", "8080"), literal("HOST", "db")];
-        let got = expand_command(
+        let got = expanded(
             &strings(&["sh", "-c", "nc -z $(HOST) $(PORT)", "$(PORT", ")"]),
             &env,
         );
@@ -166,14 +216,14 @@ mod tests {
 
     #[test]
     fn e1_empty_command_stays_empty() {
-        assert!(expand_command(&[], &[literal("A", "a")]).is_empty());
+        assert!(expanded(&[], &[literal("A", "a")]).is_empty());
     }
 
     #[test]
     fn e2_value_from_expands_to_empty() {
         let env = [from_field("POD_IP")];
         assert_eq!(
-            expand_command(&strings(&["ping", "-c1", "x$(POD_IP)x"]), &env),
+            expanded(&strings(&["ping", "-c1", "x$(POD_IP)x"]), &env),
             strings(&["ping", "-c1", "xx"])
         );
     }
@@ -181,22 +231,16 @@ mod tests {
     #[test]
     fn e2_later_duplicate_wins() {
         let env = [literal("A", "first"), literal("A", "second")];
-        assert_eq!(
-            expand_command(&strings(&["$(A)"]), &env),
-            strings(&["second"])
-        );
+        assert_eq!(expanded(&strings(&["$(A)"]), &env), strings(&["second"]));
         let env = [literal("A", "first"), from_field("A")];
-        assert_eq!(
-            expand_command(&strings(&["[$(A)]"]), &env),
-            strings(&["[]"])
-        );
+        assert_eq!(expanded(&strings(&["[$(A)]"]), &env), strings(&["[]"]));
     }
 
     #[test]
     fn e2_unknown_name_kept_literally() {
         let env = [literal("A", "a")];
         assert_eq!(
-            expand_command(&strings(&["$(B)", "$(a)", "$(A)"]), &env),
+            expanded(&strings(&["$(B)", "$(a)", "$(A)"]), &env),
             strings(&["$(B)", "$(a)", "a"])
         );
     }
@@ -204,7 +248,7 @@ mod tests {
     #[test]
     fn e2_escapes_and_incomplete_references() {
         let env = [literal("A", "a")];
-        let got = expand_command(
+        let got = expanded(
             &strings(&["$$(A)", "$(A", "$()", "$", "$x", "cost: 5$"]),
             &env,
         );
@@ -215,8 +259,33 @@ mod tests {
     fn e2_non_ascii_text_is_kept() {
         let env = [literal("GREETING", "grüß")];
         assert_eq!(
-            expand_command(&strings(&["$(GREETING) 世界 $é"]), &env),
+            expanded(&strings(&["$(GREETING) 世界 $é"]), &env),
             strings(&["grüß 世界 $é"])
         );
+    }
+
+    fn expanded(command: &[String], env: &[EnvVar]) -> Vec<String> {
+        expand_command(command, env).expect("within the limit")
+    }
+
+    #[test]
+    fn an_expansion_bomb_is_refused_without_being_built() {
+        // 100 KB referenced 2,000 times: 200 MB if expanded.
+        let big = "x".repeat(100_000);
+        let env = [literal("A", &big)];
+        let bomb = vec!["$(A) ".repeat(2_000)];
+        assert_eq!(expand_command(&bomb, &env), Err(CommandTooLong));
+        // Across arguments too.
+        let many = vec!["$(A)".to_string(); 21];
+        assert_eq!(expand_command(&many, &env), Err(CommandTooLong));
+        // Exactly at the limit is fine.
+        let env = [literal("B", &"y".repeat(MAX_EXPANDED_COMMAND_BYTES / 2))];
+        let two = strings(&["$(B)", "$(B)"]);
+        assert_eq!(
+            expand_command(&two, &env).map(|c| c.concat().len()),
+            Ok(MAX_EXPANDED_COMMAND_BYTES)
+        );
+        let three = strings(&["$(B)", "$(B)", "z"]);
+        assert_eq!(expand_command(&three, &env), Err(CommandTooLong));
     }
 }

@@ -726,3 +726,23 @@ fn h19_accepted_probe_with_an_undeclared_port_name_keeps_the_port_error() {
     let invalid = accepted(json!({"tcpSocket": {"port": "admin"}, "periodSeconds": -1}));
     assert!(invalid.is_err(), "{invalid:?}");
 }
+
+#[test]
+fn an_exec_command_too_long_once_expanded_is_a_field_error() {
+    let mut container = app();
+    container.env = Some(vec![
+        serde_json::from_value(json!({"name": "A", "value": "x".repeat(100_000)}))
+            .expect("env var"),
+    ]);
+    let bomb = probe(json!({"exec": {"command": ["sh", "-c", "$(A) ".repeat(2_000)]}}));
+    let error = normalize(ProbeKind::Readiness, &bomb, &container)
+        .expect_err("a 200 MB command is refused")
+        .to_string();
+    assert!(
+        error.contains(
+            "readinessProbe.exec.command: Too long: may not be more than 2097152 bytes \
+             (once `$(VAR)` references are expanded from the container's env)"
+        ),
+        "{error}"
+    );
+}

@@ -60,6 +60,14 @@ impl FieldError {
         }
     }
 
+    /// The API server's `field.TooLong` wording, with what was measured.
+    pub(super) fn too_long(field: String, max_bytes: usize, detail: &str) -> Self {
+        FieldError {
+            field,
+            message: format!("Too long: may not be more than {max_bytes} bytes ({detail})"),
+        }
+    }
+
     fn not_supported(field: String, value: &str, supported: &[&str]) -> Self {
         let supported: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
         FieldError {
