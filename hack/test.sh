@@ -147,7 +147,7 @@ k8s_pid=$!
 
 phase fmt cargo fmt --check
 phase clippy cargo clippy --locked --all-targets -- -D warnings
-phase build-tests cargo test --locked --no-run
+phase build-tests cargo test --locked --no-fail-fast --no-run
 phase build-release cargo build --locked --release --bin podprobe
 
 k8s_rc=0

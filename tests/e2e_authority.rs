@@ -1034,8 +1034,8 @@ mod settled {
     #[test]
     fn the_first_version_that_lasted_stands_for_the_phase() {
         let t0 = Instant::now();
-        // 2 is the agent's write, 30 ms before podprobe's: both match, the
-        // lasting one stands.
+        // The version at 500 ms is the agent's write, 30 ms before
+        // podprobe's: both match, the lasting one (index 2) stands.
         let v = versions(t0, &[(0, 0), (500, 1), (530, 1), (5000, 1), (6000, 2)]);
         assert_eq!(settled(&v, &is(1), t0 + MS * 7000), Settled::Met(2));
     }

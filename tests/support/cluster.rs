@@ -348,7 +348,9 @@ pub struct PodVersion {
 /// slip between two polls.
 pub struct PodWatch {
     child: std::process::Child,
-    versions: std::sync::mpsc::Receiver<PodVersion>,
+    /// Each version, or why the watch's output could not be read (kubectl
+    /// may still be running then).
+    versions: std::sync::mpsc::Receiver<Result<PodVersion, String>>,
     /// kubectl's stderr, read to its end by a thread of its own.
     stderr: std::sync::Mutex<Option<std::thread::JoinHandle<String>>>,
 }
@@ -374,7 +376,13 @@ impl PodWatch {
             let events = serde_json::Deserializer::from_reader(std::io::BufReader::new(stdout))
                 .into_iter::<Value>();
             for event in events {
-                let Ok(mut event) = event else { break };
+                let mut event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        let _ = send.send(Err(format!("unreadable watch output: {e}")));
+                        break;
+                    }
+                };
                 if !matches!(event["type"].as_str(), Some("ADDED" | "MODIFIED")) {
                     continue;
                 }
@@ -382,7 +390,7 @@ impl PodWatch {
                     at: Instant::now(),
                     pod: event["object"].take(),
                 };
-                if send.send(version).is_err() {
+                if send.send(Ok(version)).is_err() {
                     break;
                 }
             }
@@ -406,7 +414,7 @@ impl PodWatch {
         use std::sync::mpsc::RecvTimeoutError;
         let wait = deadline.saturating_duration_since(Instant::now());
         match self.versions.recv_timeout(wait) {
-            Ok(version) => Ok(Some(version)),
+            Ok(version) => version.map(Some),
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => {
                 // Its stdout is closed: kubectl has exited, or is exiting.
