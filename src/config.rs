@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 use crate::cri::DEFAULT_ENDPOINT;
+use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
 use crate::status::Mode;
 
 /// Default address of `/healthz`, `/readyz` and `/metrics`.
@@ -68,6 +69,34 @@ pub struct RunArgs {
     /// `info,podprobe::worker=debug`).
     #[arg(long, env = "RUST_LOG", value_name = "FILTER", default_value = "info")]
     pub log_level: String,
+
+    /// Comma-separated host names and CIDRs a probe may target beyond the
+    /// pod's own IP. In gate mode an annotated probe's `host` must match an
+    /// entry (a name exactly, an IP inside a CIDR), else the annotation is
+    /// refused; its CIDRs also exempt addresses from
+    /// --deny-probe-destinations (e.g. `169.254.20.10` for a node-local DNS
+    /// cache). Default: none.
+    #[arg(
+        long,
+        env = "PODPROBE_ALLOW_PROBE_HOSTS",
+        value_name = "HOSTS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub allow_probe_hosts: Vec<String>,
+
+    /// Comma-separated CIDRs no probe may connect to, checked after DNS and
+    /// for every redirect. Default in gate mode: loopback, link-local and
+    /// unspecified addresses (127.0.0.0/8, ::1/128, 169.254.0.0/16,
+    /// fe80::/10, 0.0.0.0/8, ::/128); in authority mode none, as the kubelet.
+    /// An empty value denies nothing.
+    #[arg(
+        long,
+        env = "PODPROBE_DENY_PROBE_DESTINATIONS",
+        value_name = "CIDRS",
+        value_delimiter = ','
+    )]
+    pub deny_probe_destinations: Option<Vec<String>>,
 }
 
 /// `--mode`.
@@ -96,6 +125,8 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     pub log_format: LogFormat,
     pub log_filter: String,
+    /// Where probes may connect and which annotated hosts are accepted.
+    pub destinations: Destinations,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -117,6 +148,10 @@ pub enum ConfigError {
     PodSelector { selector: String, problem: String },
     #[error("--log-level (RUST_LOG) {filter:?}: {problem}")]
     LogFilter { filter: String, problem: String },
+    #[error("--allow-probe-hosts (PODPROBE_ALLOW_PROBE_HOSTS): {0}")]
+    AllowProbeHosts(CidrError),
+    #[error("--deny-probe-destinations (PODPROBE_DENY_PROBE_DESTINATIONS): {0}")]
+    DenyProbeDestinations(CidrError),
 }
 
 impl RunArgs {
@@ -152,7 +187,20 @@ impl RunArgs {
                 problem: e.to_string(),
             });
         }
+        let allowed = non_empty(&self.allow_probe_hosts)
+            .map(str::parse::<AllowedHost>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ConfigError::AllowProbeHosts)?;
+        let denied = match &self.deny_probe_destinations {
+            Some(cidrs) => non_empty(cidrs)
+                .map(str::parse::<Cidr>)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(ConfigError::DenyProbeDestinations)?,
+            None if mode == Mode::Gate => Destinations::node_local(),
+            None => Vec::new(),
+        };
         Ok(Config {
+            destinations: Destinations::new(allowed, denied),
             node_name: self.node_name,
             mode,
             cri_endpoint: self.cri_endpoint,
@@ -171,6 +219,12 @@ impl Config {
     pub fn field_selector(&self) -> String {
         format!("spec.nodeName={}", self.node_name)
     }
+}
+
+/// The entries of a comma-separated list flag, trimmed, without empty ones
+/// (so that an empty value is an empty list).
+fn non_empty(entries: &[String]) -> impl Iterator<Item = &str> {
+    entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty())
 }
 
 /// RFC 1123 subdomain, as node names are validated by the API server.
@@ -280,6 +334,37 @@ mod tests {
         assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
         assert_eq!(config.pod_selector, None);
         assert_eq!(config.field_selector(), "spec.nodeName=node-1");
+    }
+
+    #[test]
+    fn probe_destinations_default_by_mode_and_parse_strictly() {
+        let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let gate = args(&[]).validate().expect("valid");
+        assert!(gate.destinations.check(local).is_err());
+        assert!(!gate.destinations.allows_host("10.0.0.1"));
+        let authority = args(&["--mode", "authority"]).validate().expect("valid");
+        assert_eq!(authority.destinations, Destinations::default());
+        let open = args(&["--deny-probe-destinations="])
+            .validate()
+            .expect("valid");
+        assert_eq!(open.destinations, Destinations::default());
+        let allowing = args(&["--allow-probe-hosts", "10.0.0.0/8, db.internal,127.0.0.1"])
+            .validate()
+            .expect("valid");
+        assert!(allowing.destinations.allows_host("db.internal"));
+        assert_eq!(allowing.destinations.check(local), Ok(()));
+        let err = args(&["--deny-probe-destinations", "10.0.0.0/40"])
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--deny-probe-destinations (PODPROBE_DENY_PROBE_DESTINATIONS): invalid CIDR \
+             \"10.0.0.0/40\": prefix length out of range (at most 32 for IPv4, 128 for IPv6)"
+        );
+        let err = args(&["--allow-probe-hosts", "10.0.0.0/x"])
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::AllowProbeHosts(_)), "{err}");
     }
 
     #[test]

@@ -37,10 +37,13 @@ use crate::metrics::{Metrics, PatchOutcome};
 use crate::pods::{self, PodCache, PodEvent, all_container_statuses, with_started};
 use crate::probe::Prober;
 use crate::probe::SpecError;
+use crate::probe::destinations::Destinations;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::{CriState, Health, Server};
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
-use crate::status::{AnnotatedProbes, ContainerProbeView, Mode, PROBES_ANNOTATION, pod_probes};
+use crate::status::{
+    AnnotatedProbes, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts, pod_probes,
+};
 use crate::takeover;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
 
@@ -165,7 +168,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
     let observer: Arc<dyn ProbeObserver> =
         Arc::new(Telemetry::new(metrics.clone(), events.clone()));
-    let prober = Prober::new(&config.kube_probe_version, Some(cri.clone()));
+    let prober = Prober::new(&config.kube_probe_version, Some(cri.clone()))
+        .with_destinations(config.destinations.clone());
     let (caches, receivers) = ProbeCaches::new();
     let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer);
     let patcher = Patcher::new(
@@ -203,6 +207,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let pod_events = pods::watch(all_pods, watcher_config(&config), cache.clone());
     let daemon = Daemon {
         mode: config.mode,
+        destinations: config.destinations.clone(),
         manager,
         patcher,
         cri,
@@ -339,6 +344,8 @@ struct Probes {
 
 struct Daemon {
     mode: Mode,
+    /// Gate mode checks annotated probe hosts against it.
+    destinations: Destinations,
     manager: Manager,
     patcher: Patcher<KubeStatusApi>,
     cri: CriClient,
@@ -469,7 +476,9 @@ impl Daemon {
     }
 
     fn parse(&self, pod: &Pod) -> Option<Probes> {
-        match pod_probes(pod) {
+        let checked = pod_probes(pod)
+            .and_then(|annotated| check_hosts(&annotated, &self.destinations).map(|()| annotated));
+        match checked {
             Ok(annotated) => Some(gate_probes(pod, annotated)),
             Err(error) => {
                 tracing::warn!(

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use podprobe::KUBE_PROBE_VERSION;
+use podprobe::probe::destinations::Destinations;
 use podprobe::probe::{Outcome, ProbeResult, grpc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -29,9 +30,16 @@ fn user_agent() -> String {
 }
 
 async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
-    grpc::probe(host, port, service, timeout, &user_agent())
-        .await
-        .expect("gRPC probes report failures as results, never as errors")
+    grpc::probe(
+        host,
+        port,
+        service,
+        timeout,
+        &user_agent(),
+        &Destinations::default(),
+    )
+    .await
+    .expect("gRPC probes report failures as results, never as errors")
 }
 
 fn failure(output: impl Into<String>) -> Outcome {
@@ -365,4 +373,24 @@ async fn g5_empty_host_dials_the_local_system() {
             "timeout: failed to connect service \":{port}\" within 500ms: context deadline exceeded"
         ))
     );
+}
+
+#[tokio::test]
+async fn a_denied_pod_address_fails_at_once_without_a_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let denied = Destinations::new(Vec::new(), Destinations::node_local());
+    let outcome = grpc::probe("127.0.0.1", port, "", TIMEOUT, &user_agent(), &denied)
+        .await
+        .expect("never an error");
+    assert_eq!(outcome.result, ProbeResult::Failure);
+    assert!(
+        outcome.output.starts_with(&format!(
+            "dial tcp 127.0.0.1:{port}: destination 127.0.0.1 is refused by podprobe"
+        )),
+        "{}",
+        outcome.output
+    );
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(accepted.is_err(), "the probe connected");
 }

@@ -7,6 +7,7 @@ mod support {
 
 use std::time::Duration;
 
+use podprobe::probe::destinations::Destinations;
 use podprobe::probe::http::probe;
 use podprobe::probe::spec::{Handler, HttpGetAction, Scheme};
 use podprobe::probe::{
@@ -37,7 +38,14 @@ fn with_headers(mut action: HttpGetAction, headers: &[(&str, &str)]) -> HttpGetA
 }
 
 async fn run(action: &HttpGetAction) -> Attempt {
-    probe(action, "127.0.0.1", TIMEOUT, USER_AGENT).await
+    probe(
+        action,
+        "127.0.0.1",
+        TIMEOUT,
+        USER_AGENT,
+        &Destinations::default(),
+    )
+    .await
 }
 
 async fn outcome(action: &HttpGetAction) -> Outcome {
@@ -361,6 +369,7 @@ async fn h10_h16_slow_headers_time_out_as_failure() {
         "127.0.0.1",
         Duration::from_millis(300),
         USER_AGENT,
+        &Destinations::default(),
     )
     .await
     .unwrap();
@@ -499,9 +508,15 @@ async fn h18_unbuildable_request_is_an_unknown_error() {
 #[tokio::test]
 async fn h2_h4_ipv6_pod_ip_is_bracketed() {
     let server = TestServer::start("[::1]:0", |_| reply(200, b"v6")).await;
-    let got = probe(&action(server.port(), "/"), "::1", TIMEOUT, USER_AGENT)
-        .await
-        .unwrap();
+    let got = probe(
+        &action(server.port(), "/"),
+        "::1",
+        TIMEOUT,
+        USER_AGENT,
+        &Destinations::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(got, Outcome::new(ProbeResult::Success, "v6"));
     let host = format!("[::1]:{}", server.port());
     assert_eq!(server.received()[0].header("Host"), [host.as_str()]);
@@ -569,4 +584,38 @@ async fn h16_https_to_a_plain_http_server_fails_like_go() {
         server.port()
     );
     assert_eq!(got, Outcome::new(ProbeResult::Failure, expected));
+}
+
+/// A policy denying the node-local networks, as gate mode's default.
+fn node_local_denied() -> Destinations {
+    Destinations::new(Vec::new(), Destinations::node_local())
+}
+
+#[tokio::test]
+async fn a_denied_destination_is_never_connected_to_even_by_name() {
+    let server = answering(200, b"secret").await;
+    // The name and the IPv4-mapped IPv6 form reach the same listener.
+    for host in ["127.0.0.1", "localhost", "::ffff:127.0.0.1"] {
+        let action = HttpGetAction {
+            host: Some(host.to_string()),
+            ..action(server.port(), "/")
+        };
+        let got = probe(
+            &action,
+            "10.0.0.1",
+            TIMEOUT,
+            USER_AGENT,
+            &node_local_denied(),
+        )
+        .await
+        .expect("a refused destination is a failure, not an error");
+        assert_eq!(got.result, ProbeResult::Failure, "{host}: {got:?}");
+        assert!(
+            got.output
+                .contains("is refused by podprobe: it is in 127.0.0.0/8"),
+            "{host}: {}",
+            got.output
+        );
+    }
+    assert_eq!(server.connections(), 0, "the server was reached");
 }

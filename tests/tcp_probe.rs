@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use podprobe::probe::destinations::Destinations;
 use podprobe::probe::dial::{PROBE_LINGER, dial};
 use podprobe::probe::{Outcome, ProbeResult, tcp};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -11,7 +12,7 @@ use tokio::time::{Instant, timeout};
 const TIMEOUT: Duration = Duration::from_secs(1);
 
 async fn probe(host: &str, port: u16, timeout: Duration) -> Outcome {
-    tcp::probe(host, port, timeout)
+    tcp::probe(host, port, timeout, &Destinations::default())
         .await
         .expect("TCP probes report failures as results, never as errors")
 }
@@ -139,9 +140,14 @@ async fn t2_connect_timeout_is_failure_with_io_timeout() {
 #[tokio::test]
 async fn t3_probe_socket_lingers_one_second() {
     let addr = accepting_listener("127.0.0.1:0").await;
-    let stream = dial("127.0.0.1", addr.port(), Instant::now() + TIMEOUT)
-        .await
-        .expect("dial the listener");
+    let stream = dial(
+        "127.0.0.1",
+        addr.port(),
+        Instant::now() + TIMEOUT,
+        &Destinations::default(),
+    )
+    .await
+    .expect("dial the listener");
     let linger = stream.get_ref().linger().expect("read SO_LINGER");
     assert_eq!(linger, Some(PROBE_LINGER));
     assert_eq!(PROBE_LINGER, Duration::from_secs(1));
@@ -152,8 +158,38 @@ async fn t3_probe_socket_lingers_one_second() {
 #[tokio::test]
 async fn probe_socket_sets_tcp_nodelay_like_go() {
     let addr = accepting_listener("127.0.0.1:0").await;
-    let stream = dial("127.0.0.1", addr.port(), Instant::now() + TIMEOUT)
-        .await
-        .expect("dial the listener");
+    let stream = dial(
+        "127.0.0.1",
+        addr.port(),
+        Instant::now() + TIMEOUT,
+        &Destinations::default(),
+    )
+    .await
+    .expect("dial the listener");
     assert!(stream.get_ref().nodelay().expect("read TCP_NODELAY"));
+}
+
+#[tokio::test]
+async fn a_denied_destination_is_refused_without_a_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback listener");
+    let port = listener.local_addr().expect("listener address").port();
+    let denied = Destinations::new(Vec::new(), Destinations::node_local());
+    let outcome = tcp::probe("127.0.0.1", port, TIMEOUT, &denied)
+        .await
+        .expect("never an error");
+    assert_eq!(
+        outcome,
+        Outcome::new(
+            ProbeResult::Failure,
+            format!(
+                "dial tcp 127.0.0.1:{port}: destination 127.0.0.1 is refused by podprobe: it is \
+                 in 127.0.0.0/8, which --deny-probe-destinations denies and --allow-probe-hosts \
+                 does not allow"
+            )
+        )
+    );
+    let accepted = timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(accepted.is_err(), "the probe connected: {accepted:?}");
 }

@@ -5,17 +5,26 @@
 //!
 //! Like Go's serial dialer, a host name is resolved and its addresses are
 //! tried in order, each with a share of the remaining time, and the first
-//! error is the one reported.
+//! error is the one reported. Every address is checked against the
+//! operator's [`Destinations`] policy before it is dialled, so neither a
+//! name that resolves to the node nor a redirect can reach a denied address.
+//!
+//! Name lookups run the system resolver on tokio's blocking pool; at most
+//! [`MAX_CONCURRENT_LOOKUPS`] run at once, so names that resolve slowly (a
+//! pod author may choose them) cannot take every blocking thread.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout_at};
+
+use super::destinations::{DestinationDenied, Destinations};
 
 /// The linger time the kubelet sets on probe sockets (T3): long enough for a
 /// clean FIN, short enough that the socket does not hold a port for 60 s.
@@ -24,6 +33,13 @@ pub const PROBE_LINGER: Duration = Duration::from_secs(1);
 /// Go never gives one address less than this share of the remaining time
 /// when a name resolves to several addresses.
 const MIN_SHARE_PER_ADDRESS: Duration = Duration::from_secs(2);
+
+/// Name lookups in progress at once, node-wide. A lookup holds its slot
+/// until the resolver returns, even when its probe has given up on it,
+/// because the blocking thread is busy until then.
+pub const MAX_CONCURRENT_LOOKUPS: usize = 16;
+
+static LOOKUP_SLOTS: Semaphore = Semaphore::const_new(MAX_CONCURRENT_LOOKUPS);
 
 /// A failed dial. `Display` gives Go's `net.OpError` text, e.g.
 /// `dial tcp 127.0.0.1:1: connect: connection refused`.
@@ -43,16 +59,32 @@ pub enum DialError {
     /// The deadline passed before `addr` accepted the connection.
     #[error("dial tcp {addr}: i/o timeout")]
     Timeout { addr: SocketAddr },
+    /// The destination policy refuses `addr`; nothing was sent to it.
+    #[error("dial tcp {addr}: {denied}")]
+    Denied {
+        addr: SocketAddr,
+        denied: DestinationDenied,
+    },
 }
 
-/// Connects to `host:port` before `deadline` with the probe socket options.
+/// Connects to `host:port` before `deadline` with the probe socket options,
+/// to an address `destinations` allows.
 ///
 /// `host` may be an IP literal (no lookup), a name (resolved with the
 /// system resolver) or empty, which Go takes to mean the local system.
-pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<ProbeStream, DialError> {
+pub async fn dial(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    destinations: &Destinations,
+) -> Result<ProbeStream, DialError> {
     let addrs = resolve(host, port, deadline).await?;
     let mut first_error = None;
     for (tried, &addr) in addrs.iter().enumerate() {
+        if let Err(denied) = destinations.check(addr.ip()) {
+            first_error.get_or_insert(DialError::Denied { addr, denied });
+            continue;
+        }
         let Some(attempt_deadline) =
             share_of_deadline(Instant::now(), deadline, addrs.len() - tried)
         else {
@@ -81,11 +113,25 @@ async fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketA
         host: host.to_owned(),
         reason,
     };
-    match timeout_at(deadline, tokio::net::lookup_host((host, port))).await {
+    let lookup = async {
+        let slot = LOOKUP_SLOTS
+            .acquire()
+            .await
+            .map_err(|_| io::Error::other("lookups are shut down"))?;
+        let name = host.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            (name.as_str(), port)
+                .to_socket_addrs()
+                .map(Iterator::collect::<Vec<_>>)
+        })
+        .await
+        .map_err(io::Error::other)?
+    };
+    match timeout_at(deadline, lookup).await {
         Err(_) => Err(lookup_error("i/o timeout".to_owned())),
         Ok(Err(error)) => Err(lookup_error(go_lookup_text(&error))),
         Ok(Ok(addrs)) => {
-            let addrs: Vec<SocketAddr> = addrs.collect();
             if addrs.is_empty() {
                 Err(no_such_host(host))
             } else {

@@ -11,6 +11,7 @@
 //! the kubelet, not in an immediate connection error.
 
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -25,6 +26,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+use super::destinations::Destinations;
 use super::dial::{DialError, ProbeStream, dial};
 use super::tap::{ReadObserver, ReadTap};
 use super::{Attempt, Outcome, ProbeResult, go_duration, join_host_port};
@@ -43,21 +45,31 @@ const FRAME_TYPE_SETTINGS: u8 = 0x4;
 
 /// Checks `service` (empty: the whole server) on `host:port`, sending
 /// `User-Agent: <user_agent>`, with one deadline of `timeout` over connecting
-/// and the RPC.
+/// and the RPC; a `host` that `destinations` denies fails at once.
 pub async fn probe(
     host: &str,
     port: u16,
     service: &str,
     timeout: Duration,
     user_agent: &str,
+    destinations: &Destinations,
 ) -> Attempt {
     let addr = join_host_port(host, port);
     let deadline = Instant::now() + timeout;
+    // The connector checks every address it dials too, but a refused dial
+    // would only show as the deadline grpc-go reports; say why instead.
+    if let Ok(ip) = host.parse::<IpAddr>()
+        && let Err(denied) = destinations.check(ip)
+    {
+        let addr = SocketAddr::new(ip, port);
+        let error = DialError::Denied { addr, denied };
+        return Ok(Outcome::new(ProbeResult::Failure, error.to_string()));
+    }
     let endpoint = match endpoint(&addr, user_agent) {
         Ok(endpoint) => endpoint,
         Err(error) => return Ok(connect_error_outcome(&addr, &error)),
     };
-    let Some(channel) = connect(&endpoint, host, port, deadline).await else {
+    let Some(channel) = connect(&endpoint, host, port, deadline, destinations).await else {
         tracing::debug!(addr, service, "gRPC probe could not connect in time");
         return Ok(connect_timeout_outcome(&addr, timeout));
     };
@@ -74,12 +86,18 @@ fn endpoint(addr: &str, user_agent: &str) -> Result<Endpoint, tonic::transport::
 
 /// Connects as grpc-go's blocking dial does; `None` when `deadline` passes
 /// first.
-async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) -> Option<Channel> {
+async fn connect(
+    endpoint: &Endpoint,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    destinations: &Destinations,
+) -> Option<Channel> {
     let mut retries = 0;
     loop {
         let backoff = reconnect_backoff(retries, rand::random());
         let attempt_deadline = deadline.min(Instant::now() + backoff.max(MIN_CONNECT_TIMEOUT));
-        let attempt = connect_once(endpoint, host, port, attempt_deadline);
+        let attempt = connect_once(endpoint, host, port, attempt_deadline, destinations);
         match timeout_at(attempt_deadline, attempt).await {
             Ok(Ok(channel)) => return Some(channel),
             Ok(Err(error)) => tracing::debug!(%error, host, port, "gRPC connection attempt failed"),
@@ -109,12 +127,14 @@ async fn connect_once(
     host: &str,
     port: u16,
     deadline: Instant,
+    destinations: &Destinations,
 ) -> Result<Channel, AttemptError> {
     let (preface_tx, preface_rx) = oneshot::channel();
     let connector = ProbeConnector {
         host: host.to_owned(),
         port,
         deadline,
+        destinations: destinations.clone(),
         preface: Some(preface_tx),
     };
     let channel = endpoint.connect_with_connector(connector).await?;
@@ -250,6 +270,7 @@ struct ProbeConnector {
     host: String,
     port: u16,
     deadline: Instant,
+    destinations: Destinations,
     /// Taken by the first connection; tonic may reconnect later, after the
     /// attempt is decided.
     preface: Option<oneshot::Sender<bool>>,
@@ -266,9 +287,10 @@ impl tower::Service<Uri> for ProbeConnector {
 
     fn call(&mut self, _uri: Uri) -> Self::Future {
         let (host, port, deadline) = (self.host.clone(), self.port, self.deadline);
+        let destinations = self.destinations.clone();
         let preface = self.preface.take();
         Box::pin(async move {
-            let stream = dial(&host, port, deadline).await?;
+            let stream = dial(&host, port, deadline, &destinations).await?;
             Ok(TokioIo::new(ReadTap::new(
                 stream,
                 PrefaceWatch::new(preface),

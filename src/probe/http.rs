@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use self::request::Hop;
 use self::transport::{Exchange, TransportError};
+use super::destinations::Destinations;
 use super::spec::HttpGetAction;
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_quote};
 
@@ -37,17 +38,19 @@ const BODY_TIMEOUT: &str =
 
 /// Runs one HTTP GET probe against `action` (host defaulting to `pod_ip`)
 /// within `timeout` (zero: no limit, as for Go's client), sending
-/// `user_agent` unless the action sets its own `User-Agent`.
+/// `user_agent` unless the action sets its own `User-Agent`, and connecting
+/// only where `destinations` allows (redirect targets included).
 pub async fn probe(
     action: &HttpGetAction,
     pod_ip: &str,
     timeout: Duration,
     user_agent: &str,
+    destinations: &Destinations,
 ) -> Attempt {
     let first =
         Hop::first(action, pod_ip, user_agent).map_err(|e| ProbeError::unknown(e.to_string()))?;
     let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
-    let mut exchange = match follow_redirects(&first, deadline).await {
+    let mut exchange = match follow_redirects(&first, deadline, destinations).await {
         Ok(exchange) => exchange,
         Err(client_error) => return Ok(Outcome::new(ProbeResult::Failure, client_error)),
     };
@@ -84,39 +87,91 @@ fn outcome(status: StatusCode, body: &[u8]) -> Outcome {
 /// H12: sends `first` and follows redirects whose target has the first
 /// request's hostname, up to Go's limit; a redirect elsewhere is the final
 /// response. Errors are Go's client error text (`Get "<url>": ...`).
-async fn follow_redirects(first: &Hop, deadline: Option<Instant>) -> Result<Exchange, String> {
+async fn follow_redirects(
+    first: &Hop,
+    deadline: Option<Instant>,
+    destinations: &Destinations,
+) -> Result<Exchange, String> {
     let mut hop = first.clone();
     let mut sent = 0;
     loop {
-        let exchange = transport::exchange(&hop, deadline).await.map_err(|err| {
-            let text = match err {
-                TransportError::Timeout => HEADERS_TIMEOUT.to_string(),
-                TransportError::Failed(text) => text,
-            };
-            client_error(&hop.url.to_string(), &text)
-        })?;
+        let exchange = transport::exchange(&hop, deadline, destinations)
+            .await
+            .map_err(|err| {
+                let text = match err {
+                    TransportError::Timeout => HEADERS_TIMEOUT.to_string(),
+                    TransportError::Failed(text) => text,
+                };
+                client_error(&hop.url.to_string(), &text)
+            })?;
         sent += 1;
         let Some(location) = redirect_location(&exchange.response) else {
             return Ok(exchange);
         };
-        let next = hop.url.resolve(&location).map_err(|err| {
-            let text = format!(
-                "failed to parse Location header {}: {err}",
-                go_quote(&location)
-            );
-            client_error(&hop.url.to_string(), &text)
-        })?;
-        if next.hostname() != first.url.hostname() {
+        let Some(next) = next_hop(first, &hop, &location)? else {
             return Ok(exchange);
-        }
+        };
         if sent >= MAX_REQUESTS {
             return Err(client_error(
                 &location,
                 &format!("stopped after {MAX_REQUESTS} redirects"),
             ));
         }
-        hop = hop.redirected(first, &location, next);
+        hop = next;
     }
+}
+
+/// The request that follows `hop`'s redirect to `location` in a chain that
+/// began with `first`: `None` when `location` leads to another host, so the
+/// redirect is the final response; Go's client error text when `location`
+/// does not parse.
+fn next_hop(first: &Hop, hop: &Hop, location: &str) -> Result<Option<Hop>, String> {
+    let next = hop.url.resolve(location).map_err(|err| {
+        let text = format!(
+            "failed to parse Location header {}: {err}",
+            go_quote(location)
+        );
+        client_error(&hop.url.to_string(), &text)
+    })?;
+    if next.hostname() != first.url.hostname() {
+        return Ok(None);
+    }
+    Ok(Some(hop.redirected(first, location, next)))
+}
+
+/// The request a probe of `action` sends after its first request was
+/// redirected to `location`, worked out without any I/O.
+///
+/// An entry point for outside input (the pod's `httpGet` and a server's
+/// `Location` header) that the fuzz suite (`tests/fuzz.rs`) drives: the
+/// probe runs the same steps on the wire. `Ok(None)`: `location` leads to
+/// another host and is not followed. `Err`: Go's error text, when the first
+/// request cannot be built (H18) or `location` does not parse.
+pub fn redirected_request(
+    action: &HttpGetAction,
+    pod_ip: &str,
+    user_agent: &str,
+    location: &str,
+) -> Result<Option<RedirectedRequest>, String> {
+    let first = Hop::first(action, pod_ip, user_agent).map_err(|e| e.to_string())?;
+    let next = next_hop(&first, &first, location)?;
+    Ok(next.map(|hop| RedirectedRequest {
+        url: hop.url.to_string(),
+        request_uri: hop.url.request_uri(),
+        header_lines: hop.header_lines(),
+    }))
+}
+
+/// A followed redirect's request, as [`redirected_request`] works it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedirectedRequest {
+    /// The URL as Go prints it in client errors.
+    pub url: String,
+    /// The request target on the request line.
+    pub request_uri: String,
+    /// The header lines in the order Go writes them, or Go's transport
+    /// error for an invalid header.
+    pub header_lines: Result<Vec<(String, String)>, String>,
 }
 
 /// The `Location` of a response Go's client would follow: 301, 302, 303,
@@ -170,6 +225,31 @@ mod tests {
     fn non_utf8_bodies_are_converted_lossily() {
         let out = outcome(StatusCode::OK, b"ok\xff");
         assert_eq!(out.output, "ok\u{fffd}");
+    }
+
+    #[test]
+    fn redirected_request_resolves_location_against_the_probe_url() {
+        let action = HttpGetAction {
+            scheme: crate::probe::spec::Scheme::Http,
+            host: None,
+            port: 8080,
+            path: "/a/b".to_string(),
+            headers: Vec::new(),
+        };
+        let redirect = |location: &str| redirected_request(&action, "10.0.0.1", "ua", location);
+        let next = redirect("../c?x").unwrap().expect("same host: followed");
+        assert_eq!(next.url, "http://10.0.0.1:8080/c?x");
+        assert_eq!(next.request_uri, "/c?x");
+        let lines = next.header_lines.unwrap();
+        assert!(lines.contains(&(
+            "Referer".to_string(),
+            "http://10.0.0.1:8080/a/b".to_string()
+        )));
+        assert_eq!(redirect("http://other/"), Ok(None));
+        assert_eq!(
+            redirect("%zz"),
+            Err(r#"Get "http://10.0.0.1:8080/a/b": failed to parse Location header "%zz": parse "%zz": invalid URL escape "%zz""#.to_string())
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::destinations::Destinations;
 use super::spec::{Handler, ProbeSpec};
 use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, grpc, http, tcp};
 use crate::cri::CriClient;
@@ -111,6 +112,7 @@ impl ProbeVerdict {
 pub struct Prober {
     user_agent: String,
     cri: Option<CriClient>,
+    destinations: Destinations,
 }
 
 impl Prober {
@@ -120,6 +122,16 @@ impl Prober {
         Prober {
             user_agent: format!("kube-probe/{kube_probe_version}"),
             cri,
+            destinations: Destinations::default(),
+        }
+    }
+
+    /// Network probes connect only where `destinations` allows; by default
+    /// anywhere, as the kubelet's.
+    pub fn with_destinations(self, destinations: Destinations) -> Self {
+        Prober {
+            destinations,
+            ..self
         }
     }
 
@@ -142,11 +154,12 @@ impl Prober {
         let timeout = spec.timeout();
         match &spec.handler {
             Handler::HttpGet(action) => {
-                http::probe(action, target.pod_ip, timeout, &self.user_agent).await
+                let ua = &self.user_agent;
+                http::probe(action, target.pod_ip, timeout, ua, &self.destinations).await
             }
             Handler::TcpSocket(action) => {
                 let host = action.host.as_deref().unwrap_or(target.pod_ip);
-                tcp::probe(host, action.port, timeout).await
+                tcp::probe(host, action.port, timeout, &self.destinations).await
             }
             Handler::Grpc(action) => {
                 grpc::probe(
@@ -155,6 +168,7 @@ impl Prober {
                     &action.service,
                     timeout,
                     &self.user_agent,
+                    &self.destinations,
                 )
                 .await
             }

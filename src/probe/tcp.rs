@@ -6,15 +6,22 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::destinations::Destinations;
 use super::dial::dial;
 use super::{Attempt, Outcome, ProbeResult};
 
 /// Connects to `host:port` within `timeout`: `success` with empty output if
 /// the connection is accepted, otherwise `failure` with Go's dial error text
-/// (`dial tcp 10.0.0.1:80: connect: connection refused`). Never an error, so
-/// never retried.
-pub async fn probe(host: &str, port: u16, timeout: Duration) -> Attempt {
-    let outcome = match dial(host, port, Instant::now() + timeout).await {
+/// (`dial tcp 10.0.0.1:80: connect: connection refused`), or the policy's
+/// refusal when `destinations` denies the address. Never an error, so never
+/// retried.
+pub async fn probe(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    destinations: &Destinations,
+) -> Attempt {
+    let outcome = match dial(host, port, Instant::now() + timeout, destinations).await {
         Ok(stream) => {
             drop(stream);
             Outcome::new(ProbeResult::Success, "")

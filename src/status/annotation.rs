@@ -19,11 +19,17 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Probe};
 use serde_json::{Map, Value};
 
 use super::{is_restartable_init_container, readiness_containers};
+use crate::probe::destinations::Destinations;
 use crate::probe::spec::normalize;
-use crate::probe::{ProbeKind, ProbeSpec, SpecError};
+use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 
 /// The annotation holding gate mode's probes.
 pub const PROBES_ANNOTATION: &str = "podprobe.io/probes";
+
+/// The largest annotation value podprobe parses: the API server's limit on
+/// all of a pod's annotations together (`TotalAnnotationSizeLimitB`), so
+/// only a value the API server would not store is refused.
+pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
 
 /// One annotated probe, defaulted, validated and resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +83,8 @@ impl AnnotatedProbes {
 /// probe and the field to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnnotationError {
+    #[error("podprobe.io/probes: Too long: may not be more than {limit} bytes, got {len}")]
+    TooLong { len: usize, limit: usize },
     #[error("podprobe.io/probes: invalid JSON: {0}")]
     InvalidJson(String),
     #[error("podprobe.io/probes: expected a JSON object keyed by container name, got {found}")]
@@ -112,6 +120,16 @@ pub enum AnnotationError {
     /// The probe decodes but fails defaulting, validation or resolution.
     #[error("podprobe.io/probes: container {container:?}: {error}")]
     Spec { container: String, error: SpecError },
+    /// The probe names a `host` the node's operator has not allowed.
+    #[error(
+        "podprobe.io/probes: container {container:?}: {field}: Forbidden: {host:?} is not in the \
+         node's --allow-probe-hosts (without `host`, a probe targets its own pod)"
+    )]
+    HostNotAllowed {
+        container: String,
+        field: String,
+        host: String,
+    },
 }
 
 /// The probes in `pod`'s `podprobe.io/probes` annotation; none when the pod
@@ -130,6 +148,12 @@ pub fn pod_probes(pod: &Pod) -> Result<AnnotatedProbes, AnnotationError> {
 
 /// Parses and validates an annotation value against the pod spec it belongs to.
 pub fn parse_probes(spec: &PodSpec, value: &str) -> Result<AnnotatedProbes, AnnotationError> {
+    if value.len() > MAX_ANNOTATION_BYTES {
+        return Err(AnnotationError::TooLong {
+            len: value.len(),
+            limit: MAX_ANNOTATION_BYTES,
+        });
+    }
     let document: Value =
         serde_json::from_str(value).map_err(|e| AnnotationError::InvalidJson(e.to_string()))?;
     let Value::Object(by_container) = document else {
@@ -148,6 +172,31 @@ pub fn parse_probes(spec: &PodSpec, value: &str) -> Result<AnnotatedProbes, Anno
         }
     }
     Ok(AnnotatedProbes { probes })
+}
+
+/// Gate mode's rule for annotated targets: every `httpGet.host` and
+/// `tcpSocket.host` must be one `destinations` allows, since whoever writes
+/// the annotation could otherwise aim podprobe at the node's own services
+/// or any address its network reaches.
+pub fn check_hosts(
+    probes: &AnnotatedProbes,
+    destinations: &Destinations,
+) -> Result<(), AnnotationError> {
+    for probe in probes.iter() {
+        let (handler, host) = match &probe.spec.handler {
+            Handler::HttpGet(action) => ("httpGet", &action.host),
+            Handler::TcpSocket(action) => ("tcpSocket", &action.host),
+            _ => continue,
+        };
+        if let Some(host) = host.as_deref().filter(|h| !destinations.allows_host(h)) {
+            return Err(AnnotationError::HostNotAllowed {
+                container: probe.container.clone(),
+                field: format!("{}.{handler}.host", probe.kind.field_name()),
+                host: host.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The container `name`, if it may carry probes.
@@ -282,7 +331,6 @@ fn json_type(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::Handler;
     use crate::status::testutil::*;
     use k8s_openapi::api::core::v1::ContainerPort;
 
@@ -311,6 +359,52 @@ mod tests {
 
     fn parsed(value: &str) -> AnnotatedProbes {
         parse_probes(&pod_spec(), value).expect("valid annotation")
+    }
+
+    #[test]
+    fn annotated_hosts_must_be_allowed_by_the_operator() {
+        let probes = parsed(
+            r#"{"app": {"readinessProbe": {"httpGet": {"port": 1, "host": "169.254.169.254"}},
+                        "livenessProbe": {"tcpSocket": {"port": 1, "host": "db.internal"}}},
+                "worker": {"readinessProbe": {"grpc": {"port": 9090}}}}"#,
+        );
+        let refused = check_hosts(&probes, &Destinations::default()).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "podprobe.io/probes: container \"app\": readinessProbe.httpGet.host: Forbidden: \
+             \"169.254.169.254\" is not in the node's --allow-probe-hosts (without `host`, a \
+             probe targets its own pod)"
+        );
+        let allow = |hosts: &[&str]| {
+            let allowed = hosts.iter().map(|h| h.parse().unwrap()).collect();
+            Destinations::new(allowed, Vec::new())
+        };
+        let refused = check_hosts(&probes, &allow(&["169.254.0.0/16"])).unwrap_err();
+        assert!(
+            matches!(&refused, AnnotationError::HostNotAllowed { field, .. }
+                if field == "livenessProbe.tcpSocket.host"),
+            "{refused}"
+        );
+        assert_eq!(
+            check_hosts(&probes, &allow(&["169.254.0.0/16", "db.internal"])),
+            Ok(())
+        );
+        let own_pod =
+            parsed(r#"{"app": {"readinessProbe": {"httpGet": {"port": 1, "host": ""}}}}"#);
+        assert_eq!(check_hosts(&own_pod, &Destinations::default()), Ok(()));
+    }
+
+    #[test]
+    fn an_annotation_larger_than_the_api_servers_limit_is_refused_unparsed() {
+        let padding = " ".repeat(MAX_ANNOTATION_BYTES);
+        assert_eq!(
+            error(&format!("{{}}{padding}")),
+            format!(
+                "podprobe.io/probes: Too long: may not be more than 262144 bytes, got {}",
+                MAX_ANNOTATION_BYTES + 2
+            )
+        );
+        assert!(parsed(&format!("{{}}{}", &padding[2..])).is_empty());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use podprobe::probe::spec::{HttpGetAction, Scheme};
+use podprobe::probe::destinations::Destinations;
 use podprobe::probe::{Attempt, ProbeResult, grpc, http, tcp};
 use rand::Rng;
 use serde::Serialize;
@@ -184,6 +185,7 @@ struct Target {
     port: u16,
     timeout: Duration,
     user_agent: String,
+    destinations: Destinations,
 }
 
 impl Target {
@@ -200,18 +202,18 @@ impl Target {
             port: cfg.port,
             timeout: Duration::from_millis(cfg.timeout_ms),
             user_agent: format!("kube-probe/{}", podprobe::KUBE_PROBE_VERSION),
+            destinations: Destinations::default(),
         }
     }
 
     async fn probe(&self) -> Attempt {
+        // The kubelet's probes have no destination policy; neither do these.
+        let anywhere = &self.destinations;
+        let (timeout, ua) = (self.timeout, &self.user_agent);
         match self.kind {
-            Kind::Http => {
-                http::probe(&self.http_action, LOOPBACK, self.timeout, &self.user_agent).await
-            }
-            Kind::Tcp => tcp::probe(LOOPBACK, self.port, self.timeout).await,
-            Kind::Grpc => {
-                grpc::probe(LOOPBACK, self.port, "", self.timeout, &self.user_agent).await
-            }
+            Kind::Http => http::probe(&self.http_action, LOOPBACK, timeout, ua, anywhere).await,
+            Kind::Tcp => tcp::probe(LOOPBACK, self.port, timeout, anywhere).await,
+            Kind::Grpc => grpc::probe(LOOPBACK, self.port, "", timeout, ua, anywhere).await,
         }
     }
 }

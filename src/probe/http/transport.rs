@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::request::Hop;
+use crate::probe::destinations::Destinations;
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
 use crate::probe::go_quote;
 use crate::probe::tap::{ReadObserver, ReadTap};
@@ -124,9 +125,13 @@ async fn within<F: Future>(
     }
 }
 
-/// Sends `hop` as a GET on a new connection and waits for the response
-/// headers, all before `deadline`.
-pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, TransportError> {
+/// Sends `hop` as a GET on a new connection to an address `destinations`
+/// allows and waits for the response headers, all before `deadline`.
+pub async fn exchange(
+    hop: &Hop,
+    deadline: Option<Instant>,
+    destinations: &Destinations,
+) -> Result<Exchange, TransportError> {
     let tls = match hop.url.scheme.as_str() {
         "http" => false,
         "https" => true,
@@ -147,7 +152,7 @@ pub async fn exchange(hop: &Hop, deadline: Option<Instant>) -> Result<Exchange, 
     let port = dial_port(hop)?;
     let dial_deadline = deadline.unwrap_or_else(|| Instant::now() + NO_DEADLINE);
     within(deadline, async {
-        let stream = dial(hop.url.hostname(), port, dial_deadline)
+        let stream = dial(hop.url.hostname(), port, dial_deadline, destinations)
             .await
             .map_err(|err| dial_failure(&err, deadline))?;
         let addrs = ConnAddrs {
