@@ -33,5 +33,12 @@ Events and podprobe's logs and metrics:
 
   kubectl -n podprobe-examples get events --sort-by=.lastTimestamp
   kubectl -n podprobe-system logs daemonset/podprobe
-  curl -s http://10.88.78.1:9440/metrics | grep ^prober_
+
+/metrics needs a token allowed to read it (ClusterRole podprobe-metrics-reader):
+
+  kubectl -n podprobe-system create serviceaccount metrics-demo
+  kubectl create clusterrolebinding metrics-demo --clusterrole=podprobe-metrics-reader \\
+    --serviceaccount=podprobe-system:metrics-demo
+  curl -s -H "Authorization: Bearer \$(kubectl -n podprobe-system create token metrics-demo)" \\
+    http://10.88.78.1:9440/metrics | grep ^prober_
 EOF

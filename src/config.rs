@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cri::DEFAULT_ENDPOINT;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
+use crate::server::DEFAULT_MAX_CONNECTIONS;
 use crate::status::Mode;
 
 /// Default address of `/healthz`, `/readyz` and `/metrics`.
@@ -56,6 +57,34 @@ pub struct RunArgs {
     #[arg(long, env = "PODPROBE_LISTEN", value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
 
+    /// Who may read `/metrics` and `/metrics/probes` on `--listen`:
+    /// `delegated` (a bearer token that the API server authenticates with a
+    /// TokenReview and authorises with a SubjectAccessReview to `get` the
+    /// path, as the kubelet guards its metrics; the ClusterRole
+    /// `podprobe-metrics-reader` grants it) or `none` (whoever reaches the
+    /// port). `/healthz` and `/readyz` are always open.
+    #[arg(long, env = "PODPROBE_METRICS_AUTH", value_enum, default_value_t = MetricsAuth::Delegated)]
+    pub metrics_auth: MetricsAuth,
+
+    /// Also serve `/metrics` and `/metrics/probes`, without authentication,
+    /// on this address (e.g. `127.0.0.1:9441` for a scraper on the node;
+    /// with host networking every process of the node reaches loopback).
+    #[arg(long, env = "PODPROBE_PLAIN_METRICS_LISTEN", value_name = "ADDR")]
+    pub plain_metrics_listen: Option<SocketAddr>,
+
+    /// Most open connections per listening address. At the cap a new
+    /// connection closes the one idle the longest (it is itself closed only
+    /// when every connection is busy answering a request), so a flood of
+    /// idle connections cannot lock the kubelet's probes out of `/healthz`.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_CONNECTIONS",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CONNECTIONS as u32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections: u32,
+
     /// Kubeconfig file; default: in-cluster configuration, else `KUBECONFIG`
     /// or `~/.kube/config`.
     #[arg(long, env = "PODPROBE_KUBECONFIG", value_name = "FILE")]
@@ -97,13 +126,40 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub deny_probe_destinations: Option<Vec<String>>,
+
+    /// Most exec probes (CRI `ExecSync` calls) running at once on the node;
+    /// the others wait in order, each up to its timeout, then error (the
+    /// run is retried, not counted as a failure). The kubelet has no such
+    /// bound; this one keeps pods with many exec probes from swamping the
+    /// runtime.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_CONCURRENT_EXECS",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CONCURRENT_EXECS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_concurrent_execs: u32,
 }
+
+/// Default of `--max-concurrent-execs`: room for about 100 exec probes a
+/// second at the 100-300 ms an `ExecSync` takes on a busy node.
+pub const DEFAULT_MAX_CONCURRENT_EXECS: u32 = 32;
 
 /// `--mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     Gate,
     Authority,
+}
+
+/// `--metrics-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MetricsAuth {
+    /// TokenReview and SubjectAccessReview through the API server.
+    Delegated,
+    /// No authentication.
+    None,
 }
 
 /// `--log-format`.
@@ -122,11 +178,15 @@ pub struct Config {
     pub kube_probe_version: String,
     pub pod_selector: Option<String>,
     pub listen: SocketAddr,
+    pub metrics_auth: MetricsAuth,
+    pub plain_metrics_listen: Option<SocketAddr>,
+    pub max_connections: usize,
     pub kubeconfig: Option<PathBuf>,
     pub log_format: LogFormat,
     pub log_filter: String,
     /// Where probes may connect and which annotated hosts are accepted.
     pub destinations: Destinations,
+    pub max_concurrent_execs: usize,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -201,12 +261,16 @@ impl RunArgs {
         };
         Ok(Config {
             destinations: Destinations::new(allowed, denied),
+            max_concurrent_execs: self.max_concurrent_execs as usize,
             node_name: self.node_name,
             mode,
             cri_endpoint: self.cri_endpoint,
             kube_probe_version: self.kube_probe_version,
             pod_selector,
             listen: self.listen,
+            metrics_auth: self.metrics_auth,
+            plain_metrics_listen: self.plain_metrics_listen,
+            max_connections: self.max_connections as usize,
             kubeconfig: self.kubeconfig,
             log_format: self.log_format,
             log_filter: self.log_level,
@@ -420,6 +484,31 @@ mod tests {
         }
         let config = args(&["--pod-selector", " "]).validate().unwrap();
         assert_eq!(config.pod_selector, None);
+    }
+
+    #[test]
+    fn metrics_need_delegated_auth_unless_told_otherwise() {
+        let config = args(&[]).validate().expect("valid");
+        assert_eq!(config.metrics_auth, MetricsAuth::Delegated);
+        assert_eq!(config.plain_metrics_listen, None);
+        assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+        let config = args(&[
+            "--metrics-auth=none",
+            "--plain-metrics-listen=127.0.0.1:9441",
+            "--max-connections=8",
+        ])
+        .validate()
+        .expect("valid");
+        assert_eq!(config.metrics_auth, MetricsAuth::None);
+        assert_eq!(
+            config.plain_metrics_listen,
+            Some("127.0.0.1:9441".parse().unwrap())
+        );
+        assert_eq!(config.max_connections, 8);
+        let zero = Cli::command()
+            .mut_args(|arg| arg.env(None::<&'static str>))
+            .try_get_matches_from(["podprobe", "--node-name=n", "--max-connections=0"]);
+        assert!(zero.is_err());
     }
 
     #[test]

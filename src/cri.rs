@@ -13,6 +13,7 @@
 //! runtime request timeout, 2 min, plus what the call itself may take).
 
 use crate::metrics::InFlightGauge;
+use crate::probe::grpc::{WithoutStatusDetails, without_status_details};
 use std::error::Error as _;
 use std::future::Future;
 use std::io;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
+use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -46,9 +48,19 @@ pub const DEFAULT_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 /// CRI calls, and the slack added to calls that wait on purpose (exec, stop).
 pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Largest response accepted, as the kubelet's CRI client (16 MiB), so that
-/// big exec output is received whole before the prober caps it.
+/// Largest response accepted, as the kubelet's CRI client (16 MiB).
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest `ExecSync` response accepted. The kubelet takes up to 16 MiB and
+/// keeps 10 KiB; podprobe stops at 1 MiB, so that concurrent exec probes of
+/// pods that print without end cannot hold 16 MiB each. Beyond it the call
+/// errors (the run is retried, then thrown away), whatever the exit code.
+pub const MAX_EXEC_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// The labels the kubelet puts on every container it creates: which pod
+/// (by UID) and which container of its spec the runtime container is.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 
 /// The CRI API version the kubelet announces in `VersionRequest`.
 const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
@@ -83,6 +95,25 @@ pub enum CriError {
         endpoint: String,
         method: &'static str,
         field: &'static str,
+    },
+    /// Every exec slot stayed taken for as long as the probe could wait.
+    #[error(
+        "exec not started: all {limit} exec slots of this node (--max-concurrent-execs) stayed busy \
+         for {waited:?}"
+    )]
+    ExecSlotsBusy { limit: usize, waited: Duration },
+    /// The runtime's labels say the container is not the one the pod's
+    /// status names it to be: its status was tampered with, or is stale.
+    #[error(
+        "container {container_id} is not container {expected_container:?} of pod {expected_pod_uid}: \
+         the runtime labels it {found_container:?} of pod {found_pod_uid:?}; refusing to act on it"
+    )]
+    ForeignContainer {
+        container_id: String,
+        expected_pod_uid: String,
+        expected_container: String,
+        found_pod_uid: String,
+        found_container: String,
     },
 }
 
@@ -130,6 +161,17 @@ pub struct CriClient {
     channel: Arc<OnceLock<Channel>>,
     /// Counts `ExecSync` calls in flight (`podprobe_exec_in_flight`).
     exec_in_flight: InFlightGauge,
+    /// Bounds the `ExecSync` calls in flight, node-wide, and how many;
+    /// `None`: no bound.
+    exec_slots: Option<(Arc<Semaphore>, usize)>,
+}
+
+/// Which pod and container a runtime container must belong to before
+/// podprobe execs in it or stops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerIdentity<'a> {
+    pub pod_uid: &'a str,
+    pub container_name: &'a str,
 }
 
 impl CriClient {
@@ -142,7 +184,16 @@ impl CriClient {
             socket,
             channel: Arc::new(OnceLock::new()),
             exec_in_flight: InFlightGauge::default(),
+            exec_slots: None,
         })
+    }
+
+    /// At most `limit` (at least 1) `ExecSync` calls of this client and its
+    /// clones run at once; the others wait, in order, up to their timeout.
+    pub fn limit_concurrent_execs(mut self, limit: usize) -> Self {
+        let limit = limit.max(1);
+        self.exec_slots = Some((Arc::new(Semaphore::new(limit)), limit));
+        self
     }
 
     /// Counts this client's `ExecSync` calls in flight on `gauge`.
@@ -184,9 +235,47 @@ impl CriClient {
             timeout: secs_i64(timeout),
         };
         let deadline = (!timeout.is_zero()).then(|| RUNTIME_REQUEST_TIMEOUT + timeout);
+        let _slot = match &self.exec_slots {
+            None => None,
+            Some((slots, limit)) => {
+                // A probe waits for a slot as long as its command may run.
+                let waited = timeout.max(Duration::from_secs(1));
+                match tokio::time::timeout(waited, slots.clone().acquire_owned()).await {
+                    Ok(Ok(slot)) => Some(slot),
+                    Ok(Err(_)) | Err(_) => {
+                        let limit = *limit;
+                        return Err(CriError::ExecSlotsBusy { limit, waited });
+                    }
+                }
+            }
+        };
         let _in_flight = self.exec_in_flight.enter();
-        self.call(deadline, |mut c| async move { c.exec_sync(request).await })
-            .await
+        self.call_limited(MAX_EXEC_RESPONSE_BYTES, deadline, |mut c| async move {
+            c.exec_sync(request).await
+        })
+        .await
+    }
+
+    /// `Ok` if the runtime labels `container_id` as `identity`'s container
+    /// (the labels the kubelet sets when it creates a container).
+    pub async fn verify_identity(
+        &self,
+        container_id: &str,
+        identity: ContainerIdentity<'_>,
+    ) -> Result<(), CriError> {
+        let status = self.container_status(container_id).await?;
+        let label = |key| status.labels.get(key).cloned().unwrap_or_default();
+        let (found_pod_uid, found_container) = (label(POD_UID_LABEL), label(CONTAINER_NAME_LABEL));
+        if found_pod_uid == identity.pod_uid && found_container == identity.container_name {
+            return Ok(());
+        }
+        Err(CriError::ForeignContainer {
+            container_id: container_id.to_string(),
+            expected_pod_uid: identity.pod_uid.to_string(),
+            expected_container: identity.container_name.to_string(),
+            found_pod_uid,
+            found_container,
+        })
     }
 
     /// `StopContainer`: signals the container to stop and kills it after
@@ -371,10 +460,24 @@ impl CriClient {
     /// turns its failure into a [`CriError`].
     async fn call<T, F, Fut>(&self, deadline: Option<Duration>, rpc: F) -> Result<T, CriError>
     where
-        F: FnOnce(RuntimeServiceClient<Channel>) -> Fut,
+        F: FnOnce(RuntimeServiceClient<WithoutStatusDetails<Channel>>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        let reply = rpc(self.client());
+        self.call_limited(MAX_MESSAGE_BYTES, deadline, rpc).await
+    }
+
+    /// [`CriClient::call`] accepting responses of at most `max_response` bytes.
+    async fn call_limited<T, F, Fut>(
+        &self,
+        max_response: usize,
+        deadline: Option<Duration>,
+        rpc: F,
+    ) -> Result<T, CriError>
+    where
+        F: FnOnce(RuntimeServiceClient<WithoutStatusDetails<Channel>>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let reply = rpc(self.client().max_decoding_message_size(max_response));
         let result = match deadline {
             // Go's client reports an expired deadline as DeadlineExceeded;
             // tonic's own timeout would say Cancelled, so time it here.
@@ -388,7 +491,7 @@ impl CriClient {
             .map_err(|s| classify(&self.endpoint, &s))
     }
 
-    fn client(&self) -> RuntimeServiceClient<Channel> {
+    fn client(&self) -> RuntimeServiceClient<WithoutStatusDetails<Channel>> {
         let channel = self.channel.get_or_init(|| {
             let socket = self.socket.clone();
             let connector = tower::service_fn(move |_: http::Uri| {
@@ -399,7 +502,9 @@ impl CriClient {
             // the kubelet sends.
             Endpoint::from_static("http://localhost").connect_with_connector_lazy(connector)
         });
-        RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES)
+        // A runtime's bad status details would panic inside tonic; see
+        // `without_status_details`.
+        RuntimeServiceClient::new(without_status_details(channel.clone()))
     }
 
     fn incomplete(&self, method: &'static str, field: &'static str) -> CriError {

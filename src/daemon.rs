@@ -30,7 +30,7 @@ use kube::api::ListParams;
 use kube::runtime::watcher;
 
 use crate::config::{Config, LogFormat, RunArgs};
-use crate::cri::{CriClient, CriError};
+use crate::cri::{ContainerIdentity, CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
 use crate::manager::{PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
@@ -84,7 +84,7 @@ pub enum DaemonError {
     },
     #[error("invalid --cri-endpoint: {0}")]
     Cri(#[from] CriError),
-    #[error("cannot listen on --listen {addr}: {source}")]
+    #[error("cannot listen on {addr} (--listen or --plain-metrics-listen): {source}")]
     Listen {
         addr: std::net::SocketAddr,
         #[source]
@@ -158,7 +158,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let all_pods: Api<Pod> = Api::all(client.clone());
     check_selectors(&all_pods, &config).await?;
     let metrics = Metrics::new();
-    let cri = CriClient::new(&config.cri_endpoint)?.count_exec_in_flight(metrics.exec_in_flight());
+    let cri = CriClient::new(&config.cri_endpoint)?
+        .count_exec_in_flight(metrics.exec_in_flight())
+        .limit_concurrent_execs(config.max_concurrent_execs);
     let cache = PodCache::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (events, event_queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());
@@ -179,11 +181,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         RetryPolicy::default(),
     );
     let health = Health::new(HEALTH_STALE_AFTER);
-    let server = Server::bind(config.listen, metrics.clone(), health.clone())
+    let server_config = crate::server::ServerConfig::from_config(&config, &client);
+    let server = Server::bind(server_config, metrics.clone(), health.clone())
         .await
-        .map_err(|source| DaemonError::Listen {
-            addr: config.listen,
-            source,
+        .map_err(|e| DaemonError::Listen {
+            addr: e.addr,
+            source: e.source,
         })?;
     let listen = server.local_addr().unwrap_or(config.listen);
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -606,25 +609,52 @@ impl Daemon {
         if !fresh {
             return;
         }
-        tracing::info!(
-            pod = pod_name(pod),
-            namespace = pod_namespace(pod),
-            container = kill.container,
-            probe = %kill.kind,
-            grace_period_seconds = kill.grace_period_seconds,
-            message = kill.message,
-            "killing container"
-        );
-        self.events
-            .record_opt(events::PodEvent::killing(pod, &kill));
         let cri = self.cri.clone();
         let killing = self.killing.clone();
-        let (pod_name, namespace) = (pod_name(pod).to_string(), pod_namespace(pod).to_string());
+        let events = self.events.clone();
+        let pod = pod.clone();
         tokio::spawn(async move {
-            if let Err(error) = cri
-                .stop_container(&kill.container_id, kill.grace_period_seconds)
-                .await
-            {
+            let (pod_name, namespace) = (pod_name(&pod), pod_namespace(&pod));
+            let identity = ContainerIdentity {
+                pod_uid: pod.metadata.uid.as_deref().unwrap_or_default(),
+                container_name: &kill.container,
+            };
+            // The ID comes from the pod's status; whoever may patch that
+            // could point it at another pod's container.
+            let verified = cri.verify_identity(&kill.container_id, identity).await;
+            if let Err(error @ CriError::ForeignContainer { .. }) = verified {
+                tracing::warn!(
+                    pod = pod_name,
+                    namespace,
+                    container = kill.container,
+                    %error,
+                    "not stopping the container: it is not this pod's"
+                );
+                events.record_opt(events::PodEvent::kill_refused(
+                    &pod,
+                    &kill.container,
+                    error.to_string(),
+                ));
+                return;
+            }
+            tracing::info!(
+                pod = pod_name,
+                namespace,
+                container = kill.container,
+                probe = %kill.kind,
+                grace_period_seconds = kill.grace_period_seconds,
+                message = kill.message,
+                "killing container"
+            );
+            events.record_opt(events::PodEvent::killing(&pod, &kill));
+            let stopped = match verified {
+                Ok(()) => {
+                    cri.stop_container(&kill.container_id, kill.grace_period_seconds)
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            if let Err(error) = stopped {
                 tracing::warn!(
                     pod = pod_name,
                     namespace,

@@ -62,6 +62,9 @@ pub mod reasons {
     pub const PROBE_ANNOTATION_INVALID: &str = "ProbeAnnotationInvalid";
     /// A probe of the pod spec cannot run as written (authority mode).
     pub const PROBE_SPEC_INVALID: &str = "ProbeSpecInvalid";
+    /// The runtime says the container the pod's status names belongs to
+    /// another pod or container, so podprobe did not stop it.
+    pub const CONTAINER_MISMATCH: &str = "ContainerMismatch";
 }
 
 /// One Event to record, with the object it is about.
@@ -110,6 +113,18 @@ impl PodEvent {
             reason: reasons::PROBE_ANNOTATION_INVALID,
             action: "ReadProbes",
             note: error.to_string(),
+        })
+    }
+
+    /// A Warning on the container: podprobe did not stop it, because the
+    /// runtime container its status names is not this container (`reason`).
+    pub fn kill_refused(pod: &Pod, container: &str, reason: String) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, Some(container_field_path(pod, container)))?,
+            type_: EventType::Warning,
+            reason: reasons::CONTAINER_MISMATCH,
+            action: "StopContainer",
+            note: reason,
         })
     }
 

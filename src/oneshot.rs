@@ -158,6 +158,8 @@ pub fn main(args: ProbeArgs) -> ExitCode {
     let target = ProbeTarget {
         pod_ip: &args.pod_ip,
         container_id: args.container_id.as_deref(),
+        // The operator names the container; there is no pod status to trust.
+        identity: None,
     };
     let started = std::time::Instant::now();
     let verdict = runtime.block_on(prober.probe(selected.kind, &selected.spec, target));

@@ -25,6 +25,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::cri::ContainerIdentity;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::results::{CachedResult, ProbeCaches};
 
@@ -634,8 +635,10 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Asks the worker to stop after its current iteration; never blocks and
-    /// may be called any number of times (W9).
+    /// Asks the worker to stop; never blocks and may be called any number of
+    /// times (W9). A probe in flight is cancelled rather than waited for
+    /// (the kubelet waits): its pod is gone or its container no longer
+    /// probed, and a pod-chosen `timeoutSeconds` may be an hour long.
     pub fn stop(&self) {
         let _ = self.stop.try_send(());
     }
@@ -726,11 +729,20 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
     async fn iterate(&mut self) -> bool {
         match AssertUnwindSafe(self.do_probe()).catch_unwind().await {
             Ok(keep_going) => keep_going,
-            Err(_) => {
+            Err(panic) => {
+                let pod = &self.config.pod.metadata;
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("(not a string)");
                 tracing::error!(
+                    namespace = pod.namespace.as_deref().unwrap_or_default(),
+                    pod = pod.name.as_deref().unwrap_or_default(),
                     pod_uid = self.config.pod_uid(),
                     container = self.config.container_name(),
                     probe = %self.config.kind,
+                    panic = message,
                     "probe iteration panicked; the worker continues"
                 );
                 true
@@ -765,26 +777,44 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                     .as_ref()
                     .and_then(|s| s.pod_ip.as_deref())
                     .unwrap_or_default();
-                self.run_probe(pod_ip, began).await;
-                true
+                self.run_probe(pod_ip, began).await
             }
         }
     }
 
-    /// D11-D17: runs the probe and records its result.
-    async fn run_probe(&mut self, pod_ip: &str, began: Instant) {
+    /// D11-D17: runs the probe and records its result. Returns `false` when
+    /// the worker was stopped while the probe ran (see [`WorkerHandle::stop`]).
+    async fn run_probe(&mut self, pod_ip: &str, began: Instant) -> bool {
         let Some(container_id) = self.state.container_id.clone() else {
-            return;
+            return true;
         };
         let target = ProbeTarget {
             pod_ip,
             container_id: Some(runtime_container_id(&container_id)),
+            identity: Some(ContainerIdentity {
+                pod_uid: self.config.pod_uid(),
+                container_name: self.config.container_name(),
+            }),
         };
-        let verdict = self
+        let probe = self
             .context
             .runner
-            .probe(self.config.kind, &self.config.spec, target)
-            .await;
+            .probe(self.config.kind, &self.config.spec, target);
+        let verdict = tokio::select! {
+            biased;
+            // Only an explicit stop cancels; with every handle dropped the
+            // probe finishes and the loop then ends.
+            Some(()) = self.stop.recv() => {
+                tracing::debug!(
+                    pod_uid = self.config.pod_uid(),
+                    container = self.config.container_name(),
+                    probe = %self.config.kind,
+                    "probe worker stopped; in-flight probe cancelled"
+                );
+                return false;
+            }
+            verdict = probe => verdict,
+        };
         let result = verdict_result(&verdict);
         self.context.observer.probe_ran(&ProbeRun {
             config: &self.config,
@@ -793,12 +823,10 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
             result,
             duration: began.elapsed(),
         });
-        let Some(result) = result else {
-            return;
-        };
-        if let Some(write) = self.state.after_probe(&self.config, result) {
+        if let Some(write) = result.and_then(|r| self.state.after_probe(&self.config, r)) {
             self.apply(&[write]).await;
         }
+        true
     }
 
     async fn apply(&self, writes: &[CacheWrite]) {
@@ -2110,24 +2138,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn w9_stop_is_idempotent_and_waits_for_the_running_probe() {
-        let slow = Scripted::Slow(Duration::from_secs(5), ProbeResult::Success);
+    async fn w9_stop_is_idempotent_and_cancels_the_running_probe() {
+        // An hour-long probe, as a pod author may set: stopping the worker
+        // must not wait it out.
+        let slow = Scripted::Slow(Duration::from_secs(3600), ProbeResult::Success);
         let rig = rig(ScriptedRunner::new([slow], ProbeResult::Success));
         rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
         past_start_window().await;
         let (handle, exited) = spawn_on(&rig, config(ProbeKind::Liveness, default_spec()));
         tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(rig.runner.calls().len(), 1, "the probe is in flight");
         for _ in 0..10 {
             handle.stop();
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(
-            !exited.load(std::sync::atomic::Ordering::SeqCst),
-            "in-flight probe not cancelled"
+            exited.load(std::sync::atomic::Ordering::SeqCst),
+            "the worker waits for its in-flight probe"
         );
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        assert!(exited.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(rig.runner.calls().len(), 1);
+        assert_eq!(rig.cached(ProbeKind::Liveness, ID), None);
         handle.stop();
         assert!(!handle.trigger(), "a stopped worker takes no triggers");
     }

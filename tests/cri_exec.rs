@@ -8,8 +8,8 @@ mod cri_support;
 
 use std::time::{Duration, Instant};
 
-use cri_support::{TestPod, client, containerd_sh, containerd_up, strings};
-use podprobe::cri::{ContainerFilter, ContainerState, CriClient, CriError};
+use cri_support::{CONTAINER_NAME, TestPod, client, containerd_sh, containerd_up, strings};
+use podprobe::cri::{ContainerFilter, ContainerIdentity, ContainerState, CriClient, CriError};
 use podprobe::probe::spec::ExecAction;
 use podprobe::probe::{
     Handler, MAX_OUTPUT_BYTES, Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
@@ -109,6 +109,7 @@ async fn e5_exec_in_missing_container_errors_and_is_retried() {
     let target = ProbeTarget {
         pod_ip: "",
         container_id: Some(&missing),
+        identity: None,
     };
     let verdict = prober.probe(ProbeKind::Liveness, &spec, target).await;
     assert_eq!(verdict.attempts, 3);
@@ -304,5 +305,142 @@ async fn exec_in_flight_gauge_counts_running_execs() {
     assert_eq!(
         gauge_line(&metrics.encode()).as_deref(),
         Some("podprobe_exec_in_flight 0")
+    );
+}
+
+fn exec_spec(command: &[&str], timeout_seconds: i32) -> ProbeSpec {
+    ProbeSpec {
+        handler: Handler::Exec(ExecAction {
+            command: strings(command),
+        }),
+        initial_delay_seconds: 0,
+        timeout_seconds,
+        period_seconds: 10,
+        success_threshold: 1,
+        failure_threshold: 3,
+        termination_grace_period_seconds: None,
+    }
+}
+
+#[tokio::test]
+async fn exec_runs_only_in_the_container_the_runtime_labels_as_the_pods() {
+    let cri = client();
+    let (victim, attacker) = tokio::join!(
+        TestPod::start(&cri, "identity-victim"),
+        TestPod::start(&cri, "identity-attacker")
+    );
+    let prober = Prober::new("1.35", Some(cri.clone()));
+    // The attacker's status points at the victim's container.
+    let victim_id = victim.kubernetes_container_id();
+    let forged = ProbeTarget {
+        pod_ip: "",
+        container_id: Some(&victim_id),
+        identity: Some(ContainerIdentity {
+            pod_uid: &attacker.pod_uid,
+            container_name: CONTAINER_NAME,
+        }),
+    };
+    let touch = exec_spec(&["touch", "/tmp/attacked"], 5);
+    let verdict = prober.probe(ProbeKind::Liveness, &touch, forged).await;
+    let error = verdict.error.expect("a foreign container is refused");
+    assert!(
+        error.starts_with(&format!(
+            "container {victim_id} is not container \"busybox\" of pod {}: the runtime labels it \
+             \"busybox\" of pod \"{}\"",
+            attacker.pod_uid, victim.pod_uid
+        )),
+        "{error}"
+    );
+    let marker = cri
+        .exec_sync(
+            &victim.container_id,
+            &strings(&["test", "-e", "/tmp/attacked"]),
+            ONE_SECOND,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        marker.exit_code, 1,
+        "the command ran in the victim's container"
+    );
+    // The genuine owner's probe runs.
+    let own = ProbeTarget {
+        identity: Some(ContainerIdentity {
+            pod_uid: &victim.pod_uid,
+            container_name: CONTAINER_NAME,
+        }),
+        ..forged
+    };
+    let ok = prober
+        .probe(ProbeKind::Liveness, &exec_spec(&["true"], 5), own)
+        .await;
+    assert!(ok.is_success(), "{ok:?}");
+    let wrong_name = ContainerIdentity {
+        pod_uid: &victim.pod_uid,
+        container_name: "sidecar",
+    };
+    assert!(matches!(
+        cri.verify_identity(&victim_id, wrong_name).await,
+        Err(CriError::ForeignContainer { .. })
+    ));
+}
+
+#[tokio::test]
+async fn exec_slots_bound_the_execs_in_flight_and_a_waiting_probe_errors_at_its_timeout() {
+    let cri = client().limit_concurrent_execs(1);
+    let pod = TestPod::start(&cri, "exec-slots").await;
+    let busy = tokio::spawn({
+        let (cri, id) = (cri.clone(), pod.container_id.clone());
+        let held = strings(&["sh", "-c", "touch /tmp/slot-held; sleep 3"]);
+        async move { cri.exec_sync(&id, &held, Duration::from_secs(10)).await }
+    });
+    // Wait until the first exec holds the only slot: its command runs.
+    let started = Instant::now();
+    let check = strings(&["test", "-e", "/tmp/slot-held"]);
+    loop {
+        let held = client()
+            .exec_sync(&pod.container_id, &check, ONE_SECOND)
+            .await
+            .unwrap();
+        if held.exit_code == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the first exec never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waited = Instant::now();
+    let refused = cri
+        .exec_sync(&pod.container_id, &strings(&["true"]), ONE_SECOND)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "exec not started: all 1 exec slots of this node (--max-concurrent-execs) stayed busy for 1s"
+    );
+    assert!(waited.elapsed() >= ONE_SECOND, "{:?}", waited.elapsed());
+    assert_eq!(busy.await.unwrap().unwrap().exit_code, 0);
+    // The slot is free again.
+    let after = cri
+        .exec_sync(&pod.container_id, &strings(&["true"]), ONE_SECOND)
+        .await
+        .unwrap();
+    assert_eq!(after.exit_code, 0);
+}
+
+#[tokio::test]
+async fn exec_output_beyond_one_mebibyte_is_an_error_not_a_verdict() {
+    let cri = client();
+    let pod = TestPod::start(&cri, "exec-flood").await;
+    let flood = strings(&["sh", "-c", "head -c 2000000 /dev/zero"]);
+    let error = cri
+        .exec_sync(&pod.container_id, &flood, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("message length too large"),
+        "{error}"
     );
 }

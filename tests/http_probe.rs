@@ -399,6 +399,7 @@ async fn h17_slow_body_errors_and_the_wrapper_retries_three_times() {
     let target = ProbeTarget {
         pod_ip: "127.0.0.1",
         container_id: None,
+        identity: None,
     };
     let verdict = Prober::new("1.35", None)
         .probe(ProbeKind::Readiness, &spec, target)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::destinations::Destinations;
 use super::spec::{Handler, ProbeSpec};
 use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, grpc, http, tcp};
-use crate::cri::CriClient;
+use crate::cri::{ContainerIdentity, CriClient};
 
 /// Attempts per probe run; only errors are retried (`maxProbeRetries`).
 pub const MAX_PROBE_RETRIES: u32 = 3;
@@ -18,6 +18,10 @@ pub const MAX_PROBE_RETRIES: u32 = 3;
 pub struct ProbeTarget<'a> {
     pub pod_ip: &'a str,
     pub container_id: Option<&'a str>,
+    /// When set, an exec probe first checks with the runtime that the
+    /// container is this one: its ID comes from the pod's status, which
+    /// anyone allowed to patch `pods/status` could point elsewhere.
+    pub identity: Option<ContainerIdentity<'a>>,
 }
 
 /// Kubernetes Event type.
@@ -178,6 +182,11 @@ impl Prober {
                         "exec probe needs a container ID and a CRI endpoint",
                     ));
                 };
+                if let Some(identity) = target.identity {
+                    cri.verify_identity(id, identity)
+                        .await
+                        .map_err(|e| ProbeError::unknown(e.to_string()))?;
+                }
                 exec::probe(cri, id, &action.command, exec_timeout(timeout)).await
             }
             Handler::Unresolvable(error) => Err(ProbeError::unknown(error.to_string())),
@@ -230,6 +239,7 @@ mod tests {
     const TARGET: ProbeTarget<'static> = ProbeTarget {
         pod_ip: "127.0.0.1",
         container_id: None,
+        identity: None,
     };
 
     #[tokio::test]

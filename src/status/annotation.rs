@@ -174,6 +174,24 @@ pub fn parse_probes(spec: &PodSpec, value: &str) -> Result<AnnotatedProbes, Anno
     Ok(AnnotatedProbes { probes })
 }
 
+/// The longest name from the annotation an error repeats; the annotation
+/// may hold a name of 256 KiB, and every error goes to a log line and an
+/// Event.
+const MAX_QUOTED_NAME_BYTES: usize = 253;
+
+/// `name`, cut to [`MAX_QUOTED_NAME_BYTES`] on a character boundary with
+/// `...` appended when cut.
+fn clipped(name: &str) -> String {
+    if name.len() <= MAX_QUOTED_NAME_BYTES {
+        return name.to_string();
+    }
+    let mut end = MAX_QUOTED_NAME_BYTES;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &name[..end])
+}
+
 /// Gate mode's rule for annotated targets: every `httpGet.host` and
 /// `tcpSocket.host` must be one `destinations` allows, since whoever writes
 /// the annotation could otherwise aim podprobe at the node's own services
@@ -218,7 +236,7 @@ fn probeable_container<'a>(
             container: name.to_string(),
         }),
         None => Err(AnnotationError::UnknownContainer {
-            container: name.to_string(),
+            container: clipped(name),
         }),
     }
 }
@@ -237,7 +255,7 @@ fn container_probes(
     if let Some(key) = by_kind.keys().find(|key| kind_for_key(key).is_none()) {
         return Err(AnnotationError::UnknownKey {
             container: container.name.clone(),
-            key: key.clone(),
+            key: clipped(key),
         });
     }
     let mut probes = Vec::new();
@@ -284,7 +302,7 @@ fn decode_probe(
         .map_err(|e| invalid(kind.field_name().to_string(), e.to_string()))?;
     if let Some(path) = unknown_field(value, &known) {
         return Err(invalid(
-            format!("{}{path}", kind.field_name()),
+            format!("{}{}", kind.field_name(), clipped(&path)),
             "unknown field".to_string(),
         ));
     }
@@ -392,6 +410,25 @@ mod tests {
         let own_pod =
             parsed(r#"{"app": {"readinessProbe": {"httpGet": {"port": 1, "host": ""}}}}"#);
         assert_eq!(check_hosts(&own_pod, &Destinations::default()), Ok(()));
+    }
+
+    #[test]
+    fn names_from_the_annotation_are_clipped_in_errors() {
+        let long = "é".repeat(200);
+        let message = error(&format!(r#"{{"{long}": {{}}}}"#));
+        assert_eq!(
+            message,
+            format!(
+                "podprobe.io/probes: container \"{}...\" is not in the pod",
+                "é".repeat(126)
+            )
+        );
+        let key = error(&format!(r#"{{"app": {{"{long}": {{}}}}}}"#));
+        assert!(key.len() < 600, "{key}");
+        let field = error(&format!(
+            r#"{{"app": {{"readinessProbe": {{"exec": {{"command": ["true"]}}, "{long}": 1}}}}}}"#
+        ));
+        assert!(field.len() < 600, "{field}");
     }
 
     #[test]

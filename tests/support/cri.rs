@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use podprobe::cri::{
-    ContainerConfig, ContainerMetadata, ContainerState, CriClient, ImageSpec, PodSandboxConfig,
-    PodSandboxMetadata,
+    CONTAINER_NAME_LABEL, ContainerConfig, ContainerMetadata, ContainerState, CriClient, ImageSpec,
+    POD_UID_LABEL, PodSandboxConfig, PodSandboxMetadata,
 };
 
 /// The image `hack/containerd.sh` imports (busybox-static).
@@ -85,7 +85,13 @@ pub struct TestPod {
     endpoint: String,
     pub sandbox_id: String,
     pub container_id: String,
+    /// The pod UID and container name the container is labelled with, as
+    /// the kubelet labels the containers it creates.
+    pub pod_uid: String,
 }
+
+/// The name of a [`TestPod`]'s container.
+pub const CONTAINER_NAME: &str = "busybox";
 
 impl TestPod {
     /// Runs a sandbox named after `test` (made unique) with a busybox
@@ -97,13 +103,19 @@ impl TestPod {
             .await
             .unwrap_or_else(|e| panic!("RunPodSandbox for {test}: {e}"));
         // From here on the guard cleans up, even if creating the container fails.
+        let pod_uid = sandbox_config
+            .metadata
+            .as_ref()
+            .map(|m| m.uid.clone())
+            .unwrap_or_default();
         let mut pod = TestPod {
             endpoint: cri.endpoint().to_string(),
             sandbox_id,
             container_id: String::new(),
+            pod_uid: pod_uid.clone(),
         };
         let container_id = cri
-            .create_container(&pod.sandbox_id, container_config(), sandbox_config)
+            .create_container(&pod.sandbox_id, container_config(&pod_uid), sandbox_config)
             .await
             .unwrap_or_else(|e| panic!("CreateContainer for {test}: {e}"));
         pod.container_id = container_id;
@@ -186,10 +198,10 @@ fn sandbox_config(test: &str) -> PodSandboxConfig {
     }
 }
 
-fn container_config() -> ContainerConfig {
+fn container_config(pod_uid: &str) -> ContainerConfig {
     ContainerConfig {
         metadata: Some(ContainerMetadata {
-            name: "busybox".to_string(),
+            name: CONTAINER_NAME.to_string(),
             attempt: 0,
         }),
         image: Some(ImageSpec {
@@ -197,7 +209,11 @@ fn container_config() -> ContainerConfig {
             ..Default::default()
         }),
         command: vec!["sh".to_string(), "-c".to_string(), SLEEP_LOOP.to_string()],
-        labels: HashMap::from([(TEST_LABEL.to_string(), "busybox".to_string())]),
+        labels: HashMap::from([
+            (TEST_LABEL.to_string(), CONTAINER_NAME.to_string()),
+            (POD_UID_LABEL.to_string(), pod_uid.to_string()),
+            (CONTAINER_NAME_LABEL.to_string(), CONTAINER_NAME.to_string()),
+        ]),
         ..Default::default()
     }
 }

@@ -35,6 +35,21 @@ impl HostPodprobe {
         run_id: &str,
         kubeconfig: &str,
     ) -> HostPodprobe {
+        Self::start_with(mode, node, run_id, kubeconfig, &[])
+    }
+
+    /// [`start`](Self::start) with `extra` flags after the usual ones.
+    pub fn start_with_args(mode: &str, node: &str, run_id: &str, extra: &[&str]) -> HostPodprobe {
+        Self::start_with(mode, node, run_id, &cluster().kubeconfig, extra)
+    }
+
+    fn start_with(
+        mode: &str,
+        node: &str,
+        run_id: &str,
+        kubeconfig: &str,
+        extra: &[&str],
+    ) -> HostPodprobe {
         let cluster = cluster();
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("podprobe.log");
@@ -48,6 +63,10 @@ impl HostPodprobe {
             .args(["--pod-selector", &format!("{TEST_RUN_LABEL}={run_id}")])
             .args(["--listen", "127.0.0.1:0"])
             .args(["--log-level", "info,podprobe=debug"])
+            // The tests read /metrics on loopback; delegated metrics
+            // authentication is tested in tests/server.rs.
+            .args(["--metrics-auth", "none"])
+            .args(extra)
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -58,6 +77,11 @@ impl HostPodprobe {
             log,
             _dir: dir,
         }
+    }
+
+    /// Its process ID, e.g. to read its `/proc` entries.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Everything it logged so far.

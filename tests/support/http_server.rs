@@ -67,6 +67,10 @@ pub enum Step {
     Stall,
     /// Abort the connection with a TCP RST.
     Reset,
+    /// Read the client's HTTP/2 frames until its first HEADERS frame (its
+    /// request) has arrived, so that what follows answers that request;
+    /// the connection is closed if the client goes away first.
+    AwaitH2Request,
 }
 
 type Script = dyn Fn(&Received) -> Vec<Step> + Send + Sync;
@@ -106,8 +110,19 @@ impl TestServer {
         bind: &str,
         script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
     ) -> TestServer {
+        Self::start_tls_alpn(bind, Vec::new(), script).await
+    }
+
+    /// [`TestServer::start_tls`], selecting a protocol of `alpn` over ALPN
+    /// when the client offers one; the script still writes raw bytes (with
+    /// `h2`: HTTP/2 frames, after reading the client's preface).
+    pub async fn start_tls_alpn(
+        bind: &str,
+        alpn: Vec<Vec<u8>>,
+        script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
+    ) -> TestServer {
         let script: Arc<Script> = Arc::new(script);
-        let acceptor = self_signed_acceptor(Vec::new());
+        let acceptor = self_signed_acceptor(alpn);
         Self::listen(bind, move |stream, log| {
             let (script, acceptor) = (script.clone(), acceptor.clone());
             async move {
@@ -239,9 +254,43 @@ async fn serve_script<S>(
                 let _ = stream.tcp().set_linger(Some(std::time::Duration::ZERO));
                 return;
             }
+            Step::AwaitH2Request => {
+                if !await_h2_request(&mut stream, &head).await {
+                    return;
+                }
+            }
         }
     }
     let _ = stream.shutdown().await;
+}
+
+/// Reads the client's HTTP/2 frames, after its connection preface (`head`
+/// holds what was read of them already), until a HEADERS frame; `false`
+/// when the connection ends first.
+async fn await_h2_request<S: AsyncRead + Unpin>(stream: &mut S, head: &[u8]) -> bool {
+    const PREFACE_LEN: usize = 24;
+    const HEADERS: u8 = 0x1;
+    let mut skip = PREFACE_LEN;
+    let mut buf = head.to_vec();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let skipped = skip.min(buf.len());
+        buf.drain(..skipped);
+        skip -= skipped;
+        while skip == 0 && buf.len() >= 9 {
+            if buf[3] == HEADERS {
+                return true;
+            }
+            skip = 9 + u32::from_be_bytes([0, buf[0], buf[1], buf[2]]) as usize;
+            let skipped = skip.min(buf.len());
+            buf.drain(..skipped);
+            skip -= skipped;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return false,
+        }
+    }
 }
 
 /// Reads up to the blank line ending a request head; stops early at bytes

@@ -1,0 +1,762 @@
+//! Delegated authentication and authorisation of `/metrics`, as the
+//! kubelet's webhook authenticator and authorizer and controller-runtime's
+//! secure metrics do it: the API server says who a bearer token belongs to
+//! (a `TokenReview`, authentication.k8s.io/v1) and whether that user may
+//! `get` the path (a `SubjectAccessReview` with `nonResourceAttributes`,
+//! authorization.k8s.io/v1), so RBAC decides who scrapes podprobe:
+//!
+//! ```yaml
+//! rules:
+//!   - nonResourceURLs: ["/metrics", "/metrics/probes"]
+//!     verbs: [get]
+//! ```
+//!
+//! [`DelegatedAuth::authorize`] is the decision: 401 without a token the API
+//! server accepts, 403 when RBAC denies, as the kubelet answers. Both
+//! reviews are cached for a short time, keyed by a keyed hash of the token
+//! (the token itself is not kept): accepted tokens and allowed requests for
+//! [`AUTHORIZED_TTL`], rejected ones for [`UNAUTHORIZED_TTL`], at most
+//! [`CACHE_CAPACITY`] entries each. A failed review is not cached. The
+//! reviews go through the [`Reviewer`] trait: [`KubeReviewer`] asks the API
+//! server, tests script the answers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use http::HeaderMap;
+use http::header::AUTHORIZATION;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+/// How long an accepted token and an allowed request are remembered (the
+/// kubelet's webhook token cache TTL).
+pub const AUTHORIZED_TTL: Duration = Duration::from_secs(120);
+
+/// How long a rejected token and a denied request are remembered (the
+/// kubelet's webhook authorizer's unauthorized TTL).
+pub const UNAUTHORIZED_TTL: Duration = Duration::from_secs(30);
+
+/// Most tokens and most (token, path, verb) decisions remembered.
+pub const CACHE_CAPACITY: usize = 1024;
+
+/// How long one review may take, waiting for its turn included.
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reviews sent to the API server at once; a flood of distinct tokens waits
+/// for these rather than flooding the API server.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 8;
+
+/// Who a token belongs to, as the API server's `TokenReview` said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserInfo {
+    pub username: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// A `TokenReview`'s verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authentication {
+    Authenticated(UserInfo),
+    /// The API server does not accept the token; the text says why, when it
+    /// said.
+    Unauthenticated(String),
+}
+
+/// A `SubjectAccessReview`'s verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authorization {
+    Allowed,
+    /// Denied, or no authorizer had an opinion; the text is the API
+    /// server's reason.
+    Denied(String),
+}
+
+/// A review that got no verdict: the request is refused and nothing is
+/// cached, so the next request asks again.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("the API server refused the {kind}: {source}")]
+    Api {
+        kind: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the {kind} got no answer within {timeout:?}")]
+    Timeout {
+        kind: &'static str,
+        timeout: Duration,
+    },
+    #[error("the API server answered the {kind} without a status")]
+    NoStatus { kind: &'static str },
+}
+
+/// The two questions asked of the API server.
+pub trait Reviewer: Send + Sync + 'static {
+    /// Who `token` belongs to (a `TokenReview`).
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Authentication, ReviewError>>;
+
+    /// Whether `user` may `verb` the non-resource URL `path` (a
+    /// `SubjectAccessReview`).
+    fn review_access<'a>(
+        &'a self,
+        user: &'a UserInfo,
+        path: &'a str,
+        verb: &'a str,
+    ) -> BoxFuture<'a, Result<Authorization, ReviewError>>;
+}
+
+/// [`Reviewer`] through the API server (needs `create` on
+/// `tokenreviews.authentication.k8s.io` and
+/// `subjectaccessreviews.authorization.k8s.io`).
+#[derive(Clone)]
+pub struct KubeReviewer {
+    client: kube::Client,
+}
+
+impl KubeReviewer {
+    pub fn new(client: kube::Client) -> Self {
+        KubeReviewer { client }
+    }
+}
+
+impl Reviewer for KubeReviewer {
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
+        const KIND: &str = "TokenReview";
+        Box::pin(async move {
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: Some(token.to_string()),
+                    audiences: None,
+                },
+                ..TokenReview::default()
+            };
+            let reviewed = Api::<TokenReview>::all(self.client.clone())
+                .create(&PostParams::default(), &review)
+                .await
+                .map_err(|source| ReviewError::Api { kind: KIND, source })?;
+            let status = reviewed
+                .status
+                .ok_or(ReviewError::NoStatus { kind: KIND })?;
+            Ok(match (status.authenticated, status.user) {
+                (Some(true), Some(user)) => Authentication::Authenticated(UserInfo {
+                    username: user.username.unwrap_or_default(),
+                    uid: user.uid.unwrap_or_default(),
+                    groups: user.groups.unwrap_or_default(),
+                    extra: user.extra.unwrap_or_default(),
+                }),
+                _ => Authentication::Unauthenticated(
+                    status
+                        .error
+                        .unwrap_or_else(|| "token not authenticated".to_string()),
+                ),
+            })
+        })
+    }
+
+    fn review_access<'a>(
+        &'a self,
+        user: &'a UserInfo,
+        path: &'a str,
+        verb: &'a str,
+    ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
+        const KIND: &str = "SubjectAccessReview";
+        Box::pin(async move {
+            let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: non_empty(&user.username),
+                    uid: non_empty(&user.uid),
+                    groups: Some(user.groups.clone()),
+                    extra: Some(user.extra.clone()),
+                    non_resource_attributes: Some(NonResourceAttributes {
+                        path: Some(path.to_string()),
+                        verb: Some(verb.to_string()),
+                    }),
+                    resource_attributes: None,
+                },
+                ..SubjectAccessReview::default()
+            };
+            let reviewed = Api::<SubjectAccessReview>::all(self.client.clone())
+                .create(&PostParams::default(), &review)
+                .await
+                .map_err(|source| ReviewError::Api { kind: KIND, source })?;
+            let status = reviewed
+                .status
+                .ok_or(ReviewError::NoStatus { kind: KIND })?;
+            Ok(if status.allowed {
+                Authorization::Allowed
+            } else {
+                let reason = status
+                    .reason
+                    .or(status.evaluation_error)
+                    .filter(|r| !r.is_empty())
+                    .unwrap_or_else(|| "no RBAC rule allows it".to_string());
+                Authorization::Denied(reason)
+            })
+        })
+    }
+}
+
+/// What to answer a request for a guarded path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Serve it.
+    Allowed { user: String },
+    /// 401: no bearer token, or one the API server does not accept.
+    Unauthenticated { reason: String },
+    /// 403: RBAC does not let `user` get the path.
+    Forbidden { user: String, reason: String },
+    /// A review got no verdict: 401 when it was the `TokenReview`, 500 when
+    /// the `SubjectAccessReview`, as the kubelet answers.
+    Failed { review: Review, reason: String },
+}
+
+/// Which of the two reviews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Review {
+    Token,
+    Access,
+}
+
+/// How often a failing review is logged at warn level; repeats in between
+/// go to debug.
+const REVIEW_FAILURE_WARN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A keyed hash of a bearer token: the caches never hold the token. Two
+/// SipHash keys drawn per process make a collision, accidental or aimed
+/// (the keys are secret), out of reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct TokenKey(u64, u64);
+
+/// `/metrics`' guard: [`DelegatedAuth::authorize`] each request. Cheap to
+/// clone; clones share the caches.
+#[derive(Clone)]
+pub struct DelegatedAuth {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    reviewer: Box<dyn Reviewer>,
+    keys: (RandomState, RandomState),
+    tokens: Mutex<TtlCache<TokenKey, Authentication>>,
+    access: Mutex<TtlCache<(TokenKey, String, String), Authorization>>,
+    reviews: Semaphore,
+    last_failure_warning: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for DelegatedAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegatedAuth").finish_non_exhaustive()
+    }
+}
+
+impl DelegatedAuth {
+    /// Reviews through the API server `client` talks to.
+    pub fn kube(client: kube::Client) -> Self {
+        Self::new(KubeReviewer::new(client))
+    }
+
+    /// Reviews through `reviewer`.
+    pub fn new(reviewer: impl Reviewer) -> Self {
+        DelegatedAuth {
+            inner: Arc::new(Inner {
+                reviewer: Box::new(reviewer),
+                keys: (RandomState::new(), RandomState::new()),
+                tokens: Mutex::new(TtlCache::new(CACHE_CAPACITY)),
+                access: Mutex::new(TtlCache::new(CACHE_CAPACITY)),
+                reviews: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
+                last_failure_warning: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Decides a request for the non-resource URL `path` with `verb` (`get`
+    /// for GET and HEAD) from its `Authorization: Bearer` header.
+    pub async fn authorize(&self, headers: &HeaderMap, path: &str, verb: &str) -> Decision {
+        let Some(token) = bearer_token(headers) else {
+            return Decision::Unauthenticated {
+                reason: "no bearer token".to_string(),
+            };
+        };
+        let key = self.key(token);
+        let user = match self.authenticate(key, token).await {
+            Ok(Authentication::Authenticated(user)) => user,
+            Ok(Authentication::Unauthenticated(reason)) => {
+                return Decision::Unauthenticated { reason };
+            }
+            Err(error) => return self.failed(Review::Token, &error),
+        };
+        match self.authorize_user(key, &user, path, verb).await {
+            Ok(Authorization::Allowed) => Decision::Allowed {
+                user: user.username,
+            },
+            Ok(Authorization::Denied(reason)) => Decision::Forbidden {
+                user: user.username,
+                reason,
+            },
+            Err(error) => self.failed(Review::Access, &error),
+        }
+    }
+
+    /// A failed review: podprobe cannot check anyone's access (the API
+    /// server is down, or podprobe's RBAC lacks `create` on the reviews),
+    /// which an operator must hear about, but not once per scrape.
+    fn failed(&self, review: Review, error: &ReviewError) -> Decision {
+        let now = Instant::now();
+        let warn = {
+            let mut last = lock(&self.inner.last_failure_warning);
+            let due = last.is_none_or(|at| now >= at + REVIEW_FAILURE_WARN_INTERVAL);
+            if due {
+                *last = Some(now);
+            }
+            due
+        };
+        if warn {
+            tracing::warn!(
+                %error,
+                "cannot review a /metrics request; refusing it (more failures in the next minute are logged at debug level)"
+            );
+        } else {
+            tracing::debug!(%error, "cannot review a /metrics request; refusing it");
+        }
+        Decision::Failed {
+            review,
+            reason: error.to_string(),
+        }
+    }
+
+    fn key(&self, token: &str) -> TokenKey {
+        TokenKey(
+            self.inner.keys.0.hash_one(token),
+            self.inner.keys.1.hash_one(token),
+        )
+    }
+
+    async fn authenticate(
+        &self,
+        key: TokenKey,
+        token: &str,
+    ) -> Result<Authentication, ReviewError> {
+        if let Some(cached) = lock(&self.inner.tokens).get(&key, Instant::now()) {
+            return Ok(cached);
+        }
+        let verdict = self
+            .bounded("TokenReview", self.inner.reviewer.review_token(token))
+            .await?;
+        let ttl = match verdict {
+            Authentication::Authenticated(_) => AUTHORIZED_TTL,
+            Authentication::Unauthenticated(_) => UNAUTHORIZED_TTL,
+        };
+        lock(&self.inner.tokens).insert(key, verdict.clone(), ttl, Instant::now());
+        Ok(verdict)
+    }
+
+    async fn authorize_user(
+        &self,
+        key: TokenKey,
+        user: &UserInfo,
+        path: &str,
+        verb: &str,
+    ) -> Result<Authorization, ReviewError> {
+        let cache_key = (key, path.to_string(), verb.to_string());
+        if let Some(cached) = lock(&self.inner.access).get(&cache_key, Instant::now()) {
+            return Ok(cached);
+        }
+        let verdict = self
+            .bounded(
+                "SubjectAccessReview",
+                self.inner.reviewer.review_access(user, path, verb),
+            )
+            .await?;
+        let ttl = match verdict {
+            Authorization::Allowed => AUTHORIZED_TTL,
+            Authorization::Denied(_) => UNAUTHORIZED_TTL,
+        };
+        lock(&self.inner.access).insert(cache_key, verdict.clone(), ttl, Instant::now());
+        Ok(verdict)
+    }
+
+    /// Runs a review once one of [`MAX_REVIEWS_IN_FLIGHT`] turns is free,
+    /// all within [`REVIEW_TIMEOUT`].
+    async fn bounded<T>(
+        &self,
+        kind: &'static str,
+        review: BoxFuture<'_, Result<T, ReviewError>>,
+    ) -> Result<T, ReviewError> {
+        let timeout = ReviewError::Timeout {
+            kind,
+            timeout: REVIEW_TIMEOUT,
+        };
+        tokio::time::timeout(REVIEW_TIMEOUT, async {
+            // The semaphore is never closed; should it be, review anyway.
+            let _turn = self.inner.reviews.acquire().await;
+            review.await
+        })
+        .await
+        .unwrap_or(Err(timeout))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A cache is consistent after every call; a panic elsewhere leaves it
+    // usable.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The token of `Authorization: Bearer <token>`, parsed as the API server's
+/// bearer token authenticator parses it (scheme case-insensitive, exactly
+/// one space, the token up to the next space).
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A map whose entries expire, of bounded size: when full, expired entries
+/// go first, then the one closest to expiring.
+#[derive(Debug)]
+struct TtlCache<K, V> {
+    entries: HashMap<K, (V, Instant)>,
+    capacity: usize,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
+    fn new(capacity: usize) -> Self {
+        TtlCache {
+            entries: HashMap::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn get(&mut self, key: &K, now: Instant) -> Option<V> {
+        match self.entries.get(key) {
+            Some((value, expires)) if *expires > now => Some(value.clone()),
+            Some(_) => {
+                self.entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn insert(&mut self, key: K, value: V, ttl: Duration, now: Instant) {
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
+            self.entries.retain(|_, (_, expires)| *expires > now);
+            if self.entries.len() >= self.capacity {
+                let soonest = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, (_, expires))| *expires)
+                    .map(|(key, _)| key.clone());
+                if let Some(soonest) = soonest {
+                    self.entries.remove(&soonest);
+                }
+            }
+        }
+        self.entries.insert(key, (value, now + ttl));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http::HeaderValue;
+
+    use super::*;
+
+    /// Tokens `good-*` belong to user `scraper` (allowed) or `stranger`
+    /// (`good-stranger`, denied); `flaky` makes the review fail; `slow`
+    /// never gets an answer; anything else is rejected. Counts the reviews.
+    #[derive(Default)]
+    struct Script {
+        token_reviews: AtomicUsize,
+        access_reviews: AtomicUsize,
+        fail_access: std::sync::atomic::AtomicBool,
+    }
+
+    impl Reviewer for Arc<Script> {
+        fn review_token<'a>(
+            &'a self,
+            token: &'a str,
+        ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
+            Box::pin(async move {
+                // Counted when sent (polled), as the API server would see it.
+                self.token_reviews.fetch_add(1, Ordering::SeqCst);
+                match token {
+                    "slow" => std::future::pending().await,
+                    "flaky" => Err(ReviewError::NoStatus {
+                        kind: "TokenReview",
+                    }),
+                    _ => Ok(match token.strip_prefix("good-") {
+                        Some(user) => Authentication::Authenticated(UserInfo {
+                            username: user.to_string(),
+                            ..UserInfo::default()
+                        }),
+                        None => Authentication::Unauthenticated("invalid bearer token".into()),
+                    }),
+                }
+            })
+        }
+
+        fn review_access<'a>(
+            &'a self,
+            user: &'a UserInfo,
+            path: &'a str,
+            verb: &'a str,
+        ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
+            Box::pin(async move {
+                self.access_reviews.fetch_add(1, Ordering::SeqCst);
+                if self.fail_access.load(Ordering::SeqCst) {
+                    return Err(ReviewError::NoStatus {
+                        kind: "SubjectAccessReview",
+                    });
+                }
+                Ok(if user.username == "stranger" {
+                    Authorization::Denied(format!("{} may not {verb} {path}", user.username))
+                } else {
+                    Authorization::Allowed
+                })
+            })
+        }
+    }
+
+    impl Script {
+        fn counts(&self) -> (usize, usize) {
+            (
+                self.token_reviews.load(Ordering::SeqCst),
+                self.access_reviews.load(Ordering::SeqCst),
+            )
+        }
+    }
+
+    fn auth() -> (DelegatedAuth, Arc<Script>) {
+        let script = Arc::new(Script::default());
+        (DelegatedAuth::new(script.clone()), script)
+    }
+
+    fn bearer(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn bearer_tokens_are_parsed_as_the_api_server_parses_them() {
+        assert_eq!(bearer_token(&bearer("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&bearer("bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&bearer("  BEARER abc  ")), Some("abc"));
+        assert_eq!(bearer_token(&bearer("Bearer abc def")), Some("abc"));
+        for bad in ["Bearer", "Bearer ", "Bearer  abc", "Basic YWJj", "abc"] {
+            assert_eq!(bearer_token(&bearer(bad)), None, "{bad:?}");
+        }
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+        let mut opaque = HeaderMap::new();
+        opaque.insert(
+            AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer \xff\xfe").unwrap(),
+        );
+        assert_eq!(bearer_token(&opaque), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_token_is_401_without_asking_the_api_server() {
+        let (auth, script) = auth();
+        let decision = auth.authorize(&HeaderMap::new(), "/metrics", "get").await;
+        assert_eq!(
+            decision,
+            Decision::Unauthenticated {
+                reason: "no bearer token".into()
+            }
+        );
+        assert_eq!(script.counts(), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_allowed_token_is_cached_for_the_authorized_ttl() {
+        let (auth, script) = auth();
+        let headers = bearer("Bearer good-scraper");
+        let allowed = Decision::Allowed {
+            user: "scraper".into(),
+        };
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, allowed);
+        assert_eq!(script.counts(), (1, 1));
+
+        tokio::time::advance(AUTHORIZED_TTL - Duration::from_secs(1)).await;
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, allowed);
+        assert_eq!(script.counts(), (1, 1), "both answers cached");
+
+        // Another path is another question; the token is still known.
+        assert_eq!(
+            auth.authorize(&headers, "/metrics/probes", "get").await,
+            allowed
+        );
+        assert_eq!(script.counts(), (1, 2));
+
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, allowed);
+        assert_eq!(script.counts(), (2, 3), "both expired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rejected_token_is_401_and_cached_for_the_unauthorized_ttl() {
+        let (auth, script) = auth();
+        let headers = bearer("Bearer forged");
+        let rejected = Decision::Unauthenticated {
+            reason: "invalid bearer token".into(),
+        };
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, rejected);
+        tokio::time::advance(UNAUTHORIZED_TTL - Duration::from_secs(1)).await;
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, rejected);
+        assert_eq!(script.counts(), (1, 0));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, rejected);
+        assert_eq!(script.counts(), (2, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_denied_user_is_403_and_cached_for_the_unauthorized_ttl() {
+        let (auth, script) = auth();
+        let headers = bearer("Bearer good-stranger");
+        let forbidden = Decision::Forbidden {
+            user: "stranger".into(),
+            reason: "stranger may not get /metrics".into(),
+        };
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, forbidden);
+        tokio::time::advance(UNAUTHORIZED_TTL - Duration::from_secs(1)).await;
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, forbidden);
+        assert_eq!(script.counts(), (1, 1));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(auth.authorize(&headers, "/metrics", "get").await, forbidden);
+        assert_eq!(script.counts(), (1, 2), "the token is still known");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_reviews_are_not_cached() {
+        let (auth, script) = auth();
+        let flaky = bearer("Bearer flaky");
+        for _ in 0..2 {
+            assert!(matches!(
+                auth.authorize(&flaky, "/metrics", "get").await,
+                Decision::Failed { review: Review::Token, reason } if reason.contains("without a status")
+            ));
+        }
+        assert_eq!(script.counts(), (2, 0));
+
+        script.fail_access.store(true, Ordering::SeqCst);
+        let good = bearer("Bearer good-scraper");
+        for _ in 0..2 {
+            assert!(matches!(
+                auth.authorize(&good, "/metrics", "get").await,
+                Decision::Failed {
+                    review: Review::Access,
+                    ..
+                }
+            ));
+        }
+        assert_eq!(script.counts(), (3, 2));
+        script.fail_access.store(false, Ordering::SeqCst);
+        assert_eq!(
+            auth.authorize(&good, "/metrics", "get").await,
+            Decision::Allowed {
+                user: "scraper".into()
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_review_without_an_answer_times_out() {
+        let (auth, _) = auth();
+        let started = Instant::now();
+        let decision = auth
+            .authorize(&bearer("Bearer slow"), "/metrics", "get")
+            .await;
+        assert_eq!(started.elapsed(), REVIEW_TIMEOUT);
+        assert_eq!(
+            decision,
+            Decision::Failed {
+                review: Review::Token,
+                reason: "the TokenReview got no answer within 10s".into()
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stuck_reviews_hold_at_most_their_turns() {
+        let (auth, script) = auth();
+        let mut stuck = tokio::task::JoinSet::new();
+        for _ in 0..MAX_REVIEWS_IN_FLIGHT + 3 {
+            let auth = auth.clone();
+            stuck.spawn(async move {
+                auth.authorize(&bearer("Bearer slow"), "/metrics", "get")
+                    .await
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(script.counts().0, MAX_REVIEWS_IN_FLIGHT);
+        while let Some(decision) = stuck.join_next().await {
+            assert!(matches!(decision.unwrap(), Decision::Failed { .. }));
+        }
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_drops_the_soonest_to_expire() {
+        let now = Instant::now();
+        let mut cache = TtlCache::new(3);
+        cache.insert(1, "a", Duration::from_secs(30), now);
+        cache.insert(2, "b", Duration::from_secs(10), now);
+        cache.insert(3, "c", Duration::from_secs(20), now);
+        cache.insert(4, "d", Duration::from_secs(40), now);
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.get(&2, now), None, "closest to expiring");
+        assert_eq!(cache.get(&1, now), Some("a"));
+
+        // Expired entries go first, however many.
+        let later = now + Duration::from_secs(25);
+        cache.insert(5, "e", Duration::from_secs(1), later);
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.get(&3, later), None);
+        assert_eq!(cache.get(&4, later), Some("d"));
+        assert_eq!(cache.get(&5, later), Some("e"));
+
+        // Replacing an entry never evicts another.
+        cache.insert(5, "E", Duration::from_secs(1), later);
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.get(&5, later), Some("E"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_distinct_tokens_stay_within_the_capacity() {
+        let (auth, _) = auth();
+        for i in 0..CACHE_CAPACITY + 10 {
+            let headers = bearer(&format!("Bearer good-user{i}"));
+            auth.authorize(&headers, "/metrics", "get").await;
+        }
+        assert_eq!(lock(&auth.inner.tokens).len(), CACHE_CAPACITY);
+        assert_eq!(lock(&auth.inner.access).len(), CACHE_CAPACITY);
+    }
+}

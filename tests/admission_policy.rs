@@ -1,0 +1,892 @@
+//! The ValidatingAdmissionPolicy of `deploy/base/admission-policy.yaml` on
+//! the real API server of the local cluster (`hack/local-cluster.sh`): each
+//! test applies it (idempotently, with podprobe's namespace and RBAC from
+//! `deploy/base`), mints real service-account tokens for podprobe's
+//! ServiceAccounts, and sends the `pods/status` patches podprobe sends
+//! (built by `build_patch`, as `podprobe run` builds them) and ones it must
+//! never send, with those tokens.
+//!
+//! The patches go through kube-rs, not `kubectl patch --subresource=status`:
+//! kubectl reads the subresource first, which podprobe's least-privilege
+//! ClusterRole does not grant.
+//!
+//! Node A is the kubelet's node; node B is the agent node when
+//! `hack/agent-node.sh up` ran, else a node name no node has: a pod bound to
+//! it exists in the API all the same, which is all a status write needs.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+#[path = "support/host_podprobe.rs"]
+mod host_podprobe;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cluster::{BUSYBOX_IMAGE, GATE, Namespace, TEST_RUN_LABEL, cluster, condition, unique_id};
+use host_podprobe::HostPodprobe;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use podprobe::status::{ContainerProbeView, Mode, build_patch, desired_authority_status};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+const POLICY: &str = "podprobe-status-writes";
+const POLICY_FILE: &str = "deploy/base/admission-policy.yaml";
+const NAMESPACE: &str = "podprobe-system";
+/// Gate mode's ServiceAccount (the DaemonSet's) and authority mode's.
+const GATE_SA: &str = "podprobe";
+const AUTHORITY_SA: &str = "podprobe-authority";
+/// Node B when the agent node is not up.
+const ABSENT_NODE: &str = "podprobe-admission-node-b";
+/// Every refusal names the policy.
+const DENIED: &str = "ValidatingAdmissionPolicy 'podprobe-status-writes'";
+
+fn repo_file(path: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(path)
+        .display()
+        .to_string()
+}
+
+fn kubectl(args: &[&str]) -> String {
+    cluster().kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Applies podprobe's namespace, RBAC (both ServiceAccounts) and the policy
+/// from `deploy/base` once per test binary; waits until the API server has
+/// type-checked the policy (no warnings) and enforces it.
+async fn ensure_policy() {
+    static ENFORCED: OnceCell<()> = OnceCell::const_new();
+    ENFORCED
+        .get_or_init(|| async {
+            kubectl(&[
+                "apply",
+                "-f",
+                &repo_file("deploy/base/namespace.yaml"),
+                "-f",
+                &repo_file("deploy/base/rbac.yaml"),
+                "-f",
+                &repo_file(POLICY_FILE),
+            ]);
+            let policy = cluster::wait_for(
+                "the API server to type-check the policy",
+                Duration::from_secs(30),
+                || {
+                    let policy = cluster().json(&["get", "validatingadmissionpolicy", POLICY])?;
+                    (policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
+                        .then_some(policy)
+                        .ok_or_else(|| "status not observed yet".to_string())
+                },
+                String::new,
+            );
+            let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
+            assert!(
+                warnings.as_array().is_none_or(|w| w.is_empty()),
+                "the policy's expressions do not type-check: {warnings:#}"
+            );
+            wait_until_enforced().await;
+        })
+        .await;
+}
+
+/// Polls a write the policy refuses until it is refused: the API server's
+/// policy informer lags the apply. The write breaks every rule at once (a
+/// token without a node claim, metadata, a kubelet condition), so that it
+/// tells whether the policy is in force even when one rule is broken.
+async fn wait_until_enforced() {
+    let id = unique_id();
+    let sentinel = Holder::create(&format!("admission-sentinel-{id}"), GATE_SA, ABSENT_NODE);
+    let podprobe = Identity::new(&unbound_token(GATE_SA)).await;
+    let body = json!({
+        "metadata": {"labels": {"podprobe.io/forged": "x"}},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Forged"}]},
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match patch(&podprobe.client, NAMESPACE, &sentinel.name, &body).await {
+            Err(kube::Error::Api(status)) if status.message.contains(DENIED) => break,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the policy is still not enforced 30 s after it was applied: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// A pod in podprobe's namespace, running as one of its ServiceAccounts on
+/// a given node, for tokens bound to it: it stands for podprobe's own pod.
+/// Force-deleted when dropped (a pod on an absent node never terminates).
+struct Holder {
+    name: String,
+    uid: String,
+}
+
+impl Holder {
+    fn create(name: &str, service_account: &str, node: &str) -> Holder {
+        cluster()
+            .apply(&json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": {TEST_RUN_LABEL: name},
+                },
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": service_account,
+                    "automountServiceAccountToken": false,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{
+                        "name": "sleep",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sleep", "3600"],
+                    }],
+                },
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let uid = kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ]);
+        Holder {
+            name: name.to_string(),
+            uid,
+        }
+    }
+
+    /// A token of `service_account` bound to this pod: it names the pod's
+    /// node in `authentication.kubernetes.io/node-name`.
+    fn token(&self, service_account: &str) -> String {
+        kubectl(&[
+            "-n",
+            NAMESPACE,
+            "create",
+            "token",
+            service_account,
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            &self.name,
+            "--bound-object-uid",
+            &self.uid,
+            "--duration",
+            "10m",
+        ])
+        .trim()
+        .to_string()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&[
+            "-n",
+            NAMESPACE,
+            "delete",
+            "pod",
+            &self.name,
+            "--force",
+            "--grace-period=0",
+            "--wait=false",
+        ]);
+    }
+}
+
+/// A token of `service_account` bound to nothing: no node claim.
+fn unbound_token(service_account: &str) -> String {
+    kubectl(&[
+        "-n",
+        NAMESPACE,
+        "create",
+        "token",
+        service_account,
+        "--duration",
+        "10m",
+    ])
+    .trim()
+    .to_string()
+}
+
+/// A token of `service_account` bound to Node `node` (how a host-process
+/// podprobe gets a node claim).
+fn node_token(service_account: &str, node: &str) -> String {
+    let uid = kubectl(&["get", "node", node, "-o", "jsonpath={.metadata.uid}"]);
+    kubectl(&[
+        "-n",
+        NAMESPACE,
+        "create",
+        "token",
+        service_account,
+        "--bound-object-kind",
+        "Node",
+        "--bound-object-name",
+        node,
+        "--bound-object-uid",
+        &uid,
+        "--duration",
+        "10m",
+    ])
+    .trim()
+    .to_string()
+}
+
+/// A client of the cluster authenticated by a bearer token only, and its
+/// kubeconfig file (for `podprobe run --kubeconfig`).
+struct Identity {
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Identity {
+    async fn new(token: &str) -> Identity {
+        let cluster_field = |path: &str| {
+            kubectl(&[
+                "config",
+                "view",
+                "--raw",
+                "--minify",
+                "-o",
+                &format!("jsonpath={{.clusters[0].cluster.{path}}}"),
+            ])
+        };
+        let server = cluster_field("server");
+        let ca = cluster_field("certificate-authority-data");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("token.kubeconfig");
+        // JSON is YAML too.
+        let text = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{
+                "name": "local",
+                "cluster": {"server": server, "certificate-authority-data": ca},
+            }],
+            "users": [{"name": "token", "user": {"token": token}}],
+            "contexts": [{"name": "token", "context": {"cluster": "local", "user": "token"}}],
+            "current-context": "token",
+        })
+        .to_string();
+        std::fs::write(&kubeconfig, text).expect("write kubeconfig");
+        let config = kube::config::Kubeconfig::read_from(&kubeconfig).expect("readable kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+            .await
+            .expect("valid kubeconfig");
+        Identity {
+            client: kube::Client::try_from(config).expect("client"),
+            kubeconfig,
+            _dir: dir,
+        }
+    }
+}
+
+/// A strategic-merge patch of `pods/<name>/status` as `client`, as podprobe
+/// sends it.
+async fn patch(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    patch: &Value,
+) -> Result<Pod, kube::Error> {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+}
+
+/// A JSON patch of `pods/<name>/status` as `client` (to reach into the
+/// atomic container status lists).
+async fn json_patch(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    patch: Value,
+) -> Result<Pod, kube::Error> {
+    let patch = serde_json::from_value(patch).expect("a JSON patch");
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+}
+
+/// Asserts that the write went through.
+fn assert_allowed(what: &str, result: Result<Pod, kube::Error>) -> Pod {
+    result.unwrap_or_else(|e| panic!("{what}: refused, want allowed: {e}"))
+}
+
+/// Asserts that the policy refused the write with 403 and a message holding
+/// every one of `says`.
+fn assert_refused(what: &str, result: Result<Pod, kube::Error>, says: &[&str]) {
+    match result {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{what}: {status:?}");
+            assert!(
+                status.message.contains(DENIED),
+                "{what}: refused, but not by the policy: {}",
+                status.message
+            );
+            for want in says {
+                assert!(
+                    status.message.contains(want),
+                    "{what}: the refusal does not say {want:?}: {}",
+                    status.message
+                );
+            }
+        }
+        Err(e) => panic!("{what}: failed, but not refused by the API server: {e}"),
+        Ok(_) => panic!("{what}: allowed, want refused by {POLICY}"),
+    }
+}
+
+/// One test's namespace of target pods and its token holders; node A is the
+/// kubelet's node, node B another (see the module docs).
+struct Rig {
+    ns: Namespace,
+    id: String,
+    node_a: String,
+    node_b: String,
+}
+
+impl Rig {
+    async fn new() -> Rig {
+        ensure_policy().await;
+        let id = unique_id();
+        let ns = Namespace::create(&format!("podprobe-admission-{id}"));
+        let agent = kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            "podprobe.io/agent-node=true",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ]);
+        let node_b = agent
+            .split_whitespace()
+            .next()
+            .unwrap_or(ABSENT_NODE)
+            .to_string();
+        Rig {
+            ns,
+            id,
+            node_a: cluster().node_name(),
+            node_b,
+        }
+    }
+
+    /// Creates a pod `name` bound to `node` (a sleeping busybox).
+    fn target(&self, name: &str, node: &str) {
+        self.target_with(name, node, json!({}))
+    }
+
+    /// [`target`](Self::target) with `metadata` merged into its metadata.
+    fn target_with(&self, name: &str, node: &str, metadata: Value) {
+        let mut pod = cluster::pod(name, "app", BUSYBOX_IMAGE, &["sleep", "3600"], &[]);
+        pod["spec"]["nodeName"] = json!(node);
+        pod["spec"]["terminationGracePeriodSeconds"] = json!(0);
+        if let (Some(meta), Some(extra)) = (pod["metadata"].as_object_mut(), metadata.as_object()) {
+            meta.extend(extra.clone());
+        }
+        self.ns.create_pod(&pod);
+    }
+
+    fn pod(&self, name: &str) -> Value {
+        self.ns.pod(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A token of `service_account` bound to a pod of it on `node`, and the
+    /// pod (keep it: the token dies with it).
+    fn pod_token(&self, service_account: &str, node: &str) -> (String, Holder) {
+        let holder = Holder::create(
+            &format!("admission-holder-{}-{service_account}", self.id),
+            service_account,
+            node,
+        );
+        (holder.token(service_account), holder)
+    }
+
+    /// Waits until the kubelet reports `pod` running (container statuses and
+    /// its conditions written).
+    fn wait_running(&self, pod: &str) -> Value {
+        self.ns
+            .wait_for(&format!("{pod} running"), Duration::from_secs(60), || {
+                let object = self.ns.pod(pod)?;
+                (object["status"]["phase"] == "Running" && condition(&object, "Ready").is_some())
+                    .then_some(object)
+                    .ok_or_else(|| "not running yet".to_string())
+            })
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // Finalizers hold a pod forever, and a pod on an absent node never
+        // terminates.
+        let finalized = cluster()
+            .kubectl(&[
+                "-n",
+                &self.ns.name,
+                "get",
+                "pods",
+                "-o",
+                "jsonpath={range .items[?(@.metadata.finalizers)]}{.metadata.name}{\"\\n\"}{end}",
+            ])
+            .unwrap_or_default();
+        for pod in finalized.lines() {
+            let _ = cluster().kubectl(&[
+                "-n",
+                &self.ns.name,
+                "patch",
+                "pod",
+                pod,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+        let _ = cluster().kubectl(&[
+            "-n",
+            &self.ns.name,
+            "delete",
+            "pods",
+            "--all",
+            "--force",
+            "--grace-period=0",
+            "--wait=false",
+        ]);
+    }
+}
+
+/// The patch podprobe in gate mode sends to set its condition on `pod` to
+/// `status` (`build_patch` over the pod as the API server has it).
+async fn gate_patch(client: &kube::Client, namespace: &str, pod: &str, status: &str) -> Value {
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(pod)
+        .await
+        .expect("get pod");
+    let mut desired = pod.status.clone().unwrap_or_default();
+    let mut conditions = desired.conditions.take().unwrap_or_default();
+    conditions.retain(|c| c.type_ != GATE);
+    conditions.push(PodCondition {
+        type_: GATE.to_string(),
+        status: status.to_string(),
+        last_transition_time: Some(Time(Timestamp::now())),
+        ..PodCondition::default()
+    });
+    desired.conditions = Some(conditions);
+    build_patch(Mode::Gate, &pod, &desired)
+        .expect("a patch")
+        .expect("the condition changes")
+}
+
+fn gate_status(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == GATE)
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+async fn gate_token_of_a_pod_on_node_a_may_set_its_condition_on_node_a_pods() {
+    let rig = Rig::new().await;
+    let admin = cluster().client().await;
+    rig.target("a", &rig.node_a);
+    let (token, _holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+
+    for status in ["True", "False"] {
+        let body = gate_patch(&admin, &rig.ns.name, "a", status).await;
+        let pod = assert_allowed(
+            &format!("gate token sets {GATE}={status} on a node-A pod"),
+            patch(&podprobe.client, &rig.ns.name, "a", &body).await,
+        );
+        assert_eq!(gate_status(&pod).as_deref(), Some(status));
+    }
+
+    // A terminating pod is still probed (and its condition still written).
+    rig.target_with(
+        "terminating",
+        &rig.node_a,
+        json!({"finalizers": ["podprobe.io/admission-test"]}),
+    );
+    rig.ns
+        .kubectl(&["delete", "pod", "terminating", "--wait=false"]);
+    let body = gate_patch(&admin, &rig.ns.name, "terminating", "False").await;
+    let pod = assert_allowed(
+        "gate token writes its condition on a terminating node-A pod",
+        patch(&podprobe.client, &rig.ns.name, "terminating", &body).await,
+    );
+    assert!(pod.metadata.deletion_timestamp.is_some());
+
+    // A token bound to the Node itself names it too (for a podprobe that
+    // runs as a host process).
+    let node_bound = Identity::new(&node_token(GATE_SA, &rig.node_a)).await;
+    let body = gate_patch(&admin, &rig.ns.name, "a", "True").await;
+    assert_allowed(
+        "node-bound gate token sets its condition on a node-A pod",
+        patch(&node_bound.client, &rig.ns.name, "a", &body).await,
+    );
+}
+
+#[tokio::test]
+async fn gate_token_of_a_pod_on_node_a_may_not_write_a_pod_on_node_b() {
+    let rig = Rig::new().await;
+    let admin = cluster().client().await;
+    rig.target("b", &rig.node_b);
+    let (token, _holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+
+    let body = gate_patch(&admin, &rig.ns.name, "b", "True").await;
+    let own_node = format!("on node {} may not write", rig.node_a);
+    let pod = format!("pod {}/b on node {}", rig.ns.name, rig.node_b);
+    assert_refused(
+        "gate token of node A sets its condition on a node-B pod",
+        patch(&podprobe.client, &rig.ns.name, "b", &body).await,
+        &["gate mode", &own_node, &pod],
+    );
+    assert_eq!(condition(&rig.pod("b"), GATE), None);
+}
+
+#[tokio::test]
+async fn gate_token_may_not_change_what_the_kubelet_owns() {
+    let rig = Rig::new().await;
+    rig.target("a", &rig.node_a);
+    rig.wait_running("a");
+    let (token, _holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+    let ns = rig.ns.name.as_str();
+    let forged = |type_: &str| json!({"type": type_, "status": "False", "reason": "Forged"});
+
+    assert_refused(
+        "gate token changes Ready and ContainersReady",
+        patch(
+            &podprobe.client,
+            ns,
+            "a",
+            &json!({"status": {"conditions": [forged("Ready"), forged("ContainersReady")]}}),
+        )
+        .await,
+        &[
+            "may change only the podprobe.io/ready condition",
+            "not Ready, ContainersReady",
+        ],
+    );
+    assert_refused(
+        "gate token changes ContainersReady alone",
+        patch(
+            &podprobe.client,
+            ns,
+            "a",
+            &json!({"status": {"conditions": [forged("ContainersReady")]}}),
+        )
+        .await,
+        &["not ContainersReady"],
+    );
+    // Its own condition does not carry a foreign one through.
+    assert_refused(
+        "gate token changes its condition and Ready in one patch",
+        patch(
+            &podprobe.client,
+            ns,
+            "a",
+            &json!({"status": {"conditions": [
+                {"type": GATE, "status": "True"}, forged("Ready"),
+            ]}}),
+        )
+        .await,
+        &["not Ready"],
+    );
+    assert_eq!(condition(&rig.pod("a"), GATE), None);
+    assert_refused(
+        "gate token removes a kubelet condition",
+        patch(
+            &podprobe.client,
+            ns,
+            "a",
+            &json!({"status": {"conditions": [{"type": "PodScheduled", "$patch": "delete"}]}}),
+        )
+        .await,
+        &["not PodScheduled"],
+    );
+    assert_refused(
+        "gate token sets a container ready",
+        json_patch(
+            &podprobe.client,
+            ns,
+            "a",
+            json!([{"op": "replace", "path": "/status/containerStatuses/0/ready", "value": false}]),
+        )
+        .await,
+        &["may not change status.containerStatuses"],
+    );
+    assert_refused(
+        "gate token changes the phase",
+        patch(
+            &podprobe.client,
+            ns,
+            "a",
+            &json!({"status": {"phase": "Failed"}}),
+        )
+        .await,
+        &["may not change status.phase"],
+    );
+    assert_refused(
+        "gate token labels the pod through pods/status",
+        patch(
+            &podprobe.client,
+            ns,
+            "a",
+            &json!({"metadata": {"labels": {"podprobe.io/forged": "x"}}}),
+        )
+        .await,
+        &["may not change the metadata"],
+    );
+}
+
+#[tokio::test]
+async fn gate_token_without_a_node_claim_is_refused() {
+    let rig = Rig::new().await;
+    let admin = cluster().client().await;
+    rig.target("a", &rig.node_a);
+    let podprobe = Identity::new(&unbound_token(GATE_SA)).await;
+
+    let body = gate_patch(&admin, &rig.ns.name, "a", "True").await;
+    assert_refused(
+        "unbound gate token sets its condition on a node-A pod",
+        patch(&podprobe.client, &rig.ns.name, "a", &body).await,
+        &["its token names no node"],
+    );
+    assert_eq!(condition(&rig.pod("a"), GATE), None);
+}
+
+#[tokio::test]
+async fn other_users_are_not_matched() {
+    let rig = Rig::new().await;
+    let ns = rig.ns.name.as_str();
+    rig.target("b", &rig.node_b);
+    // Another ServiceAccount with podprobe's very permissions, no node claim.
+    rig.ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "status-writer",
+        "--clusterrole=podprobe",
+        &format!("--serviceaccount={ns}:default"),
+    ]);
+    let token = rig
+        .ns
+        .kubectl(&["create", "token", "default", "--duration", "10m"]);
+    let other = Identity::new(token.trim()).await;
+    let forged = json!({"status": {"conditions": [
+        {"type": GATE, "status": "True"},
+        {"type": "Ready", "status": "False", "reason": "Forged"},
+    ]}});
+    // RBAC caches lag the RoleBinding a little.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let pod = loop {
+        match patch(&other.client, ns, "b", &forged).await {
+            Err(kube::Error::Api(status))
+                if status.code == 403
+                    && !status.message.contains(DENIED)
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            result => {
+                break assert_allowed(
+                    "another ServiceAccount writes gate and Ready on a node-B pod",
+                    result,
+                );
+            }
+        }
+    };
+    assert_eq!(gate_status(&pod).as_deref(), Some("True"));
+
+    let admin = cluster().client().await;
+    assert_allowed(
+        "the cluster admin labels a node-B pod through pods/status",
+        patch(
+            &admin,
+            ns,
+            "b",
+            &json!({"metadata": {"labels": {"podprobe.io/admin": "x"}}}),
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn authority_token_may_write_readiness_only_on_its_nodes_pods() {
+    let rig = Rig::new().await;
+    let ns = rig.ns.name.as_str();
+    let admin = cluster().client().await;
+    // An agent node of this test's own: a name no node has, whose pods only
+    // this test writes (it plays the node agent).
+    let node_c = format!("podprobe-admission-agent-{}", rig.id);
+    rig.target("c", &node_c);
+    rig.target("a", &rig.node_a);
+    let container_id = "containerd://admission-test";
+    let agent_status = json!({"status": {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+            {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+        ],
+        "containerStatuses": [{
+            "name": "app",
+            "containerID": container_id,
+            "image": BUSYBOX_IMAGE,
+            "imageID": "",
+            "restartCount": 0,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+            "ready": false,
+            "started": false,
+        }],
+    }});
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .patch_status(
+            "c",
+            &PatchParams::default(),
+            &Patch::Strategic(&agent_status),
+        )
+        .await
+        .expect("the agent's status");
+    let (token, _holder) = rig.pod_token(AUTHORITY_SA, &node_c);
+    let podprobe = Identity::new(&token).await;
+
+    let current = Api::<Pod>::namespaced(admin.clone(), ns)
+        .get("c")
+        .await
+        .expect("get pod");
+    let views = [ContainerProbeView {
+        name: "app".to_string(),
+        container_id: Some(container_id.to_string()),
+        started: true,
+        ready: true,
+    }];
+    let desired: PodStatus = desired_authority_status(&current, &views, &Time(Timestamp::now()));
+    let body = build_patch(Mode::Authority, &current, &desired)
+        .expect("a patch")
+        .expect("ready and started change");
+    let pod = assert_allowed(
+        "authority token sets ready/started and Ready/ContainersReady on its node's pod",
+        patch(&podprobe.client, ns, "c", &body).await,
+    );
+    let status = pod.status.expect("status");
+    let app = &status.container_statuses.expect("container statuses")[0];
+    assert_eq!((app.ready, app.started), (true, Some(true)));
+    let ready = status.conditions.expect("conditions");
+    assert!(
+        ready
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+
+    assert_refused(
+        "authority token writes gate mode's condition",
+        patch(
+            &podprobe.client,
+            ns,
+            "c",
+            &json!({"status": {"conditions": [{"type": GATE, "status": "True"}]}}),
+        )
+        .await,
+        &["authority mode", "not podprobe.io/ready"],
+    );
+    assert_refused(
+        "authority token changes a restart count",
+        json_patch(
+            &podprobe.client,
+            ns,
+            "c",
+            json!([{
+                "op": "replace",
+                "path": "/status/containerStatuses/0/restartCount",
+                "value": 3,
+            }]),
+        )
+        .await,
+        &["may change only ready and started"],
+    );
+    assert_refused(
+        "authority token changes the phase",
+        patch(
+            &podprobe.client,
+            ns,
+            "c",
+            &json!({"status": {"phase": "Succeeded"}}),
+        )
+        .await,
+        &["may not change status.phase"],
+    );
+    let own_node = format!("on node {node_c} may not write");
+    assert_refused(
+        "authority token writes Ready on a pod of another node",
+        patch(
+            &podprobe.client,
+            ns,
+            "a",
+            &json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "Forged"},
+            ]}}),
+        )
+        .await,
+        &["authority mode", &own_node],
+    );
+}
+
+/// The real `podprobe run --mode gate`, with nothing but a token bound to a
+/// pod of its ServiceAccount on its node, turns a gated pod's condition
+/// `True` under the policy.
+#[tokio::test]
+async fn podprobe_run_in_gate_mode_works_under_the_policy() {
+    let rig = Rig::new().await;
+    let (token, _holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+    let run_id = rig.id.clone();
+    let mut pod = cluster::gated_pod(
+        "gated",
+        "app",
+        BUSYBOX_IMAGE,
+        &["sleep", "3600"],
+        &[],
+        json!({"readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}),
+    );
+    pod["metadata"]["labels"] = json!({TEST_RUN_LABEL: run_id});
+    pod["spec"]["nodeName"] = json!(rig.node_a);
+    rig.ns.create_pod(&pod);
+    let kubeconfig = podprobe.kubeconfig.display().to_string();
+    let host = tokio::task::spawn_blocking({
+        let node = rig.node_a.clone();
+        move || HostPodprobe::start_with_kubeconfig("gate", &node, &run_id, &kubeconfig)
+    })
+    .await
+    .expect("start podprobe");
+    let ns = &rig.ns;
+    cluster::wait_for(
+        "podprobe to set podprobe.io/ready=True",
+        Duration::from_secs(90),
+        || match condition(&ns.pod("gated")?, GATE) {
+            Some((status, _)) if status == "True" => Ok(()),
+            other => Err(format!("{GATE} is {other:?}")),
+        },
+        || format!("{}\n--- podprobe\n{}", ns.diagnostics(), host.log_tail(60)),
+    );
+    assert!(
+        !host.logs().contains(DENIED),
+        "podprobe was refused by the policy:\n{}",
+        host.log_tail(60)
+    );
+}

@@ -1,0 +1,706 @@
+//! The hostile-server matrix (issue #10, item 7): 500 probes at once through
+//! one [`Prober`] against loopback servers that try to hold a prober up or
+//! make it buffer without end: slowloris heads and bodies, endless and 1 GiB
+//! bodies, redirect loops, 1 MiB response heads, gRPC servers that never
+//! answer or announce a 1 GiB message.
+//!
+//! Every verdict must arrive by its deadline (bounds worked out from the
+//! code, see [`Behaviour::bound`]) and read as the kubelet's would, and the
+//! process's resident memory and open descriptors must stay bounded while
+//! the probes run and come back down once they are done.
+//!
+//! The servers run in this process, on the test's runtime, so the numbers
+//! include their side of every connection: two descriptors per connection,
+//! and whatever memory their tasks use. They send shared, prebuilt payloads
+//! so that their own memory does not grow with the number of connections.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::StreamBody;
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use podprobe::probe::prober::MAX_PROBE_RETRIES;
+use podprobe::probe::spec::{GrpcAction, Handler, HttpGetAction, Scheme};
+use podprobe::probe::{
+    MAX_OUTPUT_BYTES, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+/// Probes fired at once, spread evenly over the behaviours.
+const PROBES: usize = 500;
+/// `timeoutSeconds` of the probes that run into their deadline.
+const TIMEOUT_SECONDS: i32 = 2;
+/// `timeoutSeconds` of the probes that end on their own, long before it
+/// (measured: within 1 s). It is far above what they need so that their
+/// verdicts never race the deadline on a loaded machine; they cost no more
+/// time for it.
+const LONG_TIMEOUT_SECONDS: i32 = 5;
+/// Lateness allowed past a deadline. Every bound below ends when a tokio
+/// timer fires; what comes after is scheduling delay on a two-core machine
+/// running 500 probes and the 500 server ends of their connections on one
+/// runtime, in a debug build.
+const SLACK: Duration = Duration::from_secs(2);
+/// How often a slowloris server sends its next byte.
+const DRIP: Duration = Duration::from_millis(500);
+/// Writes of the fast servers.
+const CHUNK: usize = 64 * 1024;
+const GIB: usize = 1 << 30;
+/// Size of the huge response heads.
+const HEAD_BYTES: usize = 1 << 20;
+/// Go's `CheckRedirect` default stops at this many requests.
+const REDIRECT_REQUESTS: usize = 10;
+/// tonic's default limit on a received message (grpc-go's is the same).
+const GRPC_MAX_MESSAGE: usize = 4 * 1024 * 1024;
+/// Peak RSS growth allowed while the probes run, about twice what was
+/// measured (+40 to +51 MiB over six runs, debug build, both ends of
+/// every connection in this process). Run alone, 500 probes of one
+/// behaviour grow it by 21 to 46 MiB, except `HugeHeader`: +156 MiB, as
+/// hyper's HTTP/1 client grows a connection's read buffer up to its
+/// 408 KiB limit before it gives up on the head (Go's client would read up
+/// to 10 MiB). Buffering a body, a head or a gRPC message without a limit
+/// would take gigabytes here.
+const RSS_GROWTH_BOUND_KIB: u64 = 96 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Behaviour {
+    /// Sends a 200 head one byte every [`DRIP`], its last header value never
+    /// ending.
+    SlowHead,
+    /// A whole 200 head with `Content-Length: 1 MiB`, then one body byte
+    /// every [`DRIP`].
+    SlowBody,
+    /// A 200 head, then an endless chunked body at full speed.
+    EndlessBody,
+    /// A 200 head with `Content-Length: 1073741824`, then the gigabyte.
+    GigabyteBody,
+    /// `302 Location: /` to every request.
+    RedirectLoop,
+    /// A 200 head with one 1 MiB header value.
+    HugeHeader,
+    /// A 200 head with 1 MiB of 64-byte header lines (16 Ki headers).
+    ManyHeaders,
+    /// Accepts and reads, never sends a byte: no HTTP/2 SETTINGS.
+    GrpcSilent,
+    /// Completes the HTTP/2 handshake and never answers the Check call.
+    GrpcNoAnswer,
+    /// Answers the Check call with a message whose length prefix says
+    /// 1 GiB, then streams it.
+    GrpcHugeMessage,
+}
+
+const BEHAVIOURS: [Behaviour; 10] = [
+    Behaviour::SlowHead,
+    Behaviour::SlowBody,
+    Behaviour::EndlessBody,
+    Behaviour::GigabyteBody,
+    Behaviour::RedirectLoop,
+    Behaviour::HugeHeader,
+    Behaviour::ManyHeaders,
+    Behaviour::GrpcSilent,
+    Behaviour::GrpcNoAnswer,
+    Behaviour::GrpcHugeMessage,
+];
+
+impl Behaviour {
+    fn is_grpc(self) -> bool {
+        matches!(
+            self,
+            Behaviour::GrpcSilent | Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage
+        )
+    }
+
+    /// Attempts the verdict takes: the wrapper retries only errors (P2), and
+    /// of these behaviours only a body that stalls is an error (H17).
+    fn attempts(self) -> u32 {
+        match self {
+            Behaviour::SlowBody => MAX_PROBE_RETRIES,
+            _ => 1,
+        }
+    }
+
+    /// The probe's `timeoutSeconds`.
+    fn timeout_seconds(self) -> i32 {
+        if self.waits_for_deadline() {
+            TIMEOUT_SECONDS
+        } else {
+            LONG_TIMEOUT_SECONDS
+        }
+    }
+
+    fn timeout(self) -> Duration {
+        Duration::from_secs(self.timeout_seconds() as u64)
+    }
+
+    /// Whether each attempt runs into its deadline rather than ending early.
+    fn waits_for_deadline(self) -> bool {
+        matches!(
+            self,
+            Behaviour::SlowHead
+                | Behaviour::SlowBody
+                | Behaviour::GrpcSilent
+                | Behaviour::GrpcNoAnswer
+        )
+    }
+
+    /// The latest a verdict may arrive. An HTTP attempt has one deadline,
+    /// `timeout` after it starts, over the dial, every redirect and the body
+    /// (`src/probe/http.rs` `probe`: `deadline` goes to `follow_redirects`,
+    /// whose `transport::exchange` runs `within(deadline, ..)`, and to
+    /// `read_body`). A gRPC attempt has one deadline over connecting and the
+    /// Check call (`src/probe/grpc.rs` `probe`: `connect` never waits past
+    /// it, `check` runs under `timeout_at(deadline, ..)`) and is never an
+    /// error. The wrapper (`src/probe/prober.rs` `probe_with_retries`) runs
+    /// up to [`MAX_PROBE_RETRIES`] attempts back to back, each with the full
+    /// timeout, when they error.
+    fn bound(self) -> Duration {
+        self.timeout() * self.attempts() + SLACK
+    }
+
+    /// Whether a probe opens a new connection right after closing one (a
+    /// redirect hop, a retry), so that it may briefly hold two: the old one
+    /// while its close waits on the blocking pool (`ProbeStream::drop`) or
+    /// its server has yet to notice, and the new one.
+    fn reconnects(self) -> bool {
+        matches!(self, Behaviour::RedirectLoop | Behaviour::SlowBody)
+    }
+}
+
+/// What the servers send, built once and shared by every connection.
+#[derive(Clone)]
+struct Payloads {
+    /// One full chunk of a chunked body.
+    chunk: Bytes,
+    /// [`CHUNK`] bytes of `x`.
+    data: Bytes,
+    huge_header: Bytes,
+    many_headers: Bytes,
+}
+
+impl Payloads {
+    fn new() -> Payloads {
+        let data = vec![b'x'; CHUNK];
+        let mut chunk = format!("{CHUNK:x}\r\n").into_bytes();
+        chunk.extend_from_slice(&data);
+        chunk.extend_from_slice(b"\r\n");
+
+        let mut huge_header = b"HTTP/1.1 200 OK\r\nX-Huge: ".to_vec();
+        huge_header.resize(huge_header.len() + HEAD_BYTES, b'a');
+        huge_header.extend_from_slice(b"\r\nContent-Length: 2\r\n\r\nok");
+
+        let mut many_headers = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..HEAD_BYTES / 64 {
+            // 64 bytes a line: 14 of name, 48 of value, CRLF.
+            many_headers.extend_from_slice(format!("X-Many-{i:05}: {:a<48}\r\n", "").as_bytes());
+        }
+        many_headers.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
+
+        Payloads {
+            chunk: chunk.into(),
+            data: data.into(),
+            huge_header: huge_header.into(),
+            many_headers: many_headers.into(),
+        }
+    }
+}
+
+/// A hostile server on loopback; stops, with all its connections, when
+/// dropped.
+struct HostileServer {
+    behaviour: Behaviour,
+    addr: SocketAddr,
+    /// Requests read (HTTP) or calls received (gRPC) so far.
+    requests: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for HostileServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HostileServer {
+    async fn start(behaviour: Behaviour, payloads: Payloads) -> HostileServer {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback listener");
+        let addr = listener.local_addr().expect("listener address");
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counter = requests.clone();
+        let task = tokio::spawn(async move {
+            // Owned by this task, so aborting it closes every connection.
+            let mut connections = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { return };
+                        let (payloads, counter) = (payloads.clone(), counter.clone());
+                        connections.spawn(serve(behaviour, stream, payloads, counter));
+                    }
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+            }
+        });
+        HostileServer {
+            behaviour,
+            addr,
+            requests,
+            task,
+        }
+    }
+}
+
+/// One connection. Every behaviour ends once the client has gone: writers
+/// on a failed write, the silent server at end of stream.
+async fn serve(
+    behaviour: Behaviour,
+    mut stream: TcpStream,
+    payloads: Payloads,
+    requests: Arc<AtomicUsize>,
+) {
+    match behaviour {
+        Behaviour::GrpcSilent => {
+            let mut sink = [0u8; 4096];
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        }
+        Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage => {
+            serve_grpc(behaviour, stream, payloads, requests).await;
+        }
+        _ => {
+            if !read_request_head(&mut stream).await {
+                return;
+            }
+            requests.fetch_add(1, Ordering::SeqCst);
+            // The client going away shows as a failed write; nothing to add.
+            let _ = serve_http(behaviour, &mut stream, &payloads).await;
+        }
+    }
+}
+
+async fn serve_http(
+    behaviour: Behaviour,
+    stream: &mut TcpStream,
+    payloads: &Payloads,
+) -> std::io::Result<()> {
+    match behaviour {
+        Behaviour::SlowHead => {
+            let head = b"HTTP/1.1 200 OK\r\nX-Slow: ".iter().copied();
+            drip(stream, head.chain(std::iter::repeat(b'a'))).await
+        }
+        Behaviour::SlowBody => {
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n")
+                .await?;
+            drip(stream, std::iter::repeat(b'a')).await
+        }
+        Behaviour::EndlessBody => {
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await?;
+            loop {
+                stream.write_all(&payloads.chunk).await?;
+            }
+        }
+        Behaviour::GigabyteBody => {
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n")
+                .await?;
+            for _ in 0..GIB / CHUNK {
+                stream.write_all(&payloads.data).await?;
+            }
+            stream.shutdown().await
+        }
+        Behaviour::RedirectLoop => {
+            stream
+                .write_all(b"HTTP/1.1 302 Found\r\nLocation: /\r\nContent-Length: 0\r\n\r\n")
+                .await?;
+            stream.shutdown().await
+        }
+        Behaviour::HugeHeader => stream.write_all(&payloads.huge_header).await,
+        Behaviour::ManyHeaders => stream.write_all(&payloads.many_headers).await,
+        Behaviour::GrpcSilent | Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage => {
+            unreachable!("gRPC behaviours are served over HTTP/2")
+        }
+    }
+}
+
+/// Sends `bytes` one at a time, one every [`DRIP`].
+async fn drip(stream: &mut TcpStream, bytes: impl Iterator<Item = u8>) -> std::io::Result<()> {
+    for byte in bytes {
+        tokio::time::sleep(DRIP).await;
+        stream.write_all(&[byte]).await?;
+    }
+    Ok(())
+}
+
+/// Reads up to the blank line that ends a request head; `false` when the
+/// client went away first.
+async fn read_request_head(stream: &mut TcpStream) -> bool {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(n) if n > 0 && head.len() < 64 * 1024 => head.extend_from_slice(&buf[..n]),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// A raw HTTP/2 server for the gRPC behaviours: it takes any call as a
+/// Check call and never looks at the request.
+async fn serve_grpc(
+    behaviour: Behaviour,
+    stream: TcpStream,
+    payloads: Payloads,
+    requests: Arc<AtomicUsize>,
+) {
+    let service = hyper::service::service_fn(move |_: hyper::Request<Incoming>| {
+        requests.fetch_add(1, Ordering::SeqCst);
+        let data = payloads.data.clone();
+        async move {
+            if behaviour == Behaviour::GrpcNoAnswer {
+                return std::future::pending().await;
+            }
+            // Not compressed, 1 GiB long; then the gigabyte, as far as
+            // flow control lets it go.
+            let prefix = Bytes::from_static(&[0, 0x40, 0, 0, 0]);
+            let message = futures::stream::once(async move { prefix })
+                .chain(futures::stream::repeat(data).take(GIB / CHUNK))
+                .map(|bytes| Ok::<_, Infallible>(Frame::data(bytes)));
+            let response = hyper::Response::builder()
+                .header("content-type", "application/grpc")
+                .body(StreamBody::new(message))
+                .expect("a valid response");
+            Ok::<_, Infallible>(response)
+        }
+    });
+    // The client going away ends the connection; nothing to add.
+    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+fn spec(server: &HostileServer) -> ProbeSpec {
+    let port = server.addr.port();
+    let handler = if server.behaviour.is_grpc() {
+        Handler::Grpc(GrpcAction {
+            port,
+            service: String::new(),
+        })
+    } else {
+        Handler::HttpGet(HttpGetAction {
+            scheme: Scheme::Http,
+            host: None,
+            port,
+            path: "/".to_string(),
+            headers: Vec::new(),
+        })
+    };
+    ProbeSpec {
+        handler,
+        initial_delay_seconds: 0,
+        timeout_seconds: server.behaviour.timeout_seconds(),
+        period_seconds: 10,
+        success_threshold: 1,
+        failure_threshold: 3,
+        termination_grace_period_seconds: None,
+    }
+}
+
+/// Checks `verdict` against what the kubelet reports for `behaviour`.
+fn check_verdict(behaviour: Behaviour, port: u16, verdict: &ProbeVerdict) {
+    let url = format!("http://127.0.0.1:{port}/");
+    let addr = format!("127.0.0.1:{port}");
+    let failure = |output: String| (ProbeResult::Failure, output, None, 1);
+    let body = "x".repeat(MAX_OUTPUT_BYTES);
+    let expected = match behaviour {
+        // H16: the deadline before the response head is a client error, a
+        // failure that is not retried.
+        Behaviour::SlowHead => failure(format!(
+            "Get {url:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+        )),
+        // H17: the deadline while reading the body is an error, retried;
+        // after the last attempt the run is discarded (P3).
+        Behaviour::SlowBody => (
+            ProbeResult::Failure,
+            String::new(),
+            Some(
+                "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+                    .to_string(),
+            ),
+            MAX_PROBE_RETRIES,
+        ),
+        // H13, H14: only the first 10 KiB are read; reaching the limit is no
+        // error, the rest of the body is never asked for.
+        Behaviour::EndlessBody | Behaviour::GigabyteBody => (ProbeResult::Success, body, None, 1),
+        // H12: Go's client gives up after 10 requests, naming the Location.
+        Behaviour::RedirectLoop => failure(r#"Get "/": stopped after 10 redirects"#.to_string()),
+        // hyper's HTTP/1 client gives up on a response head past ~400 KiB
+        // or 100 header lines. Go's (`MaxResponseHeaderBytes` unset: 10 MiB,
+        // no line limit) would read these heads and report success: a known
+        // difference from the kubelet, pinned here so that it is noticed
+        // when it changes.
+        Behaviour::HugeHeader | Behaviour::ManyHeaders => failure(format!(
+            "Get {url:?}: net/http: HTTP/1.x transport connection broken: message head is too large"
+        )),
+        // G5: without the server's SETTINGS the blocking dial never
+        // completes.
+        Behaviour::GrpcSilent => failure(format!(
+            "timeout: failed to connect service {addr:?} within {TIMEOUT_SECONDS}s: \
+             context deadline exceeded"
+        )),
+        Behaviour::GrpcNoAnswer => failure(format!(
+            "timeout: health rpc did not complete within {TIMEOUT_SECONDS}s"
+        )),
+        // The length prefix alone is refused, before any of the message is
+        // buffered. grpc-go says `code = ResourceExhausted desc = grpc:
+        // received message larger than max (1073741824 vs. 4194304)`; tonic
+        // words it as below. Either way a failure.
+        Behaviour::GrpcHugeMessage => failure(format!(
+            "error: health rpc probe failed: rpc error: code = OutOfRange desc = Error, \
+             decoded message length too large: found {GIB} bytes, the limit is: \
+             {GRPC_MAX_MESSAGE} bytes"
+        )),
+    };
+    let got = (
+        verdict.result,
+        verdict.output.clone(),
+        verdict.error.clone(),
+        verdict.attempts,
+    );
+    assert!(
+        got == expected,
+        "{behaviour:?}: verdict\n  got      {}\n  expected {}",
+        abbreviate(&format!("{got:?}")),
+        abbreviate(&format!("{expected:?}")),
+    );
+}
+
+/// Keeps 10 KiB outputs out of failure messages.
+fn abbreviate(text: &str) -> String {
+    if text.len() <= 300 {
+        return text.to_string();
+    }
+    let cut = (0..=300)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}... ({} bytes)", &text[..cut], text.len())
+}
+
+/// The process's resident set, from `/proc/self/status`.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line in /proc/self/status")
+}
+
+/// Descriptors the process has open (counting the one reading the list).
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("list /proc/self/fd")
+        .count()
+}
+
+/// Samples RSS and open descriptors every 50 ms on its own thread, so that
+/// a busy runtime cannot make it miss the peak.
+struct PeakSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(u64, usize)>,
+}
+
+impl PeakSampler {
+    fn start() -> PeakSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut rss, mut fds) = (0, 0);
+            loop {
+                rss = rss.max(rss_kib());
+                fds = fds.max(open_fds());
+                if stopped.load(Ordering::SeqCst) {
+                    return (rss, fds);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        PeakSampler { stop, thread }
+    }
+
+    /// Peak RSS (KiB) and peak open descriptors.
+    fn finish(self) -> (u64, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("the sampler thread")
+    }
+}
+
+/// Waits until at most `target` descriptors are open; the count reached,
+/// and how long it took, whether or not it got there by `within`.
+async fn fds_settle(target: usize, within: Duration) -> (usize, Duration) {
+    let start = Instant::now();
+    loop {
+        let fds = open_fds();
+        if fds <= target || start.elapsed() >= within {
+            return (fds, start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_servers_get_verdicts_on_time_with_bounded_memory_and_descriptors() {
+    let payloads = Payloads::new();
+    let (rss_before, fds_before) = (rss_kib(), open_fds());
+    let mut servers = Vec::new();
+    for behaviour in BEHAVIOURS {
+        servers.push(Arc::new(
+            HostileServer::start(behaviour, payloads.clone()).await,
+        ));
+    }
+    let fds_with_listeners = open_fds();
+
+    let prober = Arc::new(Prober::new("1.35", None));
+    let sampler = PeakSampler::start();
+    let started = Instant::now();
+    let mut probes = JoinSet::new();
+    for i in 0..PROBES {
+        let server = servers[i % servers.len()].clone();
+        let prober = prober.clone();
+        probes.spawn(async move {
+            let spec = spec(&server);
+            let target = ProbeTarget {
+                pod_ip: "127.0.0.1",
+                container_id: None,
+                identity: None,
+            };
+            let start = Instant::now();
+            let verdict = prober.probe(ProbeKind::Liveness, &spec, target).await;
+            (server, start.elapsed(), verdict)
+        });
+    }
+    let mut verdicts = Vec::with_capacity(PROBES);
+    while let Some(joined) = probes.join_next().await {
+        verdicts.push(joined.unwrap_or_else(|error| panic!("a probe task failed: {error}")));
+    }
+    let all_done = started.elapsed();
+    let (fds_settled, settle_time) =
+        fds_settle(fds_with_listeners + 2, Duration::from_secs(10)).await;
+    let (rss_peak, fds_peak) = sampler.finish();
+    let rss_after = rss_kib();
+    let rss_growth = rss_peak.saturating_sub(rss_before);
+    // Two descriptors per connection, both ends being in this process; one
+    // connection per probe, for a moment two for a probe that reconnects;
+    // and the `/proc/self/fd` listings of the sampler and of this thread.
+    let reconnecting = verdicts
+        .iter()
+        .filter(|(server, _, _)| server.behaviour.reconnects())
+        .count();
+    let fd_bound = fds_with_listeners + 2 * (PROBES + reconnecting) + 2;
+
+    eprintln!(
+        "{PROBES} probes: all verdicts in {all_done:.2?}; \
+         fds settled to {fds_settled} in {settle_time:.2?}"
+    );
+    for server in &servers {
+        let times: Vec<Duration> = verdicts
+            .iter()
+            .filter(|(s, _, _)| s.behaviour == server.behaviour)
+            .map(|&(_, elapsed, _)| elapsed)
+            .collect();
+        eprintln!(
+            "  {:<16} {} probes, timeout {:?}, {} requests, fastest {:.2?}, slowest {:.2?} \
+             (bound {:?})",
+            format!("{:?}", server.behaviour),
+            times.len(),
+            server.behaviour.timeout(),
+            server.requests.load(Ordering::SeqCst),
+            times.iter().min().expect("probes of each behaviour"),
+            times.iter().max().expect("probes of each behaviour"),
+            server.behaviour.bound(),
+        );
+    }
+    eprintln!(
+        "  RSS before {:.1} MiB, peak {:.1} MiB (+{:.1}, bound +{:.1}), after {:.1} MiB",
+        mib(rss_before),
+        mib(rss_peak),
+        mib(rss_growth),
+        mib(RSS_GROWTH_BOUND_KIB),
+        mib(rss_after),
+    );
+    eprintln!(
+        "  fds before {fds_before}, with listeners {fds_with_listeners}, \
+         peak {fds_peak} (bound {fd_bound}), settled {fds_settled}"
+    );
+
+    assert_eq!(verdicts.len(), PROBES);
+    for (server, elapsed, verdict) in &verdicts {
+        let behaviour = server.behaviour;
+        check_verdict(behaviour, server.addr.port(), verdict);
+        assert!(
+            *elapsed <= behaviour.bound(),
+            "{behaviour:?}: verdict after {elapsed:?}, bound {:?}",
+            behaviour.bound()
+        );
+        if behaviour.waits_for_deadline() {
+            let deadline = behaviour.timeout() * behaviour.attempts();
+            assert!(
+                *elapsed >= deadline,
+                "{behaviour:?}: verdict after {elapsed:?}, before its deadline {deadline:?}"
+            );
+        }
+    }
+    let per_server = PROBES / servers.len();
+    for server in &servers {
+        let requests = server.requests.load(Ordering::SeqCst);
+        let expected = match server.behaviour {
+            Behaviour::RedirectLoop => per_server * REDIRECT_REQUESTS,
+            Behaviour::SlowBody => per_server * MAX_PROBE_RETRIES as usize,
+            // Never gets as far as a request.
+            Behaviour::GrpcSilent => 0,
+            _ => per_server,
+        };
+        assert_eq!(requests, expected, "{:?}: requests", server.behaviour);
+    }
+
+    assert!(
+        fds_peak <= fd_bound,
+        "peak of {fds_peak} open descriptors, bound {fd_bound}"
+    );
+    // Every connection closed, on both ends, once the probes were done.
+    assert!(
+        fds_settled <= fds_with_listeners + 2,
+        "{fds_settled} descriptors open 10 s after the last verdict, \
+         {fds_with_listeners} before the probes"
+    );
+    assert!(
+        rss_growth <= RSS_GROWTH_BOUND_KIB,
+        "RSS grew by {:.1} MiB at its peak, bound {:.1} MiB",
+        mib(rss_growth),
+        mib(RSS_GROWTH_BOUND_KIB),
+    );
+
+    drop(verdicts);
+    drop(servers);
+    let (fds_end, _) = fds_settle(fds_before + 2, Duration::from_secs(5)).await;
+    assert!(
+        fds_end <= fds_before + 2,
+        "{fds_end} descriptors open after the servers stopped, {fds_before} before they started"
+    );
+}
