@@ -973,6 +973,18 @@ impl Rig {
     /// Creates pod `name` bound to the test's node, one container per
     /// `(name, port)` with an HTTP readiness probe on that port; its uid.
     fn create_pod(&self, name: &str, containers: &[(&str, u16)], failure_threshold: u32) -> String {
+        self.create_probed_pod(name, containers, "readinessProbe", failure_threshold)
+    }
+
+    /// [`create_pod`](Self::create_pod) with the HTTP probe as `probe`
+    /// (`readinessProbe` or `livenessProbe`).
+    fn create_probed_pod(
+        &self,
+        name: &str,
+        containers: &[(&str, u16)],
+        probe: &str,
+        failure_threshold: u32,
+    ) -> String {
         let containers: Vec<Value> = containers
             .iter()
             .map(|(c, port)| {
@@ -980,7 +992,7 @@ impl Rig {
                     "name": c,
                     "image": BUSYBOX_IMAGE,
                     "imagePullPolicy": "Never",
-                    "readinessProbe": {
+                    probe: {
                         "httpGet": {"path": "/ready", "port": port},
                         "periodSeconds": PERIOD.as_secs(),
                         "timeoutSeconds": 1,
@@ -1821,5 +1833,93 @@ fn recreated_pod_never_receives_the_old_pods_status() {
         metric_lines(&metrics, "podprobe_status_patches"),
         logs.matches("decision=UidChanged").count(),
         logs.matches("decision=PodGone").count(),
+    );
+}
+
+/// A node agent's status (or anyone allowed to patch `pods/status`) names
+/// another pod's container as this pod's: podprobe must not stop it when this
+/// pod's liveness probe fails, and must say why.
+#[test]
+fn a_liveness_kill_is_refused_for_a_container_of_another_pod() {
+    let mut rig = Rig::new("forged-id");
+    // The victim runs on the kubelet's node, in the same runtime podprobe
+    // talks to.
+    let victim = support::cluster::pod(
+        "victim",
+        "app",
+        BUSYBOX_IMAGE,
+        &["sh", "-c", support::cluster::SLEEP_LOOP],
+        &[],
+    );
+    rig.ns.create_pod(&victim);
+    let running = rig.wait_pod("victim", "running", Duration::from_secs(60), |pod| {
+        let status = container_status(pod, "app").ok_or("no container status")?;
+        status["state"]["running"]
+            .is_object()
+            .then(|| {
+                status["containerID"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .ok_or_else(|| "not running".to_string())
+    });
+    let backend = rig.backend(false);
+    rig.start_podprobe();
+    let attacker_uid =
+        rig.create_probed_pod("attacker", &[("app", backend.port())], "livenessProbe", 1);
+    let forged = [FakeContainer {
+        name: "app".to_string(),
+        id: running.clone(),
+        started_at: rfc3339(Timestamp::now()),
+    }];
+    rig.agent_write("attacker", &forged, &[AgentState::default()]);
+    let expected = format!(
+        "container {running} is not container \"app\" of pod {attacker_uid}: the runtime labels it \
+         \"app\" of pod"
+    );
+    rig.ns.wait_for(
+        "a ContainerMismatch event on the attacker",
+        Duration::from_secs(30),
+        || {
+            let events = rig.ns.events_for("attacker");
+            events
+                .iter()
+                .any(|e| {
+                    e["reason"] == "ContainerMismatch"
+                        && e["message"]
+                            .as_str()
+                            .is_some_and(|m| m.starts_with(&expected))
+                })
+                .then_some(())
+                .ok_or_else(|| format!("events: {events:?}"))
+        },
+    );
+    // The liveness probe keeps failing; the victim must stay untouched.
+    rig.ns.holds_for(
+        "the victim keeps running, never restarted",
+        3 * PERIOD,
+        || {
+            let pod = rig.pod("victim")?;
+            let status = container_status(&pod, "app").ok_or("no container status")?;
+            (status["containerID"] == running.as_str()
+                && status["state"]["running"].is_object()
+                && status["restartCount"] == 0)
+                .then_some(())
+                .ok_or_else(|| format!("{status}"))
+        },
+    );
+    assert!(
+        logged(
+            &rig.podprobe().logs(),
+            &["not stopping the container: it is not this pod's"]
+        ),
+        "{}",
+        rig.podprobe().log_tail(LOG_TAIL_LINES)
+    );
+    assert!(
+        !rig.podprobe().logs().contains("killing container"),
+        "{}",
+        rig.podprobe().log_tail(LOG_TAIL_LINES)
     );
 }
