@@ -170,7 +170,8 @@ async fn simulate(simulation: &Simulation) -> Report {
         .min()
         .unwrap_or_default();
     let lead = longest_period(simulation, &containers);
-    let origin = Instant::now() + lead + first_start;
+    let prober_start = Instant::now();
+    let origin = prober_start + lead + first_start;
     let log = Arc::new(EventLog::new(origin));
     let runner = Arc::new(ScriptedProbes::new(simulation, log.clone()));
     let statuses = Arc::new(SimStatuses::new(&simulation.pod));
@@ -184,7 +185,9 @@ async fn simulate(simulation: &Simulation) -> Report {
     );
     // W5: a worker created within one period of the prober's start sleeps a
     // random part of its period first; this prober started long before.
-    tokio::time::sleep(lead).await;
+    // `sleep_until`: tokio cuts a `sleep` to 30 years, and a period may be
+    // up to 68; the run would then start decades before `origin`.
+    tokio::time::sleep_until(prober_start + lead).await;
     let mut kubelet = Kubelet {
         simulation,
         manager,
@@ -821,5 +824,47 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::script::Script;
+    use crate::simulate::{ModeArg, build};
+
+    /// What the fuzz suite found (tests/fuzz.rs, simulate_script_never_panics,
+    /// out of memory): a probe period past 30 years, which tokio's `sleep`
+    /// cuts to 30 years, started the run early, and a 10 s readiness probe
+    /// then ran for the difference before the simulated time began (for a
+    /// 68-year period, 38 years of records).
+    #[test]
+    fn a_period_past_thirty_years_starts_the_run_on_time() {
+        const THIRTY_YEARS: i64 = 86_400 * 365 * 30;
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{
+                "name": "app",
+                "readinessProbe": {"tcpSocket": {"port": 80}},
+                "startupProbe": {"tcpSocket": {"port": 80}, "periodSeconds": THIRTY_YEARS + 1000},
+            }]},
+        });
+        let duration = Some(Duration::from_secs(30));
+        let simulation = build(&pod, Script::default(), ModeArg::Authority, duration).unwrap();
+        let report = run(&simulation).unwrap();
+        let probes: Vec<(ProbeKind, f64)> = report
+            .records
+            .iter()
+            .filter_map(|r| match r.event {
+                Event::Probe { kind, .. } => Some((kind, r.t.as_secs_f64())),
+                _ => None,
+            })
+            .collect();
+        let at = |kind| {
+            let times = probes.iter().filter(|(k, _)| *k == kind).map(|(_, t)| *t);
+            times.collect::<Vec<_>>()
+        };
+        assert_eq!(at(ProbeKind::Startup), [0.0]);
+        assert_eq!(at(ProbeKind::Readiness), [0.0, 10.0, 20.0, 30.0]);
     }
 }
