@@ -43,6 +43,7 @@ BIN=$DIR/bin
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 AGENT_LOG=$DIR/node-agent.log
 PODPROBE_LOG=$DIR/podprobe.log
+PODPROBE_KUBECONFIG=$DIR/podprobe.kubeconfig
 AGENT_READY_TIMEOUT=60
 PODPROBE_READY_TIMEOUT=60
 STOP_TIMEOUT=30
@@ -208,15 +209,36 @@ start_agent() {
     wait_for node-agent "$AGENT_LOG" "$AGENT_READY_TIMEOUT" node_ready
 }
 
+# Writes $PODPROBE_KUBECONFIG: the cluster's address and CA with a token of
+# authority mode's ServiceAccount bound to this node, the credentials an
+# authority-mode DaemonSet pod on it would have. The admission policy
+# (deploy/base/admission-policy.yaml, applied here with the RBAC it names)
+# then holds podprobe to this node's pods and to the readiness fields.
+write_podprobe_kubeconfig() {
+    local token
+    kubectl_ apply -f "$ROOT/deploy/base/namespace.yaml" -f "$ROOT/deploy/base/rbac.yaml" \
+        -f "$ROOT/deploy/base/admission-policy.yaml" >/dev/null
+    token=$(kubectl_ -n podprobe-system create token podprobe-authority \
+        --bound-object-kind Node --bound-object-name "$NODE_NAME" --duration 48h)
+    kubectl_ config view --raw --minify --flatten >"$PODPROBE_KUBECONFIG.new"
+    KUBECONFIG="$PODPROBE_KUBECONFIG.new" "$KUBECTL" config set-credentials podprobe-authority \
+        --token "$token" >/dev/null
+    KUBECONFIG="$PODPROBE_KUBECONFIG.new" "$KUBECTL" config set-context --current \
+        --user podprobe-authority >/dev/null
+    chmod 0600 "$PODPROBE_KUBECONFIG.new"
+    mv -f "$PODPROBE_KUBECONFIG.new" "$PODPROBE_KUBECONFIG"
+}
+
 start_podprobe() {
     [ -x "$BIN/podprobe" ] || die "no $BIN/podprobe: run '$0 up' first"
     stop_if_changed podprobe
     if ! pid_of podprobe >/dev/null; then
+        write_podprobe_kubeconfig
         start_part podprobe "$PODPROBE_LOG" run \
             --mode authority \
             --node-name "$NODE_NAME" \
             --cri-endpoint "$CRI_ENDPOINT" \
-            --kubeconfig "$KUBECONFIG" \
+            --kubeconfig "$PODPROBE_KUBECONFIG" \
             --listen "$LISTEN"
     fi
     log "waiting for podprobe at http://$LISTEN/readyz"
