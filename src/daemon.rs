@@ -29,9 +29,11 @@ use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
 
+use crate::apiclient::{self, WatchActivity, bounded};
 use crate::config::{Config, LogFormat, RunArgs};
 use crate::cri::{ContainerIdentity, CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
+use crate::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::manager::{PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pods::{self, PodCache, PodEvent, all_container_statuses, with_started};
@@ -39,7 +41,7 @@ use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
-use crate::server::{CriState, Health, Server};
+use crate::server::Server;
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
     AnnotatedProbes, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts, pod_probes,
@@ -55,9 +57,9 @@ pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
 /// at least every [`RESYNC_PERIOD`]).
 pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(60);
 
-/// How long a runtime check (`Version`) may take before the runtime counts
-/// as unreachable for `/readyz`.
-const CRI_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a runtime check (`Version`) or an API server check (`/version`)
+/// may take before the service counts as unreachable for `/readyz`.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long shutdown waits for in-flight status patches.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -154,10 +156,12 @@ async fn shutdown_signal() {
 /// Runs the daemon until `shutdown` resolves, then stops the workers and
 /// waits (bounded) for in-flight patches.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
-    let client = kube_client(&config).await?;
+    let watch_activity = WatchActivity::new();
+    let client = kube_client(&config, watch_activity.clone()).await?;
     let all_pods: Api<Pod> = Api::all(client.clone());
     check_selectors(&all_pods, &config).await?;
     let metrics = Metrics::new();
+    metrics.track_watch(watch_activity.clone());
     let cri = CriClient::new(&config.cri_endpoint)?
         .count_exec_in_flight(metrics.exec_in_flight())
         .limit_concurrent_execs(config.max_concurrent_execs);
@@ -180,7 +184,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Arc::new(PatchMetrics(metrics.clone())),
         RetryPolicy::default(),
     );
-    let health = Health::new(HEALTH_STALE_AFTER);
+    let health = Health::new(HEALTH_STALE_AFTER, watch_activity);
     let server_config = crate::server::ServerConfig::from_config(&config, &client);
     let server = Server::bind(server_config, metrics.clone(), health.clone())
         .await
@@ -196,6 +200,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let server = tokio::spawn(server.serve(until_stopped(stopped.clone())));
     let cri_checks = tokio::spawn(check_cri(
         cri.clone(),
+        health.clone(),
+        until_stopped(stopped.clone()),
+    ));
+    let api_checks = tokio::spawn(check_api(
+        client.clone(),
         health.clone(),
         until_stopped(stopped),
     ));
@@ -223,7 +232,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     daemon.run(pod_events, receivers, shutdown).await;
     let _ = stop.send(true);
-    let _ = tokio::join!(server, cri_checks);
+    let _ = tokio::join!(server, cri_checks, api_checks);
     // Every event sink is gone with the daemon: the publisher flushes and ends.
     if tokio::time::timeout(SHUTDOWN_TIMEOUT, event_publisher)
         .await
@@ -234,7 +243,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
-async fn kube_client(config: &Config) -> Result<kube::Client, DaemonError> {
+async fn kube_client(
+    config: &Config,
+    watch: Arc<WatchActivity>,
+) -> Result<kube::Client, DaemonError> {
     let kube_config = match &config.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -248,12 +260,58 @@ async fn kube_client(config: &Config) -> Result<kube::Client, DaemonError> {
             .await
             .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
     };
-    kube::Client::try_from(kube_config).map_err(DaemonError::Client)
+    apiclient::build(kube_config, watch).map_err(DaemonError::Client)
 }
 
 /// Checks every [`RESYNC_PERIOD`] that the runtime answers, for `/readyz`;
 /// logs on transitions.
 async fn check_cri(cri: CriClient, health: Health, stop: impl Future<Output = ()>) {
+    let endpoint = cri.endpoint().to_string();
+    let check = move || {
+        let cri = cri.clone();
+        async move {
+            match tokio::time::timeout(CHECK_TIMEOUT, cri.version()).await {
+                Ok(Ok(_)) => Reachability::Reachable,
+                Ok(Err(error)) => Reachability::Unreachable(error.to_string()),
+                Err(_) => Reachability::Unreachable(format!("no answer within {CHECK_TIMEOUT:?}")),
+            }
+        }
+    };
+    let record = move |state| health.set_cri(state);
+    check_periodically("container runtime", &endpoint, check, record, stop).await;
+}
+
+/// Checks every [`RESYNC_PERIOD`] that the API server answers, for
+/// `/readyz`: a stalled connection shows here within seconds, where the
+/// watch would only notice after its silence bound; logs on transitions.
+async fn check_api(client: kube::Client, health: Health, stop: impl Future<Output = ()>) {
+    let check = move || {
+        let client = client.clone();
+        async move {
+            let version = tokio::time::timeout(CHECK_TIMEOUT, client.apiserver_version()).await;
+            match version {
+                Ok(Ok(_)) => Reachability::Reachable,
+                Ok(Err(error)) => Reachability::Unreachable(error.to_string()),
+                Err(_) => Reachability::Unreachable(format!("no answer within {CHECK_TIMEOUT:?}")),
+            }
+        }
+    };
+    let record = move |state| health.set_api(state);
+    check_periodically("API server", "", check, record, stop).await;
+}
+
+/// Runs `check` every [`RESYNC_PERIOD`] until `stop`, recording each
+/// outcome and logging when reachability changes.
+async fn check_periodically<C, F>(
+    what: &str,
+    endpoint: &str,
+    check: C,
+    record: impl Fn(Reachability),
+    stop: impl Future<Output = ()>,
+) where
+    C: Fn() -> F,
+    F: Future<Output = Reachability>,
+{
     let mut stop = std::pin::pin!(stop);
     let mut ticks = tokio::time::interval(RESYNC_PERIOD);
     let mut reachable = None;
@@ -262,27 +320,25 @@ async fn check_cri(cri: CriClient, health: Health, stop: impl Future<Output = ()
             () = &mut stop => return,
             _ = ticks.tick() => {}
         }
-        let state = match tokio::time::timeout(CRI_CHECK_TIMEOUT, cri.version()).await {
-            Ok(Ok(_)) => CriState::Reachable,
-            Ok(Err(error)) => CriState::Unreachable(error.to_string()),
-            Err(_) => CriState::Unreachable(format!("no answer within {CRI_CHECK_TIMEOUT:?}")),
-        };
-        let now_reachable = state == CriState::Reachable;
+        let state = check().await;
+        let now_reachable = state == Reachability::Reachable;
         if reachable != Some(now_reachable) {
             match &state {
-                CriState::Unreachable(why) => {
-                    tracing::warn!(cri = cri.endpoint(), why, "container runtime unreachable")
+                Reachability::Unreachable(why) => {
+                    tracing::warn!(endpoint, why, "{what} unreachable")
                 }
-                _ => tracing::info!(cri = cri.endpoint(), "container runtime reachable"),
+                _ => tracing::info!(endpoint, "{what} reachable"),
             }
             reachable = Some(now_reachable);
         }
-        health.set_cri(state);
+        record(state);
     }
 }
 
 fn watcher_config(config: &Config) -> watcher::Config {
-    let watch = watcher::Config::default().fields(&config.field_selector());
+    let watch = watcher::Config::default()
+        .fields(&config.field_selector())
+        .timeout(WATCH_TIMEOUT.as_secs() as u32);
     match &config.pod_selector {
         Some(labels) => watch.labels(labels),
         None => watch,
@@ -298,12 +354,14 @@ async fn check_selectors(pods: &Api<Pod>, config: &Config) -> Result<(), DaemonE
     if !labels.is_empty() {
         params = params.labels(&labels);
     }
-    match pods.list_metadata(&params).await {
-        Err(kube::Error::Api(status)) if status.code == 400 => Err(DaemonError::Selector {
-            fields,
-            labels,
-            source: kube::Error::Api(status),
-        }),
+    match bounded(pods.list_metadata(&params)).await {
+        Err(apiclient::RequestError::Kube(kube::Error::Api(status))) if status.code == 400 => {
+            Err(DaemonError::Selector {
+                fields,
+                labels,
+                source: kube::Error::Api(status),
+            })
+        }
         Err(error) => {
             tracing::warn!(%error, "cannot list pods yet; the watch keeps trying");
             Ok(())
@@ -551,8 +609,11 @@ impl Daemon {
     }
 
     fn resync(&mut self) {
+        self.forget_replaced_kills();
         self.metrics.set_workers(self.manager.worker_count());
         self.metrics.set_pods_watched(self.cache.uids().len());
+        self.metrics.set_pods_tracked(self.pods.len());
+        self.metrics.set_patch_tasks(self.patcher.tasks());
         for pod in self.cache.pods() {
             let probed = pod
                 .metadata
@@ -564,6 +625,20 @@ impl Daemon {
                 self.sync_pod(&pod);
             }
         }
+    }
+
+    /// Forgets the IDs of stopped containers no pod status lists any more
+    /// (the node agent replaced them): a long-lived pod whose container is
+    /// killed again and again must not grow the set.
+    fn forget_replaced_kills(&self) {
+        let listed: HashSet<String> = self
+            .cache
+            .pods()
+            .iter()
+            .flat_map(|pod| container_ids(pod))
+            .collect();
+        let mut killing = self.killing.lock().unwrap_or_else(PoisonError::into_inner);
+        killing.retain(|id| listed.contains(id));
     }
 
     /// Recomputes podprobe's verdicts for `pod`, submits the desired status

@@ -31,6 +31,7 @@ use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporte
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::apiclient::{RequestError, bounded};
 use crate::manager::ProbeKill;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::probe::prober::EventType;
@@ -317,7 +318,7 @@ impl Recorders {
         }
     }
 
-    async fn publish(&mut self, event: &PodEvent) -> Result<(), kube::Error> {
+    async fn publish(&mut self, event: &PodEvent) -> Result<(), RequestError> {
         let note = truncate_note(event.note.clone());
         let now = Instant::now();
         // A recorder unused for the TTL has forgotten all its events anyway.
@@ -340,7 +341,9 @@ impl Recorders {
             action: event.action.to_string(),
             secondary: None,
         };
-        recorder.publish(&kube_event, &event.regarding).await
+        // Bounded: events go out one by one, and one hung request must not
+        // hold every later one.
+        bounded(recorder.publish(&kube_event, &event.regarding)).await
     }
 }
 

@@ -9,14 +9,19 @@
 //! - [`results`], [`worker`], [`manager`]: the kubelet's prober state machines;
 //! - [`status`]: desired pod status and the patches that reach it;
 //! - [`daemon`]: `podprobe run` (gate or authority mode), and [`takeover`],
-//!   what a restarted daemon takes over from the API;
+//!   what a restarted daemon takes over from the API; [`apiclient`] (request
+//!   timeouts, watch activity), [`backoff`] and [`health`] keep it current
+//!   through API server faults;
 //! - [`simulate`]: `podprobe simulate`, the prober on a virtual clock
 //!   against scripted containers.
 
+pub mod apiclient;
+pub mod backoff;
 pub mod config;
 pub mod cri;
 pub mod daemon;
 pub mod events;
+pub mod health;
 pub mod manager;
 pub mod metrics;
 pub mod oneshot;

@@ -1,7 +1,7 @@
 //! Prometheus metrics of `podprobe run`: the kubelet's prober metrics under
 //! their kubelet names and labels (M1-M5 of `spec/prober.md`), plus
-//! podprobe's own (status patches, workers, pods, ExecSync calls in flight,
-//! events).
+//! podprobe's own (status patches and their tasks, workers, pods, ExecSync
+//! calls in flight, events, the pod watch's idle time, resident memory).
 //!
 //! [`Metrics`] is a cheap handle (every field is reference-counted): clone it
 //! into whatever updates a metric. [`Metrics::encode`] renders the
@@ -16,7 +16,8 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
@@ -27,6 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::apiclient::WatchActivity;
 use crate::probe::ProbeKind;
 use crate::results::CachedResult;
 use crate::worker::WorkerConfig;
@@ -185,7 +187,13 @@ pub struct Metrics {
     events: Family<EventLabels, Counter>,
     workers: Gauge,
     pods_watched: Gauge,
+    pods_tracked: Gauge,
+    patch_tasks: Gauge,
     exec_in_flight: Gauge,
+    watch_idle: Gauge<f64, AtomicU64>,
+    resident_memory: Gauge,
+    /// Read on every scrape for `watch_idle`.
+    watch: Arc<OnceLock<Arc<WatchActivity>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -212,7 +220,11 @@ impl Metrics {
         let events = Family::<EventLabels, Counter>::default();
         let workers = Gauge::default();
         let pods_watched = Gauge::default();
+        let pods_tracked = Gauge::default();
+        let patch_tasks = Gauge::default();
         let exec_in_flight = Gauge::default();
+        let watch_idle = Gauge::<f64, AtomicU64>::default();
+        let resident_memory = Gauge::default();
 
         // Help texts are the kubelet's, with the stability prefix that
         // component-base adds to non-stable metrics; the encoder appends the
@@ -248,6 +260,27 @@ impl Metrics {
             pods_watched.clone(),
         );
         own.register(
+            "podprobe_pods_tracked",
+            "Pods podprobe holds state for (probes, verdicts), including pods without probes",
+            pods_tracked.clone(),
+        );
+        own.register(
+            "podprobe_status_patch_tasks",
+            "Per-pod status patch tasks alive (one per pod podprobe wrote status for, until the pod goes)",
+            patch_tasks.clone(),
+        );
+        own.register(
+            "podprobe_pod_watch_idle_seconds",
+            "Seconds since the pod watch last received anything from the API server (a watch response, an event or a bookmark); a healthy watch receives at least every 60 s",
+            watch_idle.clone(),
+        );
+        // The name client_golang's process collector gives the same value.
+        own.register(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes",
+            resident_memory.clone(),
+        );
+        own.register(
             "podprobe_exec_in_flight",
             "CRI ExecSync calls of exec probes currently in flight",
             exec_in_flight.clone(),
@@ -277,8 +310,19 @@ impl Metrics {
             events,
             workers,
             pods_watched,
+            pods_tracked,
+            patch_tasks,
             exec_in_flight,
+            watch_idle,
+            resident_memory,
+            watch: Arc::default(),
         }
+    }
+
+    /// Reports `podprobe_pod_watch_idle_seconds` from `activity` on every
+    /// scrape from now on (the first call wins).
+    pub fn track_watch(&self, activity: Arc<WatchActivity>) {
+        let _ = self.watch.set(activity);
     }
 
     /// Records one completed, error-free probe run of `config`'s worker
@@ -333,6 +377,26 @@ impl Metrics {
         self.pods_watched.set(gauge_value(count));
     }
 
+    /// Sets the number of pods the daemon holds state for.
+    pub fn set_pods_tracked(&self, count: usize) {
+        self.pods_tracked.set(gauge_value(count));
+    }
+
+    /// Sets the number of per-pod status patch tasks alive.
+    pub fn set_patch_tasks(&self, count: usize) {
+        self.patch_tasks.set(gauge_value(count));
+    }
+
+    /// Updates the gauges read from elsewhere at scrape time.
+    fn refresh(&self) {
+        if let Some(activity) = self.watch.get() {
+            self.watch_idle.set(activity.idle().as_secs_f64());
+        }
+        if let Some(bytes) = resident_memory_bytes() {
+            self.resident_memory.set(bytes);
+        }
+    }
+
     /// The `podprobe_exec_in_flight` gauge, for the exec probe path.
     pub fn exec_in_flight(&self) -> InFlightGauge {
         InFlightGauge(self.exec_in_flight.clone())
@@ -341,6 +405,7 @@ impl Metrics {
     /// The OpenMetrics text exposition of every metric, `# EOF` included
     /// (`/metrics`).
     pub fn encode(&self) -> String {
+        self.refresh();
         encode_all(&[&self.prober, &self.own])
     }
 
@@ -363,6 +428,20 @@ fn encode_all(registries: &[&Registry]) -> String {
         tracing::error!(%error, "cannot encode metrics");
     }
     text
+}
+
+/// `VmRSS` of `/proc/self/status` in bytes (Linux only; `None` elsewhere).
+fn resident_memory_bytes() -> Option<i64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<i64>()
+        .ok()?;
+    kib.checked_mul(1024)
 }
 
 fn gauge_value(count: usize) -> i64 {

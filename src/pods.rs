@@ -7,9 +7,9 @@
 //! `started` as podprobe itself last derived it. The API's `started` is the
 //! kubelet's, which knows nothing of annotated startup probes; the workers
 //! must see podprobe's, as the kubelet's workers see the kubelet's status
-//! manager's (D10). The watch relists and reconnects on API errors with kube-runtime's
-//! default backoff; a relist that no longer contains a pod reports it as
-//! deleted, so no worker outlives its pod.
+//! manager's (D10). The watch reconnects (relisting when it must) on API
+//! errors with [`RetryPolicy::WATCH`]'s backoff; a relist that no longer
+//! contains a pod reports it as deleted, so no worker outlives its pod.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +21,7 @@ use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
+use crate::backoff::{RetryPolicy, WatchBackoff};
 use crate::worker::StatusSource;
 
 /// A pod appeared or changed, or went away.
@@ -194,8 +195,8 @@ impl Applier {
 
 /// Watches the pods `api` lists under `config` (field and label selectors),
 /// keeps `cache` current and yields what changed. Never ends: API errors are
-/// logged on the transition and retried with kube-runtime's default backoff
-/// (relisting as needed).
+/// logged on the transition and retried with [`RetryPolicy::WATCH`]'s
+/// backoff (relisting as needed).
 pub fn watch(
     api: Api<Pod>,
     config: watcher::Config,
@@ -204,7 +205,7 @@ pub fn watch(
     let mut applier = Applier::default();
     let mut failing = false;
     watcher::watcher(api, config)
-        .default_backoff()
+        .backoff(WatchBackoff::new(RetryPolicy::WATCH))
         .flat_map(move |event| {
             let events = match event {
                 Ok(event) => {

@@ -4,8 +4,8 @@
 //! - `/healthz`: 200 while the daemon's main loop beats ([`Health::beat`])
 //!   at least once per `stale_after`; 503 otherwise. Open, for the
 //!   DaemonSet's own liveness probe.
-//! - `/readyz`: 200 once the pod watch has synced and the container runtime
-//!   is reachable or not needed; 503 with the reasons otherwise. Open.
+//! - `/readyz`: 200 while podprobe sees the node's pods and can act on
+//!   them ([`Health::readiness`]); 503 with the reasons otherwise. Open.
 //! - `/metrics`: the OpenMetrics text of [`Metrics`]; `/metrics/probes`:
 //!   only the prober metrics, where the kubelet serves them. Guarded by
 //!   [`MetricsAccess`]: by default a bearer token the API server authorises
@@ -33,7 +33,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -52,6 +52,7 @@ use self::connections::{Admission, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
 use self::delegated_auth::{Decision, Review};
 use crate::config::{Config, MetricsAuth};
+pub use crate::health::Health;
 use crate::metrics::{self, Metrics};
 
 /// How long open connections may take to finish after shutdown.
@@ -171,101 +172,6 @@ pub struct BindError {
     pub addr: SocketAddr,
     #[source]
     pub source: io::Error,
-}
-
-/// Whether podprobe can reach the container runtime it needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CriState {
-    /// No exec probes and no kills are possible without a runtime socket
-    /// configured; readiness does not wait for one.
-    NotNeeded,
-    /// Configured but not (yet) answering; the text says why.
-    Unreachable(String),
-    /// Answered the last check.
-    Reachable,
-}
-
-#[derive(Debug)]
-struct HealthState {
-    last_beat: Instant,
-    pods_synced: bool,
-    cri: CriState,
-}
-
-/// Liveness and readiness of the daemon, set by the daemon and read by the
-/// server. Cheap to clone; all clones share one state.
-#[derive(Debug, Clone)]
-pub struct Health {
-    state: Arc<Mutex<HealthState>>,
-    stale_after: Duration,
-}
-
-impl Health {
-    /// Alive until `stale_after` passes without a [`Health::beat`]; not
-    /// ready until the pod watch has synced and the runtime is reachable
-    /// (starts `Unreachable("not checked yet")`).
-    pub fn new(stale_after: Duration) -> Self {
-        Health {
-            state: Arc::new(Mutex::new(HealthState {
-                last_beat: Instant::now(),
-                pods_synced: false,
-                cri: CriState::Unreachable("not checked yet".to_string()),
-            })),
-            stale_after,
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HealthState> {
-        // The state stays consistent whatever a panicking holder did: every
-        // write is a single field assignment.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The main loop is alive; call at least once per `stale_after`.
-    pub fn beat(&self) {
-        self.lock().last_beat = Instant::now();
-    }
-
-    /// Whether the pod watch has listed the node's pods (and still watches).
-    pub fn set_pods_synced(&self, synced: bool) {
-        self.lock().pods_synced = synced;
-    }
-
-    /// Records the result of the daemon's latest runtime check.
-    pub fn set_cri(&self, cri: CriState) {
-        self.lock().cri = cri;
-    }
-
-    /// `Ok` if alive, else why not.
-    pub fn liveness(&self) -> Result<(), String> {
-        let since = self.lock().last_beat.elapsed();
-        if since <= self.stale_after {
-            Ok(())
-        } else {
-            Err(format!(
-                "main loop has not run for {:.1}s (limit {:.1}s)",
-                since.as_secs_f64(),
-                self.stale_after.as_secs_f64()
-            ))
-        }
-    }
-
-    /// `Ok` if ready, else every reason why not.
-    pub fn readiness(&self) -> Result<(), String> {
-        let state = self.lock();
-        let mut reasons = Vec::new();
-        if !state.pods_synced {
-            reasons.push("pod watch has not synced".to_string());
-        }
-        if let CriState::Unreachable(why) = &state.cri {
-            reasons.push(format!("container runtime unreachable: {why}"));
-        }
-        if reasons.is_empty() {
-            Ok(())
-        } else {
-            Err(reasons.join("; "))
-        }
-    }
 }
 
 /// What the request handler of one listener reads.
@@ -651,36 +557,4 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn healthz_goes_stale_without_beats() {
-        let health = Health::new(Duration::from_secs(30));
-        assert_eq!(health.liveness(), Ok(()));
-        tokio::time::advance(Duration::from_secs(31)).await;
-        assert_eq!(
-            health.liveness(),
-            Err("main loop has not run for 31.0s (limit 30.0s)".to_string())
-        );
-        health.beat();
-        assert_eq!(health.liveness(), Ok(()));
-    }
-
-    #[test]
-    fn readyz_lists_every_reason() {
-        let health = Health::new(Duration::from_secs(30));
-        assert_eq!(
-            health.readiness(),
-            Err("pod watch has not synced; container runtime unreachable: not checked yet".into())
-        );
-        health.set_pods_synced(true);
-        health.set_cri(CriState::Reachable);
-        assert_eq!(health.readiness(), Ok(()));
-        health.set_cri(CriState::NotNeeded);
-        assert_eq!(health.readiness(), Ok(()));
-    }
 }

@@ -19,13 +19,13 @@ use futures::future::BoxFuture;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use podprobe::apiclient::WatchActivity;
+use podprobe::health::Reachability;
 use podprobe::metrics::{self, Metrics};
 use podprobe::server::delegated_auth::{
     Authentication, Authorization, ReviewError, Reviewer, UserInfo,
 };
-use podprobe::server::{
-    CriState, DelegatedAuth, Health, Limits, MetricsAccess, Server, ServerConfig,
-};
+use podprobe::server::{DelegatedAuth, Health, Limits, MetricsAccess, Server, ServerConfig};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -58,7 +58,7 @@ async fn start() -> Running {
 /// `configure` changes them.
 async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
     let metrics = Metrics::new();
-    let health = Health::new(Duration::from_secs(60));
+    let health = Health::new(Duration::from_secs(60), WatchActivity::new());
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), MetricsAccess::Open);
     configure(&mut config);
     let server = Server::bind(config, metrics.clone(), health.clone())
@@ -212,18 +212,20 @@ async fn healthz_is_ok_while_the_loop_beats() {
 }
 
 #[tokio::test]
-async fn readyz_follows_pod_sync_and_cri_state() {
+async fn readyz_follows_pod_sync_api_and_cri_state() {
     let server = start().await;
 
     let reply = get(server.addr, "/readyz").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         reply.body,
-        "pod watch has not synced; container runtime unreachable: not checked yet\n"
+        "pod watch has not synced; API server unreachable: not checked yet; \
+         container runtime unreachable: not checked yet\n"
     );
 
     server.health.set_pods_synced(true);
-    server.health.set_cri(CriState::Reachable);
+    server.health.set_api(Reachability::Reachable);
+    server.health.set_cri(Reachability::Reachable);
     let reply = get(server.addr, "/readyz").await;
     assert_eq!(
         (reply.status, reply.body.as_str()),
@@ -232,7 +234,7 @@ async fn readyz_follows_pod_sync_and_cri_state() {
 
     server
         .health
-        .set_cri(CriState::Unreachable("connection refused".into()));
+        .set_cri(Reachability::Unreachable("connection refused".into()));
     let reply = get(server.addr, "/readyz").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
@@ -240,7 +242,7 @@ async fn readyz_follows_pod_sync_and_cri_state() {
         "container runtime unreachable: connection refused\n"
     );
 
-    server.health.set_cri(CriState::NotNeeded);
+    server.health.set_cri(Reachability::NotNeeded);
     server.health.set_pods_synced(false);
     let reply = get(server.addr, "/readyz").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -699,7 +701,8 @@ async fn metrics_need_a_token_the_api_server_authorises() {
     })
     .await;
     server.health.set_pods_synced(true);
-    server.health.set_cri(CriState::Reachable);
+    server.health.set_api(Reachability::Reachable);
+    server.health.set_cri(Reachability::Reachable);
     for path in ["/metrics", "/metrics/probes"] {
         let reply = get(server.addr, path).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{path}");

@@ -5,18 +5,25 @@
 //! and podprobe's verdicts) whenever something may have changed. Per pod UID
 //! there is one task with one in-flight patch; intents that arrive meanwhile
 //! coalesce and only the latest is sent. What to send is decided by the pure
-//! [`decide`] against the freshest pod object podprobe knows (the watch may
-//! lag behind podprobe's own write):
+//! [`decide`] against the freshest pod object podprobe knows: the watch's
+//! cache, unless the API server's answer to podprobe's last write is newer
+//! (by `resourceVersion`: the watch lags behind podprobe's own write). Then
 //!
-//! - gate mode: the watch's cache, with podprobe's own condition as the API
-//!   server last returned it (only podprobe writes that condition);
-//! - authority mode: whichever of the watch's cache and the API server's last
-//!   answer has the newer `resourceVersion`. The patch replaces whole
-//!   container status lists under a `resourceVersion` precondition, so a stale
-//!   base costs one conflict and a fresh read, never a lost write of the node
-//!   agent's.
+//! - gate mode: the cache with podprobe's own condition as that answer has it;
+//! - authority mode: that answer. The patch replaces whole container status
+//!   lists under a `resourceVersion` precondition, so a stale base costs one
+//!   conflict and a fresh read, never a lost write of the node agent's.
 //!
-//! Errors are retried with bounded exponential backoff; on a conflict (a UID
+//! Once the watch has caught up, its view wins: anything else that changed
+//! podprobe's fields (a person, a controller, an older podprobe) is undone
+//! by the next intent, at the latest by the daemon's periodic resync, as the
+//! kubelet's status manager repairs drift (`needsReconcile`).
+//!
+//! Finished tasks of forgotten pods are reaped as new ones start, so the
+//! task set follows the pods on the node, not every pod it ever ran.
+//!
+//! Errors (a request gets [`REQUEST_TIMEOUT`](crate::apiclient::REQUEST_TIMEOUT))
+//! are retried with bounded exponential backoff plus jitter; on a conflict (a UID
 //! or resourceVersion precondition failed) or a 404 the pod is read again and
 //! the patch rebuilt, and a pod whose UID changed is never patched: every
 //! patch carries the UID precondition.
@@ -32,6 +39,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub use crate::backoff::RetryPolicy;
+
 use super::annotation::AnnotatedProbes;
 use super::conditions::replace_or_append;
 use super::patch::owned_conditions;
@@ -39,6 +48,7 @@ use super::{
     ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_authority_status,
     desired_gate_status,
 };
+use crate::apiclient::{RequestError, bounded};
 use crate::pods::PodCache;
 use crate::worker::Clock;
 use kube::api::{Patch, PatchParams};
@@ -143,6 +153,15 @@ impl From<kube::Error> for ApiError {
     }
 }
 
+impl From<RequestError> for ApiError {
+    fn from(error: RequestError) -> Self {
+        match error {
+            RequestError::Kube(error) => error.into(),
+            timeout @ RequestError::Timeout(_) => ApiError::Other(timeout.to_string()),
+        }
+    }
+}
+
 /// The patcher's I/O: the cached pod, a fresh read and the patch itself.
 pub trait StatusApi: Send + Sync + 'static {
     /// The pod with `uid` as the watch last saw it.
@@ -189,7 +208,7 @@ impl StatusApi for KubeStatusApi {
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
-        Ok(self.api(namespace).get_opt(name).await?)
+        Ok(bounded(self.api(namespace).get_opt(name)).await?)
     }
 
     async fn patch_status(
@@ -203,10 +222,8 @@ impl StatusApi for KubeStatusApi {
             ..PatchParams::default()
         };
         let patch = Patch::Strategic(patch);
-        Ok(self
-            .api(namespace)
-            .patch_status(name, &params, &patch)
-            .await?)
+        let api = self.api(namespace);
+        Ok(bounded(api.patch_status(name, &params, &patch)).await?)
     }
 }
 
@@ -226,34 +243,6 @@ pub trait PatchObserver: Send + Sync + 'static {
 pub struct NoopPatchObserver;
 
 impl PatchObserver for NoopPatchObserver {}
-
-/// Bounded exponential backoff between attempts for one intent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    pub initial: Duration,
-    pub max: Duration,
-    /// Attempts per intent before giving up; the daemon's periodic resync
-    /// submits the intent again later.
-    pub attempts: u32,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            initial: Duration::from_millis(200),
-            max: Duration::from_secs(5),
-            attempts: 6,
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait after failed attempt number `attempt` (1-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
-        self.initial.saturating_mul(factor).min(self.max)
-    }
-}
 
 /// Coalescing, retrying status patcher.
 pub struct Patcher<A> {
@@ -301,8 +290,18 @@ impl<A: StatusApi> Patcher<A> {
         let (sender, receiver) = watch::channel(None);
         sender.send_replace(Some(intent));
         let shared = self.shared.clone();
-        self.lock_tasks().spawn(run_pod(shared, receiver));
+        let mut tasks = self.lock_tasks();
+        reap(&mut tasks);
+        tasks.spawn(run_pod(shared, receiver));
         pods.insert(uid, sender);
+    }
+
+    /// Per-pod tasks alive: those of pods not forgotten, and of forgotten
+    /// pods still sending their last intent.
+    pub fn tasks(&self) -> usize {
+        let mut tasks = self.lock_tasks();
+        reap(&mut tasks);
+        tasks.len()
     }
 
     /// Forgets a deleted pod: its task sends what is pending, then ends.
@@ -328,6 +327,19 @@ impl<A: StatusApi> Patcher<A> {
 
     fn lock_tasks(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
         self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Drops the finished tasks of forgotten pods (a `JoinSet` keeps each
+/// finished task until it is joined: without this, memory would grow with
+/// every pod the node ever ran).
+fn reap(tasks: &mut JoinSet<()>) {
+    while let Some(finished) = tasks.try_join_next() {
+        if let Err(error) = finished
+            && error.is_panic()
+        {
+            tracing::error!(%error, "a pod status patch task panicked");
+        }
     }
 }
 
@@ -384,7 +396,7 @@ impl<A: StatusApi> PodPatcher<'_, A> {
                 return;
             }
             tokio::select! {
-                () = tokio::time::sleep(policy.delay(attempt)) => {}
+                () = tokio::time::sleep(policy.jittered(attempt)) => {}
                 Ok(()) = intents.changed() => {
                     if let Some(newer) = intents.borrow_and_update().clone() {
                         intent = newer;
@@ -469,10 +481,15 @@ impl<A: StatusApi> PodPatcher<'_, A> {
         let Some(returned) = &self.returned else {
             return Ok(Some(Pod::clone(&cached)));
         };
+        if !newer(returned, &cached) {
+            // The watch has caught up with podprobe's write, or seen a later
+            // one: whatever it shows now is what podprobe must repair if it
+            // differs (the kubelet's `needsReconcile`).
+            return Ok(Some(Pod::clone(&cached)));
+        }
         Ok(Some(match intent.owned.mode() {
             Mode::Gate => with_own_condition(&cached, returned),
-            Mode::Authority if newer(returned, &cached) => returned.clone(),
-            Mode::Authority => Pod::clone(&cached),
+            Mode::Authority => returned.clone(),
         }))
     }
 }
@@ -552,7 +569,9 @@ mod tests {
             container_statuses: Some(vec![container_status("app", true)]),
             ..PodStatus::default()
         };
-        pod(vec![], vec![container("app")], &[READY_CONDITION], status)
+        let mut pod = pod(vec![], vec![container("app")], &[READY_CONDITION], status);
+        pod.metadata.resource_version = Some("1".into());
+        pod
     }
 
     fn probes() -> Arc<AnnotatedProbes> {
@@ -621,13 +640,6 @@ mod tests {
             decide(None, &intent(true), &now()).unwrap(),
             Decision::PodGone
         );
-    }
-
-    #[test]
-    fn retry_delay_doubles_up_to_the_cap() {
-        let policy = RetryPolicy::default();
-        let delays: Vec<_> = (1..=7).map(|a| policy.delay(a).as_millis()).collect();
-        assert_eq!(delays, [200, 400, 800, 1600, 3200, 5000, 5000]);
     }
 
     /// An API server fake: a pod, scripted patch failures, a gate to hold
@@ -788,6 +800,40 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn gate_repairs_an_outside_write_of_its_condition() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        settle().await;
+        // Someone else sets podprobe's condition to False; the watch shows it.
+        {
+            let mut state = api.state();
+            let mut drifted = gated_pod(Some(FALSE));
+            drifted.metadata.resource_version = Some("3".into());
+            state.server = Some(drifted.clone());
+            state.cached = Some(drifted);
+        }
+        // The verdict is still True: the next intent (a resync) repairs it.
+        patcher.submit(intent(true));
+        assert!(patcher.shutdown(Duration::from_secs(1)).await);
+        assert_eq!(api.requests(), ["patch True", "patch True"]);
+        let server = api.state().server.clone().unwrap();
+        assert_eq!(own_condition(&server).unwrap().status, TRUE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_of_forgotten_pods_are_reaped() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        let patcher = patcher(&api);
+        patcher.submit(intent(true));
+        settle().await;
+        assert_eq!(patcher.tasks(), 1);
+        patcher.forget(UID);
+        settle().await;
+        assert_eq!(patcher.tasks(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn retries_errors_with_backoff() {
         let api = FakeApi::new(gated_pod(Some(FALSE)), false);
         api.state().failures.extend([
@@ -799,7 +845,12 @@ mod tests {
         patcher.submit(intent(true));
         assert!(patcher.shutdown(Duration::from_secs(10)).await);
         assert_eq!(api.requests(), ["patch True", "patch True", "patch True"]);
-        assert_eq!(start.elapsed(), Duration::from_millis(200 + 400));
+        let waited = start.elapsed();
+        let (min, max) = (
+            Duration::from_millis(200 + 400),
+            Duration::from_millis(300 + 600),
+        );
+        assert!(waited >= min && waited <= max, "{waited:?}");
     }
 
     #[tokio::test(start_paused = true)]
