@@ -6,8 +6,16 @@
 #
 #   hack/local-cluster.sh up      build/start what is missing, wait for a Ready node,
 #                                 print the admin kubeconfig's path
-#   hack/local-cluster.sh down    stop what `up` started, remove its state (keeps logs/)
-#   hack/local-cluster.sh status  one line per part; exit 1 unless all are up
+#   hack/local-cluster.sh api-up  control plane only: start etcd and kube-apiserver if
+#                                 they are not running, wait for /readyz, print the admin
+#                                 kubeconfig's path (also restarts the API server after
+#                                 api-stop; etcd's data is kept)
+#   hack/local-cluster.sh api-stop
+#                                 stop only kube-apiserver; etcd keeps running
+#   hack/local-cluster.sh down    stop what `up`/`api-up` started, remove its state (keeps logs/)
+#   hack/local-cluster.sh status  one line per part; exit 1 unless all are up (for an
+#                                 instance only ever brought up by api-up: etcd and
+#                                 kube-apiserver)
 #   hack/local-cluster.sh env     print KUBECONFIG=... for eval
 #   hack/local-cluster.sh import TARBALL...
 #                                 import OCI image tarballs (hack/oci-image.sh) into
@@ -22,6 +30,16 @@
 # processes named in those PID files. Every server listens on 127.0.0.1,
 # except the kubelet's API, which listens on the node address: the gateway
 # address of the cluster's own bridge, reachable only from this machine.
+#
+# A second, control-plane-only instance can run beside the main cluster (tests
+# that stop a real API server, tests/support/control_plane.rs): give it its own
+# PODPROBE_CLUSTER_DIR, PODPROBE_CLUSTER_APISERVER_PORT,
+# PODPROBE_CLUSTER_ETCD_PORT and PODPROBE_CLUSTER_ETCD_PEER_PORT (defaults
+# 6443, 2379, 2380) and use only api-up, api-stop, status and down. Its PKI
+# (service-account keys included), kubeconfigs, etcd data, PID files and lock
+# ($PODPROBE_CLUSTER_DIR.lock) are its own; `down` leaves the host's bridge,
+# containerd, cgroups, sysctls and kubelet paths alone when the instance never
+# ran a node (containerd, bridge, kubelet), so the main cluster is untouched.
 # Images come from hack/containerd.sh (docker.io/local/busybox:latest, the
 # sandbox image docker.io/local/pause:latest); pods must not pull, so give them
 # `imagePullPolicy: Never` or `IfNotPresent`. Needs root.
@@ -38,8 +56,8 @@ NODE_IP="${POD_SUBNET%.*}.1"
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
 APISERVER_PORT=${PODPROBE_CLUSTER_APISERVER_PORT:-6443}
-ETCD_CLIENT_PORT=2379
-ETCD_PEER_PORT=2380
+ETCD_CLIENT_PORT=${PODPROBE_CLUSTER_ETCD_PORT:-2379}
+ETCD_PEER_PORT=${PODPROBE_CLUSTER_ETCD_PEER_PORT:-2380}
 KCM_PORT=10257
 SCHEDULER_PORT=10259
 KUBELET_PORT=10250
@@ -55,6 +73,10 @@ SYSCTL_SAVE=$DIR/sysctl.saved
 # The parts this script starts itself, in start order; containerd is
 # hack/containerd.sh's.
 PARTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+# The parts `api-up` starts.
+API_PARTS=(etcd kube-apiserver)
+# Present while the instance has only ever been brought up by `api-up`.
+API_ONLY_MARK=$DIR/api-only
 # Kernel settings the kubelet's container manager overwrites at start; `up`
 # records their values first and `down` puts them back.
 KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
@@ -467,6 +489,14 @@ default_namespace_ready() {
     kubectl_ -n default get serviceaccount default && kubectl_ -n default get configmap kube-root-ca.crt
 }
 
+# Whether this instance ever ran its node: `up` starts containerd (which
+# creates $CRI_DIR) before it creates the bridge and starts the kubelet (in
+# $DIR/kubelet). An instance that never did owns no bridge, containerd,
+# pod cgroups, sysctls or kubelet paths on the host.
+node_started() { [ -d "$CRI_DIR" ] || [ -d "$DIR/kubelet" ]; }
+
+is_api_part() { [[ " ${API_PARTS[*]} " == *" $1 "* ]]; }
+
 # ---------------------------------------------------------------- verbs
 
 cmd_up() {
@@ -474,6 +504,7 @@ cmd_up() {
     ensure_packages
     BIN=$("$HACK/k8s-build.sh")
     mkdir -p "$DIR" "$RUN" "$LOGS"
+    rm -f "$API_ONLY_MARK"
     ensure_pki
     ensure_kubeconfigs
     ensure_etcd
@@ -488,6 +519,27 @@ cmd_up() {
     wait_for kube-controller-manager 60 default_namespace_ready
     log "ready: kubectl --kubeconfig $ADMIN_KUBECONFIG (or: eval \"\$($0 env)\")"
     echo "$ADMIN_KUBECONFIG"
+}
+
+# The control plane alone, for tests that stop and restart a real API server
+# beside the main cluster (see the header). Needs no root unless packages are
+# missing.
+cmd_api_up() {
+    ensure_packages
+    BIN=$("$HACK/k8s-build.sh")
+    mkdir -p "$DIR" "$RUN" "$LOGS"
+    node_started || touch "$API_ONLY_MARK"
+    ensure_pki
+    write_kubeconfig admin admin
+    ensure_etcd
+    ensure_apiserver
+    log "ready: kubectl --kubeconfig $ADMIN_KUBECONFIG (API server only, at https://127.0.0.1:$APISERVER_PORT)"
+    echo "$ADMIN_KUBECONFIG"
+}
+
+cmd_api_stop() {
+    BIN=$("$HACK/k8s-build.sh" --bin-dir)
+    stop_part kube-apiserver
 }
 
 # Unmounts everything mounted under $DIR (the kubelet's rshared root, pod
@@ -525,9 +577,14 @@ remove_host_leftovers() {
 cmd_down() {
     require_root
     BIN=$("$HACK/k8s-build.sh" --bin-dir)
+    # Asked first: containerd's `down` removes $CRI_DIR. Without a node of its
+    # own, the bridge named $BRIDGE, the kubepods cgroups and the kubelet's
+    # host paths may be another instance's (the main cluster's): leave them.
+    local node=0
+    node_started && node=1
     # The kubelet first, so it does not restart what containerd's `down` stops.
     stop_part kubelet
-    if [ -x "$HACK/containerd.sh" ]; then containerd_ down; fi
+    if [ $node = 1 ] && [ -x "$HACK/containerd.sh" ]; then containerd_ down; fi
     local i
     for ((i = ${#PARTS[@]} - 1; i >= 0; i--)); do
         stop_part "${PARTS[$i]}"
@@ -535,29 +592,38 @@ cmd_down() {
     [ -d "$DIR" ] || return 0
     restore_sysctls
     unmount_all
-    remove_pod_cgroups
-    remove_host_leftovers
-    ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE"
+    if [ $node = 1 ]; then
+        remove_pod_cgroups
+        remove_host_leftovers
+        if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE"; fi
+    fi
     find "$DIR" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
     log "down (logs kept in $LOGS)"
 }
 
 cmd_status() {
     BIN=$("$HACK/k8s-build.sh" --bin-dir)
-    local ok=0 name pid health
+    local ok=0 name pid health api_only=0
+    [ -e "$API_ONLY_MARK" ] && api_only=1
     for name in "${PARTS[@]}"; do
         if pid=$(pid_of "$name"); then
             health=$(part_health "$name")
             echo "$name: running (pid $pid)${health:+, $health}"
             case $health in *unhealthy* | *"not "*) ok=1 ;; esac
+        elif [ $api_only = 1 ] && ! is_api_part "$name"; then
+            echo "$name: not running (control-plane-only instance)"
         else
             echo "$name: not running"
             ok=1
         fi
     done
     local cri
-    cri=$(containerd_ status 2>&1) || ok=1
-    echo "containerd: $cri"
+    if [ $api_only = 1 ]; then
+        echo "containerd: not running (control-plane-only instance)"
+    else
+        cri=$(containerd_ status 2>&1) || ok=1
+        echo "containerd: $cri"
+    fi
     [ $ok = 0 ] && echo "kubeconfig: $ADMIN_KUBECONFIG"
     return $ok
 }
@@ -622,12 +688,12 @@ cmd_env() { echo "KUBECONFIG=$ADMIN_KUBECONFIG"; }
 main() {
     local verb=${1:-}
     case $verb in
-    up | down)
+    up | down | api-up | api-stop)
         # One caller at a time.
         mkdir -p "$(dirname "$DIR")"
         exec 9>"$DIR.lock"
         flock 9
-        "cmd_$verb"
+        "cmd_${verb//-/_}"
         ;;
     status | env) "cmd_$verb" ;;
     check) cmd_check ;;
@@ -635,7 +701,7 @@ main() {
         shift
         containerd_ import "$@"
         ;;
-    *) die "usage: $0 up|down|status|env|check|import TARBALL..." ;;
+    *) die "usage: $0 up|api-up|api-stop|down|status|env|check|import TARBALL..." ;;
     esac
 }
 

@@ -3,7 +3,8 @@
 # private containerd (hack/containerd.sh) for the exec and CRI tests, builds
 # Kubernetes (hack/k8s-build.sh, cached) and brings up the local cluster
 # (hack/local-cluster.sh) for the tests that run `podprobe run` against it,
-# checks formatting and lints, runs every test; then deploys podprobe's
+# checks formatting and lints, runs every test, then the fault suite
+# (tests/faults.rs) on its own; then deploys podprobe's
 # DaemonSet from tests/e2e (hack/deploy.sh), brings up the agent node
 # (hack/agent-node.sh: a CRI node agent with podprobe in authority mode) and
 # runs the end-to-end tests (tests/e2e_gate.rs, tests/e2e_upstream.rs and
@@ -98,6 +99,7 @@ summary() {
     printf '%-36s %7s %7s %8s %10s\n' suite passed failed ignored time
     {
       suites "" "$logs/tests.log"
+      if [ -f "$logs/faults.log" ]; then suites "faults:" "$logs/faults.log"; fi
       if [ -f "$logs/e2e.log" ]; then suites "e2e:" "$logs/e2e.log"; fi
     } | awk '
       { printf "%-36s %7s %7s %8s %10s\n", $1, $2, $3, $4, $5
@@ -164,6 +166,13 @@ if ! hack/local-cluster.sh status >/dev/null 2>&1; then
 fi
 
 phase tests cargo test --locked --no-fail-fast
+
+# The fault suite (tests/faults.rs, #[ignore]d in a plain `cargo test`): API
+# server stopped and stalled, containerd and podprobe SIGKILLed, churn,
+# outside writes, refused Events. Its scenarios mostly wait out their
+# faults, each with its own API server, proxy, containerd or node: side by
+# side, in their own phase so that nothing else runs on the cluster then.
+phase faults cargo test --locked --no-fail-fast --test faults -- --ignored --test-threads=8
 
 # End to end, with podprobe as the cluster's DaemonSet next to the kubelet,
 # and in authority mode for the agent node.

@@ -14,34 +14,43 @@
 //! tests judge what the API server held, not only where it ended up. To force
 //! a race, a test can put a proxy it freezes between podprobe and the API
 //! server ([`ApiProxy`]).
+//!
+//! The rig's parts that other suites share live in `support`: the Node
+//! ([`TestNode`]), the watch ([`Recorder`]), the proxy, the backends
+//! ([`Backend`]) and the metrics readers.
 
 mod support {
+    pub mod api_proxy;
+    pub mod backend;
     pub mod cluster;
     pub mod host_podprobe;
     pub mod http_server;
+    pub mod metrics;
+    pub mod recorder;
+    pub mod test_node;
 }
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
-use kube::core::WatchEvent;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
+use support::api_proxy::ApiProxy;
+use support::backend::{Backend, Switch};
 use support::cluster::{
     BUSYBOX_IMAGE, Namespace, TEST_RUN_LABEL, cluster, condition, unique_id, wait_for,
 };
 use support::host_podprobe::HostPodprobe;
-use support::http_server::{TestServer, reply};
+use support::metrics::{http_get, metric_lines, metric_sum};
+use support::recorder::{Recorder, held_versions, secs_since};
+use support::test_node::{AGENT_TAINT, TestNode, rfc3339};
 
 /// `periodSeconds` of every probe here.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -52,95 +61,11 @@ const PERIOD: Duration = Duration::from_secs(1);
 /// retries after conflicts, and the watch delivering the version to the test.
 const SLACK: Duration = Duration::from_secs(3);
 
-/// The taint that keeps ordinary pods off the test's nodes.
-const AGENT_TAINT: &str = "podprobe.io/agent-node";
-
 /// How long podprobe's log is allowed to be in a failure message (its tail).
 const LOG_TAIL_LINES: usize = 300;
 
-fn secs_since(t0: Instant, t: Instant) -> f64 {
-    t.saturating_duration_since(t0).as_secs_f64()
-}
-
-/// RFC 3339 in whole seconds, as the API server stores `metav1.Time`.
-fn rfc3339(ts: Timestamp) -> String {
-    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 // ---------------------------------------------------------------------------
-// Backends: loopback HTTP servers with a health switch and its history.
-
-/// Whether a backend answers 200 or 503, with every change and its time.
-struct Switch {
-    healthy: AtomicBool,
-    flips: Mutex<Vec<(Instant, bool)>>,
-}
-
-impl Switch {
-    fn new(healthy: bool) -> Switch {
-        Switch {
-            healthy: AtomicBool::new(healthy),
-            flips: Mutex::new(vec![(Instant::now(), healthy)]),
-        }
-    }
-
-    fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::SeqCst)
-    }
-
-    fn set(&self, healthy: bool) {
-        let mut flips = self.flips.lock().unwrap();
-        if flips.last().map(|f| f.1) != Some(healthy) {
-            self.healthy.store(healthy, Ordering::SeqCst);
-            flips.push((Instant::now(), healthy));
-        }
-    }
-
-    /// Every stretch of failing answers: from, and until (`None`: still).
-    fn failing_stretches(&self) -> Vec<(Instant, Option<Instant>)> {
-        let flips = self.flips.lock().unwrap();
-        let mut stretches = Vec::new();
-        let mut since = None;
-        for &(at, healthy) in flips.iter() {
-            match (healthy, since) {
-                (false, None) => since = Some(at),
-                (true, Some(from)) => {
-                    stretches.push((from, Some(at)));
-                    since = None;
-                }
-                _ => {}
-            }
-        }
-        if let Some(from) = since {
-            stretches.push((from, None));
-        }
-        stretches
-    }
-
-    /// Whether it answered 200 at any moment of `[from, to]`.
-    fn healthy_between(&self, from: Instant, to: Instant) -> bool {
-        let flips = self.flips.lock().unwrap();
-        let at_from = flips
-            .iter()
-            .rev()
-            .find(|f| f.0 <= from)
-            .or(flips.first())
-            .is_some_and(|f| f.1);
-        at_from || flips.iter().any(|&(at, h)| h && at > from && at <= to)
-    }
-}
-
-/// A loopback server answering `GET` with 200 or 503 as its switch says.
-struct Backend {
-    server: TestServer,
-    switch: Arc<Switch>,
-}
-
-impl Backend {
-    fn port(&self) -> u16 {
-        self.server.port()
-    }
-}
+// Driving the backends.
 
 /// Flips `switch` until `stop`: healthy for 0.3-1.5 s, failing for 0.2-1.2 s,
 /// and every third failure for `long_failure` (longer than
@@ -175,279 +100,6 @@ async fn flip(
         }
     }
     long
-}
-
-// ---------------------------------------------------------------------------
-// podprobe as a child process.
-
-/// `GET path` on loopback `addr`: the body when the status is 200.
-fn http_get(addr: &str, path: &str) -> Result<String, String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| e.to_string())?;
-    if !response.starts_with("HTTP/1.1 200") {
-        return Err(response);
-    }
-    Ok(response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default())
-}
-
-/// Sum of the samples of metric `name` whose labels include every one of
-/// `labels` (`key="value"` strings), from a Prometheus text exposition.
-fn metric_sum(exposition: &str, name: &str, labels: &[&str]) -> f64 {
-    exposition
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name && labels.iter().all(|label| rest.contains(label)))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .sum()
-}
-
-/// Every sample of metrics whose name starts with `prefix`.
-fn metric_lines(exposition: &str, prefix: &str) -> Vec<String> {
-    exposition
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .map(str::to_string)
-        .collect()
-}
-
-// ---------------------------------------------------------------------------
-// The test's Node.
-
-/// A Node object of the test's own, Ready and heartbeating its Lease, tainted
-/// so that nothing but the test's pods goes there; deleted when dropped.
-struct TestNode {
-    name: String,
-    heartbeat: tokio::task::JoinHandle<()>,
-}
-
-impl TestNode {
-    fn register(rt: &tokio::runtime::Runtime, client: &kube::Client, name: &str) -> TestNode {
-        let now = rfc3339(Timestamp::now());
-        let ready = json!({
-            "type": "Ready", "status": "True", "reason": "KubeletReady",
-            "message": "the test plays the node agent",
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        });
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"podprobe.io/test-node": "true"}},
-            "spec": {"taints": [{"key": AGENT_TAINT, "value": "true", "effect": "NoSchedule"}]},
-        }))
-        .expect("node manifest");
-        let nodes: Api<Node> = Api::all(client.clone());
-        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-        rt.block_on(async {
-            nodes
-                .create(&PostParams::default(), &node)
-                .await
-                .expect("create node");
-            nodes
-                .patch_status(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"conditions": [ready]}})),
-                )
-                .await
-                .expect("node status Ready");
-        });
-        let lease_name = name.to_string();
-        let heartbeat = rt.spawn(async move {
-            loop {
-                let lease = json!({
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": lease_name, "namespace": "kube-node-lease"},
-                    "spec": {
-                        "holderIdentity": lease_name,
-                        "leaseDurationSeconds": 40,
-                        "renewTime": MicroTime(Timestamp::now()),
-                    },
-                });
-                let params = PatchParams::apply("podprobe-test-agent").force();
-                if let Err(e) = leases
-                    .patch(&lease_name, &params, &Patch::Apply(&lease))
-                    .await
-                {
-                    eprintln!("node lease renewal failed (retrying): {e}");
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
-        TestNode {
-            name: name.to_string(),
-            heartbeat,
-        }
-    }
-}
-
-impl Drop for TestNode {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        let _ = cluster().kubectl(&["delete", "node", &self.name, "--wait=false"]);
-        let _ = cluster().kubectl(&[
-            "-n",
-            "kube-node-lease",
-            "delete",
-            "lease",
-            &self.name,
-            "--wait=false",
-        ]);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The watch that records every version of the test's pods.
-
-/// One version of a pod as the watch delivered it.
-#[derive(Clone)]
-struct Seen {
-    at: Instant,
-    pod: Value,
-    deleted: bool,
-}
-
-/// Records every version of the pods of a namespace, from a list and one
-/// watch resumed at the last resourceVersion.
-struct Recorder {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    problems: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Recorder {
-    fn start(rt: &tokio::runtime::Runtime, pods: Api<Pod>) -> Recorder {
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let problems: Arc<Mutex<Vec<String>>> = Arc::default();
-        let list = rt
-            .block_on(pods.list(&ListParams::default()))
-            .expect("list pods");
-        let mut version = list.metadata.resource_version.clone().unwrap_or_default();
-        for pod in list.items {
-            seen.lock().unwrap().push(Seen {
-                at: Instant::now(),
-                pod: serde_json::to_value(pod).unwrap(),
-                deleted: false,
-            });
-        }
-        let (into, problems_into) = (seen.clone(), problems.clone());
-        let task = rt.spawn(async move {
-            loop {
-                let params = WatchParams::default().timeout(240);
-                let stream = match pods.watch(&params, &version).await {
-                    Ok(stream) => stream,
-                    Err(e) => {
-                        problems_into.lock().unwrap().push(format!("watch: {e}"));
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                };
-                let mut stream = std::pin::pin!(stream);
-                while let Some(event) = stream.next().await {
-                    let (pod, deleted) = match event {
-                        Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => (pod, false),
-                        Ok(WatchEvent::Deleted(pod)) => (pod, true),
-                        Ok(WatchEvent::Bookmark(bookmark)) => {
-                            version = bookmark.metadata.resource_version;
-                            continue;
-                        }
-                        Ok(WatchEvent::Error(status)) => {
-                            // 410 Gone: versions were missed; the test fails on it.
-                            problems_into
-                                .lock()
-                                .unwrap()
-                                .push(format!("watch error: {status:?}"));
-                            break;
-                        }
-                        Err(e) => {
-                            problems_into
-                                .lock()
-                                .unwrap()
-                                .push(format!("watch stream: {e}"));
-                            break;
-                        }
-                    };
-                    if let Some(v) = &pod.metadata.resource_version {
-                        version.clone_from(v);
-                    }
-                    into.lock().unwrap().push(Seen {
-                        at: Instant::now(),
-                        pod: serde_json::to_value(pod).unwrap(),
-                        deleted,
-                    });
-                }
-            }
-        });
-        Recorder {
-            seen,
-            problems,
-            task,
-        }
-    }
-
-    fn snapshot(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    /// Asserts that the watch saw every version (no gap, no 410).
-    fn assert_complete(&self) {
-        let problems = self.problems.lock().unwrap();
-        let gaps: Vec<&String> = problems
-            .iter()
-            .filter(|p| p.contains("watch error") || p.contains("410"))
-            .collect();
-        assert!(
-            gaps.is_empty(),
-            "the watch missed versions, the checks below would be blind: {gaps:?}"
-        );
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// The versions of the pod with `uid` (deletions excluded), each with the
-/// time it was first seen and the time its successor was (or `end`).
-fn held_versions<'a>(
-    seen: &'a [Seen],
-    uid: &str,
-    end: Instant,
-) -> Vec<(Instant, Instant, &'a Value)> {
-    let mine: Vec<&Seen> = seen
-        .iter()
-        .filter(|s| s.pod["metadata"]["uid"] == uid)
-        .collect();
-    mine.iter()
-        .enumerate()
-        .filter(|(_, s)| !s.deleted)
-        .map(|(i, s)| {
-            let until = mine.get(i + 1).map_or(end, |next| next.at);
-            (s.at, until, &s.pod)
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -732,162 +384,6 @@ async fn hammer(
 }
 
 // ---------------------------------------------------------------------------
-// podprobe's way to the API server: a proxy the test can freeze.
-
-/// A TCP proxy between podprobe and the API server (TLS passes through it
-/// untouched). While frozen it forwards nothing either way: what podprobe
-/// sends is held until the thaw, and podprobe hears nothing, its watch
-/// included, so it goes on acting on the pods as it last saw them.
-struct ApiProxy {
-    frozen: tokio::sync::watch::Sender<bool>,
-    /// Bytes podprobe sent since the last freeze.
-    held: Arc<AtomicU64>,
-    /// The cluster's kubeconfig with the proxy as the server.
-    kubeconfig: tempfile::NamedTempFile,
-}
-
-impl ApiProxy {
-    /// Starts the proxy on `rt`, listening on a free loopback port, in front
-    /// of the API server of the cluster's kubeconfig (its current context),
-    /// and writes [`kubeconfig`](Self::kubeconfig): the same with the proxy as
-    /// the server. The server certificate is still checked against the
-    /// original host (through `tls-server-name` when that is a name).
-    fn start(rt: &tokio::runtime::Runtime) -> ApiProxy {
-        let text = std::fs::read_to_string(&cluster().kubeconfig).expect("read the kubeconfig");
-        let mut config: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(&text).expect("kubeconfig YAML");
-        let context = config["current-context"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let cluster_name = config["contexts"]
-            .as_sequence()
-            .into_iter()
-            .flatten()
-            .find(|c| c["name"].as_str() == Some(context.as_str()))
-            .and_then(|c| c["context"]["cluster"].as_str())
-            .expect("the current context's cluster")
-            .to_string();
-        let entry = config["clusters"]
-            .as_sequence_mut()
-            .into_iter()
-            .flatten()
-            .find(|c| c["name"].as_str() == Some(cluster_name.as_str()))
-            .and_then(|c| c["cluster"].as_mapping_mut())
-            .expect("the current cluster");
-        let server = entry
-            .get("server")
-            .and_then(|s| s.as_str())
-            .expect("the cluster's server")
-            .to_string();
-        let authority = server
-            .strip_prefix("https://")
-            .expect("an https:// server")
-            .split('/')
-            .next()
-            .unwrap_or_default();
-        let (host, upstream) = match authority.rsplit_once(':') {
-            Some((host, port)) if port.parse::<u16>().is_ok() => (host, authority.to_string()),
-            _ => (authority, format!("{authority}:443")),
-        };
-
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind the API proxy");
-        let addr = listener.local_addr().expect("the API proxy's address");
-        entry.insert("server".into(), format!("https://{addr}").into());
-        let ip = host.trim_start_matches('[').trim_end_matches(']');
-        if ip.parse::<std::net::IpAddr>().is_err() {
-            entry.insert("tls-server-name".into(), host.into());
-        }
-        let kubeconfig = tempfile::NamedTempFile::new().expect("temp file");
-        let text = serde_yaml_ng::to_string(&config).expect("kubeconfig YAML");
-        std::fs::write(kubeconfig.path(), text).expect("write the proxied kubeconfig");
-
-        let (frozen, _) = tokio::sync::watch::channel(false);
-        let held = Arc::new(AtomicU64::new(0));
-        let (watch, counter) = (frozen.subscribe(), held.clone());
-        rt.spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let (frozen, held, upstream) = (watch.clone(), counter.clone(), upstream.clone());
-                tokio::spawn(async move {
-                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (from_client, to_client) = client.into_split();
-                    let (from_server, to_server) = server.into_split();
-                    tokio::join!(
-                        pump(from_client, to_server, frozen.clone(), Some(held)),
-                        pump(from_server, to_client, frozen, None),
-                    );
-                });
-            }
-        });
-        ApiProxy {
-            frozen,
-            held,
-            kubeconfig,
-        }
-    }
-
-    /// The kubeconfig that leads through the proxy.
-    fn kubeconfig(&self) -> &str {
-        self.kubeconfig.path().to_str().expect("a UTF-8 temp path")
-    }
-
-    fn freeze(&self) {
-        self.held.store(0, Ordering::SeqCst);
-        self.frozen.send_replace(true);
-    }
-
-    fn thaw(&self) {
-        self.frozen.send_replace(false);
-    }
-
-    /// Bytes podprobe sent since the last freeze.
-    fn held(&self) -> u64 {
-        self.held.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for ApiProxy {
-    /// A test that fails while frozen still lets podprobe shut down cleanly.
-    fn drop(&mut self) {
-        self.thaw();
-    }
-}
-
-/// Copies `from` to `to` until either end closes, holding each chunk while
-/// `frozen` (and counting it into `held`).
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut frozen: tokio::sync::watch::Receiver<bool>,
-    held: Option<Arc<AtomicU64>>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if *frozen.borrow_and_update() {
-            if let Some(held) = &held {
-                held.fetch_add(n as u64, Ordering::SeqCst);
-            }
-            if frozen.wait_for(|frozen| !frozen).await.is_err() {
-                break;
-            }
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown().await;
-}
-
-// ---------------------------------------------------------------------------
 // One test's rig.
 
 /// One test's runtime, namespace, node, podprobe and the pods' recorder.
@@ -931,7 +427,7 @@ impl Rig {
     fn start_podprobe(&mut self) {
         self.podprobe = Some(HostPodprobe::start(
             "authority",
-            &self.node.name,
+            self.node.name(),
             &self.run_id,
         ));
     }
@@ -939,10 +435,10 @@ impl Rig {
     /// Starts podprobe with its API traffic through an [`ApiProxy`], which
     /// is returned.
     fn start_podprobe_behind_proxy(&mut self) -> ApiProxy {
-        let proxy = ApiProxy::start(&self.rt);
+        let proxy = ApiProxy::start(&self.rt, &cluster().kubeconfig);
         self.podprobe = Some(HostPodprobe::start_with_kubeconfig(
             "authority",
-            &self.node.name,
+            self.node.name(),
             &self.run_id,
             proxy.kubeconfig(),
         ));
@@ -958,16 +454,7 @@ impl Rig {
     }
 
     fn backend(&self, healthy: bool) -> Backend {
-        let switch = Arc::new(Switch::new(healthy));
-        let answer = switch.clone();
-        let server = self.rt.block_on(TestServer::start("127.0.0.1:0", move |_| {
-            if answer.is_healthy() {
-                reply(200, b"ok")
-            } else {
-                reply(503, b"failing")
-            }
-        }));
-        Backend { server, switch }
+        Backend::start(&self.rt, healthy)
     }
 
     /// Creates pod `name` bound to the test's node, one container per
@@ -1009,7 +496,7 @@ impl Rig {
             "kind": "Pod",
             "metadata": {"name": name, "labels": {TEST_RUN_LABEL: self.run_id}},
             "spec": {
-                "nodeName": self.node.name,
+                "nodeName": self.node.name(),
                 "terminationGracePeriodSeconds": 0,
                 // Without tolerationSeconds: nothing evicts them mid-test.
                 "tolerations": [

@@ -43,23 +43,33 @@ impl HostPodprobe {
         Self::start_with(mode, node, run_id, &cluster().kubeconfig, extra)
     }
 
-    fn start_with(
+    /// `podprobe run` with `kubeconfig` and `extra` flags; the cluster's CRI
+    /// socket unless `extra` names one.
+    pub fn start_with(
         mode: &str,
         node: &str,
         run_id: &str,
         kubeconfig: &str,
         extra: &[&str],
     ) -> HostPodprobe {
-        let cluster = cluster();
+        let cri = if extra.contains(&"--cri-endpoint") {
+            Vec::new()
+        } else {
+            vec!["--cri-endpoint".to_string(), cluster().cri_endpoint()]
+        };
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("podprobe.log");
         let stderr = File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_podprobe"))
+        // PODPROBE_TEST_BINARY runs the suites against another build of
+        // podprobe (an older commit's, to see a test fail without a fix).
+        let binary = std::env::var("PODPROBE_TEST_BINARY")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_podprobe").to_string());
+        let child = Command::new(binary)
             .arg("run")
             .args(["--mode", mode])
             .args(["--node-name", node])
             .args(["--kubeconfig", kubeconfig])
-            .args(["--cri-endpoint", &cluster.cri_endpoint()])
+            .args(&cri)
             .args(["--pod-selector", &format!("{TEST_RUN_LABEL}={run_id}")])
             .args(["--listen", "127.0.0.1:0"])
             .args(["--log-level", "info,podprobe=debug"])
