@@ -56,7 +56,7 @@ impl RetryPolicy {
 }
 
 /// `delay` plus the fraction `unit` (in `[0, 1)`) of its [`JITTER`].
-fn with_jitter(delay: Duration, unit: f64) -> Duration {
+pub(crate) fn with_jitter(delay: Duration, unit: f64) -> Duration {
     delay + delay.mul_f64(JITTER * unit.clamp(0.0, 1.0))
 }
 

@@ -28,14 +28,16 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
+use tokio::time::Instant;
 
 use crate::apiclient::{self, WatchActivity, bounded};
 use crate::config::{Config, LogFormat, RunArgs};
 use crate::cri::{ContainerIdentity, CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
 use crate::health::{Health, Reachability, WATCH_TIMEOUT};
-use crate::manager::{PodProbes, ProberManager, probe_kills};
+use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
+use crate::pod_sync::{self, SyncSchedule};
 use crate::pods::{self, PodCache, PodEvent, all_container_statuses, with_started};
 use crate::probe::Prober;
 use crate::probe::SpecError;
@@ -394,6 +396,9 @@ struct Tracked {
     /// The annotation value this state was derived from (gate mode).
     annotation: Option<String>,
     probes: Option<Probes>,
+    /// When the kubelet would sync the pod (K6), which is when readiness
+    /// workers are nudged.
+    sync: SyncSchedule,
 }
 
 /// A pod podprobe probes and writes status for.
@@ -482,7 +487,12 @@ impl Daemon {
             // W11: a terminating pod keeps only its readiness workers.
             self.manager.stop_liveness_and_startup(pod);
         }
-        self.sync_pod(pod);
+        let changed = self
+            .pods
+            .get_mut(&uid)
+            .is_some_and(|tracked| tracked.sync.on_update(pod));
+        let nudge = if changed { Nudge::Yes } else { Nudge::No };
+        self.sync_pod(pod, nudge);
     }
 
     /// First sight of a pod, or a change of its annotation (gate mode):
@@ -532,8 +542,15 @@ impl Daemon {
                 .set_started(uid, takeover::seed_started(pod, self.mode));
             self.manager.add_pod(pod, &probes.manager);
         }
-        self.pods
-            .insert(uid.to_string(), Tracked { annotation, probes });
+        let sync = SyncSchedule::new(Instant::now());
+        self.pods.insert(
+            uid.to_string(),
+            Tracked {
+                annotation,
+                probes,
+                sync,
+            },
+        );
     }
 
     fn parse(&self, pod: &Pod) -> Option<Probes> {
@@ -605,7 +622,12 @@ impl Daemon {
             result = ?update.result,
             "probe result changed"
         );
-        self.sync_pod(&pod);
+        let nudge = if pod_sync::result_syncs(update) {
+            Nudge::Yes
+        } else {
+            Nudge::No
+        };
+        self.sync_pod(&pod, nudge);
     }
 
     fn resync(&mut self) {
@@ -614,15 +636,25 @@ impl Daemon {
         self.metrics.set_pods_watched(self.cache.uids().len());
         self.metrics.set_pods_tracked(self.pods.len());
         self.metrics.set_patch_tasks(self.patcher.tasks());
+        let now = Instant::now();
         for pod in self.cache.pods() {
-            let probed = pod
+            let Some(tracked) = pod
                 .metadata
                 .uid
                 .as_deref()
                 .and_then(|uid| self.pods.get(uid))
-                .is_some_and(|t| t.probes.is_some());
-            if probed {
-                self.sync_pod(&pod);
+            else {
+                continue;
+            };
+            if tracked.probes.is_some() {
+                // K6: the pod worker's own resync is a sync; podprobe's
+                // more frequent one only repairs status.
+                let nudge = if tracked.sync.resync_due(now) {
+                    Nudge::Yes
+                } else {
+                    Nudge::No
+                };
+                self.sync_pod(&pod, nudge);
             }
         }
     }
@@ -643,11 +675,17 @@ impl Daemon {
 
     /// Recomputes podprobe's verdicts for `pod`, submits the desired status
     /// of the fields podprobe owns and stops containers whose liveness or
-    /// startup probe failed.
-    fn sync_pod(&mut self, pod: &Pod) {
+    /// startup probe failed. `nudge`: whether this stands for a kubelet pod
+    /// sync (K6), which nudges not-ready readiness workers.
+    fn sync_pod(&mut self, pod: &Pod, nudge: Nudge) {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return;
         };
+        if nudge == Nudge::Yes
+            && let Some(tracked) = self.pods.get_mut(uid)
+        {
+            tracked.sync.synced(Instant::now(), rand::random::<f64>());
+        }
         let Some(probes) = self.pods.get(uid).and_then(|t| t.probes.as_ref()) else {
             return;
         };
@@ -655,7 +693,7 @@ impl Daemon {
         rebuild(&mut status, &self.cache.started(uid));
         let pod_ready = takeover::own_condition_is_true(pod, self.mode);
         self.manager
-            .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status);
+            .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status, nudge);
         let views = views(&status);
         self.cache.set_started(uid, started_by_id(&views));
         self.patcher.submit(Intent {

@@ -25,6 +25,7 @@ pub mod health;
 pub mod manager;
 pub mod metrics;
 pub mod oneshot;
+pub mod pod_sync;
 pub mod pods;
 pub mod probe;
 pub mod results;

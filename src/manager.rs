@@ -244,18 +244,22 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
     /// started containers that are not ready yet (W8). `pod` supplies the
     /// spec and its current `Ready` condition (S4).
     pub fn update_pod_status(&self, pod: &Pod, probes: &PodProbes, status: &mut PodStatus) {
-        self.update_pod_status_with(pod, probes, pod_ready_condition(pod), status);
+        self.update_pod_status_with(pod, probes, pod_ready_condition(pod), status, Nudge::Yes);
     }
 
     /// [`update_pod_status`](Self::update_pod_status) with S4's "pod was
-    /// Ready" given by the caller: gate mode passes its own condition, which
-    /// is what its readiness verdicts fed.
+    /// Ready" given by the caller (gate mode passes its own condition, which
+    /// is what its readiness verdicts fed), nudging the readiness workers
+    /// only when `nudge` says this derivation stands for one of the
+    /// kubelet's pod syncs (K4): the kubelet runs `UpdatePodStatus` only
+    /// then, and every extra nudge is an extra probe.
     pub fn update_pod_status_with(
         &self,
         pod: &Pod,
         probes: &PodProbes,
         pod_ready: bool,
         status: &mut PodStatus,
+        nudge: Nudge,
     ) {
         let pod_uid = pod_uid(pod);
         let inputs = StatusInputs {
@@ -265,6 +269,9 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
             pod_ready,
         };
         let nudges = set_started_and_ready(&inputs, &self.view(pod_uid), status);
+        if nudge == Nudge::No {
+            return;
+        }
         let workers = self.lock();
         for container in nudges {
             let key = WorkerKey {
@@ -306,6 +313,18 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
     fn lock(&self) -> MutexGuard<'_, HashMap<WorkerKey, Registered>> {
         self.workers.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Whether a status derivation nudges the readiness workers of started,
+/// not-ready containers (W8), as the kubelet's `UpdatePodStatus` does on
+/// every pod sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nudge {
+    /// The derivation stands for a kubelet pod sync (K6).
+    Yes,
+    /// A derivation the kubelet would not make (podprobe's status resync,
+    /// a status-only watch event): no nudge, so no extra probe.
+    No,
 }
 
 /// The worker's exit hook: drop its entry unless a newer worker took the key.

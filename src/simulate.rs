@@ -57,12 +57,16 @@ run, one more per restart) and `event`: started_running, probe (`kind`,
 container name, each container's in the order they happened, pod-level
 events last. The last line is the summary.
 
-The simulated kubelet syncs the pod on every readiness or startup result
-change, on a liveness failure and when a container starts; kills take effect
-at once (exit code 137); there is no crash-loop back-off beyond restartDelay.
+The simulated kubelet admits the pod before its containers run, so each
+worker's first probe comes at its first tick after the container started,
+or at once for readiness, which the pod sync after the start nudges. It
+syncs the pod (nudging not-ready readiness workers) on every readiness or
+startup result change, on a liveness failure and when a container starts;
+kills take effect at once (exit code 137); there is no crash-loop back-off
+beyond restartDelay.
 
-Example:
-  podprobe simulate --pod pod.yaml --script script.yaml --mode authority";
+Example (a plain manifest: its spec's probes, authority mode):
+  podprobe simulate --pod pod.yaml --script script.yaml";
 
 /// Flags of `podprobe simulate`.
 #[derive(Args, Debug)]
@@ -78,11 +82,12 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub script: PathBuf,
 
-    /// Where the probes come from: `gate` (as `podprobe run` defaults to)
-    /// reads the `podprobe.io/probes` annotation and reports the
-    /// `podprobe.io/ready` condition; `authority` reads the pod spec's probes.
-    #[arg(long, value_enum, default_value_t = ModeArg::Gate)]
-    pub mode: ModeArg,
+    /// Where the probes come from: `gate` reads the `podprobe.io/probes`
+    /// annotation and reports the `podprobe.io/ready` condition; `authority`
+    /// reads the pod spec's probes. Default: gate if the pod has the
+    /// annotation, authority otherwise (a plain manifest's spec probes).
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
 
     /// Virtual seconds to simulate; overrides the script's `duration`.
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
@@ -209,10 +214,11 @@ pub fn prepare(args: &SimulateArgs) -> Result<Simulation, InputError> {
 pub fn build(
     pod: &serde_json::Value,
     script: Script,
-    mode: ModeArg,
+    mode: Option<ModeArg>,
     duration: Option<Duration>,
 ) -> Result<Simulation, InputError> {
     let pod = load_pod(pod)?;
+    let mode = mode.unwrap_or_else(|| default_mode(&pod));
     let (probes, gate) = match mode {
         ModeArg::Authority => (spec_probes(&pod)?, None),
         ModeArg::Gate => {
@@ -372,15 +378,28 @@ fn spec_probes(pod: &Pod) -> Result<PodProbes, InputError> {
     Ok(probes)
 }
 
-/// Gate mode: the annotation's probes. A pod without the annotation is
-/// almost certainly meant for authority mode, so it is an error here.
-fn annotation_probes(pod: &Pod) -> Result<AnnotatedProbes, InputError> {
-    let annotated = pod
-        .metadata
+/// The mode a pod is written for: gate if it carries the probe
+/// annotation, authority (the spec's probes, as the kubelet runs them)
+/// otherwise.
+fn default_mode(pod: &Pod) -> ModeArg {
+    if has_annotation(pod) {
+        ModeArg::Gate
+    } else {
+        ModeArg::Authority
+    }
+}
+
+fn has_annotation(pod: &Pod) -> bool {
+    pod.metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(PROBES_ANNOTATION));
-    if !annotated {
+        .is_some_and(|a| a.contains_key(PROBES_ANNOTATION))
+}
+
+/// Gate mode: the annotation's probes. Asked for explicitly on a pod
+/// without the annotation, this is an error.
+fn annotation_probes(pod: &Pod) -> Result<AnnotatedProbes, InputError> {
+    if !has_annotation(pod) {
         return Err(InputError::pod(
             format!("metadata.annotations[{PROBES_ANNOTATION:?}]"),
             "required in gate mode, which reads the probes from it (--mode authority reads the spec's probes)",
@@ -406,7 +425,7 @@ mod tests {
     }
 
     fn error(pod: serde_json::Value, mode: ModeArg) -> String {
-        build(&pod, script(Some(10)), mode, None)
+        build(&pod, script(Some(10)), Some(mode), None)
             .expect_err("input is invalid")
             .to_string()
     }
@@ -416,7 +435,7 @@ mod tests {
         let pod = pod(json!([
             {"name": "app", "readinessProbe": {"tcpSocket": {"port": 80}}}
         ]));
-        let sim = build(&pod, script(Some(10)), ModeArg::Authority, None).unwrap();
+        let sim = build(&pod, script(Some(10)), Some(ModeArg::Authority), None).unwrap();
         let spec = sim.probes.get("app", ProbeKind::Readiness).unwrap();
         assert_eq!((spec.period_seconds, spec.failure_threshold), (10, 3));
         assert!(sim.probes.get("app", ProbeKind::Liveness).is_none());
@@ -455,7 +474,7 @@ mod tests {
         pod["metadata"]["annotations"] = json!({
             "podprobe.io/probes": r#"{"app": {"livenessProbe": {"tcpSocket": {"port": 81}, "periodSeconds": 3}}}"#
         });
-        let sim = build(&pod, script(Some(10)), ModeArg::Gate, None).unwrap();
+        let sim = build(&pod, script(Some(10)), Some(ModeArg::Gate), None).unwrap();
         assert_eq!(
             sim.probes
                 .get("app", ProbeKind::Liveness)
@@ -476,6 +495,23 @@ mod tests {
             "pod: metadata.annotations[\"podprobe.io/probes\"]: required in gate mode, which reads the \
              probes from it (--mode authority reads the spec's probes)"
         );
+    }
+
+    #[test]
+    fn mode_defaults_to_the_annotation_if_present_else_the_spec() {
+        let mut plain = pod(json!([
+            {"name": "app", "readinessProbe": {"tcpSocket": {"port": 80}}}
+        ]));
+        let sim = build(&plain, script(Some(10)), None, None).unwrap();
+        assert!(sim.gate.is_none(), "a plain manifest runs its spec probes");
+        assert!(sim.probes.get("app", ProbeKind::Readiness).is_some());
+        plain["metadata"]["annotations"] = json!({
+            "podprobe.io/probes": r#"{"app": {"livenessProbe": {"tcpSocket": {"port": 81}}}}"#
+        });
+        let sim = build(&plain, script(Some(10)), None, None).unwrap();
+        assert!(sim.gate.is_some(), "an annotated pod runs in gate mode");
+        assert!(sim.probes.get("app", ProbeKind::Readiness).is_none());
+        assert!(sim.probes.get("app", ProbeKind::Liveness).is_some());
     }
 
     #[test]
@@ -507,11 +543,11 @@ mod tests {
         let sim = build(
             &pod,
             script(Some(10)),
-            ModeArg::Authority,
+            Some(ModeArg::Authority),
             Some(Duration::from_secs(3)),
         );
         assert_eq!(sim.unwrap().duration, Duration::from_secs(3));
-        let got = build(&pod, script(None), ModeArg::Authority, None).unwrap_err();
+        let got = build(&pod, script(None), Some(ModeArg::Authority), None).unwrap_err();
         assert_eq!(
             got.to_string(),
             "script: duration: required (or pass --duration)"

@@ -156,38 +156,41 @@ containers:
 
 #[test]
 fn k2_slow_start_without_startup_probe_is_killed_by_liveness_in_a_loop() {
+    // A plain manifest (no annotation): its spec's probes, without --mode.
     let out = lines(&simulate(
         SLOW_APP_LIVENESS_ONLY,
         &slow_app_script(60, 100),
-        &["--mode", "authority"],
+        &[],
     ));
-    // Liveness runs at once (no startup probe: started at start), fails at
-    // 0, 10 and 20; the third failure reaches the threshold and kills.
+    // The liveness worker's first run (at admission) finds no container
+    // yet; it probes from its first tick (no startup probe: started at
+    // start), fails at 10, 20 and 30; the third failure reaches the
+    // threshold and kills.
     assert_eq!(
         events(&out, |_| true)[..12],
         [
             "0 app#1 started_running",
             "0 app#1 started true",
             "0 app#1 ready true",
-            "0 app#1 probe liveness failure",
             "10 app#1 probe liveness failure",
             "20 app#1 probe liveness failure",
-            "20 app#1 killed liveness 30",
-            "20 app#1 started false",
-            "20 app#1 ready false",
-            "20 app#2 started_running",
-            "20 app#2 started true",
-            "20 app#2 ready true",
+            "30 app#1 probe liveness failure",
+            "30 app#1 killed liveness 30",
+            "30 app#1 started false",
+            "30 app#1 ready false",
+            "30 app#2 started_running",
+            "30 app#2 started true",
+            "30 app#2 ready true",
         ]
     );
-    // The new instance is probed on the worker's grid (30, 40, 50) and, never
+    // The new instance is probed on the worker's grid (40, 50, 60) and, never
     // older than 60 s, never becomes healthy: a restart loop.
     assert_eq!(
         events(&out, |e| e.contains("killed")),
         [
-            "20 app#1 killed liveness 30",
-            "50 app#2 killed liveness 30",
-            "80 app#3 killed liveness 30",
+            "30 app#1 killed liveness 30",
+            "60 app#2 killed liveness 30",
+            "90 app#3 killed liveness 30",
         ]
     );
     let killed = out.iter().find(|l| l["event"] == "killed").unwrap();
@@ -207,8 +210,10 @@ fn d10_startup_probe_saves_the_slow_app() {
         &["--mode", "authority"],
     ));
     assert_eq!(events(&out, |e| e.contains("killed")), Vec::<String>::new());
-    // Startup fails every 2 s from 0 to 54 (28 runs, below 30), passes at 56.
-    assert_eq!(times(&out, "probe startup failure"), every(0, 2, 54));
+    // The startup worker's first run (at 0) finds no container yet, so it
+    // probes from its first tick: fails every 2 s from 2 to 54 (27 runs,
+    // below 30), passes at 56.
+    assert_eq!(times(&out, "probe startup failure"), every(2, 2, 54));
     assert_eq!(times(&out, "probe startup success"), [56.0]);
     assert_eq!(times(&out, "started true"), [56.0]);
     // Liveness and readiness never ran before the container was started.
@@ -223,28 +228,30 @@ fn d10_startup_probe_saves_the_slow_app() {
 
 #[test]
 fn k3_startup_budget_counts_from_the_first_probe() {
-    // Healthy at exactly 60 s is too late: the 30th failure comes at 58 s.
-    // The kill uses the startup probe's own grace period.
+    // The first startup probe comes at the worker's first tick after the
+    // container started (2 s); healthy at exactly 62 s is too late: the
+    // 30th failure comes at 60 s. The kill uses the startup probe's own
+    // grace period.
     let out = lines(&simulate(
         SLOW_APP_WITH_STARTUP,
-        &slow_app_script(60, 200),
-        &["--mode", "authority", "--duration", "70"],
+        &slow_app_script(62, 200),
+        &["--mode", "authority", "--duration", "72"],
     ));
     assert_eq!(
         events(&out, |e| e.contains("killed")
             || e.contains("started_running")),
         [
             "0 app#1 started_running",
-            "58 app#1 killed startup 7",
-            "58 app#2 started_running",
+            "60 app#1 killed startup 7",
+            "60 app#2 started_running",
         ]
     );
     assert_eq!(
         times(&out, "probe startup").len(),
         30 + 6,
-        "0..58 and 58..68"
+        "2..60 and 62..72"
     );
-    assert_eq!(summary(&out)["duration"], 70.0);
+    assert_eq!(summary(&out)["duration"], 72.0);
 }
 
 #[test]
@@ -347,7 +354,7 @@ containers:
       - {from: 25, to: 30, result: error}   # thrown away (D11)
       - {from: 30, result: failure}
 ";
-    // Gate mode is the default.
+    // The annotation selects gate mode.
     let out = lines(&simulate(pod, script, &[]));
     assert_eq!(
         events(&out, |e| e.contains("condition") || e.contains(" ready ")),
@@ -365,11 +372,11 @@ containers:
     assert_eq!(first["message"], "containers with unready status: [app]");
     assert!(first.get("container").is_none());
     // The annotation's period, not the spec's; errors (D11) change nothing.
-    // At 0: the periodic run, the manual run the status sync after the
-    // container started asked for, and another one the sync after the
-    // initial Failure was cached asked for (W8); at 40 the one after the
-    // flip to Failure.
-    let mut expected = vec![0.0, 0.0];
+    // At 0: the manual run the pod sync after the container started asked
+    // for (the worker's own first run found no container yet), and another
+    // one the sync after the initial Failure was cached asked for (W8, K6);
+    // at 40 the one after the flip to Failure.
+    let mut expected = vec![0.0];
     expected.extend(every(0, 5, 40));
     expected.push(40.0);
     assert_eq!(times(&out, "probe readiness"), expected);
@@ -512,7 +519,7 @@ fn invalid_pod_exits_64_naming_the_field() {
         ),
         "{stderr}"
     );
-    let stderr = rejected(SLOW_APP_LIVENESS_ONLY, "duration: 5", &[]);
+    let stderr = rejected(SLOW_APP_LIVENESS_ONLY, "duration: 5", &["--mode", "gate"]);
     assert!(
         stderr
             .contains(r#"pod: metadata.annotations["podprobe.io/probes"]: required in gate mode"#),
@@ -552,7 +559,7 @@ fn help_explains_every_flag_and_the_script() {
         "--pod",
         "--script",
         "--mode",
-        "[default: gate]",
+        "authority otherwise",
         "--duration",
         "startAfter",
         "restartDelay",

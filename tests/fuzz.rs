@@ -952,7 +952,7 @@ fn simulate_pod(
         ModeArg::Gate
     };
     let pod = serde_json::to_value(pod(spec, annotation)).expect("a pod serializes");
-    let Ok(simulation) = simulate::build(&pod, script, mode, duration) else {
+    let Ok(simulation) = simulate::build(&pod, script, Some(mode), duration) else {
         return;
     };
     if simulation.duration <= Duration::from_secs(300) {
@@ -2180,7 +2180,7 @@ fn generated_documents_reach_the_deep_paths() {
             .ok()
             .and_then(|doc| script::parse(&doc).ok());
         let pod = serde_json::to_value(pod(spec, value)).expect("a pod serializes");
-        if script.is_some_and(|s| simulate::build(&pod, s, ModeArg::Gate, None).is_ok()) {
+        if script.is_some_and(|s| simulate::build(&pod, s, Some(ModeArg::Gate), None).is_ok()) {
             scripted += 1;
         }
     }

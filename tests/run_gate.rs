@@ -282,3 +282,83 @@ fn malformed_annotation_gives_an_event_and_other_pods_keep_working() {
         || rig.diagnostics(),
     );
 }
+
+/// K6: a readiness probe that keeps failing runs on its period while the
+/// container is not ready, plus one run per kubelet pod sync (the pod's
+/// start, its initial result and the pod worker's resync, 60-90 s apart),
+/// not once per status write. Another controller writes a condition of the
+/// pod every 2 s meanwhile, and the kubelet writes its own status: each is
+/// a watch event podprobe sees, and none may nudge the worker.
+#[test]
+fn unready_readiness_probe_runs_on_its_period_not_on_status_writes() {
+    const PERIOD: u64 = 30;
+    const OBSERVE: Duration = Duration::from_secs(95);
+    let rig = Rig::new();
+    let probes = json!({"app": {"readinessProbe": {
+        "exec": {"command": ["sh", "-c", "date +%s >> /tmp/runs; exit 1"]},
+        "periodSeconds": PERIOD,
+    }}});
+    rig.create_pod("slow", &probes.to_string());
+    rig.wait_running("slow");
+    let runs = || -> Vec<i64> {
+        let out = rig.ns.kubectl(&[
+            "exec",
+            "slow",
+            "-c",
+            "app",
+            "--",
+            "sh",
+            "-c",
+            "cat /tmp/runs 2>/dev/null || true",
+        ]);
+        out.lines().filter_map(|l| l.trim().parse().ok()).collect()
+    };
+    wait_for(
+        "the first readiness run",
+        Duration::from_secs(30),
+        || {
+            (!runs().is_empty())
+                .then_some(())
+                .ok_or("no run yet".to_string())
+        },
+        || rig.diagnostics(),
+    );
+    let start = std::time::Instant::now();
+    let mut writes = 0;
+    while start.elapsed() < OBSERVE {
+        writes += 1;
+        let patch = json!({"status": {"conditions": [{
+            "type": "example.com/tick", "status": "True", "message": format!("write {writes}"),
+        }]}});
+        rig.ns.kubectl(&[
+            "patch",
+            "pod",
+            "slow",
+            "--subresource",
+            "status",
+            "--type",
+            "strategic",
+            "-p",
+            &patch.to_string(),
+        ]);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let runs = runs();
+    let gaps: Vec<i64> = runs.windows(2).map(|w| w[1] - w[0]).collect();
+    // The kubelet's schedule over the first run and OBSERVE: the nudged run
+    // at the start and the one the initial Failure's sync asks for at once,
+    // then one every PERIOD (3), and at most one extra for the resync.
+    let short = gaps.iter().filter(|&&g| g < PERIOD as i64 - 2).count();
+    assert!(
+        short <= 2 && runs.len() <= 2 + 3 + 1,
+        "{} runs over {OBSERVE:?} with periodSeconds {PERIOD} and {writes} status writes; gaps {gaps:?}\n{}",
+        runs.len(),
+        rig.diagnostics()
+    );
+    assert!(
+        runs.len() >= 4,
+        "the probe must keep running on its period: runs at {runs:?}\n{}",
+        rig.diagnostics()
+    );
+    eprintln!("{} runs, gaps {gaps:?}, {writes} status writes", runs.len());
+}
