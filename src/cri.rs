@@ -229,12 +229,6 @@ impl CriClient {
         cmd: &[String],
         timeout: Duration,
     ) -> Result<ExecSyncResponse, CriError> {
-        let request = v1::ExecSyncRequest {
-            container_id: runtime_container_id(container_id)?.to_string(),
-            cmd: cmd.to_vec(),
-            timeout: secs_i64(timeout),
-        };
-        let deadline = (!timeout.is_zero()).then(|| RUNTIME_REQUEST_TIMEOUT + timeout);
         let _slot = match &self.exec_slots {
             None => None,
             Some((slots, limit)) => {
@@ -249,6 +243,25 @@ impl CriClient {
                 }
             }
         };
+        self.exec_sync_unslotted(container_id, cmd, timeout).await
+    }
+
+    /// [`exec_sync`](Self::exec_sync) without waiting for one of the
+    /// node-wide exec slots, for commands that are no probe (preStop hooks,
+    /// which may run for a whole grace period and must not hold probes
+    /// back).
+    pub async fn exec_sync_unslotted(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<ExecSyncResponse, CriError> {
+        let request = v1::ExecSyncRequest {
+            container_id: runtime_container_id(container_id)?.to_string(),
+            cmd: cmd.to_vec(),
+            timeout: secs_i64(timeout),
+        };
+        let deadline = (!timeout.is_zero()).then(|| RUNTIME_REQUEST_TIMEOUT + timeout);
         let _in_flight = self.exec_in_flight.enter();
         self.call_limited(MAX_EXEC_RESPONSE_BYTES, deadline, |mut c| async move {
             c.exec_sync(request).await

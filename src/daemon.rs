@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -32,9 +32,11 @@ use tokio::time::Instant;
 
 use crate::apiclient::{self, WatchActivity, bounded};
 use crate::config::{Config, LogFormat, RunArgs};
-use crate::cri::{ContainerIdentity, CriClient, CriError};
+use crate::cri::{CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
 use crate::health::{Health, Reachability, WATCH_TIMEOUT};
+use crate::kill_container::ContainerKiller;
+use crate::lifecycle::HookRunner;
 use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pod_sync::{self, SyncSchedule};
@@ -219,18 +221,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         "podprobe starting"
     );
     let pod_events = pods::watch(all_pods, watcher_config(&config), cache.clone());
+    let hooks = HookRunner::new(
+        cri.clone(),
+        config.destinations.clone(),
+        &config.kube_probe_version,
+    );
+    let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
     let daemon = Daemon {
         mode: config.mode,
         destinations: config.destinations.clone(),
         manager,
         patcher,
-        cri,
         cache,
         events,
         metrics,
         health,
         pods: HashMap::new(),
-        killing: Arc::new(Mutex::new(HashSet::new())),
+        killer,
     };
     daemon.run(pod_events, receivers, shutdown).await;
     let _ = stop.send(true);
@@ -414,14 +421,13 @@ struct Daemon {
     destinations: Destinations,
     manager: Manager,
     patcher: Patcher<KubeStatusApi>,
-    cri: CriClient,
     cache: Arc<PodCache>,
     events: EventSink,
     metrics: Metrics,
     health: Health,
     pods: HashMap<String, Tracked>,
-    /// Container IDs being (or already) stopped for a probe failure.
-    killing: Arc<Mutex<HashSet<String>>>,
+    /// Stops containers for failed probes (K2, K3, K7).
+    killer: ContainerKiller,
 }
 
 impl Daemon {
@@ -605,9 +611,6 @@ impl Daemon {
         self.manager.remove_pod(pod);
         self.patcher.forget(uid);
         self.cache.forget_started(uid);
-        let ids = container_ids(pod);
-        let mut killing = self.killing.lock().unwrap_or_else(PoisonError::into_inner);
-        killing.retain(|id| !ids.contains(id));
     }
 
     /// K1: a cached result changed.
@@ -669,8 +672,7 @@ impl Daemon {
             .iter()
             .flat_map(|pod| container_ids(pod))
             .collect();
-        let mut killing = self.killing.lock().unwrap_or_else(PoisonError::into_inner);
-        killing.retain(|id| listed.contains(id));
+        self.killer.retain(&listed);
     }
 
     /// Recomputes podprobe's verdicts for `pod`, submits the desired status
@@ -707,80 +709,9 @@ impl Daemon {
             let api_status = pod.status.clone().unwrap_or_default();
             let kills = probe_kills(pod, &probes.manager, &api_status, &self.manager.view(uid));
             for kill in kills {
-                self.kill(pod, kill);
+                self.killer.kill(pod, kill);
             }
         }
-    }
-
-    /// K2/K3: stops the container through CRI; the node agent restarts it.
-    fn kill(&self, pod: &Pod, kill: crate::manager::ProbeKill) {
-        let fresh = self
-            .killing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(kill.container_id.clone());
-        if !fresh {
-            return;
-        }
-        let cri = self.cri.clone();
-        let killing = self.killing.clone();
-        let events = self.events.clone();
-        let pod = pod.clone();
-        tokio::spawn(async move {
-            let (pod_name, namespace) = (pod_name(&pod), pod_namespace(&pod));
-            let identity = ContainerIdentity {
-                pod_uid: pod.metadata.uid.as_deref().unwrap_or_default(),
-                container_name: &kill.container,
-            };
-            // The ID comes from the pod's status; whoever may patch that
-            // could point it at another pod's container.
-            let verified = cri.verify_identity(&kill.container_id, identity).await;
-            if let Err(error @ CriError::ForeignContainer { .. }) = verified {
-                tracing::warn!(
-                    pod = pod_name,
-                    namespace,
-                    container = kill.container,
-                    %error,
-                    "not stopping the container: it is not this pod's"
-                );
-                events.record_opt(events::PodEvent::kill_refused(
-                    &pod,
-                    &kill.container,
-                    error.to_string(),
-                ));
-                return;
-            }
-            tracing::info!(
-                pod = pod_name,
-                namespace,
-                container = kill.container,
-                probe = %kill.kind,
-                grace_period_seconds = kill.grace_period_seconds,
-                message = kill.message,
-                "killing container"
-            );
-            events.record_opt(events::PodEvent::killing(&pod, &kill));
-            let stopped = match verified {
-                Ok(()) => {
-                    cri.stop_container(&kill.container_id, kill.grace_period_seconds)
-                        .await
-                }
-                Err(error) => Err(error),
-            };
-            if let Err(error) = stopped {
-                tracing::warn!(
-                    pod = pod_name,
-                    namespace,
-                    container = kill.container,
-                    %error,
-                    "cannot stop container; will try again"
-                );
-                killing
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&kill.container_id);
-            }
-        });
     }
 }
 

@@ -32,7 +32,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::apiclient::{RequestError, bounded};
-use crate::manager::ProbeKill;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::probe::prober::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
@@ -66,6 +65,14 @@ pub mod reasons {
     /// The runtime says the container the pod's status names belongs to
     /// another pod or container, so podprobe did not stop it.
     pub const CONTAINER_MISMATCH: &str = "ContainerMismatch";
+    /// A preStop hook failed (`events.FailedPreStopHook`).
+    pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
+    /// An HTTPS hook only succeeded over HTTP (the kubelet's
+    /// `LifecycleHTTPFallback`).
+    pub const LIFECYCLE_HTTP_FALLBACK: &str = "LifecycleHTTPFallback";
+    /// Gate mode: a container podprobe stopped for a probe exited 0 under
+    /// `restartPolicy: OnFailure`, so the kubelet does not restart it (K8).
+    pub const PROBE_KILL_NOT_RESTARTED: &str = "ProbeKillNotRestarted";
 }
 
 /// One Event to record, with the object it is about.
@@ -94,14 +101,15 @@ impl PodEvent {
     }
 
     /// The Normal `Killing` event of a container stopped after a probe
-    /// failure (K2); the message comes from [`crate::manager::probe_kills`].
-    pub fn killing(pod: &Pod, kill: &ProbeKill) -> Option<Self> {
+    /// failure (K2) with `note`, the message of
+    /// [`crate::manager::probe_kills`] as podprobe can keep its promise.
+    pub fn killing(pod: &Pod, container: &str, note: String) -> Option<Self> {
         Some(PodEvent {
-            regarding: pod_reference(pod, Some(container_field_path(pod, &kill.container)))?,
+            regarding: pod_reference(pod, Some(container_field_path(pod, container)))?,
             type_: EventType::Normal,
             reason: reasons::KILLING,
             action: "StopContainer",
-            note: kill.message.clone(),
+            note,
         })
     }
 
@@ -126,6 +134,24 @@ impl PodEvent {
             reason: reasons::CONTAINER_MISMATCH,
             action: "StopContainer",
             note: reason,
+        })
+    }
+
+    /// A Warning on the container about its preStop hook or what followed
+    /// the kill (`reason` one of [`reasons`]' hook and restart reasons).
+    pub fn container_warning(
+        pod: &Pod,
+        container: &str,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, Some(container_field_path(pod, container)))?,
+            type_: EventType::Warning,
+            reason,
+            action,
+            note,
         })
     }
 
@@ -402,16 +428,6 @@ mod tests {
         WorkerConfig::new(kind, probe_spec(10, 0, 1, 3), Arc::new(pod), container)
     }
 
-    fn kill(container: &str, message: &str) -> ProbeKill {
-        ProbeKill {
-            container: container.to_string(),
-            container_id: "containerd://abc".to_string(),
-            kind: ProbeKind::Liveness,
-            message: message.to_string(),
-            grace_period_seconds: 30,
-        }
-    }
-
     #[test]
     fn p4_p5_failure_event_is_unhealthy_on_the_container() {
         let config = worker(
@@ -487,10 +503,8 @@ mod tests {
         let app = pod("uid-1", vec![container("app")], vec![sidecar("proxy")]);
         let event = PodEvent::killing(
             &app,
-            &kill(
-                "app",
-                "Container app failed liveness probe, will be restarted",
-            ),
+            "app",
+            "Container app failed liveness probe, will be restarted".into(),
         )
         .unwrap();
         assert_eq!(event.type_, EventType::Normal);
@@ -506,7 +520,8 @@ mod tests {
 
         let sidecar_kill = PodEvent::killing(
             &app,
-            &kill("proxy", "Init container proxy failed liveness probe"),
+            "proxy",
+            "Init container proxy failed liveness probe".into(),
         )
         .unwrap();
         assert_eq!(
@@ -544,7 +559,7 @@ mod tests {
         let metrics = Metrics::new();
         let (sink, _queue) = channel(1, metrics.clone());
         let app = pod("uid-1", vec![container("app")], vec![]);
-        let event = PodEvent::killing(&app, &kill("app", "m")).unwrap();
+        let event = PodEvent::killing(&app, "app", "m".into()).unwrap();
         sink.record(event.clone());
         sink.record(event.clone());
         sink.record(event);

@@ -22,6 +22,8 @@ pub mod cri;
 pub mod daemon;
 pub mod events;
 pub mod health;
+pub mod kill_container;
+pub mod lifecycle;
 pub mod manager;
 pub mod metrics;
 pub mod oneshot;

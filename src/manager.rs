@@ -556,7 +556,9 @@ pub struct ProbeKill {
     pub kind: ProbeKind,
     /// Message of the Normal `Killing` event.
     pub message: String,
-    /// Seconds to pass to `StopContainer` (K3).
+    /// The kubelet's grace period for the kill (K3), before a preStop hook
+    /// takes its time out of it; `StopContainer` gets
+    /// [`grace_left`](crate::lifecycle::grace_left) of it (K7).
     pub grace_period_seconds: i64,
 }
 
@@ -666,7 +668,7 @@ fn probe_kill(
     }
 }
 
-fn kill_reason(kind: ProbeKind) -> &'static str {
+pub(crate) fn kill_reason(kind: ProbeKind) -> &'static str {
     match kind {
         ProbeKind::Liveness => "liveness",
         ProbeKind::Readiness => "readiness",
@@ -683,24 +685,24 @@ fn would_restart(container: &Container, pod_restart_policy: Option<&str>) -> boo
     }
 }
 
-/// K3: the grace period for killing a container after a probe failure. The
-/// pod's `deletionGracePeriodSeconds` if set; else, when the pod spec has
+/// K3: the grace period for killing a container after a probe failure, as
+/// the kubelet's `setTerminationGracePeriod` computes it: the pod's
+/// `deletionGracePeriodSeconds` if set; else, when the pod spec has
 /// `terminationGracePeriodSeconds`, the failing probe's own
 /// `terminationGracePeriodSeconds` (`probe_grace`) or failing that the
-/// pod's; else the minimum. Never below [`MINIMUM_GRACE_PERIOD_SECONDS`].
-/// (The kubelet also deducts time spent in a preStop hook before this floor;
-/// podprobe runs no hooks.)
+/// pod's; else [`MINIMUM_GRACE_PERIOD_SECONDS`]. A preStop hook runs only if
+/// this is positive and takes its time out of it; `StopContainer` never gets
+/// less than the minimum (K7, [`crate::lifecycle::grace_left`]).
 pub fn kill_grace_period(pod: &Pod, probe_grace: Option<i64>) -> i64 {
     let pod_grace = pod
         .spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds);
-    let grace = match (pod.metadata.deletion_grace_period_seconds, pod_grace) {
+    match (pod.metadata.deletion_grace_period_seconds, pod_grace) {
         (Some(deletion), _) => deletion,
         (None, Some(pod_grace)) => probe_grace.unwrap_or(pod_grace),
         (None, None) => MINIMUM_GRACE_PERIOD_SECONDS,
-    };
-    grace.max(MINIMUM_GRACE_PERIOD_SECONDS)
+    }
 }
 
 #[cfg(test)]
@@ -1370,8 +1372,8 @@ mod tests {
         );
         assert_eq!(
             kill_grace_period(&pod, Some(1)),
-            2,
-            "floored at the minimum"
+            1,
+            "not floored before the preStop hook (K7 floors what is left)"
         );
         pod.metadata.deletion_grace_period_seconds = Some(7);
         assert_eq!(
@@ -1380,7 +1382,11 @@ mod tests {
             "deletion grace period first"
         );
         pod.metadata.deletion_grace_period_seconds = Some(0);
-        assert_eq!(kill_grace_period(&pod, None), 2);
+        assert_eq!(
+            kill_grace_period(&pod, None),
+            0,
+            "no time for a preStop hook"
+        );
         pod.metadata.deletion_grace_period_seconds = None;
         pod.spec.as_mut().unwrap().termination_grace_period_seconds = None;
         assert_eq!(

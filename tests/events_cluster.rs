@@ -16,7 +16,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use podprobe::events::{self, PodEvent};
-use podprobe::manager::ProbeKill;
 use podprobe::metrics::Metrics;
 use podprobe::probe::spec::{Handler, TcpSocketAction};
 use podprobe::probe::{Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeVerdict};
@@ -134,13 +133,8 @@ async fn p5_k2_events_reach_the_api_with_kubelet_reasons_and_field_paths() {
     sink.record(
         PodEvent::killing(
             &pod,
-            &ProbeKill {
-                container: "app".to_string(),
-                container_id: "containerd://0".to_string(),
-                kind: ProbeKind::Liveness,
-                message: "Container app failed liveness probe, will be restarted".to_string(),
-                grace_period_seconds: 0,
-            },
+            "app",
+            "Container app failed liveness probe, will be restarted".to_string(),
         )
         .unwrap(),
     );

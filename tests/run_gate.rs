@@ -362,3 +362,259 @@ fn unready_readiness_probe_runs_on_its_period_not_on_status_writes() {
     );
     eprintln!("{} runs, gaps {gaps:?}, {writes} status writes", runs.len());
 }
+
+impl Rig {
+    /// A busybox pod gated on `podprobe.io/ready`, labelled for this run,
+    /// with `probes` as its annotation and `spec` merged over a minimal spec.
+    fn create_custom_pod(&self, name: &str, probes: &Value, spec: Value) {
+        let mut manifest = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.ns.name,
+                "labels": {TEST_RUN_LABEL: self.run_id},
+                "annotations": {"podprobe.io/probes": probes.to_string()},
+            },
+            "spec": {
+                "terminationGracePeriodSeconds": 30,
+                "readinessGates": [{"conditionType": GATE}],
+            },
+        });
+        if let (Some(base), Some(extra)) = (manifest["spec"].as_object_mut(), spec.as_object()) {
+            base.extend(extra.clone());
+        }
+        cluster().apply(&manifest).expect("create pod");
+    }
+
+    /// The reasons and notes of the events about `pod`, as "Reason: note".
+    fn events(&self, pod: &str) -> Vec<String> {
+        self.ns
+            .events_for(pod)
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e["reason"].as_str().unwrap_or_default(),
+                    e["message"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    /// Waits for an event about `pod` whose "Reason: note" contains `text`.
+    fn wait_event(&self, pod: &str, text: &str) -> String {
+        wait_for(
+            &format!("an event about {pod} with {text:?}"),
+            Duration::from_secs(60),
+            || {
+                let events = self.events(pod);
+                events
+                    .iter()
+                    .find(|e| e.contains(text))
+                    .cloned()
+                    .ok_or(format!("{events:#?}"))
+            },
+            || self.diagnostics(),
+        )
+    }
+
+    /// The log of the previous instance of `container` in `pod`.
+    fn previous_log(&self, pod: &str, container: &str) -> String {
+        self.ns
+            .kubectl(&["logs", pod, "-c", container, "--previous"])
+    }
+}
+
+/// A busybox container that prints on SIGTERM when it came and when it was
+/// drained (`/shared/<name>-drained`, written by its preStop hook) and exits
+/// 0 within a second. With `serve`, it also serves `/cgi-bin/drain` on port
+/// 8080, which records the drain.
+fn drainable(name: &str, serve: bool) -> Value {
+    let mut script = String::new();
+    if serve {
+        script.push_str(&format!(
+            "mkdir -p /www/cgi-bin; \
+             echo '#!/bin/sh' > /www/cgi-bin/drain; \
+             echo 'date +%s > /shared/{name}-drained' >> /www/cgi-bin/drain; \
+             echo 'printf \"Content-Type: text/plain\\r\\n\\r\\nok\"' >> /www/cgi-bin/drain; \
+             chmod +x /www/cgi-bin/drain; \
+             httpd -p 8080 -h /www; "
+        ));
+    }
+    script.push_str(&format!(
+        "trap 'echo \"TERM at $(date +%s), drained at $(cat /shared/{name}-drained 2>/dev/null || echo never)\"; exit 0' TERM; \
+         while true; do sleep 1; done"
+    ));
+    let mut container = json!({
+        "name": name,
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", script],
+        "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+    });
+    if serve {
+        container["ports"] = json!([{"name": "http", "containerPort": 8080}]);
+    }
+    container
+}
+
+/// A liveness probe that fails once `/tmp/kill-me` exists: a restarted
+/// container (a new root filesystem) passes again.
+fn kill_switch() -> Value {
+    json!({"livenessProbe": {
+        "exec": {"command": ["sh", "-c", "test ! -f /tmp/kill-me"]},
+        "periodSeconds": 1, "failureThreshold": 1,
+    }})
+}
+
+/// K7, L1-L3: a probe kill runs the container's preStop hook first, as the
+/// kubelet's `killContainer` does, in gate mode next to the real kubelet.
+/// `web`'s httpGet hook (a named port) reaches its server, which sees the
+/// drain before SIGTERM; `exec`'s exec hook runs in the container and fails
+/// (FailedPreStopHook, without its output); `sleeper`'s sleep hook holds
+/// SIGTERM back for its 4 s.
+#[test]
+fn probe_kill_runs_the_pre_stop_hook_first() {
+    let rig = Rig::new();
+    let mut web = drainable("web", true);
+    web["lifecycle"] = json!({"preStop": {"httpGet": {"path": "/cgi-bin/drain", "port": "http"}}});
+    let mut exec = drainable("exec", false);
+    exec["lifecycle"] = json!({"preStop": {"exec": {"command": [
+        "sh", "-c", "date +%s > /shared/exec-drained; echo secret-output; exit 3",
+    ]}}});
+    let mut sleeper = drainable("sleeper", false);
+    sleeper["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 4}}});
+    let probes = json!({"web": kill_switch(), "exec": kill_switch(), "sleeper": kill_switch()});
+    rig.create_custom_pod(
+        "hooks",
+        &probes,
+        json!({
+            "containers": [web, exec, sleeper],
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+        }),
+    );
+    rig.wait_running("hooks");
+    for container in ["web", "exec", "sleeper"] {
+        let triggered = chrono_seconds(&rig, container);
+        rig.ns.kubectl(&[
+            "exec",
+            "hooks",
+            "-c",
+            container,
+            "--",
+            "touch",
+            "/tmp/kill-me",
+        ]);
+        wait_for(
+            &format!("{container} restarted"),
+            Duration::from_secs(90),
+            || {
+                let pod = rig.pod("hooks")?;
+                let count = restart_count(&pod, container).unwrap_or(0);
+                (count >= 1)
+                    .then_some(())
+                    .ok_or(format!("restartCount {count}"))
+            },
+            || rig.diagnostics(),
+        );
+        let log = rig.previous_log("hooks", container);
+        let (term, drained) = parse_term_line(&log).unwrap_or_else(|| {
+            panic!(
+                "{container}: no TERM line in {log:?}\n{}",
+                rig.diagnostics()
+            )
+        });
+        match container {
+            "web" | "exec" => {
+                let drained = drained.unwrap_or_else(|| {
+                    panic!(
+                        "{container}: SIGTERM came without the hook's drain: {log:?}\n{}",
+                        rig.diagnostics()
+                    )
+                });
+                assert!(
+                    drained <= term,
+                    "{container}: drained at {drained}, after SIGTERM at {term}"
+                );
+            }
+            _ => {
+                // The sleep hook takes 4 s between the kill (within a
+                // probe period of the trigger) and SIGTERM.
+                assert!(
+                    term - triggered >= 4,
+                    "sleeper: SIGTERM {} s after the trigger, before its 4 s preStop sleep ended",
+                    term - triggered
+                );
+            }
+        }
+    }
+    let failed = rig.wait_event("hooks", "FailedPreStopHook");
+    assert_eq!(failed, "FailedPreStopHook: PreStop hook failed");
+    assert!(
+        !rig.events("hooks")
+            .iter()
+            .any(|e| e.contains("secret-output")),
+        "the hook's output must stay out of Events"
+    );
+    let logs = rig.podprobe.logs();
+    assert!(
+        logs.contains("Exec lifecycle hook ([sh -c date +%s > /shared/exec-drained; echo secret-output; exit 3]) for Container \\\"exec\\\"")
+            || logs.contains("Exec lifecycle hook ([sh -c date +%s > /shared/exec-drained; echo secret-output; exit 3]) for Container \"exec\""),
+        "the log says which hook failed and why:\n{}",
+        rig.podprobe.log_tail(100)
+    );
+}
+
+/// The container's clock (`date +%s` in it), which its TERM line uses.
+fn chrono_seconds(rig: &Rig, container: &str) -> i64 {
+    rig.ns
+        .kubectl(&["exec", "hooks", "-c", container, "--", "date", "+%s"])
+        .trim()
+        .parse()
+        .expect("date +%s")
+}
+
+/// `TERM at <s>, drained at <s|never>` from a [`drainable`] container's log.
+fn parse_term_line(log: &str) -> Option<(i64, Option<i64>)> {
+    let line = log.lines().find(|l| l.starts_with("TERM at "))?;
+    let rest = line.strip_prefix("TERM at ")?;
+    let (term, drained) = rest.split_once(", drained at ")?;
+    Some((term.trim().parse().ok()?, drained.trim().parse().ok()))
+}
+
+/// K8, gate mode: under `restartPolicy: OnFailure` a container that exits 0
+/// on SIGTERM after a probe kill stays down (the kubelet saw an exit it did
+/// not cause); the `Killing` note does not promise a restart, and a Warning
+/// says what happened.
+#[test]
+fn probe_killed_container_that_exits_0_under_on_failure_is_reported() {
+    let rig = Rig::new();
+    let app = drainable("app", false);
+    rig.create_custom_pod(
+        "once",
+        &json!({"app": kill_switch()}),
+        json!({
+            "restartPolicy": "OnFailure",
+            "containers": [app],
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+        }),
+    );
+    rig.wait_running("once");
+    rig.ns
+        .kubectl(&["exec", "once", "-c", "app", "--", "touch", "/tmp/kill-me"]);
+    let killing = rig.wait_event("once", "Killing");
+    assert_eq!(
+        killing,
+        "Killing: Container app failed liveness probe, will be restarted unless it exits 0 \
+         (restartPolicy OnFailure)"
+    );
+    let warning = rig.wait_event("once", "ProbeKillNotRestarted");
+    assert_eq!(
+        warning,
+        "ProbeKillNotRestarted: Container app exited 0 after podprobe stopped it for a failed \
+         liveness probe; with restartPolicy OnFailure the kubelet does not restart it"
+    );
+    let pod = rig.pod("once").expect("pod");
+    assert_eq!(restart_count(&pod, "app"), Some(0), "{pod:#}");
+}

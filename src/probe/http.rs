@@ -67,6 +67,24 @@ pub async fn probe(
     Ok(outcome(exchange.response.status(), &body))
 }
 
+/// One GET for `action` (host defaulting to `pod_ip`) as the kubelet's
+/// lifecycle hook client sends it (L2): the probe's request and redirect
+/// rules, no deadline of its own (the caller's grace period bounds it), the
+/// first 10 KiB of the final body read and dropped. The status is not
+/// judged: any response succeeds. Errors are Go's client error text.
+pub async fn get_and_discard(
+    action: &HttpGetAction,
+    pod_ip: &str,
+    user_agent: &str,
+    destinations: &Destinations,
+) -> Result<(), String> {
+    let first = Hop::first(action, pod_ip, user_agent).map_err(|e| e.to_string())?;
+    let mut exchange = follow_redirects(&first, None, destinations).await?;
+    // As Go's discard: a body that fails half-way changes nothing.
+    let _ = exchange.read_body(MAX_OUTPUT_BYTES, None).await;
+    Ok(())
+}
+
 /// H13-H15: the result for the final response. Failures never carry the
 /// body (issue #99425); non-UTF-8 bodies are converted lossily.
 fn outcome(status: StatusCode, body: &[u8]) -> Outcome {

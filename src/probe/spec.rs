@@ -294,21 +294,10 @@ fn build_handler(
                 )
             })?,
         }),
-        Some(HandlerRef::HttpGet(http)) => Handler::HttpGet(HttpGetAction {
-            scheme: match http.scheme.as_deref() {
-                Some("HTTPS") => Scheme::Https,
-                _ => Scheme::Http,
-            },
-            host: non_empty(&http.host),
-            port: container_port(format!("{root}.httpGet.port"), &http.port, container)?,
-            path: http.path.clone().unwrap_or_default(),
-            headers: http
-                .http_headers
-                .iter()
-                .flatten()
-                .map(|h| (h.name.clone(), h.value.clone()))
-                .collect(),
-        }),
+        Some(HandlerRef::HttpGet(http)) => Handler::HttpGet(http_get_with_port(
+            http,
+            container_port(format!("{root}.httpGet.port"), &http.port, container)?,
+        )),
         Some(HandlerRef::TcpSocket(tcp)) => Handler::TcpSocket(TcpSocketAction {
             host: non_empty(&tcp.host),
             port: container_port(format!("{root}.tcpSocket.port"), &tcp.port, container)?,
@@ -319,6 +308,41 @@ fn build_handler(
         }),
     };
     Ok(handler)
+}
+
+/// `http` with its defaults and `port`.
+fn http_get_with_port(
+    http: &k8s_openapi::api::core::v1::HTTPGetAction,
+    port: u16,
+) -> HttpGetAction {
+    HttpGetAction {
+        scheme: match http.scheme.as_deref() {
+            Some("HTTPS") => Scheme::Https,
+            _ => Scheme::Http,
+        },
+        host: non_empty(&http.host),
+        port,
+        path: http.path.clone().unwrap_or_default(),
+        headers: http
+            .http_headers
+            .iter()
+            .flatten()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect(),
+    }
+}
+
+/// The `httpGet` of a lifecycle hook of `container` (which the API server
+/// validated), defaulted as a probe's, with its port resolved as the
+/// kubelet resolves it when it sends the request.
+pub fn http_get_action(
+    http: &k8s_openapi::api::core::v1::HTTPGetAction,
+    container: &Container,
+) -> Result<HttpGetAction, PortError> {
+    Ok(http_get_with_port(
+        http,
+        resolve_container_port(&http.port, container)?,
+    ))
 }
 
 /// An empty host means the pod IP, as unset does.

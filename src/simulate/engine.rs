@@ -796,7 +796,8 @@ impl Kubelet<'_> {
             Some(container.instance),
             Event::Killed {
                 kind: kill.kind,
-                grace_seconds: kill.grace_period_seconds,
+                // No preStop hook runs here: all of it goes to the stop.
+                grace_seconds: crate::lifecycle::grace_left(kill.grace_period_seconds, 0),
                 message: kill.message,
             },
         );

@@ -90,7 +90,9 @@ pub fn plan(pod: &Pod, observed: &observed::Pod, now: &Time, backoff: &mut Backo
                 plan.start.push((container.name.clone(), 0));
             }
             Some(instance) => match instance.exit() {
-                Some(exit) if policy::should_restart(pod, container, exit.exit_code) => {
+                Some(exit)
+                    if policy::should_restart(pod, container, exit.exit_code, exit.probe_kill) =>
+                {
                     all_stopped = false;
                     plan.restart(pod, container, observed, backoff, now);
                 }
@@ -414,6 +416,25 @@ mod tests {
         );
         assert_eq!(
             starts(&plan(&on_failure, &failed, &at(2), &mut Backoff::default())),
+            [("main", 1)]
+        );
+    }
+
+    #[test]
+    fn k8_a_probe_killed_container_that_exited_0_restarts_under_on_failure() {
+        let on_failure = pod(vec![], &["main"], "OnFailure");
+        let mut killed = exited("m1", 0, 0, 1);
+        if let State::Exited(exit) = &mut killed.state {
+            exit.probe_kill = Some(true);
+        }
+        let observed = observed(vec![("main", killed)]);
+        assert_eq!(
+            starts(&plan(
+                &on_failure,
+                &observed,
+                &at(2),
+                &mut Backoff::default()
+            )),
             [("main", 1)]
         );
     }

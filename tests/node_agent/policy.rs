@@ -18,14 +18,24 @@ pub fn pod_restart_policy(pod: &Pod) -> &str {
 }
 
 /// Whether a regular container or a sidecar that exited with `exit_code`
-/// is started again.
-pub fn should_restart(pod: &Pod, container: &Container, exit_code: i32) -> bool {
+/// is started again. `probe_kill`: whether podprobe stopped it for a failed
+/// liveness or startup probe (`None` while unknown). podprobe's node-agent
+/// contract (K8): a probe-killed container is restarted whatever its exit
+/// code, as the kubelet restarts a container it kills for a probe, so under
+/// `OnFailure` an exit 0 restarts it unless it is known not to be a probe
+/// kill (while unknown, the caller waits to find out).
+pub fn should_restart(
+    pod: &Pod,
+    container: &Container,
+    exit_code: i32,
+    probe_kill: Option<bool>,
+) -> bool {
     if is_sidecar(container) {
         return true;
     }
     match pod_restart_policy(pod) {
         "Never" => false,
-        "OnFailure" => exit_code != 0,
+        "OnFailure" => exit_code != 0 || probe_kill != Some(false),
         _ => true,
     }
 }
@@ -54,11 +64,24 @@ mod tests {
     #[test]
     fn regular_containers_follow_the_pod_policy() {
         let c = Container::default();
-        assert!(should_restart(&pod(None), &c, 0));
-        assert!(should_restart(&pod(Some("Always")), &c, 0));
-        assert!(!should_restart(&pod(Some("OnFailure")), &c, 0));
-        assert!(should_restart(&pod(Some("OnFailure")), &c, 1));
-        assert!(!should_restart(&pod(Some("Never")), &c, 1));
+        let own = Some(false);
+        assert!(should_restart(&pod(None), &c, 0, own));
+        assert!(should_restart(&pod(Some("Always")), &c, 0, own));
+        assert!(!should_restart(&pod(Some("OnFailure")), &c, 0, own));
+        assert!(should_restart(&pod(Some("OnFailure")), &c, 1, own));
+        assert!(!should_restart(&pod(Some("Never")), &c, 1, own));
+    }
+
+    #[test]
+    fn k8_a_probe_killed_container_restarts_whatever_its_exit_code() {
+        let c = Container::default();
+        let on_failure = pod(Some("OnFailure"));
+        assert!(should_restart(&on_failure, &c, 0, Some(true)));
+        assert!(
+            should_restart(&on_failure, &c, 0, None),
+            "undecided until known"
+        );
+        assert!(!should_restart(&pod(Some("Never")), &c, 0, Some(true)));
     }
 
     #[test]
@@ -68,7 +91,12 @@ mod tests {
             ..Default::default()
         };
         assert!(is_sidecar(&sidecar));
-        assert!(should_restart(&pod(Some("Never")), &sidecar, 0));
+        assert!(should_restart(
+            &pod(Some("Never")),
+            &sidecar,
+            0,
+            Some(false)
+        ));
     }
 
     #[test]
