@@ -9,8 +9,11 @@
 #   registry.k8s.io/e2e-test-images/agnhost:2.59
 #       the agnhost that hack/k8s-build.sh built, under the name and tag
 #       Kubernetes v1.35's e2e suite uses (test/utils/image/manifest.go), on a
-#       busybox-static layer (sh, wget, nc, httpd), so upstream e2e pod specs
-#       (netexec, liveness, grpc-health-checking, test-webserver) run unchanged.
+#       busybox-static layer (sh, wget, nc, httpd) and this machine's
+#       /bin/bash with the libraries it loads (upstream's image has bash, and
+#       its terminating-pod scenarios run `/bin/bash -c`), so upstream e2e pod
+#       specs (netexec, liveness, grpc-health-checking, test-webserver, the
+#       bash scripts) run unchanged.
 #
 #   hack/image.sh              build both, import them, print "NAME DIGEST" per image
 #   hack/image.sh --no-import  build only; print "NAME DIGEST TARBALL" per image
@@ -70,13 +73,14 @@ build_agnhost() {
     tarball=$TARGET/image/agnhost.oci.tar
     work=$(mktemp -d)
     oci_busybox_rootfs "$work/busybox-static"
+    copy_with_libraries "$(command -v bash)" "$work/bash" bin/bash
     # As upstream's image: /agnhost, the /agnhost-2 link its entrypoint
     # tests use, /uploads for netexec.
     install -D -m 0755 "$bin" "$work/agnhost/agnhost"
     ln -s agnhost "$work/agnhost/agnhost-2"
     mkdir -p "$work/agnhost/uploads"
     digest=$(oci_image_tar "$tarball" "$AGNHOST_IMAGE" '["/agnhost"]' '["pause"]' \
-        "$work/busybox-static" "$work/agnhost")
+        "$work/busybox-static" "$work/bash" "$work/agnhost")
     rm -rf "$work"
     echo "$AGNHOST_IMAGE $digest $tarball"
 }

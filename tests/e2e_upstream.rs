@@ -666,27 +666,69 @@ fn grpc_restart(case: Case) {
     run_liveness_test(&ns, &pod, 1, RESTART);
 }
 
-/// How long upstream's terminating pod keeps running after SIGTERM (upstream
-/// 30 s), and its grace period (upstream 30 s), scaled down.
-const TERMINATING_RUNS_FOR: Duration = Duration::from_secs(10);
-const TERMINATING_GRACE: Duration = Duration::from_secs(15);
+/// Upstream's terminating pods' grace period.
+const TERMINATING_GRACE: Duration = Duration::from_secs(30);
 
-/// Upstream's terminating pod: on SIGTERM it removes its probe files and
-/// keeps running for [`TERMINATING_RUNS_FOR`]; once the pod was ready,
+/// Upstream's script for its terminating pod (`container_probe.go`, "should
+/// mark readiness on pods to false while pod is in progress of
+/// terminating"): on SIGTERM it removes its readiness file and keeps running
+/// for 30 s.
+const TERMINATING_SCRIPT: &str = r#"
+_term() {
+	rm -f /tmp/ready
+	sleep 30
+	exit 0
+}
+trap _term SIGTERM
+
+touch /tmp/ready
+
+while true; do
+  echo \"hello\"
+  sleep 10
+done
+			"#;
+
+/// Upstream's script for its terminating pod with a liveness probe too
+/// ("... and disable liveness probes ..."): on SIGTERM it removes both
+/// files and keeps running for 20 s.
+const TERMINATING_LIVENESS_SCRIPT: &str = r#"
+_term() {
+	rm -f /tmp/ready
+	rm -f /tmp/liveness
+	sleep 20
+	exit 0
+}
+trap _term SIGTERM
+
+touch /tmp/ready
+touch /tmp/liveness
+
+while true; do
+  echo \"hello\"
+  sleep 10
+done
+"#;
+
+/// Upstream's terminating pod, unchanged: agnhost running `/bin/bash -c`
+/// `script` with `probes` and a 30 s grace period. Once the pod was ready,
 /// deletes it, and returns the namespace, the pod name, a watch of every
 /// version from just before the deletion, and when it was requested.
 fn terminate_ready_pod(
     case: Case,
     test: &str,
+    script: &str,
     probes: Value,
 ) -> (Namespace, String, PodWatch, Instant) {
     let ns = case.setup(test);
-    let script = format!(
-        "trap 'rm -f /tmp/ready /tmp/liveness; sleep {}; exit 0' TERM; \
-         touch /tmp/ready /tmp/liveness; while true; do sleep 1; done",
-        TERMINATING_RUNS_FOR.as_secs()
+    let mut pod = case.pod(
+        "probe-test",
+        "probe-test",
+        AGNHOST_IMAGE,
+        &["/bin/bash"],
+        &["-c", script],
+        probes,
     );
-    let mut pod = busybox(case, &script, probes);
     pod["spec"]["terminationGracePeriodSeconds"] = json!(TERMINATING_GRACE.as_secs());
     let name = name_of(&pod);
     create_and_start(&ns, &pod);
@@ -777,19 +819,20 @@ fn gate_false_while_deleted(
 fn terminating_readiness_probe() -> Value {
     probe(
         exec(&["cat", "/tmp/ready"]),
-        json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1}),
+        json!({"failureThreshold": 1, "initialDelaySeconds": 5, "periodSeconds": 2}),
     )
 }
 
 fn not_ready_while_terminating(case: Case) {
     let probes = json!({"readinessProbe": terminating_readiness_probe()});
-    let (ns, name, _, _) = terminate_ready_pod(case, "terminating", probes);
+    let (ns, name, _, _) = terminate_ready_pod(case, "terminating", TERMINATING_SCRIPT, probes);
     not_ready_while_deleted(&ns, case, &name);
 }
 
 fn gate_false_while_terminating(case: Case) {
     let probes = json!({"readinessProbe": terminating_readiness_probe()});
-    let (ns, name, watch, deleted) = terminate_ready_pod(case, "terminating", probes);
+    let (ns, name, watch, deleted) =
+        terminate_ready_pod(case, "terminating", TERMINATING_SCRIPT, probes);
     gate_false_while_deleted(&ns, case, &name, &watch, deleted);
 }
 
@@ -803,9 +846,10 @@ fn readiness_false_and_no_liveness_while_terminating(
     let probes = json!({
         "readinessProbe": terminating_readiness_probe(),
         "livenessProbe": probe(exec(&["cat", "/tmp/liveness"]),
-            json!({"failureThreshold": 1, "initialDelaySeconds": 1, "periodSeconds": 1})),
+            json!({"failureThreshold": 1, "initialDelaySeconds": 5, "periodSeconds": 1})),
     });
-    let (ns, name, watch, deleted) = terminate_ready_pod(case, "terminatinglive", probes);
+    let (ns, name, watch, deleted) =
+        terminate_ready_pod(case, "terminatinglive", TERMINATING_LIVENESS_SCRIPT, probes);
     readiness_false(&ns, &name, &watch, deleted);
     ns.holds_for("no liveness failure while terminating", OBSERVE, || {
         let events = ns.events_for(&name);
