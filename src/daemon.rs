@@ -932,6 +932,24 @@ mod tests {
     }
 
     #[test]
+    fn s6_restart_does_not_pass_readiness_to_a_replacement_container() {
+        // kubernetes #141473/#141487: the condition turned True at 105 about
+        // the instance then running; a replacement started at 150 while no
+        // podprobe watched (so, by start time, it predates podprobe's start
+        // at 200) and the condition was never written since. It must not
+        // inherit the old instance's readiness (nor `started`, #141342).
+        for mode in MODES {
+            let mut pod = pod(mode, 150, Some(("True", 105)));
+            let app = first_container_status(&mut pod);
+            app.container_id = Some("containerd://replacement".into());
+            app.ready = false;
+            app.started = Some(false);
+            let view = verdict_after_restart(mode, &pod, 200);
+            assert!(!view.ready, "{mode:?}: {view:?}");
+        }
+    }
+
+    #[test]
     fn authority_restart_keeps_a_ready_container_of_a_not_ready_pod_ready() {
         // Another container keeps ContainersReady False; `app` was reported
         // ready and started just before podprobe restarted: the kubelet's S4

@@ -137,17 +137,18 @@ impl PodEvent {
         })
     }
 
-    /// A Warning on the container about its preStop hook or what followed
-    /// the kill (`reason` one of [`reasons`]' hook and restart reasons).
-    pub fn container_warning(
+    /// A Warning about a preStop hook or what followed a kill (`reason` one
+    /// of [`reasons`]' hook and restart reasons), on the container if one is
+    /// named, else on the pod (as the kubelet records `LifecycleHTTPFallback`).
+    pub fn kill_warning(
         pod: &Pod,
-        container: &str,
+        container: Option<&str>,
         reason: &'static str,
         action: &'static str,
         note: String,
     ) -> Option<Self> {
         Some(PodEvent {
-            regarding: pod_reference(pod, Some(container_field_path(pod, container)))?,
+            regarding: pod_reference(pod, container.map(|c| container_field_path(pod, c)))?,
             type_: EventType::Warning,
             reason,
             action,

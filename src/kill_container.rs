@@ -149,9 +149,9 @@ impl ContainerKiller {
             Ok(Ok(ran)) => {
                 tracing::info!(pod = name, namespace, container, "preStop hook completed");
                 if let Some(host) = ran.http_fallback {
-                    self.events.record_opt(events::PodEvent::container_warning(
+                    self.events.record_opt(events::PodEvent::kill_warning(
                         pod,
-                        container,
+                        None,
                         reasons::LIFECYCLE_HTTP_FALLBACK,
                         "PreStopHook",
                         format!("request to HTTPS lifecycle hook {host} got HTTP response, retry with HTTP succeeded"),
@@ -162,12 +162,12 @@ impl ContainerKiller {
                 tracing::warn!(pod = name, namespace, container, error = %failed, "preStop hook failed");
                 // As the kubelet: the hook's output may hold secrets, so the
                 // Event does not carry it; the log does.
-                self.events.record_opt(events::PodEvent::container_warning(
+                self.events.record_opt(events::PodEvent::kill_warning(
                     pod,
-                    container,
+                    Some(container),
                     reasons::FAILED_PRE_STOP_HOOK,
                     "PreStopHook",
-                    "PreStop hook failed".to_string(),
+                    "PreStopHook failed".to_string(),
                 ));
             }
             Err(_) => {
@@ -205,9 +205,9 @@ impl ContainerKiller {
             container,
             "{note}"
         );
-        self.events.record_opt(events::PodEvent::container_warning(
+        self.events.record_opt(events::PodEvent::kill_warning(
             pod,
-            container,
+            Some(container),
             reasons::PROBE_KILL_NOT_RESTARTED,
             "StopContainer",
             note,

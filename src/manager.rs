@@ -20,7 +20,7 @@ use crate::probe::spec::{container_probe, normalize_accepted};
 use crate::probe::{ProbeKind, ProbeSpec, SpecError};
 use crate::results::{CachedResult, ProbeCaches};
 use crate::worker::{
-    self, Clock, ProbeObserver, ProbeRunner, StatusSource, WorkerConfig, WorkerContext,
+    self, Clock, ProbeObserver, ProbeRunner, StatusSource, Takeover, WorkerConfig, WorkerContext,
     WorkerHandle, is_restartable_init_container, predates_prober,
 };
 
@@ -29,10 +29,9 @@ use crate::worker::{
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodProbes {
     containers: HashMap<String, HashMap<ProbeKind, ProbeSpec>>,
-    /// Container instances (status `containerID`s) a previous podprobe
-    /// reported ready: they count as predating the prober (D5, S4; see
-    /// [`predates_prober`]).
-    vouched: HashSet<String>,
+    /// Which container instances count as predating the prober (D5, S4,
+    /// S6; see [`predates_prober`]).
+    takeover: Takeover,
 }
 
 impl PodProbes {
@@ -83,16 +82,17 @@ impl PodProbes {
         self.containers.values().map(HashMap::len).sum()
     }
 
-    /// Vouches for container instances (status `containerID`s) a previous
-    /// podprobe reported ready: they are treated as predating the prober, so
-    /// a restart of the prober resets neither their `started` nor their
-    /// `ready` (D5, S4).
+    /// Vouches for exactly the container instances (status `containerID`s)
+    /// a previous podprobe reported ready: only they are treated as
+    /// predating the prober, so a restart of the prober resets neither their
+    /// `started` nor their `ready`, and resets every other instance (D5, S4,
+    /// S6).
     pub fn vouch(&mut self, ids: impl IntoIterator<Item = String>) {
-        self.vouched.extend(ids);
+        self.takeover = Takeover::Vouched(ids.into_iter().collect());
     }
 
-    pub fn vouched(&self) -> &HashSet<String> {
-        &self.vouched
+    pub fn takeover(&self) -> &Takeover {
+        &self.takeover
     }
 }
 
@@ -178,7 +178,7 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let config = WorkerConfig::new(kind, spec.clone(), snapshot.clone(), container.clone())
-                .with_vouched(probes.vouched().clone());
+                .with_takeover(probes.takeover().clone());
             let on_exit = forget_worker(Arc::downgrade(&self.workers), key.clone(), id);
             let handle = worker::spawn(self.context.clone(), config, on_exit);
             workers.insert(key, Registered { id, handle });
@@ -510,8 +510,8 @@ fn readiness(
     // 1.35): S4, keep a container that predates the prober ready across a
     // restart of the prober unless the pod was not Ready (or, beyond the
     // kubelet, the instance itself was vouched for as ready).
-    let vouched = inputs.probes.vouched();
-    if has_spec && predates_prober(container, inputs.prober_start, vouched) {
+    let takeover = inputs.probes.takeover();
+    if has_spec && predates_prober(container, inputs.prober_start, takeover) {
         if !ready && cached.is_none() {
             ready = true;
         }
@@ -519,10 +519,7 @@ fn readiness(
             .probes
             .get(&container.name, ProbeKind::Readiness)
             .is_some();
-        let vouched_ready = container
-            .container_id
-            .as_ref()
-            .is_some_and(|id| vouched.contains(id));
+        let vouched_ready = matches!(takeover, Takeover::Vouched(_));
         if has_readiness_probe && !inputs.pod_ready && !vouched_ready {
             ready = false;
         }

@@ -172,7 +172,7 @@ pub struct WorkerConfig {
     container: Container,
     is_init_container: bool,
     /// See [`predates_prober`].
-    vouched: HashSet<String>,
+    takeover: Takeover,
 }
 
 impl WorkerConfig {
@@ -189,14 +189,14 @@ impl WorkerConfig {
             pod,
             container,
             is_init_container,
-            vouched: HashSet::new(),
+            takeover: Takeover::default(),
         }
     }
 
-    /// The container instances (status `containerID`s) that count as
-    /// predating the prober (see [`predates_prober`]).
-    pub fn with_vouched(mut self, vouched: HashSet<String>) -> Self {
-        self.vouched = vouched;
+    /// Which container instances count as predating the prober (see
+    /// [`predates_prober`]).
+    pub fn with_takeover(mut self, takeover: Takeover) -> Self {
+        self.takeover = takeover;
         self
     }
 
@@ -312,15 +312,30 @@ fn matching_restart_rule_action(container: &Container, exit_code: i32) -> Option
     })
 }
 
-/// Whether the container has been running since before `prober_start` minus
-/// [`RESTART_GRACE_PERIOD`]: it predates a restart of the prober (D5, S4).
-/// `vouched` widens that: a running instance whose `containerID` it holds
-/// counts as predating the prober too (a previous podprobe probed it and
-/// reported it ready: see [`crate::takeover`]).
+/// Which running container instances survived a restart of the prober and
+/// keep what was reported about them (D5, S4).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Takeover {
+    /// The kubelet's start-time rule alone: running since before the
+    /// prober's start minus [`RESTART_GRACE_PERIOD`] (the prober's own
+    /// simulations, which know no previous verdicts).
+    #[default]
+    ByStartTime,
+    /// S6: exactly the instances (status `containerID`s) a previous podprobe
+    /// reported ready (see [`crate::takeover`]). As the kubelet checks since
+    /// its fixes for replaced containers (kubernetes #141342, #141487),
+    /// what was reported about a container is kept only for that very
+    /// instance: a replacement that started while no prober watched starts
+    /// over, whenever it started.
+    Vouched(HashSet<String>),
+}
+
+/// Whether the container predates a restart of the prober, per `takeover`
+/// (D5, S4, S6).
 pub fn predates_prober(
     status: &ContainerStatus,
     prober_start: Timestamp,
-    vouched: &HashSet<String>,
+    takeover: &Takeover,
 ) -> bool {
     let Some(started_at) = status
         .state
@@ -330,13 +345,16 @@ pub fn predates_prober(
     else {
         return false;
     };
-    let grace = i128::try_from(RESTART_GRACE_PERIOD.as_nanos()).unwrap_or(i128::MAX);
-    let started = started_at.0.as_nanosecond();
-    started < prober_start.as_nanosecond() - grace
-        || status
+    match takeover {
+        Takeover::ByStartTime => {
+            let grace = i128::try_from(RESTART_GRACE_PERIOD.as_nanos()).unwrap_or(i128::MAX);
+            started_at.0.as_nanosecond() < prober_start.as_nanosecond() - grace
+        }
+        Takeover::Vouched(ids) => status
             .container_id
             .as_ref()
-            .is_some_and(|id| vouched.contains(id))
+            .is_some_and(|id| ids.contains(id)),
+    }
 }
 
 /// The runtime's own ID of a container: `abc` for `containerd://abc`.
@@ -485,7 +503,7 @@ impl WorkerState {
         if started_sidecar {
             writes.push(CacheWrite::Set(id.to_string(), CachedResult::Success));
         }
-        if !predates_prober(container, observed.prober_start, &config.vouched) {
+        if !predates_prober(container, observed.prober_start, &config.takeover) {
             writes.push(CacheWrite::Set(id.to_string(), config.initial_value()));
         }
         self.on_hold = false;
@@ -1379,18 +1397,41 @@ mod tests {
     }
 
     #[test]
+    fn s6_a_replacement_that_predates_the_prober_is_seeded_unless_vouched() {
+        // kubernetes #141487: the instance started long before the prober
+        // (by start time it survived the restart), but the previous
+        // prober's verdicts were about another instance it replaced.
+        let started = Timestamp::from_nanosecond(epoch().as_nanosecond() - 60_000_000_000).unwrap();
+        let status = pod_status(vec![running("app", ID, started, Some(false))], vec![]);
+        for kind in ProbeKind::ALL {
+            let replaced =
+                config(kind, default_spec()).with_takeover(Takeover::Vouched(HashSet::from([
+                    "containerd://replaced".to_string(),
+                ])));
+            let mut state = WorkerState::default();
+            let step = state.before_probe(&replaced, &observed(Some(&status)));
+            assert_eq!(
+                step.writes,
+                vec![CacheWrite::Set(ID.to_string(), replaced.initial_value())],
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
     fn d5_vouched_container_keeps_cache_empty_within_grace() {
         // Started 5 s before the prober, but vouched for.
         let status = pod_status(vec![running("app", ID, at(-5), Some(true))], vec![]);
         let vouched = config(ProbeKind::Readiness, default_spec())
-            .with_vouched(HashSet::from([ID.to_string()]));
+            .with_takeover(Takeover::Vouched(HashSet::from([ID.to_string()])));
         let mut state = WorkerState::default();
         let step = state.before_probe(&vouched, &observed(Some(&status)));
         assert_eq!(step.writes, vec![]);
 
-        // Another instance was vouched for: the kubelet's rule applies.
-        let another = config(ProbeKind::Readiness, default_spec())
-            .with_vouched(HashSet::from(["containerd://before".to_string()]));
+        // Another instance was vouched for: this one starts over.
+        let another = config(ProbeKind::Readiness, default_spec()).with_takeover(
+            Takeover::Vouched(HashSet::from(["containerd://before".to_string()])),
+        );
         let mut state = WorkerState::default();
         let step = state.before_probe(&another, &observed(Some(&status)));
         assert_eq!(

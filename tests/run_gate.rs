@@ -550,7 +550,7 @@ fn probe_kill_runs_the_pre_stop_hook_first() {
         }
     }
     let failed = rig.wait_event("hooks", "FailedPreStopHook");
-    assert_eq!(failed, "FailedPreStopHook: PreStop hook failed");
+    assert_eq!(failed, "FailedPreStopHook: PreStopHook failed");
     assert!(
         !rig.events("hooks")
             .iter()
