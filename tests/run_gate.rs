@@ -618,3 +618,49 @@ fn probe_killed_container_that_exits_0_under_on_failure_is_reported() {
     let pod = rig.pod("once").expect("pod");
     assert_eq!(restart_count(&pod, "app"), Some(0), "{pod:#}");
 }
+
+/// S6 (kubernetes #141473, #141487): a container replaced while podprobe
+/// was down does not inherit the gate's True, however long before
+/// podprobe's restart it started. The replacement has no `/tmp/ready`, and
+/// its probe would need 100 failures to turn the gate False: only a
+/// replacement that starts over from the initial Failure turns it False
+/// within the bound.
+#[test]
+fn a_container_replaced_while_podprobe_was_down_starts_over() {
+    let mut rig = Rig::new();
+    let probes = json!({"app": {"readinessProbe": {
+        "exec": {"command": ["cat", "/tmp/ready"]},
+        "periodSeconds": 1, "failureThreshold": 100,
+    }}});
+    rig.create_pod("replaced", &probes.to_string());
+    rig.wait_running("replaced");
+    rig.exec("replaced", &["touch", "/tmp/ready"]);
+    rig.wait_condition("replaced", GATE, "True", Duration::from_secs(30));
+    assert_eq!(rig.podprobe.terminate(), Some(0), "{}", rig.podprobe.logs());
+
+    // PID 1 (the shell) exits 0 on SIGTERM; the kubelet starts a new instance.
+    rig.exec("replaced", &["kill", "1"]);
+    wait_for(
+        "a running replacement",
+        Duration::from_secs(60),
+        || {
+            let pod = rig.pod("replaced")?;
+            let count = restart_count(&pod, "app").unwrap_or(0);
+            (count >= 1 && cluster::running(&pod, "app"))
+                .then_some(())
+                .ok_or(format!("restartCount {count}"))
+        },
+        || rig.diagnostics(),
+    );
+    // By start time alone (D5, S4: 10 s), the replacement now predates the
+    // podprobe about to start.
+    std::thread::sleep(Duration::from_secs(11));
+    let pod = rig.pod("replaced").expect("pod");
+    assert_eq!(
+        condition(&pod, GATE).map(|c| c.0).as_deref(),
+        Some("True"),
+        "nobody wrote the gate since: it still speaks of the old instance"
+    );
+    rig.podprobe = HostPodprobe::start("gate", &cluster().node_name(), &rig.run_id);
+    rig.wait_condition("replaced", GATE, "False", Duration::from_secs(20));
+}
