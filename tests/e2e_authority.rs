@@ -731,6 +731,66 @@ fn liveness_restarts() {
     ]);
 }
 
+/// K7 in authority mode: podprobe runs the container's preStop hook before
+/// a probe kill on the agent node too. `app`'s liveness probe fails 3 s
+/// after each start; its `sleep` hook of 5 s must lie between podprobe's
+/// `Killing` event and the container's end (it exits at once on SIGTERM).
+/// The agent node has no `kubectl exec` or logs, so the hook is a sleep and
+/// the times come from the API.
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn probe_kill_runs_the_pre_stop_hook_on_the_agent_node() {
+    const HOOK_SECONDS: i64 = 5;
+    let ns = Namespace::create(&format!("podprobe-authority-prestop-{}", unique_id()));
+    let probes = json!({
+        "livenessProbe": probe(exec(&["cat", "/tmp/alive"]),
+            json!({"periodSeconds": 1, "failureThreshold": 1})),
+        "lifecycle": {"preStop": {"sleep": {"seconds": HOOK_SECONDS}}},
+    });
+    let script = format!("touch /tmp/alive; sleep 3; rm /tmp/alive; {SLEEP_LOOP}");
+    let node = &ensure_agent_node().name;
+    let mut pod = spec_pod(
+        "prestop",
+        "app",
+        BUSYBOX_IMAGE,
+        &["sh", "-c", &script],
+        &[],
+        probes,
+        Some(node),
+    );
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(30);
+    ns.create_pod(&pod);
+    let finished = ns.wait_for("app's first instance ended", RESTART, || {
+        let pod = ns.pod("prestop")?;
+        let app = container_status(&pod, "app").ok_or("no status for app")?;
+        app["lastState"]["terminated"]["finishedAt"]
+            .as_str()
+            .and_then(epoch_seconds)
+            .ok_or(format!("lastState {}", app["lastState"]))
+    });
+    let killing = ns.wait_for("podprobe's Killing event", START, || {
+        let events = ns.events_for("prestop");
+        events
+            .iter()
+            .filter(|e| e["reason"] == "Killing")
+            .filter_map(|e| {
+                let at = e["eventTime"].as_str().or(e["firstTimestamp"].as_str())?;
+                epoch_seconds(at)
+            })
+            .min()
+            .ok_or(format!("{events:#?}"))
+    });
+    // Whole seconds on both sides: a true gap of 5 s or more shows as 4 or
+    // more; an immediate stop (no hook) as 0 or 1.
+    assert!(
+        finished - killing >= HOOK_SECONDS - 1,
+        "the container ended {} s after the Killing event, before the {HOOK_SECONDS} s preStop \
+         sleep could have ended\n{}",
+        finished - killing,
+        ns.diagnostics()
+    );
+}
+
 #[test]
 #[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
 fn restartable_init_container_with_startup_and_readiness_probes() {
