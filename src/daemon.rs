@@ -40,7 +40,9 @@ use crate::lifecycle::HookRunner;
 use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pod_sync::{self, SyncSchedule};
-use crate::pods::{self, PodCache, PodEvent, all_container_statuses, with_started};
+use crate::pods::{
+    self, PodCache, PodEvent, all_container_statuses, pod_name, pod_namespace, with_started,
+};
 use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
@@ -773,14 +775,6 @@ fn container_ids(pod: &Pod) -> HashSet<String> {
     all_container_statuses(pod)
         .filter_map(|c| c.container_id.clone())
         .collect()
-}
-
-fn pod_name(pod: &Pod) -> &str {
-    pod.metadata.name.as_deref().unwrap_or_default()
-}
-
-fn pod_namespace(pod: &Pod) -> &str {
-    pod.metadata.namespace.as_deref().unwrap_or_default()
 }
 
 #[cfg(test)]

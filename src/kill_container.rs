@@ -21,6 +21,7 @@ use crate::cri::{ContainerIdentity, CriClient, CriError};
 use crate::events::{self, EventSink, reasons};
 use crate::lifecycle::{HookRunner, HookTarget, grace_left, pre_stop_hook};
 use crate::manager::ProbeKill;
+use crate::pods::{pod_name, pod_namespace};
 use crate::status::Mode;
 
 /// Stops containers for failed probes, each container instance once.
@@ -232,14 +233,6 @@ fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
 fn restarts_on_failure(pod: &Pod, container: &Container) -> bool {
     let pod_policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
     container.restart_policy.as_deref().or(pod_policy) == Some("OnFailure")
-}
-
-fn pod_name(pod: &Pod) -> &str {
-    pod.metadata.name.as_deref().unwrap_or_default()
-}
-
-fn pod_namespace(pod: &Pod) -> &str {
-    pod.metadata.namespace.as_deref().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -144,6 +144,16 @@ mod tests {
         pod
     }
 
+    fn app(pod: &mut Pod) -> &mut ContainerStatus {
+        &mut pod
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+    }
+
     #[test]
     fn k6_status_writes_do_not_sync() {
         let mut schedule = SyncSchedule::new(Instant::now());
@@ -173,28 +183,14 @@ mod tests {
         schedule.on_update(&base);
 
         let mut stopped = base.clone();
-        let container = &mut stopped
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0];
-        container.state = Some(ContainerState {
+        app(&mut stopped).state = Some(ContainerState {
             terminated: Some(ContainerStateTerminated::default()),
             ..ContainerState::default()
         });
         assert!(schedule.on_update(&stopped), "a container died");
 
         let mut replaced = base.clone();
-        let container = &mut replaced
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0];
-        container.container_id = Some("containerd://c2".into());
+        app(&mut replaced).container_id = Some("containerd://c2".into());
         assert!(schedule.on_update(&replaced), "a new container instance");
 
         let mut annotated = replaced.clone();

@@ -126,6 +126,16 @@ impl StatusSource for PodCache {
     }
 }
 
+/// The pod's name, empty if it has none.
+pub fn pod_name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The pod's namespace, empty if it has none.
+pub fn pod_namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or_default()
+}
+
 /// Every container status of `pod`: init containers', then regular ones.
 pub fn all_container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
     let status = pod.status.as_ref();

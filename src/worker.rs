@@ -1454,6 +1454,10 @@ mod tests {
 
     #[test]
     fn d5_started_restartable_init_container_seeds_startup_success() {
+        // kubernetes #137146: without the seed, a restarted prober would
+        // leave the sidecar's startup result empty and hold every regular
+        // container back. `started` here is podprobe's own verdict about
+        // this very instance (the daemon's status source, S6).
         let pod = pod("uid-1", vec![container("main")], vec![sidecar("app")]);
         let config = config_in(ProbeKind::Startup, default_spec(), pod, "app");
         // Pre-existing sidecar: only the Success seed.

@@ -40,27 +40,19 @@ impl Rig {
     /// A busybox pod gated on `podprobe.io/ready` with `probes` as its
     /// annotation (a JSON string, possibly malformed on purpose).
     fn create_pod(&self, name: &str, probes: &str) {
-        let manifest = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": self.ns.name,
-                "labels": {TEST_RUN_LABEL: self.run_id},
-                "annotations": {"podprobe.io/probes": probes},
-            },
-            "spec": {
+        self.create_custom_pod(
+            name,
+            probes,
+            json!({
                 "terminationGracePeriodSeconds": 2,
-                "readinessGates": [{"conditionType": GATE}],
                 "containers": [{
                     "name": "app",
                     "image": BUSYBOX_IMAGE,
                     "imagePullPolicy": "Never",
                     "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
                 }],
-            },
-        });
-        cluster().apply(&manifest).expect("create pod");
+            }),
+        );
     }
 
     fn pod(&self, name: &str) -> Result<Value, String> {
@@ -364,9 +356,9 @@ fn unready_readiness_probe_runs_on_its_period_not_on_status_writes() {
 }
 
 impl Rig {
-    /// A busybox pod gated on `podprobe.io/ready`, labelled for this run,
-    /// with `probes` as its annotation and `spec` merged over a minimal spec.
-    fn create_custom_pod(&self, name: &str, probes: &Value, spec: Value) {
+    /// A pod gated on `podprobe.io/ready`, labelled for this run, with
+    /// `probes` as its annotation and `spec` merged over a minimal spec.
+    fn create_custom_pod(&self, name: &str, probes: &str, spec: Value) {
         let mut manifest = json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -374,7 +366,7 @@ impl Rig {
                 "name": name,
                 "namespace": self.ns.name,
                 "labels": {TEST_RUN_LABEL: self.run_id},
-                "annotations": {"podprobe.io/probes": probes.to_string()},
+                "annotations": {"podprobe.io/probes": probes},
             },
             "spec": {
                 "terminationGracePeriodSeconds": 30,
@@ -488,7 +480,7 @@ fn probe_kill_runs_the_pre_stop_hook_first() {
     let probes = json!({"web": kill_switch(), "exec": kill_switch(), "sleeper": kill_switch()});
     rig.create_custom_pod(
         "hooks",
-        &probes,
+        &probes.to_string(),
         json!({
             "containers": [web, exec, sleeper],
             "volumes": [{"name": "shared", "emptyDir": {}}],
@@ -593,7 +585,7 @@ fn probe_killed_container_that_exits_0_under_on_failure_is_reported() {
     let app = drainable("app", false);
     rig.create_custom_pod(
         "once",
-        &json!({"app": kill_switch()}),
+        &json!({"app": kill_switch()}).to_string(),
         json!({
             "restartPolicy": "OnFailure",
             "containers": [app],
