@@ -564,7 +564,7 @@ fn help_explains_every_flag_and_the_script() {
         "startAfter",
         "restartDelay",
         "{from: 0, to: 55, result: failure}",
-        "Example:",
+        "Example (a plain manifest",
     ] {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
     }
