@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# podprobe on a real single-node cluster in one command: brings up the local
+# podprobe on a real single-node cluster in one command: installs what the
+# build needs (hack/install-deps.sh, as hack/test.sh does), brings up the local
 # cluster (hack/local-cluster.sh up), builds and imports the images and
 # deploys the DaemonSet (hack/deploy.sh deploy/local), applies the example pods
 # (deploy/examples) and says how to watch them. Idempotent; needs root.
@@ -9,6 +10,7 @@ set -euo pipefail
 HACK="$(cd "$(dirname "$0")" && pwd)"
 ROOT=$(dirname "$HACK")
 
+"$HACK/install-deps.sh"
 "$HACK/local-cluster.sh" up >/dev/null
 "$HACK/deploy.sh" "$ROOT/deploy/local"
 eval "$("$HACK/local-cluster.sh" env)"

@@ -11,6 +11,8 @@ command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 # tests/hostile_pods.rs: a network namespace (ip) with a listener (python3).
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+# tests/cli_simulate.rs: rsvg-convert renders simulate's SVG timeline.
+command -v rsvg-convert >/dev/null 2>&1 || need_apt+=(librsvg2-bin)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -37,6 +37,7 @@ use crate::events::{self, EventSink, Telemetry};
 use crate::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::kill_container::ContainerKiller;
 use crate::lifecycle::HookRunner;
+use crate::lint;
 use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pod_sync::{self, SyncSchedule};
@@ -167,6 +168,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let all_pods: Api<Pod> = Api::all(client.clone());
     check_selectors(&all_pods, &config).await?;
     let metrics = Metrics::new();
+    metrics.set_build_info(config.mode.as_str());
     metrics.track_watch(watch_activity.clone());
     let cri = CriClient::new(&config.cri_endpoint)?
         .count_exec_in_flight(metrics.exec_in_flight())
@@ -532,6 +534,18 @@ impl Daemon {
                 return;
             }
             _ => {}
+        }
+        if self.mode == Mode::Gate
+            && !self.pods.contains_key(uid)
+            && let Some(finding) = lint::gate_mismatch(pod)
+        {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                "{finding}"
+            );
+            self.events
+                .record_opt(events::PodEvent::gate_mismatch(pod, &finding));
         }
         let probes = match self.mode {
             Mode::Gate => annotation.as_ref().and_then(|_| self.parse(pod)),

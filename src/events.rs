@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::apiclient::{RequestError, bounded};
+use crate::lint::Finding;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::probe::prober::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
@@ -60,6 +61,12 @@ pub mod reasons {
     pub const KILLING: &str = "Killing";
     /// The pod's `podprobe.io/probes` annotation cannot be used.
     pub const PROBE_ANNOTATION_INVALID: &str = "ProbeAnnotationInvalid";
+    /// Gate mode: the pod has probes in the annotation but does not list
+    /// the `podprobe.io/ready` readiness gate, so they change nothing.
+    pub const READINESS_GATE_MISSING: &str = "ReadinessGateMissing";
+    /// Gate mode: the pod lists the `podprobe.io/ready` readiness gate but
+    /// has no probes annotation, so it stays NotReady.
+    pub const PROBE_ANNOTATION_MISSING: &str = "ProbeAnnotationMissing";
     /// A probe of the pod spec cannot run as written (authority mode).
     pub const PROBE_SPEC_INVALID: &str = "ProbeSpecInvalid";
     /// The runtime says the container the pod's status names belongs to
@@ -122,6 +129,23 @@ impl PodEvent {
             reason: reasons::PROBE_ANNOTATION_INVALID,
             action: "ReadProbes",
             note: error.to_string(),
+        })
+    }
+
+    /// A Warning on the pod: its annotation and readiness gate do not go
+    /// together (see [`crate::lint::gate_mismatch`]).
+    pub fn gate_mismatch(pod: &Pod, finding: &Finding) -> Option<Self> {
+        let reason = match finding {
+            Finding::GateMissing => reasons::READINESS_GATE_MISSING,
+            Finding::AnnotationMissing => reasons::PROBE_ANNOTATION_MISSING,
+            Finding::AnnotationInvalid(_) => reasons::PROBE_ANNOTATION_INVALID,
+        };
+        Some(PodEvent {
+            regarding: pod_reference(pod, None)?,
+            type_: EventType::Warning,
+            reason,
+            action: "ReadProbes",
+            note: finding.to_string(),
         })
     }
 
@@ -391,9 +415,11 @@ impl Telemetry {
 
 impl ProbeObserver for Telemetry {
     fn probe_ran(&self, run: &ProbeRun<'_>) {
-        if let Some(result) = run.result {
-            self.metrics
-                .probe_completed(run.config, result, run.duration);
+        match run.result {
+            Some(result) => self
+                .metrics
+                .probe_completed(run.config, result, run.duration),
+            None => self.metrics.probe_errored(run.config.kind()),
         }
         // Errored runs have their event too (P3).
         if let Some(event) = &run.verdict.event {
@@ -618,6 +644,12 @@ mod tests {
             [
                 r#"prober_probe_total{container="app",namespace="default",pod="pod-uid-1",pod_uid="uid-1",probe_type="Liveness",result="failed"} 1"#
             ]
+        );
+        // ... but counted as an error, by probe type.
+        assert!(
+            text.lines()
+                .any(|l| l == r#"podprobe_probe_errors_total{probe_type="Liveness"} 1"#),
+            "{text}"
         );
         let notes: Vec<_> = std::iter::from_fn(|| queue.queue.try_recv().ok())
             .map(|e| e.note)

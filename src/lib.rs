@@ -13,7 +13,8 @@
 //!   timeouts, watch activity), [`backoff`] and [`health`] keep it current
 //!   through API server faults;
 //! - [`simulate`]: `podprobe simulate`, the prober on a virtual clock
-//!   against scripted containers.
+//!   against scripted containers; [`lint`]: gate set-up mistakes, for the
+//!   daemon's warnings and `podprobe lint`.
 
 pub mod apiclient;
 pub mod backoff;
@@ -24,12 +25,14 @@ pub mod events;
 pub mod health;
 pub mod kill_container;
 pub mod lifecycle;
+pub mod lint;
 pub mod manager;
 pub mod metrics;
 pub mod oneshot;
 pub mod pod_sync;
 pub mod pods;
 pub mod probe;
+pub mod process_stats;
 pub mod results;
 pub mod server;
 pub mod simulate;

@@ -24,6 +24,10 @@ enum Command {
     /// containers behave, printing what the kubelet would observe and do.
     #[command(after_help = podprobe::simulate::AFTER_HELP)]
     Simulate(podprobe::simulate::SimulateArgs),
+    /// Check manifests offline for gate-mode set-up mistakes (the probe
+    /// annotation without the readiness gate, or the gate without it).
+    #[command(after_help = podprobe::lint::AFTER_HELP)]
+    Lint(podprobe::lint::LintArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,5 +36,6 @@ fn main() -> ExitCode {
         Command::Probe(args) => podprobe::oneshot::main(args),
         Command::Run(args) => podprobe::daemon::main(args),
         Command::Simulate(args) => podprobe::simulate::main(args),
+        Command::Lint(args) => podprobe::lint::main(args),
     }
 }

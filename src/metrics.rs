@@ -1,7 +1,8 @@
 //! Prometheus metrics of `podprobe run`: the kubelet's prober metrics under
 //! their kubelet names and labels (M1-M5 of `spec/prober.md`), plus
 //! podprobe's own (status patches and their tasks, workers, pods, ExecSync
-//! calls in flight, events, the pod watch's idle time, resident memory).
+//! calls in flight, events, the pod watch's idle time, probe runs that
+//! errored, build information) and the process's own ([`crate::process_stats`]).
 //!
 //! [`Metrics`] is a cheap handle (every field is reference-counted): clone it
 //! into whatever updates a metric. [`Metrics::encode`] renders the
@@ -30,6 +31,7 @@ use prometheus_client::registry::Registry;
 
 use crate::apiclient::WatchActivity;
 use crate::probe::ProbeKind;
+use crate::process_stats::ProcessCollector;
 use crate::results::CachedResult;
 use crate::worker::WorkerConfig;
 
@@ -168,6 +170,27 @@ struct EventLabels {
     outcome: EventOutcome,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ProbeErrorLabels {
+    probe_type: ProbeKind,
+}
+
+/// Labels of `podprobe_build_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BuildInfoLabels {
+    version: &'static str,
+    revision: &'static str,
+    mode: &'static str,
+}
+
+/// The crate version, and the source revision when the build set
+/// `PODPROBE_REVISION` (hack/image.sh and the Dockerfile do).
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const REVISION: &str = match option_env!("PODPROBE_REVISION") {
+    Some(revision) => revision,
+    None => "unknown",
+};
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
@@ -191,7 +214,8 @@ pub struct Metrics {
     patch_tasks: Gauge,
     exec_in_flight: Gauge,
     watch_idle: Gauge<f64, AtomicU64>,
-    resident_memory: Gauge,
+    probe_errors: Family<ProbeErrorLabels, Counter>,
+    build_info: Family<BuildInfoLabels, Gauge>,
     /// Read on every scrape for `watch_idle`.
     watch: Arc<OnceLock<Arc<WatchActivity>>>,
 }
@@ -224,7 +248,8 @@ impl Metrics {
         let patch_tasks = Gauge::default();
         let exec_in_flight = Gauge::default();
         let watch_idle = Gauge::<f64, AtomicU64>::default();
-        let resident_memory = Gauge::default();
+        let probe_errors = Family::<ProbeErrorLabels, Counter>::default();
+        let build_info = Family::<BuildInfoLabels, Gauge>::default();
 
         // Help texts are the kubelet's, with the stability prefix that
         // component-base adds to non-stable metrics; the encoder appends the
@@ -274,12 +299,17 @@ impl Metrics {
             "Seconds since the pod watch last received anything from the API server (a watch response, an event or a bookmark); a healthy watch receives at least every 60 s",
             watch_idle.clone(),
         );
-        // The name client_golang's process collector gives the same value.
         own.register(
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes",
-            resident_memory.clone(),
+            "podprobe_probe_errors",
+            "Probe runs that errored (every attempt failed to run the probe, e.g. an unresolvable port or a runtime error); the kubelet throws such runs away and counts them nowhere",
+            probe_errors.clone(),
         );
+        own.register(
+            "podprobe_build_info",
+            "A metric with a constant '1' value labelled by the version and source revision podprobe was built from and the mode it runs in",
+            build_info.clone(),
+        );
+        own.register_collector(Box::new(ProcessCollector));
         own.register(
             "podprobe_exec_in_flight",
             "CRI ExecSync calls of exec probes currently in flight",
@@ -301,6 +331,13 @@ impl Metrics {
         ] {
             events.get_or_create_owned(&EventLabels { outcome });
         }
+        for probe_type in [
+            ProbeKind::Startup,
+            ProbeKind::Readiness,
+            ProbeKind::Liveness,
+        ] {
+            probe_errors.get_or_create_owned(&ProbeErrorLabels { probe_type });
+        }
         Metrics {
             prober: Arc::new(prober),
             own: Arc::new(own),
@@ -314,7 +351,8 @@ impl Metrics {
             patch_tasks,
             exec_in_flight,
             watch_idle,
-            resident_memory,
+            probe_errors,
+            build_info,
             watch: Arc::default(),
         }
     }
@@ -338,6 +376,26 @@ impl Metrics {
         self.probe_total
             .get_or_create(&duration_labels.with_result(config, result))
             .inc();
+    }
+
+    /// Counts one probe run of `kind` that errored (D11: thrown away,
+    /// so not in `prober_probe_total`).
+    pub fn probe_errored(&self, kind: ProbeKind) {
+        self.probe_errors
+            .get_or_create(&ProbeErrorLabels { probe_type: kind })
+            .inc();
+    }
+
+    /// Publishes `podprobe_build_info` for `mode` (`gate` or `authority`).
+    pub fn set_build_info(&self, mode: &'static str) {
+        self.build_info.clear();
+        self.build_info
+            .get_or_create(&BuildInfoLabels {
+                version: VERSION,
+                revision: REVISION,
+                mode,
+            })
+            .set(1);
     }
 
     /// Deletes every series of `config`'s worker (M5): its three
@@ -392,9 +450,6 @@ impl Metrics {
         if let Some(activity) = self.watch.get() {
             self.watch_idle.set(activity.idle().as_secs_f64());
         }
-        if let Some(bytes) = resident_memory_bytes() {
-            self.resident_memory.set(bytes);
-        }
     }
 
     /// The `podprobe_exec_in_flight` gauge, for the exec probe path.
@@ -428,20 +483,6 @@ fn encode_all(registries: &[&Registry]) -> String {
         tracing::error!(%error, "cannot encode metrics");
     }
     text
-}
-
-/// `VmRSS` of `/proc/self/status` in bytes (Linux only; `None` elsewhere).
-fn resident_memory_bytes() -> Option<i64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse::<i64>()
-        .ok()?;
-    kib.checked_mul(1024)
 }
 
 fn gauge_value(count: usize) -> i64 {
@@ -668,6 +709,46 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn build_info_errors_and_process_metrics_are_exposed() {
+        let metrics = Metrics::new();
+        metrics.set_build_info("gate");
+        metrics.probe_errored(ProbeKind::Liveness);
+        let text = metrics.encode();
+        let build_info = format!(
+            r#"podprobe_build_info{{version="{VERSION}",revision="{REVISION}",mode="gate"}} 1"#
+        );
+        for line in [
+            build_info.as_str(),
+            r#"podprobe_probe_errors_total{probe_type="Liveness"} 1"#,
+            r#"podprobe_probe_errors_total{probe_type="Readiness"} 0"#,
+            "# TYPE process_cpu_seconds counter",
+            "# TYPE process_open_fds gauge",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{name} "))),
+                "missing {name} in\n{text}"
+            );
+        }
+        // A second mode replaces the series instead of adding one.
+        metrics.set_build_info("authority");
+        let text = metrics.encode();
+        assert_eq!(text.matches("podprobe_build_info{").count(), 1, "{text}");
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //!
 //! The prober is the real one ([`crate::manager`], [`crate::worker`]); only
 //! the probe handlers and the kubelet around them are simulated
-//! ([`engine`]). The script format is in [`script`].
+//! ([`engine`]). The script format is in [`script`]; [`render`] draws the
+//! events as an SVG timeline or an HTML page for `--output svg|html`.
 
 pub mod engine;
+pub mod render;
 pub mod script;
 
 use std::collections::HashSet;
@@ -48,14 +50,23 @@ success, warning (passes, as an HTTP redirect to another host), failure or
 error (all three attempts error, so the run is thrown away). Unscripted time
 answers success. Windows for probes the pod does not have are ignored.
 
-Output: one JSON object per line, in time order. Each has `t` (seconds since
-the pod's first container started), `container`, `instance` (1 for the first
-run, one more per restart) and `event`: started_running, probe (`kind`,
-`result`), started / ready (`value`, when the status changes), killed
-(`kind`, `grace_seconds`, `message`) and, in gate mode, condition
-(`podprobe.io/ready` status, pod-level). Events of one time are ordered by
-container name, each container's in the order they happened, pod-level
-events last. The last line is the summary.
+Output (--output json, the default): one JSON object per line, in time
+order. Each has `t` (seconds since the pod's first container started),
+`container`, `instance` (1 for the first run, one more per restart) and
+`event`: started_running, probe (`kind`, `result`), started / ready
+(`value`, when the status changes), killed (`kind`, `grace_seconds`,
+`message`) and, in gate mode, condition (`podprobe.io/ready` status,
+pod-level). Events of one time are ordered by container name, each
+container's in the order they happened, pod-level events last. The last line is the summary.
+
+--output svg draws the same events as a timeline: a lane per container
+(and restartable init container) with a row per probe it has, its
+thresholds written above, one mark per probe run coloured by result
+(success green, warning amber, failure red, error grey); `started` and
+`ready` as bands, filled while true; kills and container (re)starts as
+vertical lines; in gate mode the podprobe.io/ready condition as a band of
+its own. --output html writes one self-contained page (nothing to load,
+no scripts) with that timeline and a table of the events.
 
 The simulated kubelet admits the pod before its containers run, so each
 worker's first probe comes at its first tick after the container started,
@@ -66,7 +77,8 @@ kills take effect at once (exit code 137); there is no crash-loop back-off
 beyond restartDelay.
 
 Example (a plain manifest: its spec's probes, authority mode):
-  podprobe simulate --pod pod.yaml --script script.yaml";
+  podprobe simulate --pod pod.yaml --script script.yaml
+  podprobe simulate --pod pod.yaml --script script.yaml --output svg > timeline.svg";
 
 /// Flags of `podprobe simulate`.
 #[derive(Args, Debug)]
@@ -92,6 +104,23 @@ pub struct SimulateArgs {
     /// Virtual seconds to simulate; overrides the script's `duration`.
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub duration: Option<f64>,
+
+    /// What to print: `json`, one JSON object per event and a summary
+    /// line; `svg`, the same events drawn as a timeline; `html`, one
+    /// self-contained page with that timeline and a table of the events.
+    #[arg(long, value_enum, default_value = "json")]
+    pub output: OutputArg,
+}
+
+/// `--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputArg {
+    /// JSON lines, the summary last.
+    Json,
+    /// An SVG timeline.
+    Svg,
+    /// An HTML page: the SVG timeline and a table of the events.
+    Html,
 }
 
 /// `--mode`.
@@ -178,7 +207,12 @@ pub fn main(args: SimulateArgs) -> ExitCode {
         }
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    match write_report(&mut out, &report).and_then(|()| out.flush()) {
+    let written = match args.output {
+        OutputArg::Json => write_report(&mut out, &report),
+        OutputArg::Svg => out.write_all(render::svg(&simulation, &report).as_bytes()),
+        OutputArg::Html => out.write_all(render::html(&simulation, &report).as_bytes()),
+    };
+    match written.and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
         // Most likely a closed pipe (`| head`): nothing left to tell.
         Err(_) => ExitCode::FAILURE,

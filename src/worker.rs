@@ -24,8 +24,10 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
+use tracing::Instrument;
 
 use crate::cri::ContainerIdentity;
+use crate::pods::{pod_name, pod_namespace};
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::results::{CachedResult, ProbeCaches};
 
@@ -687,7 +689,17 @@ pub fn spawn<R: ProbeRunner, S: StatusSource>(
         stop: stop_rx,
         trigger: trigger_rx,
     };
-    tokio::spawn(worker.run(on_exit));
+    // Every line the worker and its probe handlers log carries the pod and
+    // container, so an operator can grep for the pod they are looking at.
+    let span = tracing::info_span!(
+        "worker",
+        namespace = %pod_namespace(&worker.config.pod),
+        pod = %pod_name(&worker.config.pod),
+        pod_uid = %worker.config.pod_uid(),
+        container = %worker.config.container_name(),
+        probe = %worker.config.kind,
+    );
+    tokio::spawn(worker.run(on_exit).instrument(span));
     WorkerHandle { stop, trigger }
 }
 
@@ -721,12 +733,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                 Some(()) = self.trigger.recv() => {
                     // W8: the next periodic probe is one period after this one.
                     ticker.reset();
-                    tracing::debug!(
-                        pod_uid = self.config.pod_uid(),
-                        container = self.config.container_name(),
-                        probe = %self.config.kind,
-                        "triggered probe by manual run"
-                    );
+                    tracing::debug!("triggered probe by manual run");
                 }
                 _ = ticker.tick() => {}
             }
@@ -748,18 +755,12 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
         match AssertUnwindSafe(self.do_probe()).catch_unwind().await {
             Ok(keep_going) => keep_going,
             Err(panic) => {
-                let pod = &self.config.pod.metadata;
                 let message = panic
                     .downcast_ref::<&str>()
                     .copied()
                     .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
                     .unwrap_or("(not a string)");
                 tracing::error!(
-                    namespace = pod.namespace.as_deref().unwrap_or_default(),
-                    pod = pod.name.as_deref().unwrap_or_default(),
-                    pod_uid = self.config.pod_uid(),
-                    container = self.config.container_name(),
-                    probe = %self.config.kind,
                     panic = message,
                     "probe iteration panicked; the worker continues"
                 );
@@ -782,12 +783,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
         match step.action {
             Action::Continue => true,
             Action::Stop => {
-                tracing::debug!(
-                    pod_uid = self.config.pod_uid(),
-                    container = self.config.container_name(),
-                    probe = %self.config.kind,
-                    "probe worker exiting"
-                );
+                tracing::debug!("probe worker exiting");
                 false
             }
             Action::Probe => {
@@ -823,12 +819,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
             // Only an explicit stop cancels; with every handle dropped the
             // probe finishes and the loop then ends.
             Some(()) = self.stop.recv() => {
-                tracing::debug!(
-                    pod_uid = self.config.pod_uid(),
-                    container = self.config.container_name(),
-                    probe = %self.config.kind,
-                    "probe worker stopped; in-flight probe cancelled"
-                );
+                tracing::debug!("probe worker stopped; in-flight probe cancelled");
                 return false;
             }
             verdict = probe => verdict,
@@ -2250,6 +2241,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn w14_panic_in_probe_is_swallowed() {
+        let logs = LogCapture::default();
+        let _subscriber = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(logs.clone())
+                .with_ansi(false)
+                .finish(),
+        );
         let rig = rig(ScriptedRunner::new([Scripted::Panic], ProbeResult::Success));
         rig.statuses
             .set("uid-1", fresh_status(ProbeKind::Readiness));
@@ -2261,6 +2259,21 @@ mod tests {
             rig.cached(ProbeKind::Readiness, ID),
             Some(CachedResult::Failure)
         );
+        // The worker's log line names the pod and container it is about.
+        let text = logs.text();
+        let line = text
+            .lines()
+            .find(|l| l.contains("probe iteration panicked"))
+            .unwrap_or_else(|| panic!("no panic line in {text:?}"));
+        for field in [
+            "namespace=default",
+            "pod=pod-uid-1",
+            "pod_uid=uid-1",
+            "container=app",
+            "probe=Readiness",
+        ] {
+            assert!(line.contains(field), "{field} missing from {line:?}");
+        }
         tokio::time::sleep(Duration::from_millis(9_500)).await;
         assert!(!exited.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(rig.runner.call_times(origin), vec![0.0, 10.0]);
@@ -2268,6 +2281,35 @@ mod tests {
             rig.cached(ProbeKind::Readiness, ID),
             Some(CachedResult::Success)
         );
+    }
+
+    /// What a `tracing` subscriber writes, for tests that read log lines.
+    #[derive(Clone, Default)]
+    struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl LogCapture {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
+        }
+    }
+
+    impl std::io::Write for LogCapture {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("log buffer").extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+        type Writer = LogCapture;
+
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
     }
 
     #[test]

@@ -565,7 +565,353 @@ fn help_explains_every_flag_and_the_script() {
         "restartDelay",
         "{from: 0, to: 55, result: failure}",
         "Example (a plain manifest",
+        "--output",
+        "--output svg draws the same events as a timeline",
+        "self-contained page",
+        "--output svg > timeline.svg",
     ] {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
     }
+}
+
+/// The stdout of a successful run, as text.
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "podprobe simulate failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("UTF-8 output")
+}
+
+/// Renders `svg` to PNG with `rsvg-convert`, which refuses malformed XML
+/// and SVG it cannot draw. Fails, never skips, without `rsvg-convert`.
+fn assert_renders(svg: &str) {
+    let dir = TempDir::new().expect("temp dir");
+    let svg_path = write(dir.path(), "timeline.svg", svg);
+    let png_path = dir.path().join("timeline.png");
+    let output = match Command::new("rsvg-convert")
+        .args(["--format", "png", "--output"])
+        .arg(&png_path)
+        .arg(&svg_path)
+        .output()
+    {
+        Ok(output) => output,
+        Err(e) => panic!(
+            "cannot run rsvg-convert ({e}): the SVG tests need it to check that the SVG \
+             renders; install librsvg2-bin (hack/install-deps.sh does)"
+        ),
+    };
+    assert!(
+        output.status.success(),
+        "rsvg-convert rejected the SVG: {}\n{svg}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let png = std::fs::read(&png_path).expect("rsvg-convert wrote the PNG");
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+}
+
+/// How many times `needle` occurs in `text`.
+fn count(text: &str, needle: &str) -> usize {
+    text.matches(needle).count()
+}
+
+/// The SVG elements (one a line) whose class starts with `class`.
+fn elements<'a>(svg: &'a str, class: &str) -> Vec<&'a str> {
+    let needle = format!("class=\"{class}");
+    svg.lines().filter(|l| l.contains(&needle)).collect()
+}
+
+/// Checks the timeline against the JSON lines of the same run: one mark
+/// per probe run, coloured by its result; one marker per kill and per
+/// container instance; the condition band only in gate mode.
+fn assert_svg_matches_json(svg: &str, json: &[Value], gate: bool) {
+    let records: Vec<&Value> = json.iter().filter(|l| l["event"] != "summary").collect();
+    let of = |event: &str| records.iter().filter(|r| r["event"] == event).count();
+    assert_eq!(elements(svg, "probe ").len(), of("probe"));
+    for (result, colour) in [
+        ("success", "#2ca02c"),
+        ("warning", "#f0a30a"),
+        ("failure", "#d62728"),
+        ("error", "#8c8c8c"),
+    ] {
+        let marks = elements(svg, &format!("probe {result}\""));
+        let runs = records
+            .iter()
+            .filter(|r| r["event"] == "probe" && r["result"] == result)
+            .count();
+        assert_eq!(marks.len(), runs, "{result} marks");
+        let fill = format!("fill=\"{colour}\"");
+        assert!(marks.iter().all(|m| m.contains(&fill)), "{result}: {fill}");
+    }
+    assert_eq!(count(svg, "<g class=\"kill\">"), of("killed"));
+    for kill in records.iter().filter(|r| r["event"] == "killed") {
+        let label = format!("killed by {} probe", kill["kind"].as_str().unwrap());
+        assert!(svg.contains(&label), "{label}");
+    }
+    assert_eq!(count(svg, "<g class=\"instance\">"), of("started_running"));
+    assert_eq!(count(svg, "<g class=\"gate\">") == 1, gate);
+    if !gate {
+        assert_eq!(count(svg, "class=\"condition\""), 0);
+        assert!(!svg.contains("podprobe.io/ready"));
+    }
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(svg.ends_with("</svg>\n"));
+    assert_renders(svg);
+}
+
+/// The heredoc `cat > {file} <<'YAML'` of the README's simulate section.
+fn readme_heredoc(file: &str) -> String {
+    let readme = include_str!("../README.md");
+    let opening = format!("cat > {file} <<'YAML'\n");
+    let start = readme.find(&opening).expect("README writes the file") + opening.len();
+    let length = readme[start..].find("\nYAML\n").expect("heredoc ends");
+    readme[start..=start + length].to_string()
+}
+
+#[test]
+fn svg_draws_the_readme_example_event_for_event() {
+    let (pod, script) = (
+        readme_heredoc("pod.yaml"),
+        readme_heredoc("/tmp/script.yaml"),
+    );
+    let json = lines(&simulate(&pod, &script, &[]));
+    let svg = stdout(&simulate(&pod, &script, &["--output", "svg"]));
+    // The restart loop: killed at 30, 60, 90 and 120.
+    assert_eq!(
+        events(&json, |e| e.contains("killed")).len(),
+        4,
+        "{:?}",
+        events(&json, |_| true)
+    );
+    assert_svg_matches_json(&svg, &json, false);
+    assert!(svg.contains(
+        ">liveness: period 10s, success 1, failure 3, initial delay 0s, timeout 1s</text>"
+    ));
+    assert!(svg.contains(">kill: liveness</text>"));
+    assert!(svg.contains(">restart #2</text>"));
+    for tick in ["0s", "10s", "60s", "120s"] {
+        assert!(svg.contains(&format!(">{tick}</text>")), "axis tick {tick}");
+    }
+    assert!(
+        !svg.contains(">130s</text>"),
+        "the axis ends at the duration"
+    );
+}
+
+#[test]
+fn svg_of_a_busy_pod_matches_its_json() {
+    let json = lines(&simulate(
+        SIDECAR_POD,
+        SIDECAR_SCRIPT,
+        &["--mode", "authority"],
+    ));
+    let svg = stdout(&simulate(
+        SIDECAR_POD,
+        SIDECAR_SCRIPT,
+        &["--mode", "authority", "--output", "svg"],
+    ));
+    assert_svg_matches_json(&svg, &json, false);
+    // A lane per container, the sidecar after the regular ones; the classic
+    // init container has none.
+    assert_eq!(count(&svg, "<g class=\"lane\">"), 3);
+    let order: Vec<usize> = [">app</text>", ">web</text>", ">proxy</text>"]
+        .iter()
+        .map(|name| svg.find(name).expect(name))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    assert!(!svg.contains(">setup</text>"));
+    assert!(svg.contains("restartable init container"));
+    // Rows only for the probes each container has: app readiness and
+    // liveness, web liveness, proxy startup and readiness.
+    assert_eq!(count(&svg, "<rect class=\"row\""), 5);
+    assert!(svg.contains(">startup: period 1s, success 1, failure 3, initial delay 0s, timeout 1s, kill grace 5s</text>"));
+}
+
+const GATED_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: gated
+  annotations:
+    podprobe.io/probes: '{"app": {"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 5}}}'
+spec:
+  readinessGates: [{conditionType: podprobe.io/ready}]
+  containers:
+  - name: app
+    image: app
+"#;
+
+const GATED_SCRIPT: &str = "
+duration: 60
+containers:
+  app:
+    readiness:
+      - {from: 0, to: 20, result: failure}
+      - {from: 25, to: 30, result: error}
+      - {from: 30, to: 45, result: failure}
+      - {from: 45, result: warning}        # passes
+";
+
+#[test]
+fn svg_in_gate_mode_has_the_condition_band() {
+    let json = lines(&simulate(GATED_POD, GATED_SCRIPT, &[]));
+    let svg = stdout(&simulate(GATED_POD, GATED_SCRIPT, &["--output", "svg"]));
+    assert_eq!(
+        events(&json, |e| e.contains("condition")),
+        [
+            "0 condition False",
+            "20 condition True",
+            "40 condition False",
+            "45 condition True"
+        ]
+    );
+    assert_svg_matches_json(&svg, &json, true);
+    // Filled where True: 20-40 and from 45 (a warning passes) to the end.
+    let bands = elements(&svg, "condition\"");
+    assert_eq!(bands.len(), 2, "{bands:?}");
+    assert!(bands[0].contains("true from 20s to 40s"), "{}", bands[0]);
+    assert!(bands[1].contains("true from 45s to 60s"), "{}", bands[1]);
+    assert!(svg.contains("gate mode"));
+}
+
+/// A pod whose names try to inject markup; its liveness probe kills it, so
+/// the kill message (which names the container) is drawn too.
+const HOSTILE_NAMES_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: "p</text><script>alert(1)</script>"}
+spec:
+  containers:
+  - name: 'a<b&"c'
+    image: x
+    livenessProbe: {exec: {command: [ok]}, periodSeconds: 1, failureThreshold: 1}
+"#;
+
+const HOSTILE_NAMES_SCRIPT: &str = r#"
+duration: 3
+containers:
+  'a<b&"c':
+    liveness: [{from: 0, to: 1.5, result: failure}]
+"#;
+
+#[test]
+fn names_from_the_manifest_cannot_inject_markup() {
+    let json = lines(&simulate(HOSTILE_NAMES_POD, HOSTILE_NAMES_SCRIPT, &[]));
+    assert!(!events(&json, |e| e.contains("killed")).is_empty());
+    for output in ["svg", "html"] {
+        let text = stdout(&simulate(
+            HOSTILE_NAMES_POD,
+            HOSTILE_NAMES_SCRIPT,
+            &["--output", output],
+        ));
+        assert!(!text.contains("a<b"), "{output}: raw container name");
+        assert!(!text.contains("&\"c"), "{output}: raw container name");
+        assert!(!text.contains("<script"), "{output}: raw pod name");
+        assert!(text.contains("a&lt;b&amp;&quot;c"), "{output}");
+        assert!(text.contains("p&lt;/text&gt;&lt;script&gt;"), "{output}");
+        assert!(
+            text.contains("Container a&lt;b&amp;&quot;c failed liveness probe"),
+            "{output}: the kill message"
+        );
+        let svg = if output == "svg" {
+            text.as_str()
+        } else {
+            embedded_svg(&text)
+        };
+        assert_svg_matches_json(svg, &json, false);
+    }
+}
+
+/// The `<svg>` element of an HTML page.
+fn embedded_svg(html: &str) -> &str {
+    let start = html.find("<svg ").expect("the page embeds an SVG");
+    let end = html.find("</svg>\n").expect("the SVG ends") + "</svg>\n".len();
+    &html[start..end]
+}
+
+#[test]
+fn html_is_one_self_contained_page_with_the_timeline_and_every_event() {
+    for (pod, script) in [
+        (SLOW_APP_WITH_STARTUP, slow_app_script(62, 80)),
+        (GATED_POD, GATED_SCRIPT.to_string()),
+    ] {
+        let json = lines(&simulate(pod, &script, &[]));
+        let html = stdout(&simulate(pod, &script, &["--output", "html"]));
+        assert!(html.starts_with("<!DOCTYPE html>\n"));
+        assert!(html.ends_with("</html>\n"));
+        // Nothing to fetch, nothing to run: the only URL is the SVG
+        // namespace, which names and does not load.
+        for needle in ["<script", "<link", "src=", "href=", "url(", "@import"] {
+            assert!(!html.contains(needle), "the page has {needle:?}");
+        }
+        assert_eq!(count(&html, "http"), 1, "only the SVG namespace");
+        let svg = embedded_svg(&html);
+        assert_eq!(
+            svg,
+            stdout(&simulate(pod, &script, &["--output", "svg"])),
+            "the page embeds the SVG as --output svg prints it"
+        );
+        assert_svg_matches_json(svg, &json, pod == GATED_POD);
+        // One table row per JSON line but the summary.
+        let rows = count(&html, "<tr><td class=\"t\">");
+        assert_eq!(rows, json.len() - 1);
+        assert_eq!(
+            count(&html, "<td>probe</td>"),
+            json.iter().filter(|l| l["event"] == "probe").count()
+        );
+    }
+}
+
+#[test]
+fn svg_size_follows_the_events_not_the_duration() {
+    // A week of a probe that runs once an hour: few events, a small SVG.
+    let sparse_pod = SLOW_APP_LIVENESS_ONLY.replace("periodSeconds: 10", "periodSeconds: 3600");
+    let week = "604800";
+    let json = lines(&simulate(&sparse_pod, "duration: 1", &["--duration", week]));
+    let svg = stdout(&simulate(
+        &sparse_pod,
+        "duration: 1",
+        &["--duration", week, "--output", "svg"],
+    ));
+    assert_eq!(
+        json.len(),
+        4 + 168,
+        "three changes, a probe an hour, the summary"
+    );
+    assert!(svg.len() < 60_000, "{} bytes", svg.len());
+    assert_svg_matches_json(&svg, &json, false);
+    // Ten times the events, about ten times the marks and no more.
+    let dense = |seconds: &str| {
+        stdout(&simulate(
+            FLAPPING,
+            "duration: 1",
+            &["--duration", seconds, "--output", "svg"],
+        ))
+        .len()
+    };
+    let (short, long) = (dense("100"), dense("1000"));
+    let per_run = (long - short) as f64 / 180.0;
+    assert!(per_run < 200.0, "{per_run} bytes per probe run");
+}
+
+/// docs/simulate-timeline.svg is the README example drawn by the binary;
+/// `PODPROBE_UPDATE_DOCS=1` rewrites it.
+#[test]
+fn docs_timeline_is_what_the_readme_example_draws() {
+    let (pod, script) = (
+        readme_heredoc("pod.yaml"),
+        readme_heredoc("/tmp/script.yaml"),
+    );
+    let svg = stdout(&simulate(&pod, &script, &["--output", "svg"]));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/simulate-timeline.svg");
+    if std::env::var("PODPROBE_UPDATE_DOCS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &svg).expect("write docs/simulate-timeline.svg");
+    }
+    let committed = std::fs::read_to_string(&path).expect("docs/simulate-timeline.svg");
+    assert!(
+        committed == svg,
+        "docs/simulate-timeline.svg is not what the README example draws now; \
+         regenerate it with PODPROBE_UPDATE_DOCS=1 cargo test --test cli_simulate docs_timeline"
+    );
 }

@@ -275,6 +275,40 @@ fn malformed_annotation_gives_an_event_and_other_pods_keep_working() {
     );
 }
 
+/// A pod with the probes annotation but without the readiness gate (its
+/// probes would change nothing), and one with the gate but without the
+/// annotation (it would stay NotReady), each get a Warning saying what to
+/// fix, on first sight.
+#[test]
+fn annotation_and_gate_without_each_other_are_warned_about() {
+    let rig = Rig::new();
+    let spec = json!({
+        "terminationGracePeriodSeconds": 2,
+        "containers": [{
+            "name": "app",
+            "image": BUSYBOX_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+        }],
+    });
+    rig.create_pod_with("ungated", Some(READINESS_FILE_PROBE), false, spec.clone());
+    rig.create_pod_with("unannotated", None, true, spec);
+    rig.wait_event(
+        "ungated",
+        "ReadinessGateMissing: the pod has the podprobe.io/probes annotation but does not list the readiness gate podprobe.io/ready",
+    );
+    rig.wait_event(
+        "unannotated",
+        "ProbeAnnotationMissing: the pod lists the readiness gate podprobe.io/ready but has no podprobe.io/probes annotation",
+    );
+    let logs = rig.podprobe.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("ungated") && l.contains("does not list the readiness gate")),
+        "no log line names the pod:\n{logs}"
+    );
+}
+
 /// K6: a readiness probe that keeps failing runs on its period while the
 /// container is not ready, plus one run per kubelet pod sync (the pod's
 /// start, its initial result and the pod worker's resync, 60-90 s apart),
@@ -359,6 +393,13 @@ impl Rig {
     /// A pod gated on `podprobe.io/ready`, labelled for this run, with
     /// `probes` as its annotation and `spec` merged over a minimal spec.
     fn create_custom_pod(&self, name: &str, probes: &str, spec: Value) {
+        self.create_pod_with(name, Some(probes), true, spec);
+    }
+
+    /// A pod labelled for this run, with `probes` as its annotation if any,
+    /// the `podprobe.io/ready` readiness gate if `gate`, and `spec` merged
+    /// over a minimal spec.
+    fn create_pod_with(&self, name: &str, probes: Option<&str>, gate: bool, spec: Value) {
         let mut manifest = json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -366,13 +407,15 @@ impl Rig {
                 "name": name,
                 "namespace": self.ns.name,
                 "labels": {TEST_RUN_LABEL: self.run_id},
-                "annotations": {"podprobe.io/probes": probes},
             },
-            "spec": {
-                "terminationGracePeriodSeconds": 30,
-                "readinessGates": [{"conditionType": GATE}],
-            },
+            "spec": {"terminationGracePeriodSeconds": 30},
         });
+        if let Some(probes) = probes {
+            manifest["metadata"]["annotations"] = json!({"podprobe.io/probes": probes});
+        }
+        if gate {
+            manifest["spec"]["readinessGates"] = json!([{"conditionType": GATE}]);
+        }
         if let (Some(base), Some(extra)) = (manifest["spec"].as_object_mut(), spec.as_object()) {
             base.extend(extra.clone());
         }

@@ -52,6 +52,16 @@ pub enum Mode {
     Authority,
 }
 
+impl Mode {
+    /// The mode's name, as `--mode` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Gate => "gate",
+            Mode::Authority => "authority",
+        }
+    }
+}
+
 /// The prober core's verdict for one container instance: `started` and `ready`
 /// as status.md rule 1 derives them from the results caches and workers.
 ///

@@ -1,0 +1,344 @@
+//! Gate-mode set-up mistakes that leave a pod NotReady for ever or its
+//! probes without effect: the `podprobe.io/probes` annotation without the
+//! `podprobe.io/ready` readiness gate, the gate without the annotation, and
+//! an annotation podprobe refuses. `podprobe run` reports them on a pod's
+//! first sight (a Warning Event and a log line); `podprobe lint` runs the
+//! same checks offline on manifests, before anything is applied.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use crate::oneshot::EXIT_INVALID_INPUT;
+use crate::probe::destinations::{AllowedHost, Destinations};
+use crate::status::{PROBES_ANNOTATION, READY_CONDITION, check_hosts, pod_probes};
+
+/// One set-up mistake of a pod (template).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// Probes run, but their verdict never counts for the pod's `Ready`.
+    GateMissing,
+    /// Nothing sets the gate, so the pod never turns Ready.
+    AnnotationMissing,
+    /// The annotation is refused (as `ProbeAnnotationInvalid` says when the
+    /// pod runs), so the gate stays unset.
+    AnnotationInvalid(String),
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::GateMissing => write!(
+                f,
+                "the pod has the {PROBES_ANNOTATION} annotation but does not list the readiness gate \
+                 {READY_CONDITION} in spec.readinessGates: podprobe runs its probes, but their \
+                 verdict does not count for the pod's Ready (add `readinessGates: \
+                 [{{conditionType: {READY_CONDITION}}}]`)"
+            ),
+            Finding::AnnotationMissing => write!(
+                f,
+                "the pod lists the readiness gate {READY_CONDITION} but has no {PROBES_ANNOTATION} \
+                 annotation: nothing sets the gate, so the pod stays NotReady (add the annotation, \
+                 or remove the gate)"
+            ),
+            Finding::AnnotationInvalid(error) => {
+                write!(f, "the {PROBES_ANNOTATION} annotation is refused: {error}")
+            }
+        }
+    }
+}
+
+/// Whether `pod` lists `podprobe.io/ready` in `spec.readinessGates`.
+fn lists_gate(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|spec| spec.readiness_gates.iter().flatten())
+        .any(|gate| gate.condition_type == READY_CONDITION)
+}
+
+fn has_annotation(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(PROBES_ANNOTATION))
+}
+
+/// The mismatch between annotation and gate, if any: what the daemon
+/// reports on a pod's first sight (the annotation's own errors it reports
+/// as `ProbeAnnotationInvalid` when it parses it).
+pub fn gate_mismatch(pod: &Pod) -> Option<Finding> {
+    match (has_annotation(pod), lists_gate(pod)) {
+        (true, false) => Some(Finding::GateMissing),
+        (false, true) => Some(Finding::AnnotationMissing),
+        _ => None,
+    }
+}
+
+/// Every finding of `pod` under the gate-mode destination policy
+/// `destinations`: the mismatch, and whether the daemon would refuse the
+/// annotation.
+pub fn pod_findings(pod: &Pod, destinations: &Destinations) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = gate_mismatch(pod).into_iter().collect();
+    if has_annotation(pod) {
+        let checked = pod_probes(pod).and_then(|probes| check_hosts(&probes, destinations));
+        if let Err(error) = checked {
+            findings.push(Finding::AnnotationInvalid(error.to_string()));
+        }
+    }
+    findings
+}
+
+/// A pod template found in a manifest, with what names it.
+#[derive(Debug)]
+struct Template {
+    /// `Kind namespace/name` of the object that holds it.
+    object: String,
+    pod: Result<Pod, String>,
+}
+
+/// The kinds whose pod template `podprobe lint` checks, and where it is.
+fn template_of(kind: &str, object: &Value) -> Option<Value> {
+    let template = match kind {
+        "Pod" => return Some(object.clone()),
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => {
+            object.pointer("/spec/template")
+        }
+        "CronJob" => object.pointer("/spec/jobTemplate/spec/template"),
+        _ => None,
+    }?;
+    Some(template.clone())
+}
+
+/// The pod templates of one YAML or JSON stream (`kind: List` items
+/// included), in order; objects of other kinds are skipped.
+fn templates(text: &str) -> Result<Vec<Template>, String> {
+    let mut found = Vec::new();
+    let mut stack = Vec::new();
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value: Value = serde::Deserialize::deserialize(document)
+            .map_err(|e| format!("document {}: {e}", index + 1))?;
+        stack.push(value);
+    }
+    stack.reverse();
+    while let Some(object) = stack.pop() {
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if kind == "List" {
+            if let Some(items) = object.get("items").and_then(Value::as_array) {
+                stack.extend(items.iter().rev().cloned());
+            }
+            continue;
+        }
+        let Some(template) = template_of(kind, &object) else {
+            continue;
+        };
+        let meta = |field: &str| {
+            object
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let namespace = meta("namespace");
+        let name = meta("name");
+        let object_name = match namespace.as_str() {
+            "" => format!("{kind} {name}"),
+            namespace => format!("{kind} {namespace}/{name}"),
+        };
+        let pod = serde_json::from_value::<Pod>(template)
+            .map_err(|e| format!("{object_name}: not a pod template: {e}"));
+        found.push(Template {
+            object: object_name,
+            pod,
+        });
+    }
+    Ok(found)
+}
+
+/// Flags of `podprobe lint`.
+#[derive(Args, Debug)]
+pub struct LintArgs {
+    /// Manifests to check (YAML streams or JSON; `-` reads stdin): Pods and
+    /// the pod templates of Deployments, StatefulSets, DaemonSets,
+    /// ReplicaSets, Jobs and CronJobs; other objects are skipped.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Probe hosts the cluster's podprobe allows (its --allow-probe-hosts);
+    /// an annotated probe with another `host` is reported.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    pub allow_probe_hosts: Vec<String>,
+}
+
+/// `after_help` of `podprobe lint`.
+pub const AFTER_HELP: &str = "\
+Reports, per pod template, what would leave it NotReady for ever or make its
+podprobe probes useless in gate mode: the podprobe.io/probes annotation
+without the podprobe.io/ready readiness gate, the gate without the
+annotation, and an annotation podprobe would refuse (invalid JSON or probe,
+a port the container does not have, a probe host not allowed). `podprobe
+run` reports the same on the cluster as Warning Events (ReadinessGateMissing,
+ProbeAnnotationMissing, ProbeAnnotationInvalid).
+
+Output: one line per finding, `FILE: KIND NAMESPACE/NAME: message`.
+
+Exit status: 0 no findings, 1 findings, 64 a file that cannot be read or
+parsed.";
+
+/// `podprobe lint`.
+pub fn main(args: LintArgs) -> ExitCode {
+    let allowed = args
+        .allow_probe_hosts
+        .iter()
+        .filter(|h| !h.is_empty())
+        .map(|h| h.parse::<AllowedHost>())
+        .collect::<Result<Vec<_>, _>>();
+    let allowed = match allowed {
+        Ok(allowed) => allowed,
+        Err(error) => {
+            eprintln!("podprobe lint: --allow-probe-hosts: {error}");
+            return ExitCode::from(EXIT_INVALID_INPUT);
+        }
+    };
+    let destinations = Destinations::new(allowed, Destinations::node_local());
+    let mut findings = 0usize;
+    let mut invalid = BTreeSet::new();
+    for file in &args.files {
+        let name = file.display().to_string();
+        let text = if name == "-" {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).map(|_| text)
+        } else {
+            std::fs::read_to_string(file)
+        };
+        let parsed = text.map_err(|e| e.to_string()).and_then(|t| templates(&t));
+        let templates = match parsed {
+            Ok(templates) => templates,
+            Err(error) => {
+                eprintln!("{name}: {error}");
+                invalid.insert(name);
+                continue;
+            }
+        };
+        for template in templates {
+            match template.pod {
+                Ok(pod) => {
+                    for finding in pod_findings(&pod, &destinations) {
+                        println!("{name}: {}: {finding}", template.object);
+                        findings += 1;
+                    }
+                }
+                Err(error) => {
+                    eprintln!("{name}: {error}");
+                    invalid.insert(name.clone());
+                }
+            }
+        }
+    }
+    if !invalid.is_empty() {
+        ExitCode::from(EXIT_INVALID_INPUT)
+    } else if findings > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(annotation: Option<&str>, gate: bool) -> Pod {
+        let mut value = serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"containers": [{"name": "app", "ports": [{"name": "http", "containerPort": 8080}]}]}
+        });
+        if let Some(annotation) = annotation {
+            value["metadata"]["annotations"] = serde_json::json!({PROBES_ANNOTATION: annotation});
+        }
+        if gate {
+            value["spec"]["readinessGates"] =
+                serde_json::json!([{"conditionType": READY_CONDITION}]);
+        }
+        serde_json::from_value(value).expect("pod")
+    }
+
+    const PROBES: &str = r#"{"app": {"readinessProbe": {"httpGet": {"port": "http"}}}}"#;
+
+    fn gate_policy() -> Destinations {
+        Destinations::new(Vec::new(), Destinations::node_local())
+    }
+
+    #[test]
+    fn annotation_and_gate_go_together() {
+        assert_eq!(gate_mismatch(&pod(Some(PROBES), true)), None);
+        assert_eq!(gate_mismatch(&pod(None, false)), None);
+        assert_eq!(
+            gate_mismatch(&pod(Some(PROBES), false)),
+            Some(Finding::GateMissing)
+        );
+        assert_eq!(
+            gate_mismatch(&pod(None, true)),
+            Some(Finding::AnnotationMissing)
+        );
+    }
+
+    #[test]
+    fn a_refused_annotation_is_a_finding() {
+        let policy = gate_policy();
+        assert!(pod_findings(&pod(Some(PROBES), true), &policy).is_empty());
+        let missing_port = r#"{"app": {"readinessProbe": {"httpGet": {"port": "web"}}}}"#;
+        let findings = pod_findings(&pod(Some(missing_port), true), &policy);
+        assert!(
+            matches!(&findings[..], [Finding::AnnotationInvalid(e)] if e.contains("\"web\"")),
+            "{findings:?}"
+        );
+        let host =
+            r#"{"app": {"readinessProbe": {"tcpSocket": {"port": 80, "host": "db.internal"}}}}"#;
+        let findings = pod_findings(&pod(Some(host), false), &policy);
+        assert_eq!(findings.len(), 2, "{findings:?}");
+        assert_eq!(findings[0], Finding::GateMissing);
+    }
+
+    #[test]
+    fn templates_of_workloads_lists_and_streams() {
+        let text = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  template:
+    metadata: {annotations: {podprobe.io/probes: "{}"}}
+    spec: {containers: [{name: app}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+---
+apiVersion: v1
+kind: List
+items:
+  - {kind: Pod, metadata: {name: a}, spec: {containers: [{name: app}]}}
+  - kind: CronJob
+    metadata: {name: nightly, namespace: ops}
+    spec: {jobTemplate: {spec: {template: {spec: {containers: [{name: job}]}}}}}
+"#;
+        let found = templates(text).expect("parses");
+        let names: Vec<_> = found.iter().map(|t| t.object.as_str()).collect();
+        assert_eq!(
+            names,
+            ["Deployment shop/web", "Pod a", "CronJob ops/nightly"]
+        );
+        assert!(found.iter().all(|t| t.pod.is_ok()));
+        assert!(templates("kind: Pod\nspec: [").is_err());
+        let bad = templates("kind: Pod\nmetadata: {name: x}\nspec: {containers: 3}").expect("yaml");
+        assert!(bad[0].pod.is_err());
+    }
+}
