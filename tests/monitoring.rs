@@ -142,10 +142,12 @@ fn selectors(expr: &str) -> Vec<Selector> {
 /// The series names `Metrics::encode()` can expose: each family by its type
 /// (a counter's `_total`, a histogram's `_bucket`, `_sum` and `_count`, an
 /// info's `_info`). A labelled family shows its type only once it has a
-/// series, so one probe run is recorded first.
+/// series, so first one probe run is recorded and the build information
+/// published, as `podprobe run` does at start.
 fn exported_series() -> BTreeSet<String> {
     let metrics = Metrics::new();
     record_one_probe(&metrics);
+    metrics.set_build_info("gate");
     let text = metrics.encode();
     let mut names = BTreeSet::new();
     for line in text.lines() {
