@@ -129,6 +129,12 @@ cleanup() {
 trap cleanup EXIT
 
 phase install-deps hack/install-deps.sh
+# helm and promtool, which install-deps.sh built (cached), for tests/chart.rs
+# and tests/monitoring.rs. If a build failed, the path is empty and those
+# tests fail saying so.
+PODPROBE_HELM=$(hack/helm.sh 2>/dev/null || true)
+PODPROBE_PROMTOOL=$(hack/promtool.sh 2>/dev/null || true)
+export PODPROBE_HELM PODPROBE_PROMTOOL
 
 if ! hack/containerd.sh status >/dev/null 2>&1; then
   started_cri=yes
@@ -175,7 +181,11 @@ phase tests cargo test --locked --no-fail-fast
 phase faults cargo test --locked --no-fail-fast --test faults -- --ignored --test-threads=8
 
 # End to end, with podprobe as the cluster's DaemonSet next to the kubelet,
-# and in authority mode for the agent node.
+# and in authority mode for the agent node. To deploy from the Helm chart
+# instead of the kustomization, `phase deploy hack/deploy.sh --helm tests/e2e`
+# (charts/podprobe with tests/e2e/values.yaml, the chart's equivalent of
+# tests/e2e's kustomization; the e2e tests below take the deployed DaemonSet
+# as it is, PODPROBE_E2E_DEPLOYED=1).
 phase deploy hack/deploy.sh tests/e2e
 if ! hack/agent-node.sh status >/dev/null 2>&1; then
   started_agent=yes

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds Prometheus' promtool from its Go module at the pinned version (cached
+# under ${PODPROBE_CACHE:-~/.cache/podprobe}/tools) and prints the binary's
+# path. Idempotent. tests/monitoring.rs runs it through PODPROBE_PROMTOOL:
+#
+#   export PODPROBE_PROMTOOL="$(hack/promtool.sh)"
+set -euo pipefail
+PROMETHEUS_VERSION=v0.316.0
+# shellcheck source=hack/go-tool.sh
+. "$(dirname "$0")/go-tool.sh"
+go_tool promtool github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_VERSION"

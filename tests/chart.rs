@@ -1,0 +1,598 @@
+//! The Helm chart `charts/podprobe`, without a cluster: `helm lint`, what
+//! `helm template` renders for the defaults and for each value that changes
+//! the objects, and that `deploy/base` and `deploy/monitoring` are exactly
+//! what `hack/render-manifests.sh` renders from it (the chart is their single
+//! source).
+//!
+//! helm comes from `PODPROBE_HELM` (hack/test.sh exports it) or the cache of
+//! `hack/helm.sh`; without it every test here fails, saying to run that.
+
+#[path = "support/go_tools.rs"]
+mod go_tools;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use go_tools::{helm, repo, run, run_ok, yaml_docs, yaml_file};
+use serde_json::{Value, json};
+
+const CHART: &str = "charts/podprobe";
+
+/// `helm template podprobe charts/podprobe -n podprobe-system` with `args`
+/// (`--set ...`, `-f ...`), parsed.
+fn template(args: &[&str]) -> Vec<Value> {
+    template_as("podprobe", "podprobe-system", args)
+}
+
+fn template_as(release: &str, namespace: &str, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["template", release, CHART, "--namespace", namespace];
+    all.extend_from_slice(args);
+    yaml_docs(&run_ok(&helm(), &all))
+}
+
+/// What `helm template` says when it refuses `args`.
+fn template_error(args: &[&str]) -> String {
+    let mut all = vec!["template", "podprobe", CHART];
+    all.extend_from_slice(args);
+    let output = run(&helm(), &all);
+    assert!(
+        !output.status.success(),
+        "helm template {} should fail, rendered:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn kinds(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter()
+        .map(|d| d["kind"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {kind} {name} among {:?}",
+                docs.iter()
+                    .map(|d| format!("{} {}", d["kind"], d["metadata"]["name"]))
+                    .collect::<Vec<_>>()
+            )
+        })
+}
+
+fn daemonset(docs: &[Value]) -> &Value {
+    find(docs, "DaemonSet", "podprobe")
+}
+
+fn pod_spec(docs: &[Value]) -> &Value {
+    &daemonset(docs)["spec"]["template"]["spec"]
+}
+
+fn container(docs: &[Value]) -> &Value {
+    let containers = pod_spec(docs)["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1);
+    &containers[0]
+}
+
+fn args(docs: &[Value]) -> Vec<String> {
+    container(docs)["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string arg").to_string())
+        .collect()
+}
+
+/// The CRI endpoint flag, the hostPath of the `cri` volume and where it is
+/// mounted.
+fn cri(docs: &[Value]) -> (String, Value, Value) {
+    let endpoint = args(docs)
+        .into_iter()
+        .find(|a| a.starts_with("--cri-endpoint="))
+        .expect("--cri-endpoint");
+    let volume = pod_spec(docs)["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cri")
+        .expect("volume cri")["hostPath"]
+        .clone();
+    let mount = container(docs)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "cri")
+        .expect("mount cri")
+        .clone();
+    (endpoint, volume, mount)
+}
+
+#[test]
+fn lint_passes_strict() {
+    let helm = helm();
+    for extra in [
+        &[][..],
+        &["--set", "mode=authority"][..],
+        &[
+            "--set",
+            "podMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true",
+        ][..],
+        &["--values", "tests/e2e/values.yaml"][..],
+    ] {
+        for strict in [false, true] {
+            let mut all = vec!["lint", CHART];
+            if strict {
+                all.push("--strict");
+            }
+            all.extend_from_slice(extra);
+            let out = run_ok(&helm, &all);
+            assert!(out.contains("0 chart(s) failed"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn defaults_are_deploy_base() {
+    let docs = template(&[]);
+    assert_eq!(
+        kinds(&docs),
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "DaemonSet",
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+        .map(String::from)
+        .into(),
+        "no monitoring objects unless asked for"
+    );
+    for (kind, name) in [
+        ("ServiceAccount", "podprobe"),
+        ("ServiceAccount", "podprobe-authority"),
+        ("ClusterRole", "podprobe"),
+        ("ClusterRole", "podprobe-metrics-reader"),
+        ("ClusterRoleBinding", "podprobe"),
+        ("ValidatingAdmissionPolicy", "podprobe-status-writes"),
+        ("ValidatingAdmissionPolicyBinding", "podprobe-status-writes"),
+    ] {
+        find(&docs, kind, name);
+    }
+    assert_eq!(
+        args(&docs),
+        [
+            "run",
+            "--mode=gate",
+            "--cri-endpoint=unix:///run/containerd/containerd.sock",
+            "--listen=0.0.0.0:9440",
+            "--metrics-auth=delegated",
+            "--max-connections=64",
+            "--log-format=json",
+        ]
+    );
+    let (_, volume, mount) = cri(&docs);
+    assert_eq!(
+        volume,
+        json!({"path": "/run/containerd", "type": "Directory"})
+    );
+    assert_eq!(mount["mountPath"], "/run/containerd");
+    assert_eq!(mount["readOnly"], true);
+
+    let ds = daemonset(&docs);
+    assert_eq!(ds["metadata"]["namespace"], "podprobe-system");
+    assert_eq!(
+        ds["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}})
+    );
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "podprobe", "app.kubernetes.io/instance": "podprobe"})
+    );
+    let spec = pod_spec(&docs);
+    assert_eq!(spec["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert_eq!(spec["serviceAccountName"], "podprobe");
+    assert_eq!(spec["hostNetwork"], true);
+    assert_eq!(spec["dnsPolicy"], "Default");
+    assert_eq!(spec["priorityClassName"], "system-node-critical");
+    assert_eq!(spec["tolerations"], json!([{"operator": "Exists"}]));
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchExpressions": [{"key": "podprobe.io/agent-node", "operator": "DoesNotExist"}]}])
+    );
+    let c = container(&docs);
+    assert_eq!(c["image"], "docker.io/local/podprobe:dev");
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(
+        c["securityContext"],
+        json!({
+            "runAsUser": 0,
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        })
+    );
+    assert_eq!(
+        c["env"],
+        json!([{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}])
+    );
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}})
+    );
+    assert_eq!(
+        find(&docs, "ClusterRole", "podprobe-metrics-reader")["rules"],
+        json!([{"nonResourceURLs": ["/metrics", "/metrics/probes"], "verbs": ["get"]}])
+    );
+}
+
+#[test]
+fn authority_mode_runs_as_its_account_on_agent_nodes_only() {
+    let docs = template(&["--set", "mode=authority"]);
+    assert!(args(&docs).contains(&"--mode=authority".to_string()));
+    let spec = pod_spec(&docs);
+    assert_eq!(spec["serviceAccountName"], "podprobe-authority");
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchExpressions": [{"key": "podprobe.io/agent-node", "operator": "In", "values": ["true"]}]}])
+    );
+
+    // An affinity of one's own replaces the chart's, in either mode.
+    let own = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+        {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}});
+    let docs = template(&["--set-json", &format!("affinity={own}")]);
+    assert_eq!(pod_spec(&docs)["affinity"], own);
+}
+
+#[test]
+fn cri_socket_presets_and_custom_path() {
+    for (set, endpoint, dir) in [
+        (
+            "cri.runtime=containerd",
+            "unix:///run/containerd/containerd.sock",
+            "/run/containerd",
+        ),
+        (
+            "cri.runtime=crio",
+            "unix:///var/run/crio/crio.sock",
+            "/var/run/crio",
+        ),
+        (
+            "cri.runtime=custom,cri.socketPath=/var/lib/agent/run/cri.sock",
+            "unix:///var/lib/agent/run/cri.sock",
+            "/var/lib/agent/run",
+        ),
+    ] {
+        let docs = template(&["--set", set]);
+        let (flag, volume, mount) = cri(&docs);
+        assert_eq!(flag, format!("--cri-endpoint={endpoint}"), "{set}");
+        assert_eq!(volume, json!({"path": dir, "type": "Directory"}), "{set}");
+        assert_eq!(mount["mountPath"], dir, "{set}");
+    }
+    // A custom runtime needs an absolute path in a directory of its own.
+    for bad in ["", "cri.sock", "/cri.sock"] {
+        let error = template_error(&[
+            "--set",
+            "cri.runtime=custom",
+            "--set-string",
+            &format!("cri.socketPath={bad}"),
+        ]);
+        assert!(error.contains("cri.socketPath"), "{bad:?}: {error}");
+    }
+    let error = template_error(&["--set", "cri.runtime=docker"]);
+    assert!(names(&error, "cri.runtime"), "{error}");
+}
+
+/// Whether helm's `error` names the value `path`: the templates' own checks
+/// say `cri.runtime`, values.schema.json says `/cri/runtime`.
+fn names(error: &str, path: &str) -> bool {
+    error.contains(path) || error.contains(&format!("/{}", path.replace('.', "/")))
+}
+
+#[test]
+fn bad_values_are_refused_with_the_value_named() {
+    let error = template_error(&["--set", "mode=both"]);
+    assert!(names(&error, "mode"), "{error}");
+    let error = template_error(&["--set", "metrics.auth=basic"]);
+    assert!(names(&error, "metrics.auth"), "{error}");
+    // A misspelt value is an error, not silently ignored.
+    let error = template_error(&["--set", "podmonitor.enabled=true"]);
+    assert!(error.contains("podmonitor"), "{error}");
+    // Without the schema, the templates refuse them too.
+    let error = template_error(&["--skip-schema-validation", "--set", "mode=both"]);
+    assert!(error.contains("mode must be gate or authority"), "{error}");
+}
+
+#[test]
+fn monitoring_objects_appear_only_when_enabled() {
+    let docs = template(&["--set", "podMonitor.enabled=true"]);
+    let monitor = find(&docs, "PodMonitor", "podprobe");
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    assert!(!kinds(&docs).contains("PrometheusRule"));
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["port"], "http");
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(
+        endpoint["authorization"],
+        json!({"type": "Bearer", "credentials": {"name": "podprobe-metrics-scraper", "key": "token"}})
+    );
+    assert_eq!(
+        endpoint["relabelings"],
+        json!([
+            {"targetLabel": "job", "replacement": "podprobe"},
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"},
+        ])
+    );
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"],
+        daemonset(&docs)["spec"]["selector"]["matchLabels"]
+    );
+    // The token it sends: a ServiceAccount bound to the metrics reader role.
+    let secret = find(&docs, "Secret", "podprobe-metrics-scraper");
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    find(&docs, "ServiceAccount", "podprobe-metrics-scraper");
+    let binding = find(&docs, "ClusterRoleBinding", "podprobe-metrics-scraper");
+    assert_eq!(binding["roleRef"]["name"], "podprobe-metrics-reader");
+
+    // With an existing token Secret, or no authentication, nothing extra.
+    let docs = template(&[
+        "--set",
+        "podMonitor.enabled=true,podMonitor.tokenSecret=mine",
+    ]);
+    assert!(!kinds(&docs).contains("Secret"));
+    assert_eq!(
+        find(&docs, "PodMonitor", "podprobe")["spec"]["podMetricsEndpoints"][0]["authorization"]["credentials"]
+            ["name"],
+        "mine"
+    );
+    let docs = template(&["--set", "podMonitor.enabled=true,metrics.auth=none"]);
+    assert!(!kinds(&docs).contains("Secret"));
+    assert!(args(&docs).contains(&"--metrics-auth=none".to_string()));
+    assert!(
+        find(&docs, "PodMonitor", "podprobe")["spec"]["podMetricsEndpoints"][0]
+            .get("authorization")
+            .is_none()
+    );
+
+    let docs = template(&["--set", "prometheusRule.enabled=true"]);
+    assert!(!kinds(&docs).contains("PodMonitor"));
+    let rule = find(&docs, "PrometheusRule", "podprobe");
+    assert_eq!(
+        rule["spec"],
+        yaml_file("charts/podprobe/files/alerts.yaml"),
+        "the PrometheusRule carries files/alerts.yaml unchanged"
+    );
+
+    let docs = template(&["--set", "grafanaDashboard.enabled=true"]);
+    let config_map = find(&docs, "ConfigMap", "podprobe-dashboard");
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dashboard: Value =
+        serde_json::from_str(config_map["data"]["podprobe.json"].as_str().unwrap()).unwrap();
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("charts/podprobe/files/dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(dashboard, file);
+}
+
+#[test]
+fn admission_policy_names_the_release_accounts_and_can_be_left_out() {
+    let docs = template(&["--set", "admissionPolicy.enabled=false"]);
+    let kinds = kinds(&docs);
+    assert!(!kinds.contains("ValidatingAdmissionPolicy"), "{kinds:?}");
+    assert!(
+        !kinds.contains("ValidatingAdmissionPolicyBinding"),
+        "{kinds:?}"
+    );
+
+    // In another namespace, under another release name, the CEL names the
+    // accounts the release creates (kustomize could not rewrite them).
+    let docs = template_as("edge", "probes", &[]);
+    let policy = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "edge-podprobe-status-writes",
+    );
+    let text = policy.to_string();
+    assert!(
+        text.contains("system:serviceaccount:probes:edge-podprobe'")
+            && text.contains("system:serviceaccount:probes:edge-podprobe-authority'"),
+        "{text}"
+    );
+    assert!(!text.contains("podprobe-system"), "{text}");
+    find(&docs, "ServiceAccount", "edge-podprobe");
+    find(&docs, "ServiceAccount", "edge-podprobe-authority");
+    assert_eq!(
+        find(
+            &docs,
+            "ValidatingAdmissionPolicyBinding",
+            "edge-podprobe-status-writes"
+        )["spec"]["policyName"],
+        "edge-podprobe-status-writes"
+    );
+}
+
+#[test]
+fn extra_args_env_image_and_update_strategy() {
+    let docs = template(&[
+        "--set-json",
+        r#"extraArgs=["--pod-selector=!podprobe.io/test-run","--allow-probe-hosts=10.0.0.0/8"]"#,
+        "--set-json",
+        r#"extraEnv=[{"name":"RUST_LOG","value":"debug"}]"#,
+        "--set",
+        "image.repository=registry.example/podprobe,image.digest=sha256:0123,image.pullPolicy=Always",
+        "--set",
+        "updateStrategy.rollingUpdate.maxUnavailable=2,priorityClassName=",
+        "--set",
+        "metrics.plainListen=127.0.0.1:9441",
+    ]);
+    let args = args(&docs);
+    assert_eq!(
+        &args[args.len() - 2..],
+        [
+            "--pod-selector=!podprobe.io/test-run",
+            "--allow-probe-hosts=10.0.0.0/8"
+        ],
+        "extraArgs come last, after the chart's"
+    );
+    assert!(args.contains(&"--plain-metrics-listen=127.0.0.1:9441".to_string()));
+    let c = container(&docs);
+    assert_eq!(c["env"][1], json!({"name": "RUST_LOG", "value": "debug"}));
+    assert_eq!(c["env"][0]["name"], "NODE_NAME");
+    assert_eq!(c["image"], "registry.example/podprobe@sha256:0123");
+    assert_eq!(c["imagePullPolicy"], "Always");
+    assert_eq!(
+        daemonset(&docs)["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+        2
+    );
+    assert!(pod_spec(&docs).get("priorityClassName").is_none());
+}
+
+/// tests/e2e/values.yaml deploys what tests/e2e's kustomization deploys:
+/// deploy/local's image, pull policy, environment and containerd, plus the
+/// e2e patch's arguments.
+#[test]
+fn e2e_values_match_the_e2e_kustomization() {
+    let docs = template(&["--values", "tests/e2e/values.yaml"]);
+    let local = yaml_file("deploy/local/daemonset.yaml");
+    let local_spec = &local["spec"]["template"]["spec"];
+    let local_container = &local_spec["containers"][0];
+    let c = container(&docs);
+    assert_eq!(c["image"], local_container["image"]);
+    assert_eq!(c["imagePullPolicy"], local_container["imagePullPolicy"]);
+    for env in local_container["env"].as_array().unwrap() {
+        assert!(
+            c["env"].as_array().unwrap().contains(env),
+            "{env} missing from {}",
+            c["env"]
+        );
+    }
+    let local_dir = local_spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cri")
+        .unwrap()["hostPath"]["path"]
+        .as_str()
+        .unwrap();
+    let (endpoint, volume, _) = cri(&docs);
+    assert_eq!(volume["path"], local_dir);
+    assert_eq!(
+        endpoint,
+        format!("--cri-endpoint=unix://{local_dir}/containerd.sock")
+    );
+
+    let e2e = yaml_file("tests/e2e/kustomization.yaml");
+    let patch = yaml_docs(e2e["patches"][0]["patch"].as_str().unwrap()).remove(0);
+    for op in patch.as_array().unwrap() {
+        assert_eq!(op["path"], "/spec/template/spec/containers/0/args/-");
+        let arg = op["value"].as_str().unwrap().to_string();
+        assert!(args(&docs).contains(&arg), "{arg} missing");
+    }
+}
+
+/// deploy/base and deploy/monitoring are exactly what
+/// hack/render-manifests.sh renders from the chart now, and every file there
+/// that says it is generated is still generated.
+#[test]
+fn generated_manifests_match_the_chart() {
+    let out = tempfile::tempdir().expect("temporary directory");
+    let output = std::process::Command::new("bash")
+        .arg(repo().join("hack/render-manifests.sh"))
+        .args(["--out".as_ref(), out.path().as_os_str()])
+        .env("PODPROBE_HELM", helm())
+        .output()
+        .expect("run hack/render-manifests.sh");
+    assert!(
+        output.status.success(),
+        "hack/render-manifests.sh failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut rendered = BTreeSet::new();
+    let mut stale = Vec::new();
+    for dir in ["deploy/base", "deploy/monitoring"] {
+        for entry in std::fs::read_dir(out.path().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = format!("{dir}/{}", path.file_name().unwrap().to_string_lossy());
+            let fresh = std::fs::read_to_string(&path).unwrap();
+            let checked_in = std::fs::read_to_string(repo().join(&name)).unwrap_or_default();
+            if fresh != checked_in {
+                stale.push(name.clone());
+            }
+            rendered.insert(name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{stale:?} differ from what the chart renders: run hack/render-manifests.sh and commit the result (edit charts/podprobe, not the generated files)"
+    );
+    for dir in ["deploy/base", "deploy/monitoring"] {
+        for entry in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = format!("{dir}/{}", path.file_name().unwrap().to_string_lossy());
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                !text.contains("Generated by hack/render-manifests.sh") || rendered.contains(&name),
+                "{name} says it is generated, but the chart no longer renders it: delete it"
+            );
+        }
+    }
+    for must in [
+        "deploy/base/daemonset.yaml",
+        "deploy/base/rbac.yaml",
+        "deploy/base/admission-policy.yaml",
+        "deploy/monitoring/podmonitor.yaml",
+        "deploy/monitoring/prometheusrule.yaml",
+        "deploy/monitoring/dashboard.json",
+    ] {
+        assert!(
+            rendered.contains(must),
+            "{must} is not rendered: {rendered:?}"
+        );
+    }
+}
+
+/// Every value of values.yaml is in the chart README's table.
+#[test]
+fn readme_documents_every_value() {
+    fn leaves(prefix: &str, value: &Value, out: &mut Vec<String>) {
+        match value.as_object() {
+            // Maps passed through whole (resources, labels, ...) are one
+            // value, as is a map that is empty by default.
+            Some(map)
+                if !map.is_empty()
+                    && !["resources", "nodeSelector", "updateStrategy"].contains(&prefix)
+                    && !prefix.ends_with("labels") =>
+            {
+                for (key, value) in map {
+                    let path = if prefix.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{prefix}.{key}")
+                    };
+                    leaves(&path, value, out);
+                }
+            }
+            _ => out.push(prefix.to_string()),
+        }
+    }
+    let values = yaml_file("charts/podprobe/values.yaml");
+    let mut paths = Vec::new();
+    leaves("", &values, &mut paths);
+    let readme = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/podprobe/README.md"),
+    )
+    .expect("charts/podprobe/README.md");
+    let missing: Vec<_> = paths
+        .iter()
+        .filter(|p| !readme.contains(&format!("| `{p}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "charts/podprobe/README.md's values table lacks {missing:?}"
+    );
+}
