@@ -135,6 +135,7 @@ phase install-deps hack/install-deps.sh
 PODPROBE_HELM=$(hack/helm.sh 2>/dev/null || true)
 PODPROBE_PROMTOOL=$(hack/promtool.sh 2>/dev/null || true)
 export PODPROBE_HELM PODPROBE_PROMTOOL
+export PODPROBE_DEPLOY=helm
 
 if ! hack/containerd.sh status >/dev/null 2>&1; then
   started_cri=yes
@@ -165,6 +166,9 @@ k8s_pid=
 read -r _ k8s_secs <"$logs/k8s-build.status" || k8s_secs=?
 record "k8s-build (beside)" "$k8s_rc" "$k8s_secs"
 if [ "$k8s_rc" != 0 ]; then tail -n 40 "$logs/k8s-build.log" >&2; fi
+# The pinned kubectl, for tests/readme.rs's `kubectl apply -k` (rendered).
+PODPROBE_KUBECTL="$(hack/k8s-build.sh --bin-dir)/kubectl"
+export PODPROBE_KUBECTL
 
 if ! hack/local-cluster.sh status >/dev/null 2>&1; then
   started_cluster=yes
@@ -181,12 +185,12 @@ phase tests cargo test --locked --no-fail-fast
 phase faults cargo test --locked --no-fail-fast --test faults -- --ignored --test-threads=8
 
 # End to end, with podprobe as the cluster's DaemonSet next to the kubelet,
-# and in authority mode for the agent node. To deploy from the Helm chart
-# instead of the kustomization, `phase deploy hack/deploy.sh --helm tests/e2e`
-# (charts/podprobe with tests/e2e/values.yaml, the chart's equivalent of
-# tests/e2e's kustomization; the e2e tests below take the deployed DaemonSet
-# as it is, PODPROBE_E2E_DEPLOYED=1).
-phase deploy hack/deploy.sh tests/e2e
+# installed as a user installs it with Helm (charts/podprobe with
+# tests/e2e/values.yaml, the chart's equivalent of tests/e2e's
+# kustomization; PODPROBE_DEPLOY=helm makes a test that deploys by itself
+# do the same), and in authority mode for the agent node. The e2e tests
+# below take the deployed DaemonSet as it is (PODPROBE_E2E_DEPLOYED=1).
+phase deploy hack/deploy.sh --helm tests/e2e
 if ! hack/agent-node.sh status >/dev/null 2>&1; then
   started_agent=yes
   phase agent-node-up hack/agent-node.sh up

@@ -2,7 +2,7 @@
 //! with how it is exercised. Blocks that need no cluster run here, in bash,
 //! in a scratch directory, with the binary under test as `podprobe` and
 //! `target/release/podprobe`, `cargo build` as a no-op, `kubectl apply -k`
-//! rendering with `kubectl kustomize` and `helm upgrade --install`
+//! rendering with `kubectl kustomize` (`apply -f` printing the file) and `helm upgrade --install`
 //! rendering with `helm template`; the rest name the script or test that
 //! runs them. A new block without an entry fails the test, as does an entry
 //! whose block is gone.
@@ -76,9 +76,14 @@ fn table() -> Vec<(&'static str, Exercised)> {
             }),
         ),
         (
-            "helm upgrade --install podprobe charts/podprobe --namespace podprobe-system --create-namespace \\",
+            "kubectl apply -f deploy/base/namespace.yaml",
             Here(|code, out| {
                 assert_eq!(code, 0, "{out}");
+                assert!(
+                    out.contains("kind: Namespace") && out.contains("name: podprobe-system"),
+                    "{out}"
+                );
+                assert!(out.contains("kind: DaemonSet"), "{out}");
                 assert!(
                     out.contains("image: registry.example.com/podprobe:0.1.0"),
                     "{out}"
@@ -150,6 +155,15 @@ fn scratch() -> tempfile::TempDir {
     for name in ["deploy", "charts", "hack"] {
         std::os::unix::fs::symlink(root().join(name), dir.path().join(name)).expect("link");
     }
+    // The manifest of "your pod" that the probe example reads before the
+    // simulate example writes its own.
+    std::fs::write(
+        dir.path().join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: app}\nspec:\n  containers:\n  - name: app\n    \
+         image: app\n    ports: [{containerPort: 8080}]\n    livenessProbe:\n      \
+         httpGet: {path: /healthz, port: 8080}\n",
+    )
+    .expect("pod.yaml");
     let binary = Path::new(env!("CARGO_BIN_EXE_podprobe"));
     std::fs::create_dir_all(dir.path().join("target/release")).expect("target dir");
     std::fs::create_dir_all(dir.path().join("bin")).expect("bin dir");
@@ -166,6 +180,7 @@ fn scratch() -> tempfile::TempDir {
             "kubectl",
             format!(
                 "#!/bin/sh\nif [ \"$1\" = apply ] && [ \"$2\" = -k ]; then exec {kubectl} kustomize \"$3\"; fi\n\
+                 if [ \"$1\" = apply ] && [ \"$2\" = -f ]; then exec cat \"$3\"; fi\n\
                  echo \"kubectl shim: only 'apply -k' runs here: $*\" >&2; exit 99\n"
             ),
         ),
