@@ -9,6 +9,8 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/go_tools.rs"]
+mod go_tools;
 
 use std::time::Duration;
 
@@ -538,4 +540,149 @@ fn recreated_pod_gets_no_stale_status() {
     });
     ns.exec("phoenix", "touch /tmp/ready");
     wait_gate(&ns, "phoenix", true);
+}
+
+/// `GET path` on `addr` with `token` as bearer token, if any: the status
+/// code and the body.
+fn http_get(addr: &str, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| format!("{addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| e.to_string())?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line in {response:.200}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// What the chart's PodMonitor tells Prometheus to do, done by hand against
+/// the DaemonSet the chart installed: the scraper ServiceAccount and token
+/// the chart renders with `podMonitor.enabled` get `/metrics` on the named
+/// port of each podprobe pod, which answers nobody without the token.
+#[test]
+#[ignore = "needs the local cluster (hack/test.sh runs it)"]
+fn the_chart_install_is_scraped_as_its_pod_monitor_says() {
+    ensure_podprobe();
+    let render = |template: &str| {
+        go_tools::run_ok(
+            &go_tools::helm(),
+            &[
+                "template",
+                "podprobe",
+                "charts/podprobe",
+                "--namespace",
+                PODPROBE_NAMESPACE,
+                "-f",
+                "tests/e2e/values.yaml",
+                "--set",
+                "podMonitor.enabled=true",
+                "--show-only",
+                template,
+            ],
+        )
+    };
+    let monitor = go_tools::yaml_docs(&render("templates/podmonitor.yaml"));
+    let endpoint = &monitor[0]["spec"]["podMetricsEndpoints"][0];
+    let (port_name, path) = (
+        endpoint["port"].as_str().expect("port"),
+        endpoint["path"].as_str().expect("path"),
+    );
+    let secret = endpoint["authorization"]["credentials"]["name"]
+        .as_str()
+        .expect("token secret");
+    let scraper = render("templates/metrics-scraper.yaml");
+    cluster()
+        .kubectl_with_input(&["apply", "-f", "-"], Some(&scraper))
+        .expect("apply the scraper's account");
+
+    let token = cluster::wait_for(
+        "the scraper's token",
+        Duration::from_secs(60),
+        || {
+            let secret = cluster().json(&["-n", PODPROBE_NAMESPACE, "get", "secret", secret])?;
+            let encoded = secret["data"]["token"]
+                .as_str()
+                .ok_or("no token yet")?
+                .to_string();
+            base64_decode(&encoded)
+        },
+        String::new,
+    );
+    let pods = cluster()
+        .json(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            PODPROBE_SELECTOR,
+        ])
+        .expect("podprobe pods");
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    assert!(!items.is_empty(), "no podprobe pod");
+    for pod in items {
+        let ip = pod["status"]["podIP"].as_str().expect("pod IP");
+        let port = pod["spec"]["containers"][0]["ports"]
+            .as_array()
+            .and_then(|ports| ports.iter().find(|p| p["name"] == port_name))
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("no port {port_name} in {pod}"));
+        let addr = format!("{ip}:{port}");
+        let (code, body) = http_get(&addr, path, Some(&token)).expect("scrape");
+        assert_eq!(code, 200, "{body:.500}");
+        assert!(
+            body.lines().any(|l| l.starts_with("podprobe_build_info{")
+                && l.contains("mode=\"gate\"")
+                && l.ends_with(" 1")),
+            "{body}"
+        );
+        assert!(body.contains("\nprocess_cpu_seconds_total "), "{body}");
+        let (code, _) = http_get(&addr, path, None).expect("unauthenticated scrape");
+        assert_eq!(code, 401, "/metrics without the token");
+    }
+    cluster()
+        .kubectl_with_input(&["delete", "--ignore-not-found", "-f", "-"], Some(&scraper))
+        .expect("remove the scraper's account");
+}
+
+/// Standard base64 (a Secret's `data`), without a dependency for it.
+fn base64_decode(text: &str) -> Result<String, String> {
+    let value = |c: u8| -> Result<u32, String> {
+        Ok(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return Err(format!("not base64: {c:?}")),
+        } as u32)
+    };
+    let mut bytes = Vec::new();
+    for chunk in text.trim_end_matches('=').as_bytes().chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= value(c)? << (18 - 6 * i);
+        }
+        bytes.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    String::from_utf8(bytes).map_err(|e| e.to_string())
 }
