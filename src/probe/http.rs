@@ -60,7 +60,9 @@ pub async fn probe(
         Err(client_error) => return Ok(Outcome::new(ProbeResult::Failure, client_error)),
     };
     let body = match action.extensions.method {
-        // A HEAD response has no body; none is waited for.
+        // A HEAD response has no body. hyper already gives it an empty
+        // one (the request says HEAD); not reading at all keeps that so
+        // whatever the transport.
         Method::Head => Vec::new(),
         Method::Get => exchange
             .read_body(MAX_OUTPUT_BYTES, deadline)
