@@ -1,6 +1,15 @@
 //! `podprobe probe`: runs one probe once and reports what the kubelet would
-//! conclude. Input is a core/v1 `Probe`, or a Pod manifest plus the container
+//! conclude. Input is a probe object, or a Pod manifest plus the container
 //! and probe kind to pick from it, as YAML or JSON.
+//!
+//! A probe object is read by the same strict parser as gate mode's
+//! annotation ([`spec::decode_probe_object`]), so the two accept exactly the
+//! same objects (podprobe's extensions under the `podprobe` key included)
+//! and refuse an unknown field with the same words. A Pod manifest is read
+//! as a core/v1 Pod, and its chosen probe strictly too; there the `podprobe`
+//! key is refused, as it is not part of core/v1 (the API server would drop
+//! it from a pod spec: extensions belong in the `podprobe.io/probes`
+//! annotation).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -8,10 +17,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use crate::cri::{CriClient, DEFAULT_ENDPOINT};
+use crate::probe::spec::extension::Method;
 use crate::probe::spec::{self, Handler, Scheme};
 use crate::probe::{
     ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
@@ -23,8 +33,10 @@ pub const EXIT_INVALID_INPUT: u8 = 64;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
-    /// The probe to run: a file with a core/v1 Probe, or with a Pod manifest
-    /// (then also give --container and --kind); YAML or JSON; `-` reads stdin.
+    /// The probe to run: a file with a probe object (a core/v1 Probe, plus
+    /// podprobe's extensions under `podprobe`, as in the podprobe.io/probes
+    /// annotation), or with a Pod manifest (then also give --container and
+    /// --kind); YAML or JSON; `-` reads stdin. Unknown fields are refused.
     #[arg(long, value_name = "FILE")]
     pub probe: PathBuf,
 
@@ -97,6 +109,9 @@ pub enum InputError {
     Parse { path: String, message: String },
     #[error("{0}")]
     Selection(String),
+    /// The probe object does not decode strictly; names the field.
+    #[error(transparent)]
+    Decode(#[from] spec::DecodeError),
     #[error(transparent)]
     Spec(#[from] spec::SpecError),
 }
@@ -211,17 +226,16 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Inp
     let is_pod =
         doc.get("kind").and_then(|k| k.as_str()) == Some("Pod") || doc.get("spec").is_some();
     if !is_pod {
-        let probe: Probe = serde_json::from_value(doc.clone())
-            .map_err(|e| InputError::Selection(format!("not a core/v1 Probe: {e}")))?;
         let kind = args
             .kind
             .map(ProbeKind::from)
             .unwrap_or(ProbeKind::Readiness);
+        let object = spec::decode_probe_object(kind, doc)?;
         let container = Container {
             name: args.container.clone().unwrap_or_default(),
             ..Container::default()
         };
-        let spec = spec::normalize(kind, &probe, &container)?;
+        let spec = spec::normalize_object(kind, &object, &container)?;
         return Ok(Selected {
             kind,
             container: container.name,
@@ -235,19 +249,47 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Inp
         Some(k) => ProbeKind::from(k),
         None => only_probe_kind(container)?,
     };
-    let probe = spec::container_probe(container, kind).ok_or_else(|| {
-        InputError::Selection(format!(
+    if spec::container_probe(container, kind).is_none() {
+        return Err(InputError::Selection(format!(
             "container {:?} has no {}",
             container.name,
             kind.field_name()
-        ))
-    })?;
-    let spec = spec::normalize(kind, probe, container)?;
+        )));
+    }
+    let written = written_probe(doc, &container.name, kind)
+        .cloned()
+        .unwrap_or_default();
+    let object = spec::decode_probe_object(kind, &written)?;
+    if object.podprobe.is_some() {
+        return Err(InputError::Decode(spec::DecodeError {
+            field: format!("{}.{}", kind.field_name(), spec::EXTENSIONS_KEY),
+            message: "unknown field (not part of core/v1: the API server drops it from a pod \
+                      spec; podprobe's extensions go in the podprobe.io/probes annotation)"
+                .into(),
+        }));
+    }
+    let spec = spec::normalize(kind, &object.probe, container)?;
     Ok(Selected {
         kind,
         container: container.name.clone(),
         spec,
     })
+}
+
+/// The `kind` probe of container `name` as the manifest `doc` writes it
+/// (regular containers first, as [`pick_container`] looks).
+fn written_probe<'d>(
+    doc: &'d serde_json::Value,
+    name: &str,
+    kind: ProbeKind,
+) -> Option<&'d serde_json::Value> {
+    let spec = doc.get("spec")?;
+    ["containers", "initContainers"]
+        .into_iter()
+        .filter_map(|list| spec.get(list)?.as_array())
+        .flatten()
+        .find(|c| c.get("name").and_then(|n| n.as_str()) == Some(name))?
+        .get(kind.field_name())
 }
 
 fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container, InputError> {
@@ -315,8 +357,12 @@ pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
                 Scheme::Https => "https",
             };
             let host = a.host.as_deref().unwrap_or(pod_ip);
+            let method = match a.extensions.method {
+                Method::Get => "",
+                Method::Head => "HEAD ",
+            };
             format!(
-                "httpGet {scheme}://{}{}",
+                "httpGet {method}{scheme}://{}{}",
                 join_host_port(host, a.port),
                 a.path
             )
@@ -435,6 +481,80 @@ mod tests {
         fn parse_document_never_panics(text in "\\PC{0,64}") {
             let _ = parse_document(&text);
         }
+    }
+
+    fn select_error(doc: serde_json::Value, container: Option<&str>) -> String {
+        match select(&doc, &args(container, None)) {
+            Ok(selected) => panic!("expected an error, got {selected:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn probe_objects_are_refused_as_the_annotation_refuses_them() {
+        let typo = serde_json::json!({"httpGet": {"path": "/", "port": 1, "sheme": "HTTPS"},
+                                      "timeoutSecond": 1, "initialDelaySecond": 5});
+        let cli = select_error(typo.clone(), None);
+        assert_eq!(cli, "readinessProbe.httpGet.sheme: unknown field");
+        let spec = k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                ..Container::default()
+            }],
+            ..Default::default()
+        };
+        let annotation = serde_json::json!({"app": {"readinessProbe": typo}}).to_string();
+        let daemon = crate::status::annotation::parse_probes(&spec, &annotation).unwrap_err();
+        assert_eq!(
+            daemon.to_string(),
+            format!("podprobe.io/probes: container \"app\": {cli}")
+        );
+
+        let extension_typo = serde_json::json!({"httpGet": {"port": 1}, "podprobe": {"tls": {}}});
+        assert_eq!(
+            select_error(extension_typo, None),
+            "readinessProbe.podprobe.tls: unknown field"
+        );
+    }
+
+    #[test]
+    fn probe_objects_carry_their_extensions() {
+        let object = serde_json::json!({"httpGet": {"port": 8080},
+                                        "podprobe": {"method": "HEAD"}});
+        let selected = select(&object, &args(None, None)).expect("valid");
+        assert_eq!(
+            describe_handler(&selected.spec.handler, "10.0.0.1"),
+            "httpGet HEAD http://10.0.0.1:8080/"
+        );
+    }
+
+    #[test]
+    fn pod_manifest_probes_are_strict_and_take_no_extensions() {
+        let pod = |probe: serde_json::Value| {
+            serde_json::json!({"kind": "Pod", "spec": {
+                "initContainers": [{"name": "proxy", "restartPolicy": "Always"}],
+                "containers": [{"name": "app", "readinessProbe": probe}]}})
+        };
+        assert_eq!(
+            select_error(
+                pod(serde_json::json!({"tcpSocket": {"port": 1, "hots": "x"}})),
+                Some("app")
+            ),
+            "readinessProbe.tcpSocket.hots: unknown field"
+        );
+        let refused = select_error(
+            pod(serde_json::json!({"httpGet": {"port": 1}, "podprobe": {"method": "HEAD"}})),
+            Some("app"),
+        );
+        assert!(
+            refused.starts_with("readinessProbe.podprobe: unknown field (not part of core/v1"),
+            "{refused}"
+        );
+        let plain = select(
+            &pod(serde_json::json!({"httpGet": {"port": 1}})),
+            &args(Some("app"), None),
+        );
+        assert!(plain.is_ok(), "{plain:?}");
     }
 
     #[test]

@@ -407,3 +407,69 @@ fn grpc_serving_exits_0_and_not_serving_exits_1() {
         r#"Readiness probe failed: service unhealthy (responded with "NOT_SERVING")"#
     );
 }
+
+#[test]
+fn misspelt_fields_are_invalid_input_naming_the_field() {
+    // Once run as plain HTTP with the defaults, the typos dropped unseen.
+    let stderr = invalid(
+        r#"{"httpGet": {"path": "/", "port": 1, "sheme": "HTTPS"}, "timeoutSecond": 1, "initialDelaySecond": 5}"#,
+        &[],
+    );
+    assert_eq!(
+        stderr,
+        "podprobe probe: invalid input: readinessProbe.httpGet.sheme: unknown field\n"
+    );
+    let stderr = invalid(
+        "{tcpSocket: {port: 1}, podprobe: {periodMilliseconds: 100}}",
+        &["--kind", "liveness"],
+    );
+    assert!(
+        stderr.contains("livenessProbe.podprobe.periodMilliseconds: unknown field"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn status_code_expectation_runs_through_the_cli() {
+    let port = http_server(503, "", "secret body");
+    let probe = format!(
+        r#"
+httpGet: {{path: /healthz, port: {port}}}
+podprobe:
+  expect:
+    statusCodes: ["200", "204", "300-399"]
+"#
+    );
+    let (code, report) = probe_json(&probe, &[]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        report["output"],
+        "HTTP probe failed with statuscode: 503 (expected 200, 204 or 300-399)"
+    );
+    assert_eq!(
+        report["event"]["message"],
+        "Readiness probe failed: HTTP probe failed with statuscode: 503 (expected 200, 204 or 300-399)"
+    );
+
+    let draining =
+        format!("{{httpGet: {{port: {port}}}, podprobe: {{expect: {{statusCodes: [\"503\"]}}}}}}");
+    let (code, report) = probe_json(&draining, &[]);
+    assert_eq!(
+        (code, &report["result"]),
+        (0, &Value::from("success")),
+        "{report}"
+    );
+
+    let stderr = invalid(
+        &format!(
+            "{{httpGet: {{port: {port}}}, podprobe: {{method: HEAD, expect: {{bodyContains: ok}}}}}}"
+        ),
+        &[],
+    );
+    assert!(
+        stderr.contains(
+            "readinessProbe.podprobe.expect.bodyContains: Forbidden: a HEAD response has no body"
+        ),
+        "{stderr}"
+    );
+}

@@ -1148,6 +1148,7 @@ fn http_action() -> BoxedStrategy<HttpGetAction> {
             port,
             path,
             headers,
+            extensions: Default::default(),
         })
         .boxed()
 }
@@ -2055,6 +2056,7 @@ proptest! {
                 port: server.port(),
                 path,
                 headers: Vec::new(),
+                extensions: Default::default(),
             };
             let destinations = Destinations::default();
             http_probe::probe(&action, "127.0.0.1", PROBE_TIMEOUT, USER_AGENT, &destinations).await

@@ -404,6 +404,7 @@ fn spec(server: &HostileServer) -> ProbeSpec {
             port,
             path: "/".to_string(),
             headers: Vec::new(),
+            extensions: Default::default(),
         })
     };
     ProbeSpec {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use podprobe::probe::destinations::Destinations;
 use podprobe::probe::http::probe;
-use podprobe::probe::spec::{Handler, HttpGetAction, Scheme};
+use podprobe::probe::spec::{self, Handler, HttpGetAction, Scheme};
 use podprobe::probe::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
 };
@@ -26,6 +26,7 @@ fn action(port: u16, path: &str) -> HttpGetAction {
         port,
         path: path.to_string(),
         headers: Vec::new(),
+        extensions: Default::default(),
     }
 }
 
@@ -619,4 +620,263 @@ async fn a_denied_destination_is_never_connected_to_even_by_name() {
         );
     }
     assert_eq!(server.connections(), 0, "the server was reached");
+}
+
+/// An `httpGet` probe of `port` and `path` with `podprobe` as its
+/// extensions, read by the parser gate mode and `podprobe probe` use.
+fn extended(port: u16, path: &str, podprobe: serde_json::Value) -> HttpGetAction {
+    let object = serde_json::json!({"httpGet": {"port": port, "path": path}, "podprobe": podprobe});
+    let kind = ProbeKind::Readiness;
+    let object = spec::decode_probe_object(kind, &object).expect("decodes");
+    let container = k8s_openapi::api::core::v1::Container::default();
+    let probe_spec = spec::normalize_object(kind, &object, &container).expect("valid");
+    match probe_spec.handler {
+        Handler::HttpGet(action) => action,
+        other => panic!("expected httpGet, got {other:?}"),
+    }
+}
+
+fn expecting(port: u16, expect: serde_json::Value) -> HttpGetAction {
+    extended(port, "/", serde_json::json!({"expect": expect}))
+}
+
+#[tokio::test]
+async fn ext_status_codes_replace_the_200_399_rule() {
+    let codes = serde_json::json!({"statusCodes": ["200", "204", "300-399"]});
+    for (status, result) in [
+        (200, ProbeResult::Success),
+        (204, ProbeResult::Success),
+        // A listed 3xx is what was asked for: a success, not a warning.
+        (302, ProbeResult::Success),
+        (399, ProbeResult::Success),
+    ] {
+        let server = answering(status, b"body").await;
+        let got = outcome(&expecting(server.port(), codes.clone())).await;
+        let body = if status == 204 { "" } else { "body" };
+        assert_eq!(got, Outcome::new(result, body), "{status}");
+    }
+    for status in [201, 299, 400, 503] {
+        let server = answering(status, b"secret body").await;
+        let got = outcome(&expecting(server.port(), codes.clone())).await;
+        let expected =
+            format!("HTTP probe failed with statuscode: {status} (expected 200, 204 or 300-399)");
+        assert_eq!(
+            got,
+            Outcome::new(ProbeResult::Failure, expected),
+            "{status}"
+        );
+    }
+    // A code the kubelet fails can be a success when listed.
+    let server = answering(503, b"draining").await;
+    let got = outcome(&expecting(
+        server.port(),
+        serde_json::json!({"statusCodes": ["500-503"]}),
+    ))
+    .await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "draining"));
+}
+
+#[tokio::test]
+async fn ext_expectations_apply_to_the_final_response_of_a_redirect() {
+    let server = TestServer::start(LOCAL, |request| match request.target() {
+        "/start" => redirect(302, "/healthy"),
+        _ => reply(200, b"arrived"),
+    })
+    .await;
+    let both = serde_json::json!({"expect": {"statusCodes": ["200"], "bodyContains": "arrived"}});
+    let got = outcome(&extended(server.port(), "/start", both)).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "arrived"));
+    let redirect_only = serde_json::json!({"expect": {"statusCodes": ["302"]}});
+    let got = outcome(&extended(server.port(), "/start", redirect_only)).await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            "HTTP probe failed with statuscode: 200 (expected 302)"
+        )
+    );
+    assert_eq!(
+        server.received().len(),
+        4,
+        "both probes followed the redirect"
+    );
+}
+
+#[tokio::test]
+async fn ext_body_contains_matches_and_misses() {
+    let server = answering(200, br#"{"status":"UP","checks":"ok"}"#).await;
+    let got = outcome(&expecting(
+        server.port(),
+        serde_json::json!({"bodyContains": "\"ok\""}),
+    ))
+    .await;
+    assert_eq!(
+        got,
+        Outcome::new(ProbeResult::Success, r#"{"status":"UP","checks":"ok"}"#)
+    );
+    let got = outcome(&expecting(
+        server.port(),
+        serde_json::json!({"bodyContains": "DOWN"}),
+    ))
+    .await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            r#"HTTP probe failed: body does not contain "DOWN""#
+        )
+    );
+}
+
+#[tokio::test]
+async fn ext_body_regex_matches_and_misses() {
+    let pattern = r#"^\{"status":"UP""#;
+    let up = answering(200, br#"{"status":"UP"}"#).await;
+    let got = outcome(&expecting(
+        up.port(),
+        serde_json::json!({"bodyRegex": pattern}),
+    ))
+    .await;
+    assert_eq!(
+        got,
+        Outcome::new(ProbeResult::Success, r#"{"status":"UP"}"#)
+    );
+    let down = answering(200, br#"{"status":"DOWN","detail":"secret"}"#).await;
+    let got = outcome(&expecting(
+        down.port(),
+        serde_json::json!({"bodyRegex": pattern}),
+    ))
+    .await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            r#"HTTP probe failed: body does not match ^\{"status":"UP""#
+        )
+    );
+}
+
+#[tokio::test]
+async fn ext_body_expectations_see_only_the_first_10_kib() {
+    for (padding, found) in [(10_240 - 2, true), (10_240 - 1, false), (10_240, false)] {
+        let mut body = vec![b'a'; padding];
+        body.extend_from_slice(b"OK");
+        let server = TestServer::start(LOCAL, move |_| reply(200, &body)).await;
+        for expect in [
+            serde_json::json!({"bodyContains": "OK"}),
+            serde_json::json!({"bodyRegex": "OK$"}),
+        ] {
+            let got = outcome(&expecting(server.port(), expect.clone())).await;
+            let result = if found {
+                ProbeResult::Success
+            } else {
+                ProbeResult::Failure
+            };
+            assert_eq!(
+                got.result,
+                result,
+                "{padding} bytes before OK, {expect}: {}",
+                &got.output[..got.output.len().min(80)]
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn ext_body_expectations_leave_the_kubelets_status_rule() {
+    // Without statusCodes: a 3xx is still a warning, a 5xx still fails with
+    // the kubelet's message, before any body expectation.
+    let moved = answering(301, b"see other").await;
+    let got = outcome(&expecting(
+        moved.port(),
+        serde_json::json!({"bodyContains": "see"}),
+    ))
+    .await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Warning,
+            "Probe terminated redirects, Response body: see other"
+        )
+    );
+    let broken = answering(500, b"no").await;
+    let got = outcome(&expecting(
+        broken.port(),
+        serde_json::json!({"bodyContains": "ok"}),
+    ))
+    .await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            "HTTP probe failed with statuscode: 500"
+        )
+    );
+}
+
+#[tokio::test]
+async fn ext_head_sends_head_on_every_hop_and_reads_no_body() {
+    // The server announces a body it never sends: a GET would wait for it
+    // until the deadline; a HEAD must not read any.
+    let server = TestServer::start(LOCAL, |request| match request.target() {
+        "/start" => redirect(307, "/healthy"),
+        _ => vec![
+            Step::Write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n".to_vec()),
+            Step::Stall,
+        ],
+    })
+    .await;
+    let head = extended(
+        server.port(),
+        "/start",
+        serde_json::json!({"method": "HEAD"}),
+    );
+    let started = std::time::Instant::now();
+    let got = probe(
+        &head,
+        "127.0.0.1",
+        Duration::from_secs(2),
+        USER_AGENT,
+        &Destinations::default(),
+    )
+    .await
+    .expect("no body read, no error");
+    assert_eq!(got, Outcome::new(ProbeResult::Success, ""));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let lines: Vec<String> = server
+        .received()
+        .iter()
+        .map(|r| r.request_line.clone())
+        .collect();
+    assert_eq!(lines, ["HEAD /start HTTP/1.1", "HEAD /healthy HTTP/1.1"]);
+
+    let get = action(server.port(), "/healthy");
+    let got = probe(
+        &get,
+        "127.0.0.1",
+        Duration::from_millis(300),
+        USER_AGENT,
+        &Destinations::default(),
+    )
+    .await;
+    assert!(got.is_err(), "a GET waits for the announced body: {got:?}");
+}
+
+#[tokio::test]
+async fn ext_head_with_status_codes() {
+    let server = answering(204, b"").await;
+    let podprobe = serde_json::json!({"method": "HEAD", "expect": {"statusCodes": ["200"]}});
+    let got = outcome(&extended(server.port(), "/", podprobe)).await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            "HTTP probe failed with statuscode: 204 (expected 200)"
+        )
+    );
+    assert_eq!(server.received()[0].request_line, "HEAD / HTTP/1.1");
 }

@@ -9,6 +9,10 @@
 //! final response's headers is a `failure` whose output is Go's client
 //! error text (H16); what goes wrong while reading the body is an error,
 //! which the wrapper retries (H17).
+//!
+//! A probe's `podprobe` extensions (#14) can make the request a `HEAD`
+//! (no body read) and set expectations on the final response
+//! ([`Expect`]); without them the probe is exactly the kubelet's.
 
 mod request;
 mod transport;
@@ -23,6 +27,7 @@ use self::request::Hop;
 use self::transport::{Exchange, TransportError};
 use super::destinations::Destinations;
 use super::spec::HttpGetAction;
+use super::spec::extension::{Expect, Method};
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_quote};
 
 /// Requests Go's client sends before giving up on a redirect chain.
@@ -54,17 +59,27 @@ pub async fn probe(
         Ok(exchange) => exchange,
         Err(client_error) => return Ok(Outcome::new(ProbeResult::Failure, client_error)),
     };
-    let body = exchange
-        .read_body(MAX_OUTPUT_BYTES, deadline)
-        .await
-        .map_err(|err| ProbeError {
-            result: ProbeResult::Failure,
-            message: match err {
-                TransportError::Timeout => BODY_TIMEOUT.to_string(),
-                TransportError::Failed(text) => text,
-            },
-        })?;
-    Ok(outcome(exchange.response.status(), &body))
+    let body = match action.extensions.method {
+        // A HEAD response has no body. hyper already gives it an empty
+        // one (the request says HEAD); not reading at all keeps that so
+        // whatever the transport.
+        Method::Head => Vec::new(),
+        Method::Get => exchange
+            .read_body(MAX_OUTPUT_BYTES, deadline)
+            .await
+            .map_err(|err| ProbeError {
+                result: ProbeResult::Failure,
+                message: match err {
+                    TransportError::Timeout => BODY_TIMEOUT.to_string(),
+                    TransportError::Failed(text) => text,
+                },
+            })?,
+    };
+    Ok(outcome(
+        exchange.response.status(),
+        &body,
+        &action.extensions.expect,
+    ))
 }
 
 /// One GET for `action` (host defaulting to `pod_ip`) as the kubelet's
@@ -87,9 +102,22 @@ pub async fn get_and_discard(
 
 /// H13-H15: the result for the final response. Failures never carry the
 /// body (issue #99425); non-UTF-8 bodies are converted lossily.
-fn outcome(status: StatusCode, body: &[u8]) -> Outcome {
+///
+/// With expectations (`podprobe.expect`, #14) a response that misses one
+/// fails, its message naming it; `statusCodes`, when set, replaces the
+/// status rule, a listed code being a plain success (a listed 3xx is what
+/// the user asked for, not a warning). Body expectations are checked on the
+/// body read, the first 10 KiB as the kubelet reads them.
+fn outcome(status: StatusCode, body: &[u8], expect: &Expect) -> Outcome {
     let body = String::from_utf8_lossy(body);
-    match status.as_u16() {
+    let code = status.as_u16();
+    if let Some(message) = expect.failure(code, &body) {
+        return Outcome::new(ProbeResult::Failure, message);
+    }
+    if expect.status_codes.is_some() {
+        return Outcome::new(ProbeResult::Success, body);
+    }
+    match code {
         200..=299 => Outcome::new(ProbeResult::Success, body),
         300..=399 => Outcome::new(
             ProbeResult::Warning,
@@ -120,7 +148,7 @@ async fn follow_redirects(
                     TransportError::Timeout => HEADERS_TIMEOUT.to_string(),
                     TransportError::Failed(text) => text,
                 };
-                client_error(&hop.url.to_string(), &text)
+                client_error(hop.method, &hop.url.to_string(), &text)
             })?;
         sent += 1;
         let Some(location) = redirect_location(&exchange.response) else {
@@ -131,6 +159,7 @@ async fn follow_redirects(
         };
         if sent >= MAX_REQUESTS {
             return Err(client_error(
+                hop.method,
                 &location,
                 &format!("stopped after {MAX_REQUESTS} redirects"),
             ));
@@ -149,7 +178,7 @@ fn next_hop(first: &Hop, hop: &Hop, location: &str) -> Result<Option<Hop>, Strin
             "failed to parse Location header {}: {err}",
             go_quote(location)
         );
-        client_error(&hop.url.to_string(), &text)
+        client_error(hop.method, &hop.url.to_string(), &text)
     })?;
     if next.hostname() != first.url.hostname() {
         return Ok(None);
@@ -201,9 +230,13 @@ fn redirect_location(response: &http::Response<hyper::body::Incoming>) -> Option
     (follows && !location.is_empty()).then(|| location.into_owned())
 }
 
-/// Go's `*url.Error` text for a GET.
-fn client_error(url: &str, text: &str) -> String {
-    format!("Get {}: {text}", go_quote(url))
+/// Go's `*url.Error` text: the method as its `Op` (`Get`, `Head`).
+fn client_error(method: Method, url: &str, text: &str) -> String {
+    let op = match method {
+        Method::Get => "Get",
+        Method::Head => "Head",
+    };
+    format!("{op} {}: {text}", go_quote(url))
 }
 
 #[cfg(test)]
@@ -212,7 +245,13 @@ mod tests {
 
     #[test]
     fn h13_status_classes() {
-        let result = |code: u16| outcome(StatusCode::from_u16(code).unwrap(), b"body");
+        let result = |code: u16| {
+            outcome(
+                StatusCode::from_u16(code).unwrap(),
+                b"body",
+                &Expect::default(),
+            )
+        };
         assert_eq!(result(200), Outcome::new(ProbeResult::Success, "body"));
         assert_eq!(result(299).result, ProbeResult::Success);
         assert_eq!(
@@ -235,13 +274,17 @@ mod tests {
 
     #[test]
     fn h15_failure_output_never_has_the_body() {
-        let out = outcome(StatusCode::INTERNAL_SERVER_ERROR, b"secret");
+        let out = outcome(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            b"secret",
+            &Expect::default(),
+        );
         assert_eq!(out.output, "HTTP probe failed with statuscode: 500");
     }
 
     #[test]
     fn non_utf8_bodies_are_converted_lossily() {
-        let out = outcome(StatusCode::OK, b"ok\xff");
+        let out = outcome(StatusCode::OK, b"ok\xff", &Expect::default());
         assert_eq!(out.output, "ok\u{fffd}");
     }
 
@@ -253,6 +296,7 @@ mod tests {
             port: 8080,
             path: "/a/b".to_string(),
             headers: Vec::new(),
+            extensions: Default::default(),
         };
         let redirect = |location: &str| redirected_request(&action, "10.0.0.1", "ua", location);
         let next = redirect("../c?x").unwrap().expect("same host: followed");
@@ -271,9 +315,18 @@ mod tests {
     }
 
     #[test]
+    fn head_client_errors_name_the_method_as_go_does() {
+        assert_eq!(
+            client_error(Method::Head, "http://127.0.0.1:1/", "EOF"),
+            "Head \"http://127.0.0.1:1/\": EOF"
+        );
+    }
+
+    #[test]
     fn client_errors_quote_the_url_like_go() {
         assert_eq!(
             client_error(
+                Method::Get,
                 "http://127.0.0.1:1/",
                 "dial tcp 127.0.0.1:1: connect: connection refused"
             ),

@@ -13,8 +13,15 @@
 //!   H19-H22);
 //! - exec commands: the kubelet's `$(VAR)` expansion ([`expand_command`],
 //!   E1, E2).
+//!
+//! Gate mode's annotation and `podprobe probe` read probe objects with the
+//! one strict parser [`decode_probe_object`], which also takes podprobe's
+//! extensions (the `podprobe` key, [`extension`]); [`normalize_object`]
+//! then validates those against the probe's handler.
 
+mod decode;
 mod expand;
+pub mod extension;
 mod port;
 mod validation;
 
@@ -23,10 +30,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use self::extension::HttpExtensions;
 use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
 use super::go_quote;
 
+pub use self::decode::{DecodeError, EXTENSIONS_KEY, ProbeObject, clipped, decode_probe_object};
 pub use self::expand::{
     CommandTooLong, MAX_EXPANDED_COMMAND_BYTES, env_map, expand, expand_command,
 };
@@ -95,6 +104,8 @@ pub struct HttpGetAction {
     pub path: String,
     /// `httpHeaders` in order, names as the user wrote them.
     pub headers: Vec<(String, String)>,
+    /// The probe's `podprobe` key (#14); the default is the kubelet's probe.
+    pub extensions: HttpExtensions,
 }
 
 /// `tcpSocket` with the port resolved.
@@ -159,6 +170,31 @@ pub fn normalize(
     }
     let handler = build_handler(kind, &probe, container).map_err(to_spec_error)?;
     Ok(spec_with(handler, &probe))
+}
+
+/// [`normalize`] for a probe object with podprobe's extensions: the core
+/// probe is defaulted, validated and resolved first, then its `podprobe`
+/// key is validated against the handler (only `httpGet` takes one) and
+/// built into it, a `bodyRegex` compiled once here.
+pub fn normalize_object(
+    kind: ProbeKind,
+    object: &ProbeObject,
+    container: &Container,
+) -> Result<ProbeSpec, SpecError> {
+    let mut spec = normalize(kind, &object.probe, container)?;
+    let Some(podprobe) = &object.podprobe else {
+        return Ok(spec);
+    };
+    let defaulted = with_defaults(&object.probe);
+    let handler = validation::handlers(&defaulted)
+        .first()
+        .map_or("", HandlerRef::field_name);
+    let extensions = extension::http_extensions(kind.field_name(), handler, podprobe)
+        .map_err(|e| spec_error(kind, container, e))?;
+    if let Handler::HttpGet(action) = &mut spec.handler {
+        action.extensions = extensions;
+    }
+    Ok(spec)
 }
 
 /// `handler` with the timing of `probe`, defaults applied.
@@ -329,6 +365,7 @@ fn http_get_with_port(
             .flatten()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect(),
+        extensions: HttpExtensions::default(),
     }
 }
 

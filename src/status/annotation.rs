@@ -10,17 +10,20 @@
 //!
 //! Regular containers and restartable init containers (sidecars) can be
 //! annotated, as they can carry probes in the spec; classic init containers
-//! cannot. Fields are checked strictly (an unknown field is an error, like
-//! `kubectl --validate=strict`) because a misspelt field in an annotation
-//! would otherwise be dropped without a word. Each probe is then defaulted,
-//! validated and resolved by [`normalize`] against its container.
+//! cannot. Each probe object is decoded by the one strict parser
+//! ([`decode_probe_object`], shared with `podprobe probe`): an unknown field
+//! is an error, like `kubectl --validate=strict`, because a misspelt field
+//! in an annotation would otherwise be dropped without a word; podprobe's
+//! extensions (#14) sit under the probe's `podprobe` key. Each probe is then
+//! defaulted, validated and resolved by [`normalize_object`] against its
+//! container.
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Probe};
-use serde_json::{Map, Value};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use serde_json::Value;
 
 use super::{is_restartable_init_container, readiness_containers};
 use crate::probe::destinations::Destinations;
-use crate::probe::spec::normalize;
+use crate::probe::spec::{clipped, decode_probe_object, normalize_object};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 
 /// The annotation holding gate mode's probes.
@@ -109,8 +112,8 @@ pub enum AnnotationError {
          readinessProbe or livenessProbe)"
     )]
     UnknownKey { container: String, key: String },
-    /// The probe does not decode as a core/v1 `Probe`, or has a field the
-    /// schema does not know.
+    /// The probe object does not decode (a core/v1 `Probe` plus the
+    /// `podprobe` key), or has a field the schema does not know.
     #[error("podprobe.io/probes: container {container:?}: {field}: {message}")]
     InvalidProbe {
         container: String,
@@ -172,24 +175,6 @@ pub fn parse_probes(spec: &PodSpec, value: &str) -> Result<AnnotatedProbes, Anno
         }
     }
     Ok(AnnotatedProbes { probes })
-}
-
-/// The longest name from the annotation an error repeats; the annotation
-/// may hold a name of 256 KiB, and every error goes to a log line and an
-/// Event.
-const MAX_QUOTED_NAME_BYTES: usize = 253;
-
-/// `name`, cut to [`MAX_QUOTED_NAME_BYTES`] on a character boundary with
-/// `...` appended when cut.
-fn clipped(name: &str) -> String {
-    if name.len() <= MAX_QUOTED_NAME_BYTES {
-        return name.to_string();
-    }
-    let mut end = MAX_QUOTED_NAME_BYTES;
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &name[..end])
 }
 
 /// Gate mode's rule for annotated targets: every `httpGet.host` and
@@ -264,11 +249,17 @@ fn container_probes(
         let Some(value) = by_kind.get(kind.field_name()).filter(|v| !v.is_null()) else {
             continue;
         };
-        let probe = decode_probe(container, kind, value)?;
-        let spec = normalize(kind, &probe, container).map_err(|error| AnnotationError::Spec {
-            container: container.name.clone(),
-            error,
-        })?;
+        let object =
+            decode_probe_object(kind, value).map_err(|e| AnnotationError::InvalidProbe {
+                container: container.name.clone(),
+                field: e.field,
+                message: e.message,
+            })?;
+        let spec =
+            normalize_object(kind, &object, container).map_err(|error| AnnotationError::Spec {
+                container: container.name.clone(),
+                error,
+            })?;
         probes.push(AnnotatedProbe {
             container: container.name.clone(),
             kind,
@@ -282,56 +273,6 @@ fn kind_for_key(key: &str) -> Option<ProbeKind> {
     ProbeKind::ALL
         .into_iter()
         .find(|kind| kind.field_name() == key)
-}
-
-/// Decodes `value` as a core/v1 `Probe`, rejecting fields the schema lacks.
-fn decode_probe(
-    container: &Container,
-    kind: ProbeKind,
-    value: &Value,
-) -> Result<Probe, AnnotationError> {
-    let invalid = |field: String, message: String| AnnotationError::InvalidProbe {
-        container: container.name.clone(),
-        field,
-        message,
-    };
-    let probe: Probe = serde_json::from_value(value.clone())
-        .map_err(|e| invalid(kind.field_name().to_string(), e.to_string()))?;
-    // The schema's fields are exactly those that survive a round trip.
-    let known = serde_json::to_value(&probe)
-        .map_err(|e| invalid(kind.field_name().to_string(), e.to_string()))?;
-    if let Some(path) = unknown_field(value, &known) {
-        return Err(invalid(
-            format!("{}{}", kind.field_name(), clipped(&path)),
-            "unknown field".to_string(),
-        ));
-    }
-    Ok(probe)
-}
-
-/// The path (`.httpGet.prot`, `.httpHeaders[0].nmae`) of the first field of
-/// `given` that is missing from `known`, the same document after a round trip
-/// through the typed schema. Null fields are skipped: they decode to absent.
-fn unknown_field(given: &Value, known: &Value) -> Option<String> {
-    match (given, known) {
-        (Value::Object(given), Value::Object(known)) => unknown_in_object(given, known),
-        (Value::Array(given), Value::Array(known)) => given
-            .iter()
-            .zip(known)
-            .enumerate()
-            .find_map(|(i, (g, k))| unknown_field(g, k).map(|path| format!("[{i}]{path}"))),
-        _ => None,
-    }
-}
-
-fn unknown_in_object(given: &Map<String, Value>, known: &Map<String, Value>) -> Option<String> {
-    given
-        .iter()
-        .filter(|(_, v)| !v.is_null())
-        .find_map(|(key, value)| match known.get(key) {
-            None => Some(format!(".{key}")),
-            Some(known) => unknown_field(value, known).map(|path| format!(".{key}{path}")),
-        })
 }
 
 /// The JSON type name of `value`, for error messages.
@@ -506,6 +447,57 @@ mod tests {
     }
 
     #[test]
+    fn annotation_probe_extensions_are_parsed_once_and_validated() {
+        let probes = parsed(
+            r#"{"app": {"readinessProbe": {"httpGet": {"port": 8080},
+                "podprobe": {"method": "HEAD", "expect": {"statusCodes": ["204", "300-399"]}}}},
+                "worker": {"livenessProbe": {"httpGet": {"port": 80},
+                "podprobe": {"expect": {"bodyRegex": "^ok$"}}}}}"#,
+        );
+        let action = |container| match &probes
+            .get(container, ProbeKind::Readiness)
+            .or(probes.get(container, ProbeKind::Liveness))
+            .unwrap()
+            .handler
+        {
+            Handler::HttpGet(action) => action.clone(),
+            other => panic!("expected httpGet, got {other:?}"),
+        };
+        let app = action("app").extensions;
+        assert_eq!(app.method, crate::probe::spec::extension::Method::Head);
+        assert_eq!(
+            app.expect.status_codes.map(|c| c.to_string()).as_deref(),
+            Some("204 or 300-399")
+        );
+        let worker = action("worker")
+            .extensions
+            .expect
+            .body_regex
+            .expect("compiled");
+        assert!(worker.is_match("ok") && !worker.is_match("not ok"));
+
+        assert_eq!(
+            error(
+                r#"{"app": {"readinessProbe": {"httpGet": {"port": 80}, "podprobe": {"tls": {}}}}}"#
+            ),
+            r#"podprobe.io/probes: container "app": readinessProbe.podprobe.tls: unknown field"#
+        );
+        assert_eq!(
+            error(
+                r#"{"worker": {"livenessProbe": {"tcpSocket": {"port": 80}, "podprobe": {"expect": {"statusCodes": ["200"]}}}}}"#
+            ),
+            "podprobe.io/probes: container \"worker\": livenessProbe.podprobe.expect: Forbidden: \
+             may only be set for httpGet probes, not tcpSocket"
+        );
+        assert_eq!(
+            error(
+                r#"{"app": {"readinessProbe": {"httpGet": {"port": 80}, "podprobe": {"expect": {"statusCodes": ["200", "2000"]}}}}}"#
+            ),
+            r#"podprobe.io/probes: container "app": readinessProbe.podprobe.expect.statusCodes[1]: Invalid value: "2000": must be a status code (100-599) or an inclusive range of them ("300-399")"#
+        );
+    }
+
+    #[test]
     fn annotation_null_probe_is_absent() {
         assert!(parsed(r#"{"app": {"readinessProbe": null}}"#).is_empty());
     }
@@ -611,14 +603,6 @@ mod tests {
             ),
             r#"podprobe.io/probes: container "app": readinessProbe.httpGet.httpHeaders[0].vlaue: unknown field"#
         );
-    }
-
-    #[test]
-    fn annotation_null_fields_are_not_unknown() {
-        let given =
-            serde_json::json!({"periodSeconds": null, "tcpSocket": {"port": 80, "host": null}});
-        let known = serde_json::json!({"tcpSocket": {"port": 80}});
-        assert_eq!(unknown_field(&given, &known), None);
     }
 
     #[test]

@@ -198,6 +198,7 @@ impl Target {
                 port: cfg.port,
                 path: "/healthz".to_string(),
                 headers: Vec::new(),
+                extensions: Default::default(),
             },
             port: cfg.port,
             timeout: Duration::from_millis(cfg.timeout_ms),

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::url::{ParseError, Url};
+use crate::probe::spec::extension::Method;
 use crate::probe::spec::{HttpGetAction, Scheme};
 use crate::probe::{go_quote, join_host_port};
 
@@ -22,6 +23,9 @@ pub struct Hop {
     /// line when non-empty.
     pub host: String,
     pub header: Header,
+    /// `GET`, as the kubelet, or `HEAD` (the probe's `podprobe.method`);
+    /// every hop of a redirect chain keeps it, as Go's client does.
+    pub method: Method,
 }
 
 /// Headers Go's HTTP/1 writer takes from elsewhere or leaves out of a GET.
@@ -56,7 +60,12 @@ impl Hop {
         }
         apply_default_headers(&mut header, user_agent);
         let host = first_value(&header, "Host").to_string();
-        Ok(Hop { url, host, header })
+        Ok(Hop {
+            url,
+            host,
+            header,
+            method: action.extensions.method,
+        })
     }
 
     /// The request that follows `self`'s redirect to `location`, which
@@ -74,7 +83,12 @@ impl Hop {
         if let Some(referer) = referer(&self.url, &url, first_value(&header, "Referer")) {
             header.insert("Referer".into(), vec![referer]);
         }
-        Hop { url, host, header }
+        Hop {
+            url,
+            host,
+            header,
+            method: self.method,
+        }
     }
 
     /// The HTTP/1.1 header lines Go writes for this request, in its order:
@@ -253,6 +267,7 @@ mod tests {
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect(),
+            extensions: Default::default(),
         }
     }
 

@@ -45,6 +45,7 @@ use super::request::Hop;
 use crate::probe::destinations::Destinations;
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
 use crate::probe::go_quote;
+use crate::probe::spec::extension::Method;
 use crate::probe::tap::{ReadObserver, ReadTap};
 
 /// The dial deadline when the probe has none (Go's client without a
@@ -125,7 +126,7 @@ async fn within<F: Future>(
     }
 }
 
-/// Sends `hop` as a GET on a new connection to an address `destinations`
+/// Sends `hop` (a GET, or a HEAD) on a new connection to an address `destinations`
 /// allows and waits for the response headers, all before `deadline`.
 pub async fn exchange(
     hop: &Hop,
@@ -160,13 +161,13 @@ pub async fn exchange(
             peer: stream.get_ref().peer_addr().map_err(io_failure)?,
         };
         if !tls {
-            return send_http1(stream, http1_request(target, &lines)?, addrs).await;
+            return send_http1(stream, http1_request(hop.method, target, &lines)?, addrs).await;
         }
         let stream = tls_handshake(stream, hop.url.hostname(), addrs, deadline).await?;
         if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-            send_http2(stream, http2_request(target, &lines)?, addrs).await
+            send_http2(stream, http2_request(hop.method, target, &lines)?, addrs).await
         } else {
-            send_http1(stream, http1_request(target, &lines)?, addrs).await
+            send_http1(stream, http1_request(hop.method, target, &lines)?, addrs).await
         }
     })
     .await
@@ -225,10 +226,11 @@ fn escape_request_line(target: &str) -> String {
 
 /// The HTTP/1.1 request: origin-form target and Go's header lines.
 fn http1_request(
+    method: Method,
     target: PathAndQuery,
     lines: &[(String, String)],
 ) -> Result<Request, TransportError> {
-    build_request(Uri::from(target), http::Version::HTTP_11, lines)
+    build_request(method, Uri::from(target), http::Version::HTTP_11, lines)
 }
 
 /// Header lines that Go's HTTP/2 transport does not send as headers (the
@@ -245,6 +247,7 @@ const NOT_SENT_OVER_HTTP2: [&str; 6] = [
 /// The HTTP/2 request: the `Host` line as `:authority`, connection-specific
 /// lines dropped, as Go's HTTP/2 transport sends it.
 fn http2_request(
+    method: Method,
     target: PathAndQuery,
     lines: &[(String, String)],
 ) -> Result<Request, TransportError> {
@@ -263,18 +266,23 @@ fn http2_request(
         .filter(|(name, _)| !NOT_SENT_OVER_HTTP2.contains(&name.as_str()))
         .cloned()
         .collect();
-    build_request(uri, http::Version::HTTP_2, &lines)
+    build_request(method, uri, http::Version::HTTP_2, &lines)
 }
 
 type Request = http::Request<Empty<Bytes>>;
 
-/// A bodiless GET with the given header lines.
+/// A bodiless GET or HEAD with the given header lines.
 fn build_request(
+    method: Method,
     uri: Uri,
     version: http::Version,
     lines: &[(String, String)],
 ) -> Result<Request, TransportError> {
     let mut request = http::Request::new(Empty::new());
+    *request.method_mut() = match method {
+        Method::Get => http::Method::GET,
+        Method::Head => http::Method::HEAD,
+    };
     *request.uri_mut() = uri;
     *request.version_mut() = version;
     let headers = request.headers_mut();

@@ -82,6 +82,7 @@ fn v1_defaults_applied_when_unset() {
             port: 8080,
             path: "/".into(),
             headers: vec![],
+            extensions: Default::default(),
         })
     );
 }
@@ -146,6 +147,7 @@ fn v1_explicit_values_kept() {
                 ("accept".into(), "a".into()),
                 ("X-B".into(), "1".into()),
             ],
+            extensions: Default::default(),
         })
     );
 }

@@ -44,7 +44,12 @@ impl FieldError {
         }
     }
 
-    fn required(field: String, detail: &str) -> Self {
+    /// `Invalid value` for a string field, Go-quoted as the API server prints it.
+    pub(super) fn invalid_string(field: String, value: &str, detail: &str) -> Self {
+        FieldError::invalid(field, BadValue::Str(value), detail)
+    }
+
+    pub(super) fn required(field: String, detail: &str) -> Self {
         let message = if detail.is_empty() {
             "Required value".to_string()
         } else {
@@ -68,7 +73,23 @@ impl FieldError {
         }
     }
 
-    fn not_supported(field: String, value: &str, supported: &[&str]) -> Self {
+    /// The API server's `field.TooLong` wording without further detail.
+    pub(super) fn too_long_bytes(field: String, max_bytes: usize) -> Self {
+        FieldError {
+            field,
+            message: format!("Too long: may not be more than {max_bytes} bytes"),
+        }
+    }
+
+    /// The API server's `field.TooMany` wording.
+    pub(super) fn too_many(field: String, actual: usize, max: usize) -> Self {
+        FieldError {
+            field,
+            message: format!("Too many: {actual}: must have at most {max} items"),
+        }
+    }
+
+    pub(super) fn not_supported(field: String, value: &str, supported: &[&str]) -> Self {
         let supported: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
         FieldError {
             field,
@@ -97,7 +118,7 @@ pub(super) enum HandlerRef<'a> {
 
 impl HandlerRef<'_> {
     /// The `Probe` field holding this handler.
-    fn field_name(&self) -> &'static str {
+    pub(super) fn field_name(&self) -> &'static str {
         match self {
             HandlerRef::Exec(_) => "exec",
             HandlerRef::HttpGet(_) => "httpGet",

@@ -1,0 +1,567 @@
+//! podprobe's probe extensions (issue #14): everything a probe object holds
+//! under its `podprobe` key, beside the core/v1 `Probe` fields, which stay
+//! exactly the API server's.
+//!
+//! ```yaml
+//! readinessProbe:
+//!   httpGet: {path: /healthz, port: 8080}
+//!   podprobe:
+//!     expect:
+//!       statusCodes: ["200", "204", "300-399"]
+//!       bodyContains: "ok"
+//!       bodyRegex: "^\\{\"status\":\"UP\""
+//!     method: HEAD
+//! ```
+//!
+//! [`ProbeExtensions`] is the key as written (decoded strictly with the rest
+//! of the probe, see [`super::decode`]); [`http_extensions`] validates it
+//! against the probe's handler and builds the [`HttpExtensions`] an
+//! `httpGet` probe runs with, its regex compiled once, here. Without the key
+//! a probe is the kubelet's in every respect.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+
+use serde::{Deserialize, Serialize};
+
+use super::validation::FieldError;
+use crate::probe::go_quote;
+
+/// The most entries `expect.statusCodes` may hold.
+pub const MAX_STATUS_CODES: usize = 32;
+
+/// The longest `expect.bodyRegex` pattern, in bytes.
+pub const MAX_BODY_REGEX_BYTES: usize = 1024;
+
+/// The longest `expect.bodyContains` text, in bytes; failure messages quote it.
+pub const MAX_BODY_CONTAINS_BYTES: usize = 1024;
+
+/// The most memory one compiled `bodyRegex` program may take
+/// (`RegexBuilder::size_limit`); a pattern over it is refused.
+pub const MAX_COMPILED_REGEX_BYTES: usize = 256 * 1024;
+
+/// The most memory the lazy DFA of one `bodyRegex` may cache
+/// (`RegexBuilder::dfa_size_limit`); past it the matcher falls back to a
+/// slower search, never to more memory.
+pub const MAX_REGEX_DFA_BYTES: usize = 1024 * 1024;
+
+/// The probe object's `podprobe` key as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeExtensions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expect: Option<ExpectFields>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}
+
+/// `podprobe.expect` as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpectFields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_codes: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_contains: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_regex: Option<String>,
+}
+
+/// The request method of an `httpGet` probe.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Method {
+    /// The kubelet's.
+    #[default]
+    Get,
+    /// No body is sent back, so none is read.
+    Head,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+        }
+    }
+}
+
+/// What an `httpGet` probe runs with beyond the kubelet's rules; the
+/// default is exactly the kubelet's probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpExtensions {
+    pub method: Method,
+    pub expect: Expect,
+}
+
+/// The final response's expectations; all unset is the kubelet's rule
+/// (2xx success, 3xx warning, anything else failure).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expect {
+    /// Replaces the 200-399 rule when set: a listed code is a success.
+    pub status_codes: Option<StatusCodes>,
+    /// Must occur in the body the kubelet reads (its first 10 KiB).
+    pub body_contains: Option<String>,
+    /// Must match somewhere in that body.
+    pub body_regex: Option<BodyRegex>,
+}
+
+/// `expect.statusCodes`: single codes and inclusive ranges, in the order
+/// given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCodes(Vec<RangeInclusive<u16>>);
+
+impl StatusCodes {
+    pub fn contains(&self, code: u16) -> bool {
+        self.0.iter().any(|range| range.contains(&code))
+    }
+}
+
+/// As failure messages list them: `200, 204 or 300-399`.
+impl fmt::Display for StatusCodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entries: Vec<String> = self
+            .0
+            .iter()
+            .map(|r| {
+                if r.start() == r.end() {
+                    r.start().to_string()
+                } else {
+                    format!("{}-{}", r.start(), r.end())
+                }
+            })
+            .collect();
+        match entries.split_last() {
+            Some((last, [])) => f.write_str(last),
+            Some((last, rest)) => write!(f, "{} or {last}", rest.join(", ")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `expect.bodyRegex`, compiled once when the probe is parsed; two are equal
+/// when their patterns are.
+#[derive(Debug, Clone)]
+pub struct BodyRegex(regex::Regex);
+
+impl BodyRegex {
+    pub fn is_match(&self, body: &str) -> bool {
+        self.0.is_match(body)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl PartialEq for BodyRegex {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for BodyRegex {}
+
+/// Validates `podprobe` of a probe whose handler is `handler` (`httpGet`,
+/// `exec`, ...) and builds what an `httpGet` probe runs with; `root` is the
+/// probe's field (`readinessProbe`). The first error is returned, in field
+/// order: `method`, then `expect.statusCodes`, `bodyContains`, `bodyRegex`.
+pub(super) fn http_extensions(
+    root: &str,
+    handler: &str,
+    podprobe: &ProbeExtensions,
+) -> Result<HttpExtensions, FieldError> {
+    let field = |name: &str| format!("{root}.podprobe.{name}");
+    if handler != "httpGet" {
+        let set = if podprobe.method.is_some() {
+            "method"
+        } else {
+            "expect"
+        };
+        if podprobe.method.is_some() || podprobe.expect.is_some() {
+            return Err(FieldError::forbidden(
+                field(set),
+                &format!("may only be set for httpGet probes, not {handler}"),
+            ));
+        }
+    }
+    let method = match podprobe.method.as_deref() {
+        None | Some("GET") => Method::Get,
+        Some("HEAD") => Method::Head,
+        Some(other) => {
+            return Err(FieldError::not_supported(
+                field("method"),
+                other,
+                &["GET", "HEAD"],
+            ));
+        }
+    };
+    let Some(given) = &podprobe.expect else {
+        return Ok(HttpExtensions {
+            method,
+            expect: Expect::default(),
+        });
+    };
+    let status_codes = given
+        .status_codes
+        .as_deref()
+        .map(|codes| status_codes(&field("expect.statusCodes"), codes))
+        .transpose()?;
+    if method == Method::Head {
+        let body_field = [
+            (given.body_contains.is_some(), "bodyContains"),
+            (given.body_regex.is_some(), "bodyRegex"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name));
+        if let Some(name) = body_field {
+            return Err(FieldError::forbidden(
+                field(&format!("expect.{name}")),
+                "a HEAD response has no body (method: HEAD)",
+            ));
+        }
+    }
+    let body_contains = given
+        .body_contains
+        .as_deref()
+        .map(|text| body_contains(field("expect.bodyContains"), text))
+        .transpose()?;
+    let body_regex = given
+        .body_regex
+        .as_deref()
+        .map(|pattern| body_regex(field("expect.bodyRegex"), pattern))
+        .transpose()?;
+    Ok(HttpExtensions {
+        method,
+        expect: Expect {
+            status_codes,
+            body_contains,
+            body_regex,
+        },
+    })
+}
+
+const STATUS_CODE_GRAMMAR: &str =
+    "must be a status code (100-599) or an inclusive range of them (\"300-399\")";
+
+fn status_codes(field: &str, given: &[String]) -> Result<StatusCodes, FieldError> {
+    if given.is_empty() {
+        return Err(FieldError::required(
+            field.to_string(),
+            "at least one status code or range",
+        ));
+    }
+    if given.len() > MAX_STATUS_CODES {
+        return Err(FieldError::too_many(
+            field.to_string(),
+            given.len(),
+            MAX_STATUS_CODES,
+        ));
+    }
+    let ranges = given
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let invalid =
+                |detail: &str| FieldError::invalid_string(format!("{field}[{i}]"), entry, detail);
+            let (first, last) = entry
+                .split_once('-')
+                .unwrap_or((entry.as_str(), entry.as_str()));
+            let (Some(first), Some(last)) = (status_code(first), status_code(last)) else {
+                return Err(invalid(STATUS_CODE_GRAMMAR));
+            };
+            if first > last {
+                return Err(invalid("a range's first code may not be above its last"));
+            }
+            Ok(first..=last)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(StatusCodes(ranges))
+}
+
+/// A status code of three decimal digits, 100 to 599.
+fn status_code(text: &str) -> Option<u16> {
+    if text.len() != 3 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok().filter(|code| (100..=599).contains(code))
+}
+
+fn body_contains(field: String, text: &str) -> Result<String, FieldError> {
+    if text.is_empty() {
+        return Err(FieldError::invalid_string(field, text, "may not be empty"));
+    }
+    if text.len() > MAX_BODY_CONTAINS_BYTES {
+        return Err(FieldError::too_long_bytes(field, MAX_BODY_CONTAINS_BYTES));
+    }
+    Ok(text.to_string())
+}
+
+fn body_regex(field: String, pattern: &str) -> Result<BodyRegex, FieldError> {
+    if pattern.len() > MAX_BODY_REGEX_BYTES {
+        return Err(FieldError::too_long_bytes(field, MAX_BODY_REGEX_BYTES));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(MAX_COMPILED_REGEX_BYTES)
+        .dfa_size_limit(MAX_REGEX_DFA_BYTES)
+        .build()
+        .map(BodyRegex)
+        .map_err(|e| {
+            let detail = match e {
+                regex::Error::CompiledTooBig(limit) => {
+                    format!("compiles to more than {limit} bytes")
+                }
+                other => regex_syntax_error(&other.to_string()),
+            };
+            FieldError::invalid_string(field, pattern, &detail)
+        })
+}
+
+/// The regex crate's syntax errors span lines (the pattern, a caret, then
+/// `error: ...`); field errors are one line.
+fn regex_syntax_error(text: &str) -> String {
+    match text.lines().find_map(|line| line.strip_prefix("error: ")) {
+        Some(reason) => format!("not a valid regex: {reason}"),
+        None => format!("not a valid regex: {}", text.replace('\n', " ")),
+    }
+}
+
+impl Expect {
+    /// Why the final response misses these expectations, in the kubelet's
+    /// message style; `None` when it meets them or when, without
+    /// `statusCodes`, its status is outside 200-399 (the kubelet's rule then
+    /// fails it with the kubelet's message). The body expectations only
+    /// apply to a response whose status passed. Messages never carry the
+    /// body.
+    pub fn failure(&self, status: u16, body: &str) -> Option<String> {
+        match &self.status_codes {
+            Some(codes) if !codes.contains(status) => {
+                return Some(format!(
+                    "HTTP probe failed with statuscode: {status} (expected {codes})"
+                ));
+            }
+            None if !(200..=399).contains(&status) => return None,
+            _ => {}
+        }
+        if let Some(text) = &self.body_contains
+            && !body.contains(text.as_str())
+        {
+            return Some(format!(
+                "HTTP probe failed: body does not contain {}",
+                go_quote(text)
+            ));
+        }
+        if let Some(regex) = &self.body_regex
+            && !regex.is_match(body)
+        {
+            return Some(format!(
+                "HTTP probe failed: body does not match {}",
+                regex.as_str()
+            ));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expect_fields(value: serde_json::Value) -> ProbeExtensions {
+        serde_json::from_value(value).expect("decodes")
+    }
+
+    fn built(value: serde_json::Value) -> Result<HttpExtensions, String> {
+        http_extensions("readinessProbe", "httpGet", &expect_fields(value))
+            .map_err(|e| format!("{}: {}", e.field, e.message))
+    }
+
+    fn codes(list: &[&str]) -> Result<StatusCodes, String> {
+        let given: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        status_codes("f", &given).map_err(|e| format!("{}: {}", e.field, e.message))
+    }
+
+    #[test]
+    fn status_codes_are_single_codes_or_ordered_ranges() {
+        let parsed = codes(&["200", "204", "300-399"]).unwrap();
+        for (code, listed) in [(200, true), (204, true), (201, false), (300, true)] {
+            assert_eq!(parsed.contains(code), listed, "{code}");
+        }
+        assert!(parsed.contains(399) && !parsed.contains(400) && !parsed.contains(299));
+        assert_eq!(parsed.to_string(), "200, 204 or 300-399");
+        assert_eq!(codes(&["503"]).unwrap().to_string(), "503");
+        assert!(codes(&["100", "599", "100-599", "200-200"]).is_ok());
+    }
+
+    #[test]
+    fn status_codes_grammar_is_refused_with_the_entry_named() {
+        let grammar = format!("Invalid value: {{}}: {STATUS_CODE_GRAMMAR}");
+        for bad in [
+            "99",
+            "600",
+            "099",
+            "2OO",
+            "",
+            "200-",
+            "-200",
+            "200-600",
+            "20x",
+            "+200",
+            "200 ",
+            "200-300-400",
+            "1e2",
+        ] {
+            assert_eq!(
+                codes(&["200", bad]),
+                Err(format!("f[1]: {}", grammar.replace("{}", &go_quote(bad)))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            codes(&["399-300"]),
+            Err(
+                r#"f[0]: Invalid value: "399-300": a range's first code may not be above its last"#
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            codes(&[]),
+            Err("f: Required value: at least one status code or range".to_string())
+        );
+        let many = vec!["200"; MAX_STATUS_CODES + 1];
+        assert_eq!(
+            codes(&many),
+            Err("f: Too many: 33: must have at most 32 items".to_string())
+        );
+        assert!(codes(&vec!["200"; MAX_STATUS_CODES]).is_ok());
+    }
+
+    #[test]
+    fn head_with_a_body_expectation_is_refused() {
+        for (key, value) in [("bodyContains", "ok"), ("bodyRegex", "ok")] {
+            assert_eq!(
+                built(serde_json::json!({"method": "HEAD", "expect": {key: value}})),
+                Err(format!(
+                    "readinessProbe.podprobe.expect.{key}: Forbidden: a HEAD response has no body (method: HEAD)"
+                ))
+            );
+        }
+        let head = built(serde_json::json!({"method": "HEAD", "expect": {"statusCodes": ["204"]}}))
+            .unwrap();
+        assert_eq!(head.method, Method::Head);
+        assert_eq!(
+            built(serde_json::json!({"method": "POST"})),
+            Err(r#"readinessProbe.podprobe.method: Unsupported value: "POST": supported values: "GET", "HEAD""#.to_string())
+        );
+        assert_eq!(
+            built(serde_json::json!({"method": "head"})).map(|_| ()),
+            Err(r#"readinessProbe.podprobe.method: Unsupported value: "head": supported values: "GET", "HEAD""#.to_string())
+        );
+    }
+
+    #[test]
+    fn extensions_on_other_handlers_are_refused() {
+        for handler in ["exec", "tcpSocket", "grpc"] {
+            let refused = |value| {
+                http_extensions("livenessProbe", handler, &expect_fields(value))
+                    .map(|_| ())
+                    .map_err(|e| format!("{}: {}", e.field, e.message))
+            };
+            let detail = format!("Forbidden: may only be set for httpGet probes, not {handler}");
+            assert_eq!(
+                refused(serde_json::json!({"expect": {"bodyContains": "ok"}})),
+                Err(format!("livenessProbe.podprobe.expect: {detail}"))
+            );
+            assert_eq!(
+                refused(serde_json::json!({"method": "GET"})),
+                Err(format!("livenessProbe.podprobe.method: {detail}"))
+            );
+            assert_eq!(refused(serde_json::json!({})), Ok(()), "empty: nothing set");
+        }
+    }
+
+    #[test]
+    fn body_regex_is_bounded_in_length_and_compiled_size() {
+        let long = "a".repeat(MAX_BODY_REGEX_BYTES + 1);
+        assert_eq!(
+            built(serde_json::json!({"expect": {"bodyRegex": long}})).map(|_| ()),
+            Err("readinessProbe.podprobe.expect.bodyRegex: Too long: may not be more than 1024 bytes".to_string())
+        );
+        assert!(
+            built(serde_json::json!({"expect": {"bodyRegex": "a".repeat(MAX_BODY_REGEX_BYTES)}}))
+                .is_ok()
+        );
+        // Short, but Unicode classes repeated compile to megabytes.
+        let hostile = r"(\w{100}){100}";
+        let refused = built(serde_json::json!({"expect": {"bodyRegex": hostile}})).unwrap_err();
+        assert_eq!(
+            refused,
+            format!(
+                r#"readinessProbe.podprobe.expect.bodyRegex: Invalid value: "(\\w{{100}}){{100}}": compiles to more than {MAX_COMPILED_REGEX_BYTES} bytes"#
+            )
+        );
+        assert_eq!(
+            built(serde_json::json!({"expect": {"bodyRegex": "(unclosed"}})).map(|_| ()),
+            Err(r#"readinessProbe.podprobe.expect.bodyRegex: Invalid value: "(unclosed": not a valid regex: unclosed group"#.to_string())
+        );
+    }
+
+    #[test]
+    fn body_contains_may_not_be_empty_or_long() {
+        assert_eq!(
+            built(serde_json::json!({"expect": {"bodyContains": ""}})).map(|_| ()),
+            Err(r#"readinessProbe.podprobe.expect.bodyContains: Invalid value: "": may not be empty"#.to_string())
+        );
+        let long = "a".repeat(MAX_BODY_CONTAINS_BYTES + 1);
+        assert_eq!(
+            built(serde_json::json!({"expect": {"bodyContains": long}})).map(|_| ()),
+            Err("readinessProbe.podprobe.expect.bodyContains: Too long: may not be more than 1024 bytes".to_string())
+        );
+    }
+
+    #[test]
+    fn failures_name_the_expectation_and_never_the_body() {
+        let expect = built(serde_json::json!({"expect": {
+            "statusCodes": ["200", "204", "300-399"],
+            "bodyContains": "ok",
+            "bodyRegex": r#"^\{"status":"UP""#,
+        }}))
+        .unwrap()
+        .expect;
+        assert_eq!(
+            expect.failure(503, r#"{"status":"UP"} ok"#).as_deref(),
+            Some("HTTP probe failed with statuscode: 503 (expected 200, 204 or 300-399)")
+        );
+        assert_eq!(
+            expect.failure(200, r#"{"status":"UP"}"#).as_deref(),
+            Some(r#"HTTP probe failed: body does not contain "ok""#)
+        );
+        assert_eq!(
+            expect.failure(302, r#"ok {"status":"UP"}"#).as_deref(),
+            Some(r#"HTTP probe failed: body does not match ^\{"status":"UP""#)
+        );
+        assert_eq!(expect.failure(204, r#"{"status":"UP"} ok"#), None);
+        assert_eq!(
+            Expect::default().failure(500, ""),
+            None,
+            "the status rule is the caller's"
+        );
+        let body_only = Expect {
+            body_contains: Some("ok".into()),
+            ..Expect::default()
+        };
+        assert_eq!(
+            body_only.failure(500, ""),
+            None,
+            "the kubelet's rule fails it"
+        );
+        assert!(body_only.failure(399, "").is_some());
+    }
+
+    #[test]
+    fn compiled_regexes_compare_by_pattern() {
+        let a = body_regex("f".into(), "a+").unwrap();
+        assert_eq!(a, body_regex("f".into(), "a+").unwrap());
+        assert_ne!(a, body_regex("f".into(), "a*").unwrap());
+    }
+}
