@@ -24,7 +24,11 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 ARG PODPROBE_REVISION=unknown
-ENV PODPROBE_REVISION=${PODPROBE_REVISION}
+# No debug info in the image (22 MB instead of 100 MB): symbols stay, so a
+# panic's backtrace still names the functions, without line numbers.
+ENV PODPROBE_REVISION=${PODPROBE_REVISION} \
+    CARGO_PROFILE_RELEASE_DEBUG=false \
+    CARGO_PROFILE_RELEASE_STRIP=debuginfo
 # Cache mounts keep the crates and the build between builds (BuildKit,
 # buildah); the binary is copied out of the cached target directory.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
