@@ -29,7 +29,9 @@ set -euo pipefail
 HACK="$(cd "$(dirname "$0")" && pwd)"
 ROOT=$(dirname "$HACK")
 WORK=${PODPROBE_CACHE:-$HOME/.cache/podprobe}/dockerfile-check
-STORAGE=(--storage-driver vfs)
+# overlay (buildah's default) needs a kernel with native overlay diff; vfs
+# works everywhere but copies every layer (20 GB here).
+STORAGE=(--storage-driver "${PODPROBE_BUILDAH_DRIVER:-overlay}")
 BUILDER=localhost/standin/rust:1.95-bookworm
 RUNTIME=localhost/standin/distroless-cc-debian12
 IMAGE=localhost/podprobe:dockerfile-check
