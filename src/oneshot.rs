@@ -510,10 +510,11 @@ mod tests {
             format!("podprobe.io/probes: container \"app\": {cli}")
         );
 
-        let extension_typo = serde_json::json!({"httpGet": {"port": 1}, "podprobe": {"tls": {}}});
+        let extension_typo =
+            serde_json::json!({"httpGet": {"port": 1}, "podprobe": {"tls": {"caBundel": ""}}});
         assert_eq!(
             select_error(extension_typo, None),
-            "readinessProbe.podprobe.tls: unknown field"
+            "readinessProbe.podprobe.tls.caBundel: unknown field"
         );
     }
 
