@@ -204,7 +204,7 @@ pub fn normalize_object(
         .map_err(to_spec_error)?;
     match &mut spec.handler {
         Handler::HttpGet(action) => {
-            extensions.tls = tls.unwrap_or_default();
+            extensions.tls = Box::new(tls.unwrap_or_default());
             action.extensions = extensions;
         }
         Handler::Grpc(action) => action.tls = tls,

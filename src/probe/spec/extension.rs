@@ -100,8 +100,9 @@ pub struct HttpExtensions {
     pub method: Method,
     pub expect: Expect,
     /// `podprobe.tls` for scheme HTTPS; the default is the kubelet's
-    /// unverified TLS.
-    pub tls: TlsSettings,
+    /// unverified TLS. Boxed: most probes have none, and it is larger than
+    /// the rest of the action.
+    pub tls: Box<TlsSettings>,
 }
 
 /// The final response's expectations; all unset is the kubelet's rule
@@ -248,7 +249,7 @@ pub(super) fn http_extensions(
             body_contains,
             body_regex,
         },
-        tls: TlsSettings::default(),
+        tls: Box::default(),
     })
 }
 
