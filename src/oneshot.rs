@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use crate::cri::{CriClient, DEFAULT_ENDPOINT};
-use crate::probe::spec::extension::Method;
+use crate::probe::spec::extension::{ClientIdentity, Method};
 use crate::probe::spec::{self, Handler, Scheme};
 use crate::probe::{
     ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
@@ -72,6 +72,15 @@ pub struct ProbeArgs {
     /// How to report the result.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+
+    /// Client certificate (PEM, leaf first) presented by HTTPS probes and by
+    /// gRPC probes with `podprobe.tls`, for servers that require mTLS.
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1) of --client-cert.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -114,6 +123,9 @@ pub enum InputError {
     Decode(#[from] spec::DecodeError),
     #[error(transparent)]
     Spec(#[from] spec::SpecError),
+    /// --client-cert/--client-key unusable, or given for a probe without TLS.
+    #[error("{0}")]
+    ClientCertificate(String),
 }
 
 /// The chosen probe, ready to run.
@@ -122,6 +134,56 @@ pub struct Selected {
     pub kind: ProbeKind,
     pub container: String,
     pub spec: ProbeSpec,
+}
+
+/// `selected` presenting the client certificate of --client-cert and
+/// --client-key, when given: only an HTTPS probe or a gRPC probe with
+/// `podprobe.tls` makes a TLS connection to present it on.
+fn with_client_certificate(
+    mut selected: Selected,
+    args: &ProbeArgs,
+) -> Result<Selected, InputError> {
+    let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) else {
+        return Ok(selected);
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| InputError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let identity = ClientIdentity::from_pem(&read(cert)?, &read(key)?).map_err(|e| {
+        InputError::ClientCertificate(format!(
+            "--client-cert {} / --client-key {}: {e}",
+            cert.display(),
+            key.display()
+        ))
+    })?;
+    present_client_identity(&mut selected.spec, identity)?;
+    Ok(selected)
+}
+
+/// Sets `identity` as the client certificate of `spec`'s TLS connection.
+fn present_client_identity(
+    spec: &mut ProbeSpec,
+    identity: ClientIdentity,
+) -> Result<(), InputError> {
+    match &mut spec.handler {
+        Handler::HttpGet(action) if action.scheme == Scheme::Https => {
+            action.extensions.tls.client_identity = Some(identity);
+        }
+        Handler::Grpc(action) if action.tls.is_some() => {
+            if let Some(tls) = &mut action.tls {
+                tls.client_identity = Some(identity);
+            }
+        }
+        _ => {
+            return Err(InputError::ClientCertificate(
+                "--client-cert: the probe makes no TLS connection (it needs an httpGet with scheme HTTPS, or a grpc probe with podprobe.tls)".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The JSON report, one object.
@@ -140,7 +202,10 @@ pub struct Report {
 
 /// Entry point of `podprobe probe`.
 pub fn main(args: ProbeArgs) -> ExitCode {
-    let selected = match read_input(&args.probe).and_then(|doc| select(&doc, &args)) {
+    let selected = match read_input(&args.probe)
+        .and_then(|doc| select(&doc, &args))
+        .and_then(|selected| with_client_certificate(selected, &args))
+    {
         Ok(s) => s,
         Err(e) => {
             eprintln!("podprobe probe: invalid input: {e}");
@@ -435,6 +500,8 @@ mod tests {
             cri_endpoint: DEFAULT_ENDPOINT.into(),
             kube_probe_version: crate::KUBE_PROBE_VERSION.into(),
             output: OutputFormat::Json,
+            client_cert: None,
+            client_key: None,
         }
     }
 
@@ -510,10 +577,11 @@ mod tests {
             format!("podprobe.io/probes: container \"app\": {cli}")
         );
 
-        let extension_typo = serde_json::json!({"httpGet": {"port": 1}, "podprobe": {"tls": {}}});
+        let extension_typo =
+            serde_json::json!({"httpGet": {"port": 1}, "podprobe": {"tls": {"caBundel": ""}}});
         assert_eq!(
             select_error(extension_typo, None),
-            "readinessProbe.podprobe.tls: unknown field"
+            "readinessProbe.podprobe.tls.caBundel: unknown field"
         );
     }
 

@@ -8,6 +8,11 @@ use std::thread;
 
 use serde_json::Value;
 
+// Shared with the TLS tests of the probers; this file uses only part of it.
+#[allow(dead_code)]
+#[path = "support/pki.rs"]
+mod pki;
+
 // Shared with the CRI tests; this file uses only part of it.
 #[allow(dead_code)]
 #[path = "support/cri.rs"]
@@ -325,6 +330,8 @@ fn help_explains_every_flag() {
         "--cri-endpoint",
         "--kube-probe-version",
         "--output",
+        "--client-cert",
+        "--client-key",
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
@@ -470,6 +477,137 @@ podprobe:
         stderr.contains(
             "readinessProbe.podprobe.expect.bodyContains: Forbidden: a HEAD response has no body"
         ),
+        "{stderr}"
+    );
+}
+
+/// An HTTPS server on 127.0.0.1 with `config`, answering every request
+/// 200 `tls ok`, on a runtime of its own until the test process exits.
+fn https_server(config: std::sync::Arc<rustls::ServerConfig>) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            while let Ok((stream, _)) = listener.accept().await {
+                let Ok(mut stream) = acceptor.accept(stream).await else {
+                    continue;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\ntls ok",
+                    )
+                    .await;
+                let _ = stream.shutdown().await;
+            }
+        });
+    });
+    port
+}
+
+fn https_probe(port: u16, tls: Value) -> String {
+    serde_json::json!({
+        "httpGet": {"path": "/healthz", "port": port, "scheme": "HTTPS"},
+        "podprobe": {"tls": tls},
+    })
+    .to_string()
+}
+
+#[test]
+fn ca_bundle_verifies_through_the_cli() {
+    let ca = pki::TestCa::new("probe-ca");
+    let port = https_server(pki::server_config(&ca.leaf(&["127.0.0.1"]), None, &[]));
+    let (code, report) = probe_json(
+        &https_probe(port, serde_json::json!({"caBundle": ca.pem()})),
+        &[],
+    );
+    assert_eq!(
+        (code, &report["output"]),
+        (0, &Value::from("tls ok")),
+        "{report}"
+    );
+    let stranger = pki::TestCa::new("other-ca");
+    let (code, report) = probe_json(
+        &https_probe(port, serde_json::json!({"caBundle": stranger.pem()})),
+        &[],
+    );
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        report["output"],
+        format!(
+            "Get \"https://127.0.0.1:{port}/healthz\": tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        )
+    );
+}
+
+#[test]
+fn client_cert_flags_present_a_certificate() {
+    let ca = pki::TestCa::new("probe-ca");
+    let clients = pki::TestCa::new("client-ca");
+    let port = https_server(pki::server_config(
+        &ca.leaf(&["127.0.0.1"]),
+        Some(&clients),
+        &[],
+    ));
+    let probe = https_probe(port, serde_json::json!({"caBundle": ca.pem()}));
+    let (code, report) = probe_json(&probe, &[]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        report["output"],
+        format!(
+            "Get \"https://127.0.0.1:{port}/healthz\": remote error: tls: certificate required"
+        )
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let client = clients.leaf(&["probe.client"]);
+    let (cert, key) = (dir.path().join("client.crt"), dir.path().join("client.key"));
+    std::fs::write(&cert, &client.cert_pem).unwrap();
+    std::fs::write(&key, &client.key_pem).unwrap();
+    let flags = [
+        "--client-cert",
+        cert.to_str().unwrap(),
+        "--client-key",
+        key.to_str().unwrap(),
+    ];
+    let (code, report) = probe_json(&probe, &flags);
+    assert_eq!(
+        (code, &report["output"]),
+        (0, &Value::from("tls ok")),
+        "{report}"
+    );
+    // Plain HTTP has no TLS connection to present it on.
+    let stderr = invalid(&format!("httpGet: {{port: {port}}}"), &flags);
+    assert!(
+        stderr.contains("--client-cert: the probe makes no TLS connection"),
+        "{stderr}"
+    );
+    // A key file that holds no key is named.
+    let stderr = invalid(
+        &probe,
+        &[
+            "--client-cert",
+            cert.to_str().unwrap(),
+            "--client-key",
+            cert.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        stderr.contains("client key: no PEM private key"),
         "{stderr}"
     );
 }

@@ -2,6 +2,12 @@
 //! own health service, small custom health services, a server without the
 //! health service and servers that do not speak gRPC at all.
 
+mod support {
+    // Shared with the HTTP tests; gRPC uses part of it.
+    #[allow(dead_code)]
+    pub mod pki;
+}
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -393,4 +399,102 @@ async fn a_denied_pod_address_fails_at_once_without_a_connection() {
     );
     let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
     assert!(accepted.is_err(), "the probe connected");
+}
+
+/// tonic's health service over TLS presenting a certificate `ca` signed for
+/// 127.0.0.1, offering `h2`; returns the port.
+async fn serve_tls_reporter(ca: &support::pki::TestCa) -> u16 {
+    let (_reporter, service) = tonic_health::server::health_reporter();
+    let config = support::pki::server_config(&ca.leaf(&["127.0.0.1"]), None, &[b"h2"]);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, service) = (acceptor.clone(), service.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let hyper_service = hyper::service::service_fn(
+                    move |request: http::Request<hyper::body::Incoming>| {
+                        let mut service = service.clone();
+                        async move { tower::Service::call(&mut service, request.map(Body::new)).await }
+                    },
+                );
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), hyper_service)
+                        .await;
+            });
+        }
+    });
+    port
+}
+
+fn tls_settings(value: serde_json::Value) -> podprobe::probe::spec::extension::TlsSettings {
+    let object = serde_json::json!({"grpc": {"port": 1}, "podprobe": {"tls": value}});
+    let kind = podprobe::probe::ProbeKind::Readiness;
+    let object = podprobe::probe::spec::decode_probe_object(kind, &object).expect("decodes");
+    let container = k8s_openapi::api::core::v1::Container::default();
+    match podprobe::probe::spec::normalize_object(kind, &object, &container)
+        .expect("valid")
+        .handler
+    {
+        podprobe::probe::Handler::Grpc(action) => action.tls.expect("tls on"),
+        other => panic!("expected grpc, got {other:?}"),
+    }
+}
+
+async fn probe_tls(port: u16, tls: &podprobe::probe::spec::extension::TlsSettings) -> Outcome {
+    grpc::probe_with_tls(
+        "127.0.0.1",
+        port,
+        "",
+        SHORT_TIMEOUT,
+        &user_agent(),
+        &Destinations::default(),
+        Some(tls),
+    )
+    .await
+    .expect("gRPC probes report failures as results")
+}
+
+#[tokio::test]
+async fn tls_grpc_verified_against_the_bundle_is_healthy() {
+    let ca = support::pki::TestCa::new("probe-ca");
+    let port = serve_tls_reporter(&ca).await;
+    let verified = tls_settings(serde_json::json!({"caBundle": ca.pem()}));
+    assert_eq!(
+        probe_tls(port, &verified).await,
+        Outcome::new(ProbeResult::Success, "service healthy")
+    );
+    let unverified = tls_settings(serde_json::json!({}));
+    assert_eq!(
+        probe_tls(port, &unverified).await.result,
+        ProbeResult::Success
+    );
+    // Plain text to a TLS server never gets the server's HTTP/2 preface.
+    assert_eq!(
+        probe("127.0.0.1", port, "", SHORT_TIMEOUT).await,
+        connect_deadline(port, "500ms")
+    );
+}
+
+#[tokio::test]
+async fn tls_grpc_unknown_authority_is_reported_with_the_deadline() {
+    let port = serve_tls_reporter(&support::pki::TestCa::new("server-ca")).await;
+    let other = support::pki::TestCa::new("probe-ca");
+    let tls = tls_settings(serde_json::json!({"caBundle": other.pem()}));
+    assert_eq!(
+        probe_tls(port, &tls).await,
+        failure(format!(
+            "timeout: failed to connect service \"127.0.0.1:{port}\" within 500ms: context deadline exceeded: \
+             connection error: desc = \"transport: authentication handshake failed: \
+             tls: failed to verify certificate: x509: certificate signed by unknown authority\""
+        ))
+    );
 }

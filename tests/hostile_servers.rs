@@ -396,6 +396,7 @@ fn spec(server: &HostileServer) -> ProbeSpec {
         Handler::Grpc(GrpcAction {
             port,
             service: String::new(),
+            tls: None,
         })
     } else {
         Handler::HttpGet(HttpGetAction {

@@ -3,6 +3,7 @@
 
 mod support {
     pub mod http_server;
+    pub mod pki;
 }
 
 use std::time::Duration;
@@ -14,6 +15,7 @@ use podprobe::probe::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
 };
 use support::http_server::{Step, TestServer, redirect, reply, response};
+use support::pki::{TestCa, server_config};
 
 const USER_AGENT: &str = "kube-probe/1.35";
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -879,4 +881,194 @@ async fn ext_head_with_status_codes() {
         )
     );
     assert_eq!(server.received()[0].request_line, "HEAD / HTTP/1.1");
+}
+
+/// An HTTPS `httpGet` probe of `port` (host `host`, else the pod IP
+/// 127.0.0.1) with `podprobe.tls` set to `tls`, read by the strict parser.
+fn https_with_tls(port: u16, host: Option<&str>, tls: serde_json::Value) -> HttpGetAction {
+    let mut http_get = serde_json::json!({"port": port, "path": "/healthz", "scheme": "HTTPS"});
+    if let Some(host) = host {
+        http_get["host"] = host.into();
+    }
+    let object = serde_json::json!({"httpGet": http_get, "podprobe": {"tls": tls}});
+    let kind = ProbeKind::Readiness;
+    let object = spec::decode_probe_object(kind, &object).expect("decodes");
+    let container = k8s_openapi::api::core::v1::Container::default();
+    match spec::normalize_object(kind, &object, &container)
+        .expect("valid")
+        .handler
+    {
+        Handler::HttpGet(action) => action,
+        other => panic!("expected httpGet, got {other:?}"),
+    }
+}
+
+/// An HTTPS server presenting `leaf`, requiring a client certificate
+/// signed by `client_ca` when given.
+async fn tls_server(leaf: &support::pki::Leaf, client_ca: Option<&TestCa>) -> TestServer {
+    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(leaf, client_ca, &[]));
+    TestServer::start_with_acceptor(LOCAL, acceptor, |_| reply(200, b"verified")).await
+}
+
+fn tls_failure(port: u16, text: &str) -> Outcome {
+    Outcome::new(
+        ProbeResult::Failure,
+        format!("Get \"https://127.0.0.1:{port}/healthz\": {text}"),
+    )
+}
+
+#[tokio::test]
+async fn tls_ca_bundle_verifies_the_server_by_its_ip() {
+    let ca = TestCa::new("probe-ca");
+    let server = tls_server(&ca.leaf(&["127.0.0.1"]), None).await;
+    let action = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem()}),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        Outcome::new(ProbeResult::Success, "verified")
+    );
+}
+
+#[tokio::test]
+async fn tls_unknown_authority_fails_like_go() {
+    let ca = TestCa::new("probe-ca");
+    let other = TestCa::new("other-ca");
+    let server = tls_server(&other.leaf(&["127.0.0.1"]), None).await;
+    let action = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem()}),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        tls_failure(
+            server.port(),
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        )
+    );
+    // Without podprobe.tls the same server is the kubelet's success.
+    let mut plain = action.clone();
+    plain.extensions = Default::default();
+    assert_eq!(outcome(&plain).await.result, ProbeResult::Success);
+}
+
+#[tokio::test]
+async fn tls_name_mismatch_names_both_names() {
+    let ca = TestCa::new("probe-ca");
+    let server = tls_server(&ca.leaf(&["other.internal"]), None).await;
+    let action = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem(), "serverName": "app.internal"}),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        tls_failure(
+            server.port(),
+            "tls: failed to verify certificate: x509: certificate is valid for other.internal, not app.internal"
+        )
+    );
+    let by_ip = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem()}),
+    );
+    assert_eq!(
+        outcome(&by_ip).await,
+        tls_failure(
+            server.port(),
+            "tls: failed to verify certificate: x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
+        )
+    );
+}
+
+#[tokio::test]
+async fn tls_server_name_overrides_the_name_verified_and_sent() {
+    let ca = TestCa::new("probe-ca");
+    let server = tls_server(&ca.leaf(&["app.internal"]), None).await;
+    let action = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem(), "serverName": "app.internal"}),
+    );
+    assert_eq!(outcome(&action).await.result, ProbeResult::Success);
+    assert_eq!(server.received()[0].sni.as_deref(), Some("app.internal"));
+}
+
+#[tokio::test]
+async fn tls_host_header_is_the_default_name() {
+    let ca = TestCa::new("probe-ca");
+    let server = tls_server(&ca.leaf(&["app.internal"]), None).await;
+    let mut action = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem()}),
+    );
+    action.headers = vec![("Host".into(), "app.internal:8443".into())];
+    assert_eq!(outcome(&action).await.result, ProbeResult::Success);
+    assert_eq!(server.received()[0].sni.as_deref(), Some("app.internal"));
+}
+
+#[tokio::test]
+async fn tls_expired_certificate_fails_like_go() {
+    let ca = TestCa::new("probe-ca");
+    let server = tls_server(&ca.expired_leaf(&["127.0.0.1"]), None).await;
+    let action = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem()}),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        tls_failure(
+            server.port(),
+            "tls: failed to verify certificate: x509: certificate has expired or is not yet valid"
+        )
+    );
+}
+
+#[tokio::test]
+async fn tls_client_certificate_is_presented_or_refused() {
+    let ca = TestCa::new("probe-ca");
+    let clients = TestCa::new("client-ca");
+    let server = tls_server(&ca.leaf(&["127.0.0.1"]), Some(&clients)).await;
+    let mut action = https_with_tls(
+        server.port(),
+        None,
+        serde_json::json!({"caBundle": ca.pem()}),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        tls_failure(server.port(), "remote error: tls: certificate required")
+    );
+    let client = clients.leaf(&["probe.client"]);
+    action.extensions.tls.client_identity = Some(
+        podprobe::probe::spec::extension::ClientIdentity::from_pem(
+            client.cert_pem.as_bytes(),
+            client.key_pem.as_bytes(),
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        Outcome::new(ProbeResult::Success, "verified")
+    );
+    let stranger = TestCa::new("stranger").leaf(&["probe.client"]);
+    action.extensions.tls.client_identity = Some(
+        podprobe::probe::spec::extension::ClientIdentity::from_pem(
+            stranger.cert_pem.as_bytes(),
+            stranger.key_pem.as_bytes(),
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        tls_failure(
+            server.port(),
+            "remote error: tls: unknown certificate authority"
+        )
+    );
 }

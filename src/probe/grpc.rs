@@ -9,16 +9,27 @@
 //! deadline. So a closed port or a server that does not speak HTTP/2 ends in
 //! `timeout: failed to connect service ... context deadline exceeded`, as in
 //! the kubelet, not in an immediate connection error.
+//!
+//! With `podprobe.tls` (#14) the connection is TLS (ALPN `h2`), made here
+//! over the probe dialer with tokio-rustls and handed to tonic as the
+//! connection, verified as an HTTPS probe is ([`crate::probe::tls`]); the
+//! name is `serverName`, else the target address. A TLS failure is retried
+//! like any failed attempt, and the deadline message then ends with it, as
+//! grpc-go's `WithReturnConnectionError` reports it.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 use tonic::Code;
@@ -30,7 +41,9 @@ use tonic_health::pb::health_client::HealthClient;
 
 use super::destinations::Destinations;
 use super::dial::{DialError, ProbeStream, dial};
+use super::spec::extension::TlsSettings;
 use super::tap::{ReadObserver, ReadTap};
+use super::tls;
 use super::{Attempt, Outcome, ProbeResult, go_duration, join_host_port};
 
 /// grpc-go's connection backoff: first delay, growth factor, jitter, ceiling.
@@ -56,6 +69,19 @@ pub async fn probe(
     user_agent: &str,
     destinations: &Destinations,
 ) -> Attempt {
+    probe_with_tls(host, port, service, timeout, user_agent, destinations, None).await
+}
+
+/// [`probe`] over TLS with `tls` (`podprobe.tls`) when given.
+pub async fn probe_with_tls(
+    host: &str,
+    port: u16,
+    service: &str,
+    timeout: Duration,
+    user_agent: &str,
+    destinations: &Destinations,
+    tls: Option<&TlsSettings>,
+) -> Attempt {
     let addr = join_host_port(host, port);
     let deadline = Instant::now() + timeout;
     // The connector checks every address it dials too, but a refused dial
@@ -71,9 +97,27 @@ pub async fn probe(
         Ok(endpoint) => endpoint,
         Err(error) => return Ok(connect_error_outcome(&addr, &error)),
     };
-    let Some(channel) = connect(&endpoint, host, port, deadline, destinations).await else {
-        tracing::debug!(addr, service, "gRPC probe could not connect in time");
-        return Ok(connect_timeout_outcome(&addr, timeout));
+    let tls = tls.map(|settings| TlsTarget {
+        config: tls::client_config(settings, &[b"h2"]),
+        settings: settings.clone(),
+    });
+    let target = Target {
+        host,
+        port,
+        tls: tls.as_ref(),
+    };
+    let channel = match connect(&endpoint, target, deadline, destinations).await {
+        Ok(channel) => channel,
+        Err(last_tls_error) => {
+            tracing::debug!(addr, service, "gRPC probe could not connect in time");
+            let mut outcome = connect_timeout_outcome(&addr, timeout);
+            if let Some(text) = last_tls_error {
+                outcome.output.push_str(&format!(
+                    ": connection error: desc = \"transport: authentication handshake failed: {text}\""
+                ));
+            }
+            return Ok(outcome);
+        }
     };
     let check = check(channel, service, deadline).await;
     Ok(check_outcome(check, timeout))
@@ -86,28 +130,50 @@ fn endpoint(addr: &str, user_agent: &str) -> Result<Endpoint, tonic::transport::
     Endpoint::from_shared(format!("http://{addr}"))?.user_agent(user_agent)
 }
 
-/// Connects as grpc-go's blocking dial does; `None` when `deadline` passes
-/// first.
+/// Where a probe connects: host, port and, with `podprobe.tls`, how.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    host: &'a str,
+    port: u16,
+    tls: Option<&'a TlsTarget>,
+}
+
+/// `podprobe.tls` with its client configuration, built once per probe.
+#[derive(Clone)]
+struct TlsTarget {
+    settings: TlsSettings,
+    config: Arc<ClientConfig>,
+}
+
+/// Connects as grpc-go's blocking dial does; when `deadline` passes first,
+/// the error is the last attempt's TLS failure text, if any.
 async fn connect(
     endpoint: &Endpoint,
-    host: &str,
-    port: u16,
+    target: Target<'_>,
     deadline: Instant,
     destinations: &Destinations,
-) -> Option<Channel> {
+) -> Result<Channel, Option<String>> {
+    let (host, port) = (target.host, target.port);
     let mut retries = 0;
+    let mut last_tls_error = None;
     loop {
         let backoff = reconnect_backoff(retries, rand::random());
         let attempt_deadline = deadline.min(Instant::now() + backoff.max(MIN_CONNECT_TIMEOUT));
-        let attempt = connect_once(endpoint, host, port, attempt_deadline, destinations);
+        let attempt = connect_once(endpoint, target, attempt_deadline, destinations);
         match timeout_at(attempt_deadline, attempt).await {
-            Ok(Ok(channel)) => return Some(channel),
-            Ok(Err(error)) => tracing::debug!(%error, host, port, "gRPC connection attempt failed"),
+            Ok(Ok(channel)) => return Ok(channel),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, host, port, "gRPC connection attempt failed");
+                last_tls_error = error.tls_failure().or(last_tls_error);
+            }
             Err(_) => tracing::debug!(host, port, "gRPC connection attempt timed out"),
         }
-        timeout_at(deadline, tokio::time::sleep(backoff))
+        if timeout_at(deadline, tokio::time::sleep(backoff))
             .await
-            .ok()?;
+            .is_err()
+        {
+            return Err(last_tls_error);
+        }
         retries += 1;
     }
 }
@@ -122,19 +188,48 @@ enum AttemptError {
     NotHttp2,
 }
 
+impl AttemptError {
+    /// Go's text for the TLS handshake failure that ended this attempt.
+    fn tls_failure(&self) -> Option<String> {
+        let AttemptError::Transport(error) = self else {
+            return None;
+        };
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        while let Some(current) = source {
+            if let Some(ConnectError::Tls(text)) = current.downcast_ref::<ConnectError>() {
+                return Some(text.clone());
+            }
+            source = current.source();
+        }
+        None
+    }
+}
+
+/// Why the connector produced no connection.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error(transparent)]
+    Dial(#[from] DialError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The TLS handshake failed; Go's text.
+    #[error("{0}")]
+    Tls(String),
+}
+
 /// One attempt: dial, HTTP/2 handshake, then wait for the server's first
 /// frame, which must be SETTINGS (grpc-go's "server preface").
 async fn connect_once(
     endpoint: &Endpoint,
-    host: &str,
-    port: u16,
+    target: Target<'_>,
     deadline: Instant,
     destinations: &Destinations,
 ) -> Result<Channel, AttemptError> {
     let (preface_tx, preface_rx) = oneshot::channel();
     let connector = ProbeConnector {
-        host: host.to_owned(),
-        port,
+        host: target.host.to_owned(),
+        port: target.port,
+        tls: target.tls.cloned(),
         deadline,
         destinations: destinations.clone(),
         preface: Some(preface_tx),
@@ -299,6 +394,7 @@ fn strip_status_details(response: http::Response<Body>) -> http::Response<Body> 
 struct ProbeConnector {
     host: String,
     port: u16,
+    tls: Option<TlsTarget>,
     deadline: Instant,
     destinations: Destinations,
     /// Taken by the first connection; tonic may reconnect later, after the
@@ -307,11 +403,11 @@ struct ProbeConnector {
 }
 
 impl tower::Service<Uri> for ProbeConnector {
-    type Response = TokioIo<ReadTap<ProbeStream, PrefaceWatch>>;
-    type Error = DialError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, DialError>> + Send>>;
+    type Response = TokioIo<ReadTap<GrpcStream, PrefaceWatch>>;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ConnectError>> + Send>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), DialError>> {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
         Poll::Ready(Ok(()))
     }
 
@@ -319,13 +415,85 @@ impl tower::Service<Uri> for ProbeConnector {
         let (host, port, deadline) = (self.host.clone(), self.port, self.deadline);
         let destinations = self.destinations.clone();
         let preface = self.preface.take();
+        let tls = self.tls.clone();
         Box::pin(async move {
             let stream = dial(&host, port, deadline, &destinations).await?;
+            let stream = match tls {
+                None => GrpcStream::Plain(stream),
+                Some(tls) => {
+                    let peer = stream.get_ref().peer_addr()?;
+                    let name: ServerName<'static> =
+                        tls::server_name(&tls.settings, &host, peer.ip());
+                    let connected = tokio_rustls::TlsConnector::from(tls.config)
+                        .connect(name, stream)
+                        .await
+                        .map_err(|err| ConnectError::Tls(tls_handshake_text(&err)))?;
+                    GrpcStream::Tls(Box::new(connected))
+                }
+            };
+            // Above TLS, so the preface is read in clear.
             Ok(TokioIo::new(ReadTap::new(
                 stream,
                 PrefaceWatch::new(preface),
             )))
         })
+    }
+}
+
+/// Go's text for a failed TLS handshake of a gRPC connection.
+fn tls_handshake_text(err: &std::io::Error) -> String {
+    match err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        Some(tls_err) => tls::error_text(tls_err),
+        None => err.to_string(),
+    }
+}
+
+/// A gRPC connection: plain text as the kubelet's, or TLS (`podprobe.tls`).
+enum GrpcStream {
+    Plain(ProbeStream),
+    Tls(Box<tokio_rustls::client::TlsStream<ProbeStream>>),
+}
+
+impl AsyncRead for GrpcStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            GrpcStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            GrpcStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for GrpcStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            GrpcStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            GrpcStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            GrpcStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            GrpcStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            GrpcStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            GrpcStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 

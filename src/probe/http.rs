@@ -27,7 +27,7 @@ use self::request::Hop;
 use self::transport::{Exchange, TransportError};
 use super::destinations::Destinations;
 use super::spec::HttpGetAction;
-use super::spec::extension::{Expect, Method};
+use super::spec::extension::{Expect, Method, TlsSettings};
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_quote};
 
 /// Requests Go's client sends before giving up on a redirect chain.
@@ -55,7 +55,8 @@ pub async fn probe(
     let first =
         Hop::first(action, pod_ip, user_agent).map_err(|e| ProbeError::unknown(e.to_string()))?;
     let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
-    let mut exchange = match follow_redirects(&first, deadline, destinations).await {
+    let tls = &action.extensions.tls;
+    let mut exchange = match follow_redirects(&first, tls, deadline, destinations).await {
         Ok(exchange) => exchange,
         Err(client_error) => return Ok(Outcome::new(ProbeResult::Failure, client_error)),
     };
@@ -94,7 +95,8 @@ pub async fn get_and_discard(
     destinations: &Destinations,
 ) -> Result<(), String> {
     let first = Hop::first(action, pod_ip, user_agent).map_err(|e| e.to_string())?;
-    let mut exchange = follow_redirects(&first, None, destinations).await?;
+    let tls = &action.extensions.tls;
+    let mut exchange = follow_redirects(&first, tls, None, destinations).await?;
     // As Go's discard: a body that fails half-way changes nothing.
     let _ = exchange.read_body(MAX_OUTPUT_BYTES, None).await;
     Ok(())
@@ -132,16 +134,18 @@ fn outcome(status: StatusCode, body: &[u8], expect: &Expect) -> Outcome {
 
 /// H12: sends `first` and follows redirects whose target has the first
 /// request's hostname, up to Go's limit; a redirect elsewhere is the final
-/// response. Errors are Go's client error text (`Get "<url>": ...`).
+/// response. Every hop connects with `tls` (`podprobe.tls`): a followed
+/// redirect is verified against the same bundle. Errors are Go's client error text (`Get "<url>": ...`).
 async fn follow_redirects(
     first: &Hop,
+    tls: &TlsSettings,
     deadline: Option<Instant>,
     destinations: &Destinations,
 ) -> Result<Exchange, String> {
     let mut hop = first.clone();
     let mut sent = 0;
     loop {
-        let exchange = transport::exchange(&hop, deadline, destinations)
+        let exchange = transport::exchange(&hop, tls, deadline, destinations)
             .await
             .map_err(|err| {
                 let text = match err {

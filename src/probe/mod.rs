@@ -17,6 +17,7 @@ pub mod prober;
 pub mod spec;
 mod tap;
 pub mod tcp;
+pub mod tls;
 
 use std::fmt;
 

@@ -166,13 +166,14 @@ impl Prober {
                 tcp::probe(host, action.port, timeout, &self.destinations).await
             }
             Handler::Grpc(action) => {
-                grpc::probe(
+                grpc::probe_with_tls(
                     target.pod_ip,
                     action.port,
                     &action.service,
                     timeout,
                     &self.user_agent,
                     &self.destinations,
+                    action.tls.as_ref(),
                 )
                 .await
             }

@@ -30,7 +30,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use self::extension::HttpExtensions;
+use self::extension::{HttpExtensions, TlsSettings};
 use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
 use super::go_quote;
@@ -122,6 +122,9 @@ pub struct GrpcAction {
     pub port: u16,
     /// `grpc.service`, empty for the server's overall health.
     pub service: String,
+    /// `podprobe.tls` (#14): TLS on, with these settings; `None`: plain
+    /// text, as the kubelet.
+    pub tls: Option<TlsSettings>,
 }
 
 /// A probe that cannot be run as written.
@@ -189,10 +192,23 @@ pub fn normalize_object(
     let handler = validation::handlers(&defaulted)
         .first()
         .map_or("", HandlerRef::field_name);
-    let extensions = extension::http_extensions(kind.field_name(), handler, podprobe)
-        .map_err(|e| spec_error(kind, container, e))?;
-    if let Handler::HttpGet(action) = &mut spec.handler {
-        action.extensions = extensions;
+    let to_spec_error = |e| spec_error(kind, container, e);
+    let mut extensions =
+        extension::http_extensions(kind.field_name(), handler, podprobe).map_err(to_spec_error)?;
+    let https = matches!(&spec.handler, Handler::HttpGet(a) if a.scheme == Scheme::Https);
+    let tls = podprobe
+        .tls
+        .as_ref()
+        .map(|given| extension::tls::tls_settings(kind.field_name(), handler, https, given))
+        .transpose()
+        .map_err(to_spec_error)?;
+    match &mut spec.handler {
+        Handler::HttpGet(action) => {
+            extensions.tls = Box::new(tls.unwrap_or_default());
+            action.extensions = extensions;
+        }
+        Handler::Grpc(action) => action.tls = tls,
+        _ => {}
     }
     Ok(spec)
 }
@@ -341,6 +357,7 @@ fn build_handler(
         Some(HandlerRef::Grpc(grpc)) => Handler::Grpc(GrpcAction {
             port: validation::port_number(format!("{root}.grpc.port"), grpc.port)?,
             service: grpc.service.clone().unwrap_or_default(),
+            tls: None,
         }),
     };
     Ok(handler)

@@ -480,7 +480,13 @@ mod tests {
             error(
                 r#"{"app": {"readinessProbe": {"httpGet": {"port": 80}, "podprobe": {"tls": {}}}}}"#
             ),
-            r#"podprobe.io/probes: container "app": readinessProbe.podprobe.tls: unknown field"#
+            r#"podprobe.io/probes: container "app": readinessProbe.podprobe.tls: Forbidden: may only be set for httpGet probes with scheme HTTPS and for grpc probes, not scheme HTTP"#
+        );
+        assert_eq!(
+            error(
+                r#"{"app": {"readinessProbe": {"httpGet": {"port": 443, "scheme": "HTTPS"}, "podprobe": {"tls": {"clientCertificate": {"secretName": "app-probe-client"}}}}}}"#
+            ),
+            r#"podprobe.io/probes: container "app": readinessProbe.podprobe.tls.clientCertificate: Forbidden: not supported yet (reading Secrets comes with a later podprobe)"#
         );
         assert_eq!(
             error(

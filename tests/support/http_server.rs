@@ -121,8 +121,18 @@ impl TestServer {
         alpn: Vec<Vec<u8>>,
         script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
     ) -> TestServer {
+        Self::start_with_acceptor(bind, self_signed_acceptor(alpn), script).await
+    }
+
+    /// Serves HTTPS with `acceptor`'s certificate and settings; the script
+    /// writes raw bytes as for [`TestServer::start_tls`]. A failed
+    /// handshake ends the connection.
+    pub async fn start_with_acceptor(
+        bind: &str,
+        acceptor: tokio_rustls::TlsAcceptor,
+        script: impl Fn(&Received) -> Vec<Step> + Send + Sync + 'static,
+    ) -> TestServer {
         let script: Arc<Script> = Arc::new(script);
-        let acceptor = self_signed_acceptor(alpn);
         Self::listen(bind, move |stream, log| {
             let (script, acceptor) = (script.clone(), acceptor.clone());
             async move {

@@ -2,7 +2,8 @@
 //! transport makes it (H9): a new connection per request from the probe
 //! dialer ([`crate::probe::dial`], SO_LINGER {on, 1 s}), no proxy, no
 //! compression; HTTP/1.1 with `Connection: close`,
-//! or for `https` (certificate not verified) HTTP/2 when the server picks
+//! or for `https` (certificate not verified unless `podprobe.tls` gives a
+//! `caBundle`, see [`crate::probe::tls`]) HTTP/2 when the server picks
 //! `h2` over ALPN, since the kubelet's transport is set up for HTTP/2
 //! (`utilnet.SetTransportDefaults`); and Go's error texts for what can go
 //! wrong on the way (H16, H17).
@@ -14,6 +15,7 @@
 //! URL`, `net/http: invalid header field name/value ...`,
 //! `http: server gave HTTP response to HTTPS client`,
 //! `remote error: tls: <alert>`, `net/http: TLS handshake timeout`.
+//! `tls: failed to verify certificate: x509: ...` (the common causes).
 //! Approximated: DNS failures (`dial tcp: lookup <host>: no such host`,
 //! without Go's resolver address), other TLS failures (`tls: <rustls
 //! error>`), and malformed responses (`net/http: HTTP/1.x transport
@@ -22,7 +24,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,10 +33,6 @@ use http::uri::PathAndQuery;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -45,8 +42,9 @@ use super::request::Hop;
 use crate::probe::destinations::Destinations;
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
 use crate::probe::go_quote;
-use crate::probe::spec::extension::Method;
+use crate::probe::spec::extension::{Method, TlsSettings};
 use crate::probe::tap::{ReadObserver, ReadTap};
+use crate::probe::tls;
 
 /// The dial deadline when the probe has none (Go's client without a
 /// timeout): the dialer needs an instant, and no probe waits this long.
@@ -130,6 +128,7 @@ async fn within<F: Future>(
 /// allows and waits for the response headers, all before `deadline`.
 pub async fn exchange(
     hop: &Hop,
+    tls_settings: &TlsSettings,
     deadline: Option<Instant>,
     destinations: &Destinations,
 ) -> Result<Exchange, TransportError> {
@@ -163,7 +162,7 @@ pub async fn exchange(
         if !tls {
             return send_http1(stream, http1_request(hop.method, target, &lines)?, addrs).await;
         }
-        let stream = tls_handshake(stream, hop.url.hostname(), addrs, deadline).await?;
+        let stream = tls_handshake(stream, hop, tls_settings, addrs, deadline).await?;
         if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
             send_http2(stream, http2_request(hop.method, target, &lines)?, addrs).await
         } else {
@@ -361,18 +360,29 @@ where
     })
 }
 
-/// The TLS client handshake: any certificate accepted (Go's
-/// `InsecureSkipVerify`), SNI only for DNS names, within Go's 10 s handshake
-/// timeout as well as the probe deadline.
+/// The TLS client handshake, SNI only for DNS names, within Go's 10 s
+/// handshake timeout as well as the probe deadline. Without `podprobe.tls`
+/// any certificate is accepted (Go's `InsecureSkipVerify`) and the name is
+/// the URL's host, as in the kubelet; with a `caBundle` the name verified
+/// is `serverName`, else the `Host` header's host, else the URL's.
 async fn tls_handshake(
     stream: ProbeStream,
-    hostname: &str,
+    hop: &Hop,
+    settings: &TlsSettings,
     addrs: ConnAddrs,
     deadline: Option<Instant>,
 ) -> Result<tokio_rustls::client::TlsStream<ReadTap<ProbeStream, FirstBytes>>, TransportError> {
-    let server_name = ServerName::try_from(hostname.trim_end_matches('.').to_string())
-        .unwrap_or_else(|_| ServerName::IpAddress(addrs.peer.ip().into()));
-    let handshake = TlsConnector::from(tls_config())
+    let name = match (&settings.ca_bundle, host_header_hostname(&hop.host)) {
+        (Some(_), Some(host)) => host,
+        _ => hop.url.hostname(),
+    };
+    let server_name = tls::server_name(settings, name, addrs.peer.ip());
+    let config = if *settings == TlsSettings::default() {
+        tls::kubelet_https_config()
+    } else {
+        tls::client_config(settings, &[b"h2", b"http/1.1"])
+    };
+    let handshake = TlsConnector::from(config)
         .connect(server_name, ReadTap::new(stream, FirstBytes::default()))
         .into_fallible();
     let handshake_deadline = Instant::now() + TLS_HANDSHAKE_TIMEOUT;
@@ -407,9 +417,6 @@ fn tls_error_text(err: &io::Error, first_bytes: &[u8], addrs: ConnAddrs) -> Stri
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
     {
-        Some(rustls::Error::AlertReceived(alert)) => {
-            format!("remote error: tls: {}", alert_text(*alert))
-        }
         Some(rustls::Error::InvalidMessage(_))
             if first_bytes
                 .first()
@@ -417,109 +424,20 @@ fn tls_error_text(err: &io::Error, first_bytes: &[u8], addrs: ConnAddrs) -> Stri
         {
             "tls: first record does not look like a TLS handshake".into()
         }
-        Some(other) => format!("tls: {other}"),
+        Some(other) => tls::error_text(other),
         None if err.kind() == io::ErrorKind::UnexpectedEof => "EOF".into(),
         None => io_error_text(err, addrs),
     }
 }
 
-/// Go's `crypto/tls` alert descriptions.
-fn alert_text(alert: rustls::AlertDescription) -> String {
-    let text = match u8::from(alert) {
-        0 => "close notify",
-        10 => "unexpected message",
-        20 => "bad record MAC",
-        21 => "decryption failed",
-        22 => "record overflow",
-        30 => "decompression failure",
-        40 => "handshake failure",
-        42 => "bad certificate",
-        43 => "unsupported certificate",
-        44 => "revoked certificate",
-        45 => "expired certificate",
-        46 => "unknown certificate",
-        47 => "illegal parameter",
-        48 => "unknown certificate authority",
-        49 => "access denied",
-        50 => "error decoding message",
-        51 => "error decrypting message",
-        70 => "protocol version not supported",
-        71 => "insufficient security level",
-        80 => "internal error",
-        86 => "inappropriate fallback",
-        90 => "user canceled",
-        100 => "no renegotiation",
-        109 => "missing extension",
-        110 => "unsupported extension",
-        112 => "unrecognized name",
-        116 => "certificate required",
-        120 => "no application protocol",
-        other => return format!("alert({other})"),
+/// The host of a `Host` header value (`name`, `name:port`, `[v6]:port`);
+/// `None` when there is none.
+fn host_header_hostname(host: &str) -> Option<&str> {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or(bracketed, |(ip, _)| ip),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     };
-    text.to_string()
-}
-
-/// The client TLS configuration, built once: ring provider, TLS 1.2 and
-/// 1.3, ALPN `h2` then `http/1.1` (as Go's transport with the kubelet's
-/// HTTP/2 defaults offers), no client certificate, any server certificate.
-fn tls_config() -> Arc<ClientConfig> {
-    static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = Arc::new(AcceptAnyCertificate(
-                provider.signature_verification_algorithms,
-            ));
-            let mut config = ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .expect("the ring provider supports the default TLS versions")
-                .dangerous()
-                .with_custom_certificate_verifier(verifier)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            Arc::new(config)
-        })
-        .clone()
-}
-
-/// Accepts any server certificate, as Go's `InsecureSkipVerify` does, but
-/// still checks the handshake signatures made with the certificate's key.
-#[derive(Debug)]
-struct AcceptAnyCertificate(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
+    (!name.is_empty()).then_some(name)
 }
 
 /// The first bytes a connection reads, so that a failed TLS handshake can
@@ -541,6 +459,14 @@ impl ReadObserver for FirstBytes {
 /// Go's text for an error before the response headers arrived.
 fn response_error_text(err: &hyper::Error, addrs: ConnAddrs) -> String {
     if let Some(io_err) = source_io_error(err) {
+        // With TLS 1.3 a server refusing the client's certificate says so
+        // after the client's side of the handshake is done: on the first read.
+        if let Some(tls_err) = io_err
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>())
+        {
+            return tls::error_text(tls_err);
+        }
         return match io_err.kind() {
             io::ErrorKind::UnexpectedEof => "EOF".into(),
             _ => io_error_text(io_err, addrs),
@@ -605,5 +531,16 @@ mod tests {
     #[test]
     fn request_targets_with_spaces_are_escaped() {
         assert_eq!(escape_request_line("/a?b c"), "/a?b%20c");
+    }
+
+    #[test]
+    fn host_header_hostnames_drop_the_port() {
+        assert_eq!(
+            host_header_hostname("app.internal:8443"),
+            Some("app.internal")
+        );
+        assert_eq!(host_header_hostname("app.internal"), Some("app.internal"));
+        assert_eq!(host_header_hostname("[::1]:8443"), Some("::1"));
+        assert_eq!(host_header_hostname(""), None);
     }
 }

@@ -155,8 +155,8 @@ mod tests {
                 "readinessProbe.httpGet.httpHeaders[1].vlaue",
             ),
             (
-                json!({"httpGet": {"port": 1}, "podprobe": {"tls": {}}}),
-                "readinessProbe.podprobe.tls",
+                json!({"httpGet": {"port": 1}, "podprobe": {"tls": {"caBundel": "x"}}}),
+                "readinessProbe.podprobe.tls.caBundel",
             ),
             (
                 json!({"httpGet": {"port": 1}, "podprobe": {"expect": {"statusCode": ["200"]}}}),

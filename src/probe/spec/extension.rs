@@ -11,6 +11,7 @@
 //!       bodyContains: "ok"
 //!       bodyRegex: "^\\{\"status\":\"UP\""
 //!     method: HEAD
+//!     tls: {caBundle: "...", serverName: app.internal}   # see [`tls`]
 //! ```
 //!
 //! [`ProbeExtensions`] is the key as written (decoded strictly with the rest
@@ -26,6 +27,10 @@ use serde::{Deserialize, Serialize};
 
 use super::validation::FieldError;
 use crate::probe::go_quote;
+
+pub mod tls;
+
+pub use self::tls::{CaBundle, ClientIdentity, TlsFields, TlsSettings};
 
 /// The most entries `expect.statusCodes` may hold.
 pub const MAX_STATUS_CODES: usize = 32;
@@ -53,6 +58,8 @@ pub struct ProbeExtensions {
     pub expect: Option<ExpectFields>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFields>,
 }
 
 /// `podprobe.expect` as written.
@@ -92,6 +99,10 @@ impl Method {
 pub struct HttpExtensions {
     pub method: Method,
     pub expect: Expect,
+    /// `podprobe.tls` for scheme HTTPS; the default is the kubelet's
+    /// unverified TLS. Boxed: most probes have none, and it is larger than
+    /// the rest of the action.
+    pub tls: Box<TlsSettings>,
 }
 
 /// The final response's expectations; all unset is the kubelet's rule
@@ -199,7 +210,7 @@ pub(super) fn http_extensions(
     let Some(given) = &podprobe.expect else {
         return Ok(HttpExtensions {
             method,
-            expect: Expect::default(),
+            ..HttpExtensions::default()
         });
     };
     let status_codes = given
@@ -238,6 +249,7 @@ pub(super) fn http_extensions(
             body_contains,
             body_regex,
         },
+        tls: Box::default(),
     })
 }
 

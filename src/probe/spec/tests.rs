@@ -159,7 +159,8 @@ fn v1_grpc_service_defaults_to_empty() {
         spec.handler,
         Handler::Grpc(GrpcAction {
             port: 9000,
-            service: String::new()
+            service: String::new(),
+            tls: None,
         })
     );
     let spec = ok(
@@ -170,7 +171,8 @@ fn v1_grpc_service_defaults_to_empty() {
         spec.handler,
         Handler::Grpc(GrpcAction {
             port: 9000,
-            service: "db".into()
+            service: "db".into(),
+            tls: None,
         })
     );
 }
