@@ -216,6 +216,35 @@ fn grpc_readiness_flips_both_ways() {
     );
 }
 
+/// A probe extension on the real cluster (#14): a body expectation holds the
+/// gate back while the server answers 200 with the wrong body, which the
+/// kubelet's rule alone would call ready, and the failure says why.
+#[test]
+#[ignore = "needs the local cluster (hack/test.sh runs it)"]
+fn body_expectation_holds_the_gate_until_the_body_says_up() {
+    let ns = setup("expect");
+    let mut probe = fast(json!({"httpGet": {"path": "/status", "port": 8080}}));
+    probe["podprobe"] = json!({"expect": {"bodyContains": "UP"}});
+    let pod = busybox_pod(
+        "expect",
+        "mkdir -p /www && echo DOWN > /www/status && httpd -p 8080 -h /www && ",
+        json!({"readinessProbe": probe}),
+    );
+    ns.create_pod(&pod);
+    wait_running(&ns, "expect", "app");
+    wait_gate(&ns, "expect", false);
+    wait_event(
+        &ns,
+        "expect",
+        "Unhealthy",
+        "Readiness probe failed: HTTP probe failed: body does not contain \"UP\"",
+    );
+    ns.exec("expect", "echo UP > /www/status");
+    wait_gate(&ns, "expect", true);
+    ns.exec("expect", "echo DOWN > /www/status");
+    wait_gate(&ns, "expect", false);
+}
+
 /// Waits for an event on `pod` with `reason` and exactly `message`.
 fn wait_event(ns: &Namespace, pod: &str, reason: &str, message: &str) -> Value {
     ns.wait_for(
