@@ -710,10 +710,16 @@ impl Daemon {
         let mut status = pod.status.clone().unwrap_or_default();
         rebuild(&mut status, &self.cache.started(uid));
         let pod_ready = takeover::own_condition_is_true(pod, self.mode);
-        self.manager
-            .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status, nudge);
+        let nudges =
+            self.manager
+                .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status);
         let views = views(&status);
+        // Workers read `started` from this cache: a readiness worker nudged
+        // before it shows the container started would skip its run.
         self.cache.set_started(uid, started_by_id(&views));
+        if nudge == Nudge::Yes {
+            self.manager.nudge_readiness(pod, nudges);
+        }
         self.patcher.submit(Intent {
             namespace: pod_namespace(pod).to_string(),
             name: pod_name(pod).to_string(),

@@ -244,36 +244,40 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
     /// started containers that are not ready yet (W8). `pod` supplies the
     /// spec and its current `Ready` condition (S4).
     pub fn update_pod_status(&self, pod: &Pod, probes: &PodProbes, status: &mut PodStatus) {
-        self.update_pod_status_with(pod, probes, pod_ready_condition(pod), status, Nudge::Yes);
+        let nudges = self.update_pod_status_with(pod, probes, pod_ready_condition(pod), status);
+        self.nudge_readiness(pod, nudges);
     }
 
     /// [`update_pod_status`](Self::update_pod_status) with S4's "pod was
     /// Ready" given by the caller (gate mode passes its own condition, which
-    /// is what its readiness verdicts fed), nudging the readiness workers
-    /// only when `nudge` says this derivation stands for one of the
-    /// kubelet's pod syncs (K4): the kubelet runs `UpdatePodStatus` only
-    /// then, and every extra nudge is an extra probe.
+    /// is what its readiness verdicts fed), without the nudges: it returns
+    /// the containers whose readiness workers the kubelet would nudge, for
+    /// [`nudge_readiness`](Self::nudge_readiness) once the caller has made
+    /// the derived `started` visible to the workers (a nudged worker that
+    /// still sees its container not started skips its run and waits a whole
+    /// period), and only when the derivation stands for one of the kubelet's
+    /// pod syncs (K6): every extra nudge is an extra probe.
     pub fn update_pod_status_with(
         &self,
         pod: &Pod,
         probes: &PodProbes,
         pod_ready: bool,
         status: &mut PodStatus,
-        nudge: Nudge,
-    ) {
-        let pod_uid = pod_uid(pod);
+    ) -> Vec<String> {
         let inputs = StatusInputs {
             pod,
             probes,
             prober_start: self.context.started_wall,
             pod_ready,
         };
-        let nudges = set_started_and_ready(&inputs, &self.view(pod_uid), status);
-        if nudge == Nudge::No {
-            return;
-        }
+        set_started_and_ready(&inputs, &self.view(pod_uid(pod)), status)
+    }
+
+    /// W8: triggers a run of the readiness workers of `containers` of `pod`.
+    pub fn nudge_readiness(&self, pod: &Pod, containers: Vec<String>) {
+        let pod_uid = pod_uid(pod);
         let workers = self.lock();
-        for container in nudges {
+        for container in containers {
             let key = WorkerKey {
                 pod_uid: pod_uid.to_string(),
                 container,
