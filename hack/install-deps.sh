@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building and testing podprobe needs on a fresh Debian machine
-# (as root): protoc for the CRI protos, rustfmt and clippy, IPv6 on loopback,
-# and helm and promtool for tests/chart.rs and tests/monitoring.rs (built
-# from their Go modules by hack/helm.sh and hack/promtool.sh, cached). The
-# container runtime's packages are installed by hack/containerd.sh. Idempotent.
+# (as root): protoc for the CRI protos, rustfmt and clippy, IPv6 on loopback.
+# The container runtime's packages are installed by hack/containerd.sh; helm
+# and promtool are built from their Go modules by hack/helm.sh and
+# hack/promtool.sh (hack/test.sh runs them beside the Kubernetes build).
+# Idempotent.
 set -euo pipefail
 
 need_apt=()
@@ -34,8 +35,3 @@ if [ "$(sysctl -n net.ipv6.conf.lo.disable_ipv6 2>/dev/null || echo absent)" != 
   sysctl -qw net.ipv6.conf.lo.disable_ipv6=0 \
     || echo "install-deps: this kernel has no IPv6 loopback: the IPv6 probe tests will fail" >&2
 fi
-
-# Go-built tools, cached under ${PODPROBE_CACHE:-~/.cache/podprobe}/tools
-# (seconds once built; a few minutes cold). hack/test.sh exports their paths.
-"$(dirname "$0")/helm.sh" >/dev/null
-"$(dirname "$0")/promtool.sh" >/dev/null

@@ -129,12 +129,6 @@ cleanup() {
 trap cleanup EXIT
 
 phase install-deps hack/install-deps.sh
-# helm and promtool, which install-deps.sh built (cached), for tests/chart.rs
-# and tests/monitoring.rs. If a build failed, the path is empty and those
-# tests fail saying so.
-PODPROBE_HELM=$(hack/helm.sh 2>/dev/null || true)
-PODPROBE_PROMTOOL=$(hack/promtool.sh 2>/dev/null || true)
-export PODPROBE_HELM PODPROBE_PROMTOOL
 export PODPROBE_DEPLOY=helm
 
 if ! hack/containerd.sh status >/dev/null 2>&1; then
@@ -144,11 +138,15 @@ fi
 eval "$(hack/containerd.sh env)"
 export PODPROBE_CRI_ENDPOINT
 
-# The Kubernetes build (about 16 minutes cold on two cores, seconds when
-# cached) in the background, while cargo builds.
+# The Go builds in the background, while cargo builds (niced;
+# seconds when cached): Kubernetes (about 16 minutes cold on two cores),
+# then helm and promtool (hack/helm.sh, hack/promtool.sh) for
+# tests/chart.rs, tests/monitoring.rs and the Helm deploy.
 (
   start=$SECONDS rc=0
-  hack/k8s-build.sh >"$logs/k8s-build.log" 2>&1 || rc=$?
+  for build in hack/k8s-build.sh hack/helm.sh hack/promtool.sh; do
+    "$build" >>"$logs/k8s-build.log" 2>&1 || rc=$?
+  done
   echo "$rc $((SECONDS - start))" >"$logs/k8s-build.status"
   exit "$rc"
 ) &
@@ -164,8 +162,13 @@ wait "$k8s_pid" || k8s_rc=$?
 k8s_pid=
 # Its own time, though it ran beside the phases above.
 read -r _ k8s_secs <"$logs/k8s-build.status" || k8s_secs=?
-record "k8s-build (beside)" "$k8s_rc" "$k8s_secs"
+record "go-builds (beside)" "$k8s_rc" "$k8s_secs"
 if [ "$k8s_rc" != 0 ]; then tail -n 40 "$logs/k8s-build.log" >&2; fi
+# helm and promtool for the tests; if a build failed, the path is empty and
+# those tests fail saying so.
+PODPROBE_HELM=$(hack/helm.sh 2>/dev/null || true)
+PODPROBE_PROMTOOL=$(hack/promtool.sh 2>/dev/null || true)
+export PODPROBE_HELM PODPROBE_PROMTOOL
 # The pinned kubectl, for tests/readme.rs's `kubectl apply -k` (rendered).
 PODPROBE_KUBECTL="$(hack/k8s-build.sh --bin-dir)/kubectl"
 export PODPROBE_KUBECTL
