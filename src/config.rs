@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cri::DEFAULT_ENDPOINT;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
+use crate::probe::spec::is_dns_subdomain;
 use crate::server::DEFAULT_MAX_CONNECTIONS;
 use crate::status::Mode;
 
@@ -289,20 +290,6 @@ impl Config {
 /// (so that an empty value is an empty list).
 fn non_empty(entries: &[String]) -> impl Iterator<Item = &str> {
     entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty())
-}
-
-/// RFC 1123 subdomain, as node names are validated by the API server.
-fn is_dns_subdomain(name: &str) -> bool {
-    let label_ok = |label: &str| {
-        let bytes = label.as_bytes();
-        !bytes.is_empty()
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-    };
-    name.len() <= 253 && name.split('.').all(label_ok)
 }
 
 fn is_unix_endpoint(endpoint: &str) -> bool {

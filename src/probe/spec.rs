@@ -40,6 +40,7 @@ pub use self::expand::{
     CommandTooLong, MAX_EXPANDED_COMMAND_BYTES, env_map, expand, expand_command,
 };
 pub use self::port::{AtoiFailure, PortError, resolve_container_port};
+pub use self::validation::is_dns_subdomain;
 
 /// A probe after defaulting, validation and resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]

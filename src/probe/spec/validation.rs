@@ -321,6 +321,21 @@ fn is_http_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// RFC 1123 subdomain: how the API server validates the names of most
+/// objects (Nodes, Secrets).
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let label_ok = |label: &str| {
+        let bytes = label.as_bytes();
+        !bytes.is_empty()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+    };
+    name.len() <= 253 && name.split('.').all(label_ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

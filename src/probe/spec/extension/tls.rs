@@ -24,7 +24,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 
-use super::super::validation::FieldError;
+use super::super::validation::{FieldError, is_dns_subdomain};
 
 /// The largest `caBundle`, in bytes of PEM.
 pub const MAX_CA_BUNDLE_BYTES: usize = 64 * 1024;
@@ -255,20 +255,6 @@ fn server_name(field: String, name: &str) -> Result<ServerName<'static>, FieldEr
     }
     ServerName::try_from(name.to_string())
         .map_err(|_| FieldError::invalid_string(field, name, "must be a DNS name or an IP address"))
-}
-
-/// RFC 1123 subdomain, as the API server validates Secret names.
-fn is_dns_subdomain(name: &str) -> bool {
-    let label_ok = |label: &str| {
-        let bytes = label.as_bytes();
-        !bytes.is_empty()
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-    };
-    name.len() <= 253 && name.split('.').all(label_ok)
 }
 
 #[cfg(test)]
