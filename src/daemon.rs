@@ -713,7 +713,10 @@ impl Daemon {
         let nudges =
             self.manager
                 .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status);
-        let views = views(&status);
+        let mut views = ContainerProbeView::from_status(&status);
+        if self.mode == Mode::Gate {
+            self.manager.add_notes(&mut views);
+        }
         // Workers read `started` from this cache: a readiness worker nudged
         // before it shows the container started would skip its run.
         self.cache.set_started(uid, started_by_id(&views));
@@ -746,19 +749,6 @@ fn rebuild(status: &mut PodStatus, started: &HashMap<String, bool>) {
     for container in init.chain(status.container_statuses.iter_mut().flatten()) {
         container.ready = false;
     }
-}
-
-/// podprobe's verdicts, from a status `UpdatePodStatus` filled in.
-fn views(status: &PodStatus) -> Vec<ContainerProbeView> {
-    let init = status.init_container_statuses.iter().flatten();
-    init.chain(status.container_statuses.iter().flatten())
-        .map(|c| ContainerProbeView {
-            name: c.name.clone(),
-            container_id: c.container_id.clone(),
-            started: c.started == Some(true),
-            ready: c.ready,
-        })
-        .collect()
 }
 
 fn started_by_id(views: &[ContainerProbeView]) -> HashMap<String, bool> {
@@ -899,7 +889,7 @@ mod tests {
             pod_ready: takeover::own_condition_is_true(pod, mode),
         };
         set_started_and_ready(&inputs, &JustRestarted, &mut status);
-        views(&status).remove(0)
+        ContainerProbeView::from_status(&status).remove(0)
     }
 
     const MODES: [Mode; 2] = [Mode::Gate, Mode::Authority];

@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::probe::spec::{container_probe, normalize_accepted};
 use crate::probe::{ProbeKind, ProbeSpec, SpecError};
 use crate::results::{CachedResult, ProbeCaches};
+use crate::status::ContainerProbeView;
 use crate::worker::{
     self, Clock, ProbeObserver, ProbeRunner, StatusSource, Takeover, WorkerConfig, WorkerContext,
     WorkerHandle, is_restartable_init_container, predates_prober,
@@ -271,6 +272,23 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
             pod_ready,
         };
         set_started_and_ready(&inputs, &self.view(pod_uid(pod)), status)
+    }
+
+    /// Gives every view that is not ready the last failure note of the probe
+    /// holding it back: its startup probe while not started, else its
+    /// readiness probe.
+    pub fn add_notes(&self, views: &mut [ContainerProbeView]) {
+        for view in views.iter_mut().filter(|v| !v.ready) {
+            let kind = if view.started {
+                ProbeKind::Readiness
+            } else {
+                ProbeKind::Startup
+            };
+            view.note = view
+                .container_id
+                .as_deref()
+                .and_then(|id| self.caches().get(kind).note(id));
+        }
     }
 
     /// W8: triggers a run of the readiness workers of `containers` of `pod`.

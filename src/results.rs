@@ -13,7 +13,7 @@
 //! discarded and the cache keeps working.
 
 use std::collections::HashMap;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use tokio::sync::mpsc;
 
@@ -21,6 +21,10 @@ use crate::probe::ProbeKind;
 
 /// Capacity of each cache's updates channel (the kubelet's `make(chan Update, 20)`).
 pub const UPDATES_CAPACITY: usize = 20;
+
+/// The longest failure note kept per container, in bytes: the condition that
+/// shows it stays small however much a probed server or command writes.
+pub const MAX_NOTE_BYTES: usize = 256;
 
 /// A cached probe result (`results.Result`). The kubelet's zero value is
 /// `Success`, which matters for a worker's initial `last_result`.
@@ -48,6 +52,11 @@ pub struct ResultUpdate {
 pub struct ResultsCache {
     kind: ProbeKind,
     entries: RwLock<HashMap<String, CachedResult>>,
+    /// podprobe's addition to the kubelet's cache: the last failure a
+    /// container's probe reported (its `Unhealthy` event text), for the gate
+    /// condition's message. Setting one is silent, so it never causes a
+    /// status write of its own.
+    notes: RwLock<HashMap<String, Arc<str>>>,
     updates: mpsc::Sender<ResultUpdate>,
 }
 
@@ -58,6 +67,7 @@ impl ResultsCache {
         let cache = ResultsCache {
             kind,
             entries: RwLock::new(HashMap::new()),
+            notes: RwLock::new(HashMap::new()),
             updates,
         };
         (cache, receiver)
@@ -91,10 +101,27 @@ impl ResultsCache {
         let _ = self.updates.send(update).await;
     }
 
-    /// Deletes the entry for `container_id` without sending an update (R4).
+    /// Deletes the entry for `container_id`, and its note, without sending
+    /// an update (R4).
     pub fn remove(&self, container_id: &str) {
         let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
         entries.remove(container_id);
+        let mut notes = self.notes.write().unwrap_or_else(PoisonError::into_inner);
+        notes.remove(container_id);
+    }
+
+    /// Keeps `note` as the last failure of `container_id`'s probe, cut to
+    /// [`MAX_NOTE_BYTES`] (`...` marks a cut). Sends no update.
+    pub fn set_note(&self, container_id: &str, note: &str) {
+        let note: Arc<str> = bounded_note(note).into();
+        let mut notes = self.notes.write().unwrap_or_else(PoisonError::into_inner);
+        notes.insert(container_id.to_string(), note);
+    }
+
+    /// The last failure note of `container_id`'s probe, if any.
+    pub fn note(&self, container_id: &str) -> Option<Arc<str>> {
+        let notes = self.notes.read().unwrap_or_else(PoisonError::into_inner);
+        notes.get(container_id).cloned()
     }
 
     /// Number of cached entries.
@@ -117,6 +144,20 @@ impl ResultsCache {
         let previous = entries.insert(container_id.to_string(), result);
         previous != Some(result)
     }
+}
+
+/// `note` cut on a character boundary so that, with `...` appended, it
+/// takes at most [`MAX_NOTE_BYTES`].
+fn bounded_note(note: &str) -> String {
+    if note.len() <= MAX_NOTE_BYTES {
+        return note.to_string();
+    }
+    const MARK: &str = "...";
+    let mut end = MAX_NOTE_BYTES - MARK.len();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &note[..end])
 }
 
 /// The three caches of one prober (R2).
@@ -226,6 +267,30 @@ mod tests {
         // Absent again, so the same value is a change once more.
         cache.set(ID, CachedResult::Failure, "uid").await;
         assert_eq!(rx.try_recv().unwrap().result, CachedResult::Failure);
+    }
+
+    #[tokio::test]
+    async fn notes_are_silent_bounded_and_go_with_the_entry() {
+        let (cache, mut rx) = ResultsCache::new(ProbeKind::Readiness);
+        cache.set(ID, CachedResult::Failure, "uid").await;
+        rx.try_recv().unwrap();
+        cache.set_note(
+            ID,
+            "Readiness probe failed: HTTP probe failed with statuscode: 503",
+        );
+        assert!(rx.try_recv().is_err(), "a note sends no update");
+        assert_eq!(
+            cache.note(ID).as_deref(),
+            Some("Readiness probe failed: HTTP probe failed with statuscode: 503")
+        );
+        // A long note with a multi-byte character across the cut.
+        let long = format!("{}é{}", "x".repeat(MAX_NOTE_BYTES - 4), "y".repeat(1000));
+        cache.set_note(ID, &long);
+        let kept = cache.note(ID).unwrap();
+        assert!(kept.len() <= MAX_NOTE_BYTES, "{} bytes", kept.len());
+        assert!(kept.ends_with("x..."), "{kept}");
+        cache.remove(ID);
+        assert_eq!(cache.note(ID), None);
     }
 
     #[tokio::test]

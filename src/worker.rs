@@ -28,6 +28,7 @@ use tracing::Instrument;
 
 use crate::cri::ContainerIdentity;
 use crate::pods::{pod_name, pod_namespace};
+use crate::probe::prober::reasons;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::results::{CachedResult, ProbeCaches};
 
@@ -832,6 +833,17 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
             result,
             duration: began.elapsed(),
         });
+        if let Some(event) = verdict
+            .event
+            .as_ref()
+            .filter(|e| e.reason == reasons::UNHEALTHY)
+        {
+            // For the gate condition's message (why it is not ready).
+            self.context
+                .caches
+                .get(self.config.kind)
+                .set_note(&container_id, &event.message);
+        }
         if let Some(write) = result.and_then(|r| self.state.after_probe(&self.config, r)) {
             self.apply(&[write]).await;
         }
@@ -1954,6 +1966,34 @@ mod tests {
             Some("Unhealthy"),
             "the errored event is still reported"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_unhealthy_run_leaves_its_event_text_as_the_note() {
+        let rig = rig(ScriptedRunner::new(
+            [
+                Scripted::Return(ProbeResult::Failure),
+                Scripted::Error,
+                Scripted::Return(ProbeResult::Success),
+            ],
+            ProbeResult::Success,
+        ));
+        rig.statuses
+            .set("uid-1", fresh_status(ProbeKind::Readiness));
+        let mut worker = rig.worker(config(ProbeKind::Readiness, probe_spec(10, 0, 1, 3)));
+        let note = || rig.context.caches.readiness.note(ID);
+        assert!(worker.do_probe().await);
+        // Below the failure threshold: the note is there before the verdict.
+        assert_eq!(note().as_deref(), Some("Readiness probe failed: "));
+        assert!(worker.do_probe().await);
+        assert_eq!(
+            note().as_deref(),
+            Some("Readiness probe errored and resulted in unknown state: boom")
+        );
+        assert!(worker.do_probe().await);
+        assert!(note().is_some(), "a success keeps the last failure");
+        worker.cleanup(|| {});
+        assert_eq!(note(), None, "W10: the note goes with the result");
     }
 
     #[tokio::test(start_paused = true)]

@@ -775,6 +775,7 @@ async fn authority_token_may_write_readiness_only_on_its_nodes_pods() {
         container_id: Some(container_id.to_string()),
         started: true,
         ready: true,
+        note: None,
     }];
     let desired: PodStatus = desired_authority_status(&current, &views, &Time(Timestamp::now()));
     let body = build_patch(Mode::Authority, &current, &desired)

@@ -150,6 +150,19 @@ fn readiness_exec_probe_flips_gate_and_ready_both_ways() {
         condition(&pod, "Ready").map(|c| c.0).as_deref(),
         Some("False")
     );
+    // Never ready yet, so no result changed: the first failure reaches the
+    // message at podprobe's next resync (10 s), plus a probe period.
+    wait_for(
+        "the gate says which probe fails and how",
+        Duration::from_secs(30),
+        || {
+            let why = gate_why(&rig.pod("web")?);
+            (why == why_not_ready())
+                .then_some(())
+                .ok_or(format!("{why:?}"))
+        },
+        || rig.diagnostics(),
+    );
 
     rig.exec("web", &["touch", "/tmp/ready"]);
     rig.wait_condition("web", GATE, "True", Duration::from_secs(20));
@@ -163,8 +176,35 @@ fn readiness_exec_probe_flips_gate_and_ready_both_ways() {
     );
 
     rig.exec("web", &["rm", "/tmp/ready"]);
-    rig.wait_condition("web", GATE, "False", Duration::from_secs(20));
+    let pod = rig.wait_condition("web", GATE, "False", Duration::from_secs(20));
+    // The failure that flipped it is in the flip's own write.
+    assert_eq!(gate_why(&pod), why_not_ready(), "{}", rig.diagnostics());
     rig.wait_condition("web", "Ready", "False", Duration::from_secs(20));
+}
+
+/// The gate's reason and message while `cat /tmp/ready` fails.
+fn why_not_ready() -> (String, String) {
+    (
+        "ReadinessProbeFailed".to_string(),
+        "containers with unready status: [app]; \
+         app: Readiness probe failed: cat: can't open '/tmp/ready': No such file or directory\n"
+            .to_string(),
+    )
+}
+
+/// The gate condition's reason and message.
+fn gate_why(pod: &Value) -> (String, String) {
+    let conditions = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let gate = conditions.iter().find(|c| c["type"] == GATE);
+    let text = |field: &str| {
+        gate.and_then(|c| c[field].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    (text("reason"), text("message"))
 }
 
 #[test]

@@ -743,18 +743,7 @@ impl Kubelet<'_> {
         let Some(annotated) = &self.simulation.gate else {
             return;
         };
-        let views: Vec<ContainerProbeView> = status
-            .container_statuses
-            .iter()
-            .chain(status.init_container_statuses.iter())
-            .flatten()
-            .map(|s| ContainerProbeView {
-                name: s.name.clone(),
-                container_id: s.container_id.clone(),
-                started: s.started == Some(true),
-                ready: s.ready,
-            })
-            .collect();
+        let views = ContainerProbeView::from_status(status);
         let pod = Pod {
             status: Some(status.clone()),
             ..self.simulation.pod.clone()

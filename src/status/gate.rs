@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodSpec, Po
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::annotation::AnnotatedProbes;
-use super::conditions::{NotReady, replace_or_append, set_transition_time};
+use super::conditions::{self, NotReady, replace_or_append, set_transition_time};
 use super::{ContainerProbeView, readiness_containers, status_named, view_for};
 
 /// The condition type podprobe owns in gate mode.
@@ -32,7 +32,16 @@ pub const READY_CONDITION: &str = "podprobe.io/ready";
 /// - in a terminal phase, `False` with reason `PodCompleted` (`Succeeded`, when
 ///   no container is unknown) or `PodFailed` (`Failed`), as `ContainersReady`.
 ///
+/// Beyond the kubelet's wording, so that `kubectl describe pod` says why: when
+/// an unready container's verdict carries a failure note (the first such
+/// container in that order), the reason names its probe
+/// ([`reason::STARTUP_PROBE_FAILED`], [`reason::READINESS_PROBE_FAILED`]) and
+/// the message ends in `; <container>: <note>`, the note being the probe's
+/// last `Unhealthy` event text, at most [`MAX_NOTE_BYTES`] long.
+///
 /// The result has no timestamps; see [`desired_gate_status`].
+///
+/// [`MAX_NOTE_BYTES`]: crate::results::MAX_NOTE_BYTES
 pub fn gate_condition(
     pod: &Pod,
     probes: &AnnotatedProbes,
@@ -42,16 +51,51 @@ pub fn gate_condition(
     let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     let status = pod.status.as_ref().unwrap_or(&no_status);
     let mut not_ready = NotReady::default();
+    let mut held_by = None;
     for container in readiness_containers(spec).filter(|c| probes.gates_readiness(&c.name)) {
         match status_named(status, &container.name) {
             None => not_ready.unknown.push(container.name.clone()),
             Some(current) if !is_ready(current, views) => {
-                not_ready.unready.push(container.name.clone())
+                not_ready.unready.push(container.name.clone());
+                held_by = held_by.or_else(|| noted(current, views));
             }
             Some(_) => {}
         }
     }
-    not_ready.into_condition(READY_CONDITION, status.phase.as_deref())
+    let mut condition = not_ready.into_condition(READY_CONDITION, status.phase.as_deref());
+    let kubelets_not_ready =
+        condition.reason.as_deref() == Some(conditions::reason::CONTAINERS_NOT_READY);
+    if let Some(view) = held_by.filter(|_| kubelets_not_ready) {
+        condition.reason = Some(
+            if view.started {
+                reason::READINESS_PROBE_FAILED
+            } else {
+                reason::STARTUP_PROBE_FAILED
+            }
+            .to_string(),
+        );
+        let note = view.note.as_deref().unwrap_or_default();
+        let message = condition.message.get_or_insert_with(String::new);
+        message.push_str(&format!("; {}: {note}", view.name));
+    }
+    condition
+}
+
+/// Reasons of `podprobe.io/ready` beyond the kubelet's `ContainersReady`
+/// ones: which probe holds a container back.
+pub mod reason {
+    /// An unready container's startup probe has failed.
+    pub const STARTUP_PROBE_FAILED: &str = "StartupProbeFailed";
+    /// A started, unready container's readiness probe has failed.
+    pub const READINESS_PROBE_FAILED: &str = "ReadinessProbeFailed";
+}
+
+/// The verdict about `status`'s instance, if it carries a failure note.
+fn noted<'a>(
+    status: &ContainerStatus,
+    views: &'a [ContainerProbeView],
+) -> Option<&'a ContainerProbeView> {
+    view_for(views, status).filter(|view| view.note.is_some())
 }
 
 /// Running by the API, started and ready by podprobe's verdict.
@@ -165,6 +209,71 @@ mod tests {
                 Some(reason::CONTAINERS_NOT_READY),
                 Some("containers with unready status: [app proxy]")
             )
+        );
+    }
+
+    fn noted(name: &str, started: bool, note: &str) -> ContainerProbeView {
+        ContainerProbeView {
+            note: Some(note.into()),
+            ..view(name, started, false)
+        }
+    }
+
+    #[test]
+    fn gate_false_names_the_probe_and_failure_holding_the_pod_back() {
+        let pod = two_container_pod("Running");
+        let probes = probes(&[("app", ProbeKind::Readiness), ("proxy", ProbeKind::Startup)]);
+        // The first unready container in the kubelet's order that has a note.
+        let views = [
+            view("app", true, false),
+            noted("proxy", false, "Startup probe failed: dial tcp: refused"),
+        ];
+        assert_eq!(
+            verdict(&gate_condition(&pod, &probes, &views)),
+            (
+                FALSE,
+                Some(super::reason::STARTUP_PROBE_FAILED),
+                Some(
+                    "containers with unready status: [app proxy]; \
+                     proxy: Startup probe failed: dial tcp: refused"
+                )
+            )
+        );
+        let views = [
+            noted(
+                "app",
+                true,
+                "Readiness probe failed: HTTP probe failed with statuscode: 503",
+            ),
+            noted("proxy", false, "Startup probe failed: dial tcp: refused"),
+        ];
+        assert_eq!(
+            verdict(&gate_condition(&pod, &probes, &views)),
+            (
+                FALSE,
+                Some(super::reason::READINESS_PROBE_FAILED),
+                Some(
+                    "containers with unready status: [app proxy]; \
+                     app: Readiness probe failed: HTTP probe failed with statuscode: 503"
+                )
+            )
+        );
+        // A ready container's note, or one about another instance, says nothing.
+        let stale = ContainerProbeView {
+            container_id: Some("containerd://previous".to_string()),
+            ..noted("app", true, "Readiness probe failed: old")
+        };
+        let views = [stale, view("proxy", true, true)];
+        assert_eq!(
+            verdict(&gate_condition(&pod, &probes, &views)).1,
+            Some(reason::CONTAINERS_NOT_READY)
+        );
+        // Terminal phases keep the kubelet's reasons.
+        let done = two_container_pod("Failed");
+        let views = [noted("app", true, "Readiness probe failed: x")];
+        assert_eq!(
+            verdict(&gate_condition(&done, &probes, &views)).1,
+            Some(reason::POD_FAILED)
         );
     }
 

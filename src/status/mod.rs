@@ -31,6 +31,8 @@ mod proptests;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
 
 pub use annotation::{
@@ -76,9 +78,28 @@ pub struct ContainerProbeView {
     pub container_id: Option<String>,
     pub started: bool,
     pub ready: bool,
+    /// The last failure of the probe that holds this instance back (its
+    /// startup probe while not started, else its readiness probe), as its
+    /// `Unhealthy` event says it; gate mode shows it in its condition.
+    pub note: Option<Arc<str>>,
 }
 
 impl ContainerProbeView {
+    /// The verdicts a status already carries (`started`, `ready`), one per
+    /// container status, init containers first; without notes.
+    pub fn from_status(status: &PodStatus) -> Vec<ContainerProbeView> {
+        let init = status.init_container_statuses.iter().flatten();
+        init.chain(status.container_statuses.iter().flatten())
+            .map(|c| ContainerProbeView {
+                name: c.name.clone(),
+                container_id: c.container_id.clone(),
+                started: c.started == Some(true),
+                ready: c.ready,
+                note: None,
+            })
+            .collect()
+    }
+
     /// Whether this verdict is about the instance `status` describes.
     fn describes(&self, status: &ContainerStatus) -> bool {
         self.name == status.name && self.container_id == status.container_id

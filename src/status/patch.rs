@@ -441,12 +441,14 @@ mod tests {
                 container_id: Some("containerd://9a1b".to_string()),
                 started: true,
                 ready: true,
+                note: None,
             },
             ContainerProbeView {
                 name: "proxy".to_string(),
                 container_id: Some("containerd://c4d2".to_string()),
                 started: true,
                 ready: true,
+                note: None,
             },
         ];
         let desired = desired_authority_status(&pod, &views, &time(AT));

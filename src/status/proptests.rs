@@ -134,6 +134,7 @@ fn build(
                         container_id: Some(id),
                         started: *started,
                         ready: *ready,
+                        note: None,
                     });
                 }
             }

@@ -43,6 +43,7 @@ pub fn view(name: &str, started: bool, ready: bool) -> ContainerProbeView {
         container_id: Some(format!("containerd://{name}")),
         started,
         ready,
+        note: None,
     }
 }
 
