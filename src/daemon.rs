@@ -506,9 +506,9 @@ impl Daemon {
     }
 
     /// First sight of a pod, or a change of its annotation (gate mode):
-    /// reads its probes and starts workers. Probes that already run are kept,
-    /// as the kubelet keeps a worker's probe for the pod's lifetime (in
-    /// authority mode the API server keeps a pod's probes immutable).
+    /// reads its probes and starts workers; see [`Self::update_probes`] for
+    /// an annotation edited while its probes run (in authority mode the API
+    /// server keeps a pod's probes immutable).
     fn track(&mut self, uid: &str, pod: &Pod) {
         let annotation = match self.mode {
             Mode::Gate => pod
@@ -522,15 +522,7 @@ impl Daemon {
         match self.pods.get(uid) {
             Some(tracked) if tracked.annotation == annotation => return,
             Some(tracked) if tracked.probes.is_some() => {
-                tracing::warn!(
-                    pod = pod_name(pod),
-                    namespace = pod_namespace(pod),
-                    "podprobe.io/probes changed on a running pod; the probes it started with keep running \
-                     (recreate the pod to change them)"
-                );
-                if let Some(tracked) = self.pods.get_mut(uid) {
-                    tracked.annotation = annotation;
-                }
+                self.update_probes(uid, pod, annotation);
                 return;
             }
             _ => {}
@@ -573,6 +565,53 @@ impl Daemon {
                 sync,
             },
         );
+    }
+
+    /// Gate mode, an edited annotation of a pod whose probes run (the
+    /// kubelet's probes are immutable; podprobe's are not): unchanged probes
+    /// keep their workers and results, changed ones get new workers that
+    /// start over from their initial result, removed ones stop, added ones
+    /// start; a Normal Event says which. An annotation removed altogether
+    /// removes every probe. An invalid edit changes nothing but is reported.
+    fn update_probes(&mut self, uid: &str, pod: &Pod, annotation: Option<String>) {
+        let next = match &annotation {
+            Some(_) => self.parse(pod),
+            None => Some(gate_probes(pod, AnnotatedProbes::default())),
+        };
+        let Some(tracked) = self.pods.get_mut(uid) else {
+            return;
+        };
+        tracked.annotation = annotation;
+        let (Some(mut next), Some(current)) = (next, tracked.probes.as_mut()) else {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                "podprobe.io/probes changed to something invalid; the probes it had keep running"
+            );
+            return;
+        };
+        let changes = current.manager.changes_to(&next.manager);
+        // New workers are about new probes: no instance keeps what a
+        // previous probe reported about it.
+        next.manager.vouch([]);
+        let manager = next.manager.clone();
+        *current = next;
+        if changes.is_empty() {
+            // Same probes written differently: only `owned` may differ.
+            return;
+        }
+        tracing::info!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            %changes,
+            "podprobe.io/probes changed; updating the pod's probes"
+        );
+        self.events
+            .record_opt(events::PodEvent::probes_changed(pod, &changes));
+        let mut stopped = changes.changed.clone();
+        stopped.extend(changes.removed.iter().cloned());
+        self.manager.stop_probes(pod, &stopped);
+        self.manager.add_pod(pod, &manager);
     }
 
     fn parse(&self, pod: &Pod) -> Option<Probes> {

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use crate::apiclient::{RequestError, bounded};
 use crate::lint::Finding;
+use crate::manager::ProbeChanges;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::probe::prober::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
@@ -61,6 +62,8 @@ pub mod reasons {
     pub const KILLING: &str = "Killing";
     /// The pod's `podprobe.io/probes` annotation cannot be used.
     pub const PROBE_ANNOTATION_INVALID: &str = "ProbeAnnotationInvalid";
+    /// An edited annotation changed the pod's probes while they ran.
+    pub const PROBES_CHANGED: &str = "ProbesChanged";
     /// Gate mode: the pod has probes in the annotation but does not list
     /// the `podprobe.io/ready` readiness gate, so they change nothing.
     pub const READINESS_GATE_MISSING: &str = "ReadinessGateMissing";
@@ -129,6 +132,18 @@ impl PodEvent {
             reason: reasons::PROBE_ANNOTATION_INVALID,
             action: "ReadProbes",
             note: error.to_string(),
+        })
+    }
+
+    /// A Normal event on the pod: its edited annotation changed which probes
+    /// run (see [`ProbeChanges`]).
+    pub fn probes_changed(pod: &Pod, changes: &ProbeChanges) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, None)?,
+            type_: EventType::Normal,
+            reason: reasons::PROBES_CHANGED,
+            action: "ReadProbes",
+            note: format!("podprobe.io/probes changed: {changes}"),
         })
     }
 
@@ -242,13 +257,7 @@ pub fn container_field_path(pod: &Pod, name: &str) -> String {
 
 /// `note` cut to at most [`MAX_NOTE_BYTES`] on a character boundary.
 fn truncate_note(mut note: String) -> String {
-    if note.len() > MAX_NOTE_BYTES {
-        let mut end = MAX_NOTE_BYTES;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-    }
+    note.truncate(note.floor_char_boundary(MAX_NOTE_BYTES));
     note
 }
 

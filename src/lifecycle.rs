@@ -265,14 +265,7 @@ fn go_slice(items: &[String]) -> String {
 /// At most [`MAX_OUTPUT_BYTES`] of a pod-controlled text, cut on a
 /// character boundary.
 fn truncate(text: &str) -> String {
-    if text.len() <= MAX_OUTPUT_BYTES {
-        return text.to_string();
-    }
-    let mut end = MAX_OUTPUT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
+    text[..text.floor_char_boundary(MAX_OUTPUT_BYTES)].to_string()
 }
 
 #[cfg(test)]

@@ -95,6 +95,77 @@ impl PodProbes {
     pub fn takeover(&self) -> &Takeover {
         &self.takeover
     }
+
+    /// What turns these probes into `new`, by (container, kind), each list
+    /// sorted.
+    pub fn changes_to(&self, new: &PodProbes) -> ProbeChanges {
+        let mut changes = ProbeChanges::default();
+        for (container, kind, spec) in self.entries() {
+            match new.get(container, kind) {
+                None => changes.removed.push((container.to_string(), kind)),
+                Some(next) if next != spec => changes.changed.push((container.to_string(), kind)),
+                Some(_) => {}
+            }
+        }
+        for (container, kind, _) in new.entries() {
+            if self.get(container, kind).is_none() {
+                changes.added.push((container.to_string(), kind));
+            }
+        }
+        for list in [
+            &mut changes.added,
+            &mut changes.changed,
+            &mut changes.removed,
+        ] {
+            list.sort();
+        }
+        changes
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (&str, ProbeKind, &ProbeSpec)> {
+        self.containers.iter().flat_map(|(container, probes)| {
+            probes
+                .iter()
+                .map(move |(kind, spec)| (container.as_str(), *kind, spec))
+        })
+    }
+}
+
+/// How a pod's probes changed (gate mode: an edited annotation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeChanges {
+    pub added: Vec<(String, ProbeKind)>,
+    pub changed: Vec<(String, ProbeKind)>,
+    pub removed: Vec<(String, ProbeKind)>,
+}
+
+impl ProbeChanges {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// `changed: Readiness probe of app; added: Liveness probe of app`, the
+/// empty lists left out.
+impl std::fmt::Display for ProbeChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lists = [
+            ("changed", &self.changed),
+            ("added", &self.added),
+            ("removed", &self.removed),
+        ];
+        let mut first = true;
+        for (what, list) in lists.into_iter().filter(|(_, list)| !list.is_empty()) {
+            let probes: Vec<String> = list
+                .iter()
+                .map(|(container, kind)| format!("{kind} probe of {container}"))
+                .collect();
+            let separator = if first { "" } else { "; " };
+            write!(f, "{separator}{what}: {}", probes.join(", "))?;
+            first = false;
+        }
+        Ok(())
+    }
 }
 
 /// Identifies a worker (W2).
@@ -183,6 +254,24 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
             let on_exit = forget_worker(Arc::downgrade(&self.workers), key.clone(), id);
             let handle = worker::spawn(self.context.clone(), config, on_exit);
             workers.insert(key, Registered { id, handle });
+        }
+    }
+
+    /// Stops the workers of `pod` for `probes` (container, kind) and forgets
+    /// them at once, so that [`add_pod`](Self::add_pod) starts new ones under
+    /// the same keys while the old ones wind down.
+    pub fn stop_probes(&self, pod: &Pod, probes: &[(String, ProbeKind)]) {
+        let pod_uid = pod_uid(pod);
+        let mut workers = self.lock();
+        for (container, kind) in probes {
+            let key = WorkerKey {
+                pod_uid: pod_uid.to_string(),
+                container: container.clone(),
+                kind: *kind,
+            };
+            if let Some(registered) = workers.remove(&key) {
+                registered.handle.stop();
+            }
         }
     }
 
@@ -853,6 +942,54 @@ mod tests {
         );
         let id = rig.manager.lock()[&key("uid-1", "a", ProbeKind::Readiness)].id;
         assert_eq!(id, first_id, "the existing worker is not replaced");
+    }
+
+    #[test]
+    fn changes_to_sorts_probes_into_added_changed_and_removed() {
+        use ProbeKind::{Liveness, Readiness, Startup};
+        let old = probes(&[("a", Readiness), ("a", Liveness), ("b", Startup)]);
+        let mut new = probes(&[("a", Readiness), ("b", Readiness), ("a", Startup)]);
+        new.insert("a", Liveness, probe_spec(1, 0, 1, 3));
+        let changes = old.changes_to(&new);
+        assert_eq!(
+            changes,
+            ProbeChanges {
+                added: vec![("a".into(), Startup), ("b".into(), Readiness)],
+                changed: vec![("a".into(), Liveness)],
+                removed: vec![("b".into(), Startup)],
+            }
+        );
+        assert_eq!(
+            changes.to_string(),
+            "changed: Liveness probe of a; added: Startup probe of a, Readiness probe of b; \
+             removed: Startup probe of b"
+        );
+        assert!(old.changes_to(&old.clone()).is_empty());
+        assert_eq!(
+            old.changes_to(&PodProbes::new()).to_string(),
+            "removed: Liveness probe of a, Readiness probe of a, Startup probe of b"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_probes_frees_the_keys_for_new_workers_at_once() {
+        let rig = rig(ScriptedRunner::always(ProbeResult::Success));
+        let pod = pod("uid-1", vec![container("a")], vec![]);
+        let old = probes(&[("a", ProbeKind::Readiness), ("a", ProbeKind::Liveness)]);
+        rig.manager.add_pod(&pod, &old);
+        let ids = |kind| rig.manager.lock()[&key("uid-1", "a", kind)].id;
+        let (readiness, liveness) = (ids(ProbeKind::Readiness), ids(ProbeKind::Liveness));
+        rig.manager
+            .stop_probes(&pod, &[("a".to_string(), ProbeKind::Readiness)]);
+        assert!(!rig.manager.has_worker("uid-1", "a", ProbeKind::Readiness));
+        let mut new = probes(&[("a", ProbeKind::Liveness)]);
+        new.insert("a", ProbeKind::Readiness, probe_spec(1, 0, 1, 1));
+        rig.manager.add_pod(&pod, &new);
+        assert_ne!(ids(ProbeKind::Readiness), readiness, "a new worker");
+        assert_eq!(ids(ProbeKind::Liveness), liveness, "the kept worker");
+        // The stopped worker's exit leaves its successor registered.
+        settle().await;
+        assert_eq!(rig.manager.worker_count(), 2);
     }
 
     #[tokio::test(start_paused = true)]

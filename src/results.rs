@@ -153,10 +153,7 @@ fn bounded_note(note: &str) -> String {
         return note.to_string();
     }
     const MARK: &str = "...";
-    let mut end = MAX_NOTE_BYTES - MARK.len();
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = note.floor_char_boundary(MAX_NOTE_BYTES - MARK.len());
     format!("{}{MARK}", &note[..end])
 }
 

@@ -100,6 +100,13 @@ fn table() -> Vec<(&'static str, Exercised)> {
         ),
         ("hack/agent-node.sh up", By("hack/test.sh", "agent-node.sh")),
         (
+            r#"kubectl annotate --overwrite pod web podprobe.io/probes='{"app": {"readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 2}}}'"#,
+            By(
+                "tests/run_gate.rs",
+                r#"&format!("podprobe.io/probes={probes}")"#,
+            ),
+        ),
+        (
             "cargo build --release",
             Here(|code, out| {
                 // Nothing listens on 127.0.0.1:8080 here: the probe fails (1),

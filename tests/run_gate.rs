@@ -315,6 +315,109 @@ fn malformed_annotation_gives_an_event_and_other_pods_keep_working() {
     );
 }
 
+/// An edited annotation updates a running pod's probes (#14): an unchanged
+/// probe keeps its worker and result, a changed one starts over from its
+/// initial result, a removed one stops gating, an added one starts; each
+/// edit gets a `ProbesChanged` event, an invalid one changes nothing.
+#[test]
+fn editing_the_annotation_updates_the_probes_without_a_restart() {
+    let rig = Rig::new();
+    let readiness = |file: &str| json!({"exec": {"command": ["cat", file]}, "periodSeconds": 1});
+    let liveness =
+        json!({"exec": {"command": ["sh", "-c", "echo >> /tmp/live-runs"]}, "periodSeconds": 1});
+    let annotate = |probes: &Value| {
+        rig.ns.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "pod",
+            "web",
+            &format!("podprobe.io/probes={probes}"),
+        ]);
+    };
+    rig.create_pod(
+        "web",
+        &json!({"app": {"readinessProbe": readiness("/tmp/ready")}}).to_string(),
+    );
+    rig.wait_running("web");
+    rig.exec("web", &["touch", "/tmp/ready"]);
+    let pod = rig.wait_condition("web", GATE, "True", Duration::from_secs(30));
+    let since = condition(&pod, GATE).map(|c| c.1);
+
+    // Added liveness, unchanged readiness.
+    let marker = rig.podprobe.logs().len();
+    annotate(
+        &json!({"app": {"readinessProbe": readiness("/tmp/ready"), "livenessProbe": liveness}}),
+    );
+    rig.wait_event(
+        "web",
+        "ProbesChanged: podprobe.io/probes changed: added: Liveness probe of app",
+    );
+    // Three liveness runs: well past any new readiness worker's first run
+    // (within one 1 s period), whose initial Failure would have been logged.
+    wait_for(
+        "three liveness runs",
+        Duration::from_secs(30),
+        || {
+            let out = cluster().kubectl(&[
+                "-n",
+                &rig.ns.name,
+                "exec",
+                "web",
+                "-c",
+                "app",
+                "--",
+                "cat",
+                "/tmp/live-runs",
+            ])?;
+            (out.lines().count() >= 3).then_some(()).ok_or(out)
+        },
+        || rig.diagnostics(),
+    );
+    let pod = rig.pod("web").expect("pod");
+    assert_eq!(
+        condition(&pod, GATE).map(|c| c.1),
+        since,
+        "the gate never moved"
+    );
+    let logs = rig.podprobe.logs();
+    assert!(
+        !logs[marker..]
+            .lines()
+            .any(|l| l.contains("probe result changed") && l.contains("Readiness")),
+        "the unchanged readiness probe kept its result\n{}",
+        rig.diagnostics()
+    );
+
+    // Changed readiness: starts over (not ready) and follows the new command.
+    annotate(
+        &json!({"app": {"readinessProbe": readiness("/tmp/ready2"), "livenessProbe": liveness}}),
+    );
+    rig.wait_event(
+        "web",
+        "ProbesChanged: podprobe.io/probes changed: changed: Readiness probe of app",
+    );
+    rig.wait_condition("web", GATE, "False", Duration::from_secs(20));
+    rig.exec("web", &["touch", "/tmp/ready2"]);
+    rig.wait_condition("web", GATE, "True", Duration::from_secs(20));
+
+    // Removed readiness: no longer holds the pod back.
+    rig.exec("web", &["rm", "/tmp/ready2"]);
+    rig.wait_condition("web", GATE, "False", GATE_FALSE_WITHIN);
+    annotate(&json!({"app": {"livenessProbe": liveness}}));
+    rig.wait_event(
+        "web",
+        "ProbesChanged: podprobe.io/probes changed: removed: Readiness probe of app",
+    );
+    rig.wait_condition("web", GATE, "True", Duration::from_secs(20));
+
+    // An invalid edit is reported and changes nothing.
+    annotate(&json!({"app": {"livenessProbe": liveness, "readinessProbe": {"periodSeconds": 1}}}));
+    rig.wait_event("web", "ProbeAnnotationInvalid");
+    let pod = rig.pod("web").expect("pod");
+    assert_eq!(condition(&pod, GATE).map(|c| c.0).as_deref(), Some("True"));
+    assert_eq!(restart_count(&pod, "app"), Some(0), "{}", rig.diagnostics());
+}
+
 /// A pod with the probes annotation but without the readiness gate (its
 /// probes would change nothing), and one with the gate but without the
 /// annotation (it would stay NotReady), each get a Warning saying what to

@@ -87,10 +87,7 @@ pub fn clipped(text: &str) -> String {
     if text.len() <= MAX_QUOTED_PATH_BYTES {
         return text.to_string();
     }
-    let mut end = MAX_QUOTED_PATH_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(MAX_QUOTED_PATH_BYTES);
     format!("{}...", &text[..end])
 }
 
