@@ -461,7 +461,7 @@ mod tests {
             .find(|c| c.name == name)
             .cloned()
             .expect("container in pod");
-        WorkerConfig::new(kind, probe_spec(10, 0, 1, 3), Arc::new(pod), container)
+        WorkerConfig::new(kind, probe_spec(10, 0, 1, 3), Arc::new(pod), &container)
     }
 
     #[test]

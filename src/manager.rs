@@ -31,8 +31,8 @@ use crate::worker::{
 pub struct PodProbes {
     containers: HashMap<String, HashMap<ProbeKind, ProbeSpec>>,
     /// Which container instances count as predating the prober (D5, S4,
-    /// S6; see [`predates_prober`]).
-    takeover: Takeover,
+    /// S6; see [`predates_prober`]), shared with the pod's workers.
+    takeover: Arc<Takeover>,
 }
 
 impl PodProbes {
@@ -89,10 +89,10 @@ impl PodProbes {
     /// `started` nor their `ready`, and resets every other instance (D5, S4,
     /// S6).
     pub fn vouch(&mut self, ids: impl IntoIterator<Item = String>) {
-        self.takeover = Takeover::Vouched(ids.into_iter().collect());
+        self.takeover = Arc::new(Takeover::Vouched(ids.into_iter().collect()));
     }
 
-    pub fn takeover(&self) -> &Takeover {
+    pub fn takeover(&self) -> &Arc<Takeover> {
         &self.takeover
     }
 
@@ -249,7 +249,7 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
                 continue;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let config = WorkerConfig::new(kind, spec.clone(), snapshot.clone(), container.clone())
+            let config = WorkerConfig::new(kind, spec.clone(), snapshot.clone(), container)
                 .with_takeover(probes.takeover().clone());
             let on_exit = forget_worker(Arc::downgrade(&self.workers), key.clone(), id);
             let handle = worker::spawn(self.context.clone(), config, on_exit);
@@ -630,7 +630,7 @@ fn readiness(
             .probes
             .get(&container.name, ProbeKind::Readiness)
             .is_some();
-        let vouched_ready = matches!(takeover, Takeover::Vouched(_));
+        let vouched_ready = matches!(**takeover, Takeover::Vouched(_));
         if has_readiness_probe && !inputs.pod_ready && !vouched_ready {
             ready = false;
         }

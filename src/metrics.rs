@@ -526,7 +526,7 @@ mod tests {
             ProbeKind::Readiness,
             probe_spec(10, 0, 1, 3),
             Arc::new(pod),
-            container("app"),
+            &container("app"),
         )
     }
 
@@ -644,7 +644,7 @@ mod tests {
             ProbeKind::Liveness,
             probe_spec(10, 0, 1, 3),
             Arc::new(other_pod),
-            container("app"),
+            &container("app"),
         );
         for result in [
             CachedResult::Success,

@@ -17,13 +17,14 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
-use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::sync::Notify;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 
 use crate::cri::ContainerIdentity;
@@ -167,39 +168,60 @@ impl ProbeObserver for NoopObserver {}
 
 /// What a worker probes. Fixed when the worker is created: like the kubelet,
 /// a worker keeps the pod snapshot, container and probe it started with (W3).
+///
+/// Lean on purpose (#15): one worker per probe, thousands per node. The pod
+/// snapshot is shared by the pod's workers, the container is found in it by
+/// position rather than copied (a `Container` is over 2 KB inline), and the
+/// takeover set is shared.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     kind: ProbeKind,
     spec: ProbeSpec,
     pod: Arc<Pod>,
-    container: Container,
-    is_init_container: bool,
+    container: ContainerSlot,
     /// See [`predates_prober`].
-    takeover: Takeover,
+    takeover: Arc<Takeover>,
+}
+
+/// Where a worker's container is.
+#[derive(Debug, Clone)]
+enum ContainerSlot {
+    /// `spec.containers[i]` of the pod snapshot.
+    Regular(usize),
+    /// `spec.initContainers[i]`.
+    Init(usize),
+    /// Not in the snapshot (a caller's own container): a copy.
+    Own(Box<Container>),
 }
 
 impl WorkerConfig {
     /// The `kind` probe `spec` of `container`, a container of `pod`.
-    pub fn new(kind: ProbeKind, spec: ProbeSpec, pod: Arc<Pod>, container: Container) -> Self {
-        let is_init_container = pod
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.init_containers.as_ref())
-            .is_some_and(|init| init.iter().any(|c| c.name == container.name));
+    pub fn new(kind: ProbeKind, spec: ProbeSpec, pod: Arc<Pod>, container: &Container) -> Self {
+        let position = |list: Option<&Vec<Container>>| {
+            list.and_then(|list| list.iter().position(|c| c.name == container.name))
+        };
+        let pod_spec = pod.spec.as_ref();
+        // A name is unique across both lists.
+        let slot = if let Some(i) = position(pod_spec.and_then(|s| s.init_containers.as_ref())) {
+            ContainerSlot::Init(i)
+        } else if let Some(i) = position(pod_spec.map(|s| &s.containers)) {
+            ContainerSlot::Regular(i)
+        } else {
+            ContainerSlot::Own(Box::new(container.clone()))
+        };
         WorkerConfig {
             kind,
             spec,
             pod,
-            container,
-            is_init_container,
-            takeover: Takeover::default(),
+            container: slot,
+            takeover: Arc::default(),
         }
     }
 
     /// Which container instances count as predating the prober (see
-    /// [`predates_prober`]).
-    pub fn with_takeover(mut self, takeover: Takeover) -> Self {
-        self.takeover = takeover;
+    /// [`predates_prober`]); shared by the workers of one pod.
+    pub fn with_takeover(mut self, takeover: impl Into<Arc<Takeover>>) -> Self {
+        self.takeover = takeover.into();
         self
     }
 
@@ -221,22 +243,31 @@ impl WorkerConfig {
     }
 
     pub fn container(&self) -> &Container {
-        &self.container
+        let spec = self.pod.spec.as_ref();
+        let found = match &self.container {
+            ContainerSlot::Regular(i) => spec.and_then(|s| s.containers.get(*i)),
+            ContainerSlot::Init(i) => spec
+                .and_then(|s| s.init_containers.as_ref())
+                .and_then(|list| list.get(*i)),
+            ContainerSlot::Own(container) => Some(&**container),
+        };
+        // The snapshot is immutable, so the slot found at creation is there.
+        found.expect("a worker's container is in its pod snapshot")
     }
 
     pub fn container_name(&self) -> &str {
-        &self.container.name
+        &self.container().name
     }
 
     /// Whether the container is listed in `spec.initContainers` (the
     /// kubelet's events then point at `spec.initContainers{name}`).
     pub fn is_init_container(&self) -> bool {
-        self.is_init_container
+        matches!(self.container, ContainerSlot::Init(_))
     }
 
     /// Whether the container is a restartable init container (sidecar).
     pub fn is_restartable_init_container(&self) -> bool {
-        self.is_init_container && is_restartable_init_container(&self.container)
+        self.is_init_container() && is_restartable_init_container(self.container())
     }
 
     /// The value cached when the worker first sees a container (W4).
@@ -250,12 +281,12 @@ impl WorkerConfig {
 
     /// `fieldPath` of the container, for events (P5).
     pub fn field_path(&self) -> String {
-        let list = if self.is_init_container {
+        let list = if self.is_init_container() {
             "initContainers"
         } else {
             "containers"
         };
-        format!("spec.{list}{{{}}}", self.container.name)
+        format!("spec.{list}{{{}}}", self.container_name())
     }
 }
 
@@ -587,7 +618,7 @@ fn keeps_probing_stopped_container(config: &WorkerConfig, container: &ContainerS
         .spec
         .as_ref()
         .and_then(|spec| spec.restart_policy.as_deref());
-    container_should_restart(&config.container, pod_policy, terminated.exit_code)
+    container_should_restart(config.container(), pod_policy, terminated.exit_code)
 }
 
 /// D9: whether the container is younger than `initialDelaySeconds`, in whole
@@ -648,11 +679,38 @@ impl<R: ProbeRunner, S: StatusSource> WorkerContext<R, S> {
     }
 }
 
-/// Controls a running worker. Dropping every handle stops the worker too.
-#[derive(Debug, Clone)]
+/// Controls a running worker. Dropping the handle stops the worker too.
+#[derive(Debug)]
 pub struct WorkerHandle {
-    stop: mpsc::Sender<()>,
-    trigger: mpsc::Sender<()>,
+    signals: Arc<Signals>,
+}
+
+/// Stop and manual-trigger requests to one worker: two flags and one wakeup,
+/// where two channels would cost a worker about 1 KB (#15).
+#[derive(Debug, Default)]
+struct Signals {
+    stop: AtomicBool,
+    trigger: AtomicBool,
+    wake: Notify,
+}
+
+impl Signals {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Takes a pending trigger.
+    fn take_trigger(&self) -> bool {
+        self.trigger.swap(false, Ordering::AcqRel)
+    }
+
+    /// Resolves once a stop was asked for.
+    async fn until_stopped(&self) {
+        while !self.stopped() {
+            // A trigger wakes this too; its flag stays set for the loop.
+            self.wake.notified().await;
+        }
+    }
 }
 
 impl WorkerHandle {
@@ -661,14 +719,25 @@ impl WorkerHandle {
     /// (the kubelet waits): its pod is gone or its container no longer
     /// probed, and a pod-chosen `timeoutSeconds` may be an hour long.
     pub fn stop(&self) {
-        let _ = self.stop.try_send(());
+        self.signals.stop.store(true, Ordering::Release);
+        self.signals.wake.notify_one();
     }
 
     /// Asks for a probe now, without blocking; returns `false` when a
-    /// trigger is already pending (or the worker has ended), in which case
+    /// trigger is already pending (or the worker was stopped), in which case
     /// this one is dropped (W8).
     pub fn trigger(&self) -> bool {
-        self.trigger.try_send(()).is_ok()
+        if self.signals.stopped() || self.signals.trigger.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.signals.wake.notify_one();
+        true
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -680,15 +749,12 @@ pub fn spawn<R: ProbeRunner, S: StatusSource>(
     config: WorkerConfig,
     on_exit: impl FnOnce() + Send + 'static,
 ) -> WorkerHandle {
-    // One slot each, so that stop and trigger never block the caller.
-    let (stop, stop_rx) = mpsc::channel(1);
-    let (trigger, trigger_rx) = mpsc::channel(1);
+    let signals = Arc::new(Signals::default());
     let worker = Worker {
         context,
         config,
         state: WorkerState::default(),
-        stop: stop_rx,
-        trigger: trigger_rx,
+        signals: signals.clone(),
     };
     // Every line the worker and its probe handlers log carries the pod and
     // container, so an operator can grep for the pod they are looking at.
@@ -701,15 +767,14 @@ pub fn spawn<R: ProbeRunner, S: StatusSource>(
         probe = %worker.config.kind,
     );
     tokio::spawn(worker.run(on_exit).instrument(span));
-    WorkerHandle { stop, trigger }
+    WorkerHandle { signals }
 }
 
 struct Worker<R, S> {
     context: Arc<WorkerContext<R, S>>,
     config: WorkerConfig,
     state: WorkerState,
-    stop: mpsc::Receiver<()>,
-    trigger: mpsc::Receiver<()>,
+    signals: Arc<Signals>,
 }
 
 impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
@@ -722,24 +787,33 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
         // on its original grid, as Go's ticker drops missed ticks.
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
-        while self.iterate().await {
-            // A fixed order keeps runs on a paused clock reproducible (the
-            // simulator depends on it). Go's select picks at random among
-            // ready cases, so this is one of the kubelet's possible orders.
-            // A trigger that arrives as a tick falls due wins: the reset then
-            // drops that tick, and the worker probes once rather than twice.
+        while self.iterate().await && self.next_run(&mut ticker).await {}
+        self.cleanup(on_exit);
+    }
+
+    /// Waits for the next run: `false` when the worker is to stop. A fixed
+    /// order (stop, trigger, tick) keeps runs on a paused clock reproducible
+    /// (the simulator depends on it); Go's select picks at random among
+    /// ready cases, so this is one of the kubelet's possible orders. A
+    /// trigger that arrives as a tick falls due wins: the reset then drops
+    /// that tick, and the worker probes once rather than twice.
+    async fn next_run(&self, ticker: &mut Interval) -> bool {
+        loop {
+            if self.signals.stopped() {
+                return false;
+            }
+            if self.signals.take_trigger() {
+                // W8: the next periodic probe is one period after this one.
+                ticker.reset();
+                tracing::debug!("triggered probe by manual run");
+                return true;
+            }
             tokio::select! {
                 biased;
-                _ = self.stop.recv() => break,
-                Some(()) = self.trigger.recv() => {
-                    // W8: the next periodic probe is one period after this one.
-                    ticker.reset();
-                    tracing::debug!("triggered probe by manual run");
-                }
-                _ = ticker.tick() => {}
+                () = self.signals.wake.notified() => {}
+                _ = ticker.tick() => return true,
             }
         }
-        self.cleanup(on_exit);
     }
 
     /// W5: right after the prober starts, spread the first probes of all
@@ -811,15 +885,16 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                 container_name: self.config.container_name(),
             }),
         };
-        let probe = self
-            .context
-            .runner
-            .probe(self.config.kind, &self.config.spec, target);
+        // Boxed: a probe's state (an HTTP exchange, a gRPC channel) lives
+        // only while it runs, not in every idle worker's task (#15).
+        let probe = Box::pin(self.context.runner.probe(
+            self.config.kind,
+            &self.config.spec,
+            target,
+        ));
         let verdict = tokio::select! {
             biased;
-            // Only an explicit stop cancels; with every handle dropped the
-            // probe finishes and the loop then ends.
-            Some(()) = self.stop.recv() => {
+            () = self.signals.until_stopped() => {
                 tracing::debug!("probe worker stopped; in-flight probe cancelled");
                 return false;
             }
@@ -1194,7 +1269,7 @@ mod tests {
             .iter()
             .chain(spec_of.init_containers.iter().flatten());
         let container = all.find(|c| c.name == name).unwrap().clone();
-        WorkerConfig::new(kind, spec, Arc::new(pod), container)
+        WorkerConfig::new(kind, spec, Arc::new(pod), &container)
     }
 
     fn running_app(started: Option<bool>) -> PodStatus {
@@ -1897,14 +1972,11 @@ mod tests {
 
     impl Rig {
         fn worker(&self, config: WorkerConfig) -> Worker<Arc<ScriptedRunner>, Arc<FakeStatuses>> {
-            let (_, stop) = mpsc::channel(1);
-            let (_, trigger) = mpsc::channel(1);
             Worker {
                 context: self.context.clone(),
                 config,
                 state: WorkerState::default(),
-                stop,
-                trigger,
+                signals: Arc::default(),
             }
         }
 
@@ -2081,7 +2153,7 @@ mod tests {
         let mut rig = rig(ScriptedRunner::always(ProbeResult::Success));
         // More workers than the updates channel holds: drain it, or the
         // 21st worker's first write would wait forever (R6).
-        let (_, closed) = mpsc::channel(1);
+        let (_, closed) = tokio::sync::mpsc::channel(1);
         let mut updates = std::mem::replace(&mut rig.receivers.liveness, closed);
         tokio::spawn(async move { while updates.recv().await.is_some() {} });
         let statuses = names

@@ -81,7 +81,7 @@ fn readiness_worker(pod: &Pod) -> WorkerConfig {
         ProbeKind::Readiness,
         spec,
         Arc::new(pod.clone()),
-        busybox("app"),
+        &busybox("app"),
     )
 }
 

@@ -184,7 +184,7 @@ fn record_one_probe(metrics: &Metrics) {
     .unwrap();
     let probe = container.readiness_probe.as_ref().unwrap();
     let spec = normalize(ProbeKind::Readiness, probe, &container).expect("a valid probe");
-    let config = WorkerConfig::new(ProbeKind::Readiness, spec, Arc::new(pod), container);
+    let config = WorkerConfig::new(ProbeKind::Readiness, spec, Arc::new(pod), &container);
     metrics.probe_completed(&config, CachedResult::Success, Duration::from_millis(3));
 }
 
