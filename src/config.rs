@@ -397,6 +397,9 @@ mod tests {
         assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
         assert_eq!(config.pod_selector, None);
         assert_eq!(config.field_selector(), "spec.nodeName=node-1");
+        assert!(!config.pod_network, "entering pod namespaces is opt-in");
+        let pod_network = args(&["--pod-network"]).validate().expect("valid");
+        assert!(pod_network.pod_network);
     }
 
     #[test]
