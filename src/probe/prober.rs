@@ -166,15 +166,20 @@ impl Prober {
             Network::Pod => {
                 // Finding the namespace counts against the probe's timeout.
                 let deadline = Instant::now() + timeout;
+                let too_late = || {
+                    ProbeError::unknown(
+                        "network: pod: the runtime did not name the pod's network namespace \
+                         within the probe's timeout",
+                    )
+                };
                 let network = timeout_at(deadline, self.pod_network(target))
                     .await
-                    .map_err(|_| {
-                        ProbeError::unknown(
-                            "network: pod: the runtime did not name the pod's network namespace \
-                             within the probe's timeout",
-                        )
-                    })??;
-                timeout = deadline.saturating_duration_since(Instant::now());
+                    .map_err(|_| too_late())??;
+                // What is left, never zero: a zero timeout is "no deadline"
+                // to the HTTP probe.
+                timeout = Some(deadline.saturating_duration_since(Instant::now()))
+                    .filter(|left| !left.is_zero())
+                    .ok_or_else(too_late)?;
                 let destinations = self.destinations.in_pod_network(network);
                 (POD_LOOPBACK, Cow::Owned(destinations))
             }
@@ -322,6 +327,27 @@ mod tests {
         assert_eq!(v.attempts, MAX_PROBE_RETRIES);
         assert!(v.error.is_some());
         assert_eq!(v.event.map(|e| e.reason), Some(reasons::UNHEALTHY));
+    }
+
+    /// Without a runtime to name the pod's namespace, a `network: pod`
+    /// probe errors (retried, never a verdict) and never falls back to the
+    /// node's network.
+    #[tokio::test]
+    async fn a_pod_network_probe_without_its_namespace_errors() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let tcp = ProbeSpec {
+            network: Network::Pod,
+            ..spec(Handler::TcpSocket(TcpSocketAction { host: None, port }))
+        };
+        let v = Prober::new("1.35", None)
+            .probe(ProbeKind::Readiness, &tcp, TARGET)
+            .await;
+        assert_eq!(v.attempts, MAX_PROBE_RETRIES);
+        assert_eq!(
+            v.error.as_deref(),
+            Some("network: pod needs the pod's UID and a CRI endpoint")
+        );
     }
 
     #[tokio::test]
