@@ -141,6 +141,15 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_concurrent_execs: u32,
+
+    /// Gate mode: run probes with `podprobe.network: pod` from inside the
+    /// pod's network namespace (found through the CRI), so that a server
+    /// bound to the pod's loopback can be probed. Needs CAP_SYS_ADMIN (to
+    /// enter the namespace) and access to the runtime's namespace files
+    /// (`/var/run/netns`); the chart's `podNetwork.enabled` grants both.
+    /// Without it such a probe is refused (a ProbeAnnotationInvalid event).
+    #[arg(long, env = "PODPROBE_POD_NETWORK")]
+    pub pod_network: bool,
 }
 
 /// Default of `--max-concurrent-execs`: room for about 100 exec probes a
@@ -188,6 +197,8 @@ pub struct Config {
     /// Where probes may connect and which annotated hosts are accepted.
     pub destinations: Destinations,
     pub max_concurrent_execs: usize,
+    /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
+    pub pod_network: bool,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -263,6 +274,7 @@ impl RunArgs {
         Ok(Config {
             destinations: Destinations::new(allowed, denied),
             max_concurrent_execs: self.max_concurrent_execs as usize,
+            pod_network: self.pod_network,
             node_name: self.node_name,
             mode,
             cri_endpoint: self.cri_endpoint,
@@ -385,6 +397,9 @@ mod tests {
         assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
         assert_eq!(config.pod_selector, None);
         assert_eq!(config.field_selector(), "spec.nodeName=node-1");
+        assert!(!config.pod_network, "entering pod namespaces is opt-in");
+        let pod_network = args(&["--pod-network"]).validate().expect("valid");
+        assert!(pod_network.pod_network);
     }
 
     #[test]

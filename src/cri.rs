@@ -3,8 +3,10 @@
 //! The kubelet talks to containerd or CRI-O through the CRI v1 gRPC API; so
 //! does podprobe, with the subset in `proto/api.proto`: `ExecSync` for exec
 //! probes, `StopContainer` to act on liveness and startup failures,
-//! `ContainerStatus`/`ListContainers` to look containers up, and the sandbox
-//! and container lifecycle calls a node agent (and the tests) need.
+//! `ContainerStatus`/`ListContainers` to look containers up,
+//! `ListPodSandbox`/`PodSandboxStatus` to find a pod's network namespace
+//! (probes with `podprobe.network: pod`), and the sandbox and container
+//! lifecycle calls a node agent (and the tests) need.
 //!
 //! The connection is made on first use and re-made by itself after the
 //! runtime restarts: once the client has seen the old connection close, the
@@ -14,6 +16,7 @@
 
 use crate::metrics::InFlightGauge;
 use crate::probe::grpc::{WithoutStatusDetails, without_status_details};
+use std::collections::HashMap;
 use std::error::Error as _;
 use std::future::Future;
 use std::io;
@@ -115,6 +118,15 @@ pub enum CriError {
         found_pod_uid: String,
         found_container: String,
     },
+    /// `network: pod`: the runtime has no ready sandbox for the pod (not
+    /// started yet, or being torn down).
+    #[error("no ready pod sandbox for pod {pod_uid} in the container runtime")]
+    NoReadySandbox { pod_uid: String },
+    /// `network: pod`: the sandbox's verbose status names no network
+    /// namespace of its own (a host-network sandbox, or a runtime that does
+    /// not say).
+    #[error("pod sandbox {sandbox_id} has no network namespace of its own in the runtime's status")]
+    NoNetworkNamespace { sandbox_id: String },
 }
 
 impl CriError {
@@ -407,6 +419,41 @@ impl CriClient {
             .ok_or_else(|| self.incomplete("PodSandboxStatus", "status"))
     }
 
+    /// Where the network namespace of pod `pod_uid` can be opened: the
+    /// namespace of its ready sandbox (the newest, should a replacement be
+    /// starting), from the sandbox's verbose status
+    /// ([`network_namespace_path`]). The sandbox is found by the
+    /// `io.kubernetes.pod.uid` label the kubelet sets, so it is this pod's.
+    pub async fn pod_network_namespace(&self, pod_uid: &str) -> Result<PathBuf, CriError> {
+        let filter = PodSandboxFilter {
+            state: Some(v1::PodSandboxStateValue {
+                state: PodSandboxState::SandboxReady.into(),
+            }),
+            label_selector: [(POD_UID_LABEL.to_string(), pod_uid.to_string())].into(),
+            ..PodSandboxFilter::default()
+        };
+        let sandbox = self
+            .list_pod_sandbox(filter)
+            .await?
+            .into_iter()
+            .max_by_key(|s| s.created_at)
+            .ok_or_else(|| CriError::NoReadySandbox {
+                pod_uid: pod_uid.to_string(),
+            })?;
+        let request = v1::PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox.id.clone(),
+            verbose: true,
+        };
+        let response = self
+            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
+                c.pod_sandbox_status(request).await
+            })
+            .await?;
+        network_namespace_path(&response.info).ok_or(CriError::NoNetworkNamespace {
+            sandbox_id: sandbox.id,
+        })
+    }
+
     /// `ListPodSandbox` matching `filter` (`PodSandboxFilter::default()` for all).
     pub async fn list_pod_sandbox(
         &self,
@@ -613,6 +660,30 @@ fn io_reason(err: &io::Error) -> String {
     }
 }
 
+/// The network namespace a sandbox's verbose `info` names: containerd's
+/// `info` document carries the sandbox's OCI runtime spec, whose
+/// `linux.namespaces` entry of type `network` has the namespace's path
+/// (`/var/run/netns/cni-...`). A spec without such an entry means the
+/// sandbox shares the node's namespace: `None`. Only a runtime that gives
+/// no spec at all is asked for the sandbox's process instead
+/// (`/proc/<pid>/ns/net`).
+pub fn network_namespace_path(info: &HashMap<String, String>) -> Option<PathBuf> {
+    let document: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    match document.get("runtimeSpec") {
+        Some(spec) => spec["linux"]["namespaces"]
+            .as_array()?
+            .iter()
+            .find(|ns| ns["type"] == "network")?["path"]
+            .as_str()
+            .filter(|path| path.starts_with('/'))
+            .map(PathBuf::from),
+        None => document["pid"]
+            .as_u64()
+            .filter(|&pid| pid > 1)
+            .map(|pid| PathBuf::from(format!("/proc/{pid}/ns/net"))),
+    }
+}
+
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
@@ -625,6 +696,48 @@ fn secs_i64(d: Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn verbose_info(document: serde_json::Value) -> HashMap<String, String> {
+        [("info".to_string(), document.to_string())].into()
+    }
+
+    #[test]
+    fn the_network_namespace_comes_from_the_sandboxs_runtime_spec() {
+        // As containerd 1.7/2.x reports it (trimmed).
+        let containerd = verbose_info(serde_json::json!({
+            "pid": 4242,
+            "runtimeSpec": {"linux": {"namespaces": [
+                {"type": "pid"},
+                {"type": "ipc"},
+                {"type": "network", "path": "/var/run/netns/cni-0b1c"},
+            ]}},
+        }));
+        assert_eq!(
+            network_namespace_path(&containerd),
+            Some(PathBuf::from("/var/run/netns/cni-0b1c"))
+        );
+        // hostNetwork: the spec has no network namespace of its own; the
+        // pid would name the node's, so it is not used.
+        let host_network = verbose_info(serde_json::json!({
+            "pid": 4242,
+            "runtimeSpec": {"linux": {"namespaces": [{"type": "pid"}]}},
+        }));
+        assert_eq!(network_namespace_path(&host_network), None);
+        let no_spec = verbose_info(serde_json::json!({"pid": 4242}));
+        assert_eq!(
+            network_namespace_path(&no_spec),
+            Some(PathBuf::from("/proc/4242/ns/net"))
+        );
+        for useless in [
+            HashMap::new(),
+            [("info".to_string(), "not json".to_string())].into(),
+            verbose_info(serde_json::json!({"pid": 0})),
+            verbose_info(serde_json::json!({"runtimeSpec": {"linux": {"namespaces": [
+                {"type": "network", "path": "relative"}]}}})),
+        ] {
+            assert_eq!(network_namespace_path(&useless), None, "{useless:?}");
+        }
+    }
 
     #[test]
     fn endpoint_accepts_unix_uri_and_absolute_path() {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
@@ -51,7 +51,8 @@ use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::Server;
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
-    AnnotatedProbes, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts, pod_probes,
+    AnnotatedProbes, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts, check_network,
+    pod_probes,
 };
 use crate::takeover;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
@@ -234,6 +235,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let daemon = Daemon {
         mode: config.mode,
         destinations: config.destinations.clone(),
+        pod_network: config.pod_network,
         manager,
         patcher,
         cache,
@@ -423,6 +425,8 @@ struct Daemon {
     mode: Mode,
     /// Gate mode checks annotated probe hosts against it.
     destinations: Destinations,
+    /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
+    pod_network: bool,
     manager: Manager,
     patcher: Patcher<KubeStatusApi>,
     cache: Arc<PodCache>,
@@ -615,14 +619,20 @@ impl Daemon {
     }
 
     fn parse(&self, pod: &Pod) -> Option<Probes> {
-        let checked = pod_probes(pod)
-            .and_then(|annotated| check_hosts(&annotated, &self.destinations).map(|()| annotated));
+        let no_spec = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&no_spec);
+        let checked = pod_probes(pod).and_then(|annotated| {
+            check_hosts(&annotated, &self.destinations)?;
+            check_network(spec, &annotated, self.pod_network)?;
+            Ok(annotated)
+        });
         match checked {
             Ok(annotated) => Some(gate_probes(pod, annotated)),
             Err(error) => {
                 tracing::warn!(
                     pod = pod_name(pod),
                     namespace = pod_namespace(pod),
+                    container = error.container(),
                     %error,
                     "ignoring the pod's probes: invalid annotation"
                 );

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use crate::cri::{CriClient, DEFAULT_ENDPOINT};
-use crate::probe::spec::extension::{ClientIdentity, Method};
+use crate::probe::spec::extension::{ClientIdentity, Method, Network};
 use crate::probe::spec::{self, Handler, Scheme};
 use crate::probe::{
     ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
@@ -214,6 +214,18 @@ pub fn main(args: ProbeArgs) -> ExitCode {
     };
     if matches!(selected.spec.handler, Handler::Exec(_)) && args.container_id.is_none() {
         eprintln!("podprobe probe: invalid input: an exec probe needs --container-id");
+        return ExitCode::from(EXIT_INVALID_INPUT);
+    }
+    // `podprobe run` finds a pod's namespace by the pod's UID through the
+    // CRI; here there is no pod, and entering a namespace is better left to
+    // the tool made for it, whose privileges the operator sees.
+    if selected.spec.network == Network::Pod {
+        eprintln!(
+            "podprobe probe: invalid input: {}.podprobe.network: \"pod\" runs only under podprobe \
+             run; to probe from inside a pod's network, run podprobe probe there without it: \
+             nsenter --net=/proc/<PID>/ns/net podprobe probe --pod-ip 127.0.0.1 ...",
+            selected.kind.field_name()
+        );
         return ExitCode::from(EXIT_INVALID_INPUT);
     }
     let cri = match CriClient::new(&args.cri_endpoint) {

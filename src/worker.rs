@@ -983,6 +983,7 @@ pub(crate) mod testing {
             success_threshold: success,
             failure_threshold: failure,
             termination_grace_period_seconds: None,
+            network: Default::default(),
         }
     }
 

@@ -452,6 +452,52 @@ fn extra_args_env_image_and_update_strategy() {
     assert!(pod_spec(&docs).get("priorityClassName").is_none());
 }
 
+/// `podNetwork.enabled` is the one way to `--pod-network`, and brings what
+/// it needs (SYS_ADMIN, the runtime's namespace files as they appear); off,
+/// podprobe keeps no capability and no extra mount.
+#[test]
+fn pod_network_adds_the_flag_the_capability_and_the_namespaces_only_when_enabled() {
+    let off = template(&[]);
+    assert!(!args(&off).contains(&"--pod-network".to_string()));
+    let c = container(&off);
+    assert_eq!(
+        c["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"]})
+    );
+    assert!(!c.to_string().contains("netns"), "{c:#}");
+
+    let on = template(&["--set", "podNetwork.enabled=true"]);
+    assert!(args(&on).contains(&"--pod-network".to_string()));
+    let c = container(&on);
+    assert_eq!(
+        c["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"], "add": ["SYS_ADMIN"]})
+    );
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    let mount = c["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "netns"))
+        .unwrap_or_else(|| panic!("no netns mount: {c:#}"));
+    assert_eq!(
+        mount,
+        &json!({"name": "netns", "mountPath": "/var/run/netns", "readOnly": true,
+                "mountPropagation": "HostToContainer"})
+    );
+    let volume = pod_spec(&on)["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "netns").cloned());
+    assert_eq!(
+        volume,
+        Some(
+            json!({"name": "netns", "hostPath": {"path": "/var/run/netns", "type": "DirectoryOrCreate"}})
+        )
+    );
+    assert!(
+        template_error(&["--set", "podNetwork.namespacesPath=run/netns"])
+            .contains("/podNetwork/namespacesPath")
+    );
+}
+
 /// tests/e2e/values.yaml deploys what tests/e2e's kustomization deploys:
 /// deploy/local's image, pull policy, environment and containerd, plus the
 /// e2e patch's arguments.

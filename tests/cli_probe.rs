@@ -282,6 +282,33 @@ fn exec_probe_without_container_id_is_invalid_input() {
     assert!(stderr.contains("--container-id"), "{stderr}");
 }
 
+/// `network: pod` needs a pod to find the namespace of; the CLI has none
+/// and says how to run it inside one instead. `network` on exec is the
+/// annotation's field error.
+#[test]
+fn pod_network_is_invalid_input_pointing_to_nsenter() {
+    let stderr = invalid(
+        "tcpSocket: {port: 1}\npodprobe: {network: pod}",
+        &["--kind", "liveness"],
+    );
+    assert_eq!(
+        stderr.trim_end(),
+        "podprobe probe: invalid input: livenessProbe.podprobe.network: \"pod\" runs only under \
+         podprobe run; to probe from inside a pod's network, run podprobe probe there without it: \
+         nsenter --net=/proc/<PID>/ns/net podprobe probe --pod-ip 127.0.0.1 ..."
+    );
+    let stderr = invalid(
+        "exec: {command: [\"true\"]}\npodprobe: {network: node}",
+        &[],
+    );
+    assert!(
+        stderr.contains(
+            "podprobe.network: Forbidden: may only be set for httpGet, tcpSocket and grpc probes, not exec"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn pod_with_several_containers_needs_container_flag() {
     let pod = "kind: Pod\nspec:\n  containers:\n  - name: a\n  - name: b\n";

@@ -104,6 +104,7 @@ async fn e5_exec_in_missing_container_errors_and_is_retried() {
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,
+        network: Default::default(),
     };
     let missing = format!("containerd://{:064x}", rand::random::<u128>());
     let target = ProbeTarget {
@@ -319,6 +320,7 @@ fn exec_spec(command: &[&str], timeout_seconds: i32) -> ProbeSpec {
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,
+        network: Default::default(),
     }
 }
 

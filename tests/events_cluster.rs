@@ -76,6 +76,7 @@ fn readiness_worker(pod: &Pod) -> WorkerConfig {
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,
+        network: Default::default(),
     };
     WorkerConfig::new(
         ProbeKind::Readiness,

@@ -416,6 +416,7 @@ fn spec(server: &HostileServer) -> ProbeSpec {
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,
+        network: Default::default(),
     }
 }
 

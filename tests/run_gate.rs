@@ -27,9 +27,15 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
+        Rig::with_args(&[])
+    }
+
+    /// A rig whose podprobe runs with `extra` flags.
+    fn with_args(extra: &[&str]) -> Rig {
         let run_id = unique_id();
         let ns = Namespace::create(&format!("podprobe-run-{run_id}"));
-        let podprobe = HostPodprobe::start("gate", &cluster().node_name(), &run_id);
+        let podprobe =
+            HostPodprobe::start_with_args("gate", &cluster().node_name(), &run_id, extra);
         Rig {
             ns,
             run_id,
@@ -841,4 +847,89 @@ fn a_container_replaced_while_podprobe_was_down_starts_over() {
     );
     rig.podprobe = HostPodprobe::start("gate", &cluster().node_name(), &rig.run_id);
     rig.wait_condition("replaced", GATE, "False", Duration::from_secs(20));
+}
+
+/// A busybox container whose HTTP server listens on the pod's loopback
+/// only (`127.0.0.1:8080`): nothing outside the pod, the node included,
+/// can reach it.
+fn loopback_server() -> Value {
+    json!({
+        "terminationGracePeriodSeconds": 2,
+        "containers": [{
+            "name": "app",
+            "image": BUSYBOX_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c",
+                "mkdir -p /www && echo ok > /www/healthz && exec httpd -f -p 127.0.0.1:8080 -h /www"],
+        }],
+    })
+}
+
+/// Startup (tcpSocket) and readiness (httpGet) probes of port 8080 with
+/// `podprobe.network` set to `network`: the gate turns True only once both
+/// have passed.
+fn loopback_probes(network: &str) -> String {
+    let podprobe = json!({"network": network});
+    json!({"app": {
+        "startupProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1, "podprobe": podprobe},
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1,
+                           "podprobe": podprobe},
+    }})
+    .to_string()
+}
+
+/// #14 `network: pod`: with `--pod-network`, TCP and HTTP probes run from
+/// inside the pod's network namespace and reach a server bound to the
+/// pod's loopback; the same probes from the node's network (the pod IP,
+/// the kubelet's way) are refused by the server's bind.
+#[test]
+fn pod_network_probes_reach_a_server_bound_to_the_pods_loopback() {
+    let rig = Rig::with_args(&["--pod-network"]);
+    rig.create_custom_pod("inside", &loopback_probes("pod"), loopback_server());
+    rig.create_custom_pod("outside", &loopback_probes("node"), loopback_server());
+    rig.wait_condition("inside", GATE, "True", Duration::from_secs(60));
+    rig.wait_condition("inside", "Ready", "True", Duration::from_secs(20));
+    let refused = rig.wait_event("outside", "Startup probe failed: dial tcp");
+    assert!(
+        refused.contains(":8080: connect: connection refused"),
+        "{refused}"
+    );
+    let pod = rig.pod("outside").expect("pod");
+    assert_ne!(
+        condition(&pod, GATE).map(|c| c.0).as_deref(),
+        Some("True"),
+        "{}",
+        rig.diagnostics()
+    );
+}
+
+/// #14 `network: pod` without `--pod-network`: the probes do not run; a
+/// Warning on the pod and a log line say why and what to enable, and the
+/// gate never turns True.
+#[test]
+fn pod_network_without_the_flag_is_refused_with_an_event() {
+    let rig = Rig::new();
+    rig.create_custom_pod("refused", &loopback_probes("pod"), loopback_server());
+    let event = rig.wait_event("refused", "ProbeAnnotationInvalid");
+    assert_eq!(
+        event,
+        "ProbeAnnotationInvalid: podprobe.io/probes: container \"app\": \
+         startupProbe.podprobe.network: Forbidden: \"pod\" is not enabled on this node (podprobe \
+         run --pod-network; Helm value podNetwork.enabled)"
+    );
+    let logs = rig.podprobe.logs();
+    assert!(
+        logs.lines().any(|l| l.contains(r#"pod="refused""#)
+            && l.contains(&format!("namespace=\"{}\"", rig.ns.name))
+            && l.contains(r#"container="app""#)
+            && l.contains("is not enabled on this node")),
+        "no log line names the pod, namespace and container:\n{logs}"
+    );
+    rig.wait_running("refused");
+    let pod = rig.pod("refused").expect("pod");
+    assert_eq!(condition(&pod, GATE), None, "{pod:#}");
+    assert_eq!(
+        condition(&pod, "Ready").map(|c| c.0).as_deref(),
+        Some("False")
+    );
 }

@@ -18,11 +18,20 @@
 //!   default; authority mode denies nothing by default, as the kubelet does
 //!   (its probes come from pod specs the API server admitted, where Pod
 //!   Security applies).
+//!
+//! A probe with `podprobe.network: pod` connects from inside the pod's
+//! network namespace ([`Destinations::in_pod_network`]). There loopback and
+//! unspecified addresses mean the pod itself, not the node, so the denied
+//! networks do not refuse them; every other address is checked as from the
+//! node. The pod could open any such connection itself: the probe reaches
+//! nothing the pod cannot.
 
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Arc;
+
+use super::netns::PodNetwork;
 
 /// An IP network in CIDR notation (`10.0.0.0/8`, `fe80::/10`); a bare
 /// address is a network of one.
@@ -136,12 +145,14 @@ pub const NODE_LOCAL: [&str; 6] = [
     "::/128",
 ];
 
-/// The probe destination policy; the default allows everything. Cheap to
-/// clone: every probe's connector holds one.
+/// The probe destination policy, and the network namespace probes connect
+/// from (the node's unless [`Destinations::in_pod_network`]); the default
+/// allows everything. Cheap to clone: every probe's connector holds one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Destinations {
     allowed: Arc<[AllowedHost]>,
     denied: Arc<[Cidr]>,
+    pod_network: Option<PodNetwork>,
 }
 
 /// A destination the policy refuses; `Display` is the probe's output.
@@ -160,7 +171,23 @@ impl Destinations {
         Destinations {
             allowed: allowed.into(),
             denied: denied.into(),
+            pod_network: None,
         }
+    }
+
+    /// The same policy for a probe that connects from inside `network`, a
+    /// pod's network namespace, where the pod's own addresses (loopback,
+    /// unspecified) are allowed.
+    pub fn in_pod_network(&self, network: PodNetwork) -> Self {
+        Destinations {
+            pod_network: Some(network),
+            ..self.clone()
+        }
+    }
+
+    /// The pod network namespace probes connect from; `None`: the node's.
+    pub fn pod_network(&self) -> Option<&PodNetwork> {
+        self.pod_network.as_ref()
     }
 
     /// The networks of [`NODE_LOCAL`].
@@ -191,6 +218,10 @@ impl Destinations {
 
     /// `Ok` if a probe may connect to `ip`.
     pub fn check(&self, ip: IpAddr) -> Result<(), DestinationDenied> {
+        let canonical = ip.to_canonical();
+        if self.pod_network.is_some() && (canonical.is_loopback() || canonical.is_unspecified()) {
+            return Ok(());
+        }
         match self.denied.iter().find(|cidr| cidr.contains(ip)) {
             Some(&denied) if !self.allowed_network(ip) => Err(DestinationDenied { ip, denied }),
             _ => Ok(()),
@@ -283,6 +314,28 @@ mod tests {
         assert!(!policy.allows_host("10.9.9.9.nip.io"));
         assert!(!Destinations::default().allows_host("10.9.9.9"));
         assert!(Destinations::new(allowed(&["::1"]), Vec::new()).allows_host("[::1]"));
+    }
+
+    #[test]
+    fn in_a_pod_network_the_pods_own_addresses_are_allowed_and_no_others() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let node = Destinations::new(Vec::new(), Destinations::node_local());
+        let pod = node.in_pod_network(PodNetwork::unchecked(file));
+        for own in [
+            "127.0.0.1",
+            "127.9.9.9",
+            "::1",
+            "::ffff:127.0.0.1",
+            "0.0.0.0",
+            "::",
+        ] {
+            assert_eq!(pod.check(ip(own)), Ok(()), "{own}");
+            assert!(node.check(ip(own)).is_err(), "{own}");
+        }
+        for denied in ["169.254.169.254", "fe80::1", "0.1.2.3"] {
+            assert!(pod.check(ip(denied)).is_err(), "{denied}");
+        }
+        assert_eq!(pod.check(ip("10.244.0.7")), Ok(()));
     }
 
     #[test]

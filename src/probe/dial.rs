@@ -9,6 +9,11 @@
 //! operator's [`Destinations`] policy before it is dialled, so neither a
 //! name that resolves to the node nor a redirect can reach a denied address.
 //!
+//! With [`Destinations::in_pod_network`] the socket is made inside the
+//! pod's network namespace ([`super::netns`]) and connected from tokio as
+//! any other. Names are still resolved by the node's resolver, as for every
+//! probe (`dnsPolicy: Default`).
+//!
 //! Name lookups run the system resolver on tokio's blocking pool; at most
 //! [`MAX_CONCURRENT_LOOKUPS`] run at once, so names that resolve slowly (a
 //! pod author may choose them) cannot take every blocking thread.
@@ -91,7 +96,7 @@ pub async fn dial(
             first_error.get_or_insert(DialError::Timeout { addr });
             break;
         };
-        match connect(addr, attempt_deadline).await {
+        match connect(addr, attempt_deadline, destinations).await {
             Ok(stream) => return Ok(ProbeStream::new(stream)),
             Err(error) => {
                 first_error.get_or_insert(error);
@@ -159,17 +164,26 @@ fn share_of_deadline(now: Instant, deadline: Instant, remaining: usize) -> Optio
     Some(now + share.max(MIN_SHARE_PER_ADDRESS.min(left)))
 }
 
-async fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, DialError> {
+async fn connect(
+    addr: SocketAddr,
+    deadline: Instant,
+    destinations: &Destinations,
+) -> Result<TcpStream, DialError> {
     let syscall_error = |syscall, source| DialError::Syscall {
         addr,
         syscall,
         source,
     };
-    let socket = match addr {
-        SocketAddr::V4(_) => TcpSocket::new_v4(),
-        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    let socket = match (destinations.pod_network(), addr) {
+        (Some(network), _) => network.socket(addr, deadline).await,
+        (None, SocketAddr::V4(_)) => TcpSocket::new_v4(),
+        (None, SocketAddr::V6(_)) => TcpSocket::new_v6(),
     }
-    .map_err(|source| syscall_error("socket", source))?;
+    .map_err(|source| match source.kind() {
+        // Waiting for a namespace thread used up the time.
+        io::ErrorKind::TimedOut => DialError::Timeout { addr },
+        _ => syscall_error("socket", source),
+    })?;
     set_probe_linger(&socket);
     // Go's net package sets TCP_NODELAY on every TCP connection; without it
     // the small HTTP/2 frames of a gRPC probe wait for the peer's delayed ACK

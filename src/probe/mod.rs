@@ -13,6 +13,7 @@ pub mod exec;
 pub(crate) mod gofmt;
 pub mod grpc;
 pub mod http;
+pub mod netns;
 pub mod prober;
 pub mod spec;
 mod tap;

@@ -2,9 +2,14 @@
 //! handler, up to three attempts on errors only, the mapping of low-level
 //! results to success or failure, and the Event the run would record.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
+use tokio::time::{Instant, timeout_at};
+
 use super::destinations::Destinations;
+use super::netns::PodNetwork;
+use super::spec::extension::{Network, POD_LOOPBACK};
 use super::spec::{Handler, ProbeSpec};
 use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, grpc, http, tcp};
 use crate::cri::{ContainerIdentity, CriClient};
@@ -155,24 +160,48 @@ impl Prober {
 
     /// One attempt, dispatched to the spec's handler.
     pub async fn run_handler(&self, spec: &ProbeSpec, target: ProbeTarget<'_>) -> Attempt {
-        let timeout = spec.timeout();
+        let mut timeout = spec.timeout();
+        let (pod_ip, destinations) = match spec.network {
+            Network::Node => (target.pod_ip, Cow::Borrowed(&self.destinations)),
+            Network::Pod => {
+                // Finding the namespace counts against the probe's timeout.
+                let deadline = Instant::now() + timeout;
+                let too_late = || {
+                    ProbeError::unknown(
+                        "network: pod: the runtime did not name the pod's network namespace \
+                         within the probe's timeout",
+                    )
+                };
+                let network = timeout_at(deadline, self.pod_network(target))
+                    .await
+                    .map_err(|_| too_late())??;
+                // What is left, never zero: a zero timeout is "no deadline"
+                // to the HTTP probe.
+                timeout = Some(deadline.saturating_duration_since(Instant::now()))
+                    .filter(|left| !left.is_zero())
+                    .ok_or_else(too_late)?;
+                let destinations = self.destinations.in_pod_network(network);
+                (POD_LOOPBACK, Cow::Owned(destinations))
+            }
+        };
+        let destinations = destinations.as_ref();
         match &spec.handler {
             Handler::HttpGet(action) => {
                 let ua = &self.user_agent;
-                http::probe(action, target.pod_ip, timeout, ua, &self.destinations).await
+                http::probe(action, pod_ip, timeout, ua, destinations).await
             }
             Handler::TcpSocket(action) => {
-                let host = action.host.as_deref().unwrap_or(target.pod_ip);
-                tcp::probe(host, action.port, timeout, &self.destinations).await
+                let host = action.host.as_deref().unwrap_or(pod_ip);
+                tcp::probe(host, action.port, timeout, destinations).await
             }
             Handler::Grpc(action) => {
                 grpc::probe_with_tls(
-                    target.pod_ip,
+                    pod_ip,
                     action.port,
                     &action.service,
                     timeout,
                     &self.user_agent,
-                    &self.destinations,
+                    destinations,
                     action.tls.as_ref(),
                 )
                 .await
@@ -192,6 +221,34 @@ impl Prober {
             }
             Handler::Unresolvable(error) => Err(ProbeError::unknown(error.to_string())),
         }
+    }
+}
+
+impl Prober {
+    /// `network: pod`: the network namespace of the target's pod, found
+    /// through the runtime by the pod's UID. An error fails the attempt as
+    /// an error (retried, never a verdict), as a runtime failure of an exec
+    /// probe does.
+    async fn pod_network(&self, target: ProbeTarget<'_>) -> Result<PodNetwork, ProbeError> {
+        let (Some(cri), Some(identity)) = (&self.cri, target.identity) else {
+            return Err(ProbeError::unknown(
+                "network: pod needs the pod's UID and a CRI endpoint",
+            ));
+        };
+        let path = cri
+            .pod_network_namespace(identity.pod_uid)
+            .await
+            .map_err(|e| {
+                ProbeError::unknown(format!(
+                    "network: pod: cannot find the pod's network namespace: {e}"
+                ))
+            })?;
+        PodNetwork::open(&path).map_err(|e| {
+            ProbeError::unknown(format!(
+                "network: pod: cannot open the pod's network namespace {}: {e}",
+                path.display()
+            ))
+        })
     }
 }
 
@@ -234,6 +291,7 @@ mod tests {
             success_threshold: 1,
             failure_threshold: 3,
             termination_grace_period_seconds: None,
+            network: Default::default(),
         }
     }
 
@@ -269,6 +327,27 @@ mod tests {
         assert_eq!(v.attempts, MAX_PROBE_RETRIES);
         assert!(v.error.is_some());
         assert_eq!(v.event.map(|e| e.reason), Some(reasons::UNHEALTHY));
+    }
+
+    /// Without a runtime to name the pod's namespace, a `network: pod`
+    /// probe errors (retried, never a verdict) and never falls back to the
+    /// node's network.
+    #[tokio::test]
+    async fn a_pod_network_probe_without_its_namespace_errors() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let tcp = ProbeSpec {
+            network: Network::Pod,
+            ..spec(Handler::TcpSocket(TcpSocketAction { host: None, port }))
+        };
+        let v = Prober::new("1.35", None)
+            .probe(ProbeKind::Readiness, &tcp, TARGET)
+            .await;
+        assert_eq!(v.attempts, MAX_PROBE_RETRIES);
+        assert_eq!(
+            v.error.as_deref(),
+            Some("network: pod needs the pod's UID and a CRI endpoint")
+        );
     }
 
     #[tokio::test]

@@ -30,7 +30,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use self::extension::{HttpExtensions, TlsSettings};
+use self::extension::{HttpExtensions, Network, TlsSettings};
 use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
 use super::go_quote;
@@ -53,6 +53,8 @@ pub struct ProbeSpec {
     pub failure_threshold: i32,
     /// Probe-level `terminationGracePeriodSeconds` (liveness and startup only).
     pub termination_grace_period_seconds: Option<i64>,
+    /// `podprobe.network` (#14): where a network probe's sockets are made.
+    pub network: Network,
 }
 
 impl ProbeSpec {
@@ -211,6 +213,8 @@ pub fn normalize_object(
         Handler::Grpc(action) => action.tls = tls,
         _ => {}
     }
+    spec.network =
+        extension::network(kind.field_name(), handler, podprobe).map_err(to_spec_error)?;
     Ok(spec)
 }
 
@@ -224,6 +228,7 @@ fn spec_with(handler: Handler, probe: &Probe) -> ProbeSpec {
         success_threshold: int(probe.success_threshold),
         failure_threshold: int(probe.failure_threshold),
         termination_grace_period_seconds: probe.termination_grace_period_seconds,
+        network: Network::Node,
     }
 }
 

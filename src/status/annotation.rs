@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use super::{is_restartable_init_container, readiness_containers};
 use crate::probe::destinations::Destinations;
+use crate::probe::spec::extension::Network;
 use crate::probe::spec::{clipped, decode_probe_object, normalize_object};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 
@@ -133,6 +134,39 @@ pub enum AnnotationError {
         field: String,
         host: String,
     },
+    /// `podprobe.network: pod` on a node whose podprobe may not enter pod
+    /// network namespaces.
+    #[error(
+        "podprobe.io/probes: container {container:?}: {field}: Forbidden: \"pod\" is not enabled on \
+         this node (podprobe run --pod-network; Helm value podNetwork.enabled)"
+    )]
+    PodNetworkNotEnabled { container: String, field: String },
+    /// `podprobe.network: pod` in a pod that has no network of its own.
+    #[error(
+        "podprobe.io/probes: container {container:?}: {field}: Forbidden: the pod uses the node's \
+         network (hostNetwork: true); use \"node\""
+    )]
+    PodNetworkOfHostNetworkPod { container: String, field: String },
+}
+
+impl AnnotationError {
+    /// The container whose entry is refused, when the error is about one.
+    pub fn container(&self) -> Option<&str> {
+        match self {
+            AnnotationError::TooLong { .. }
+            | AnnotationError::InvalidJson(_)
+            | AnnotationError::NotAnObject { .. } => None,
+            AnnotationError::UnknownContainer { container }
+            | AnnotationError::InitContainer { container }
+            | AnnotationError::ContainerNotAnObject { container, .. }
+            | AnnotationError::UnknownKey { container, .. }
+            | AnnotationError::InvalidProbe { container, .. }
+            | AnnotationError::Spec { container, .. }
+            | AnnotationError::HostNotAllowed { container, .. }
+            | AnnotationError::PodNetworkNotEnabled { container, .. }
+            | AnnotationError::PodNetworkOfHostNetworkPod { container, .. } => Some(container),
+        }
+    }
 }
 
 /// The probes in `pod`'s `podprobe.io/probes` annotation; none when the pod
@@ -198,6 +232,30 @@ pub fn check_hosts(
                 host: host.to_string(),
             });
         }
+    }
+    Ok(())
+}
+
+/// Gate mode's rule for `podprobe.network: pod`: the node's podprobe must
+/// be allowed to enter pod network namespaces (`pod_network_enabled`,
+/// `--pod-network`, an opt-in because it needs CAP_SYS_ADMIN), and the pod
+/// must have a network of its own: a `hostNetwork` pod's is the node's,
+/// where loopback is the node's.
+pub fn check_network(
+    spec: &PodSpec,
+    probes: &AnnotatedProbes,
+    pod_network_enabled: bool,
+) -> Result<(), AnnotationError> {
+    let Some(probe) = probes.iter().find(|p| p.spec.network == Network::Pod) else {
+        return Ok(());
+    };
+    let container = probe.container.clone();
+    let field = format!("{}.podprobe.network", probe.kind.field_name());
+    if !pod_network_enabled {
+        return Err(AnnotationError::PodNetworkNotEnabled { container, field });
+    }
+    if spec.host_network == Some(true) {
+        return Err(AnnotationError::PodNetworkOfHostNetworkPod { container, field });
     }
     Ok(())
 }
@@ -318,6 +376,45 @@ mod tests {
 
     fn parsed(value: &str) -> AnnotatedProbes {
         parse_probes(&pod_spec(), value).expect("valid annotation")
+    }
+
+    #[test]
+    fn pod_network_needs_the_nodes_opt_in_and_a_network_of_the_pods_own() {
+        let probes = parsed(
+            r#"{"app": {"readinessProbe": {"httpGet": {"port": 1}}},
+                "worker": {"livenessProbe": {"tcpSocket": {"port": 1}, "podprobe": {"network": "pod"}}}}"#,
+        );
+        let refused = check_network(&pod_spec(), &probes, false).unwrap_err();
+        assert_eq!(refused.container(), Some("worker"));
+        assert_eq!(
+            refused.to_string(),
+            "podprobe.io/probes: container \"worker\": livenessProbe.podprobe.network: Forbidden: \
+             \"pod\" is not enabled on this node (podprobe run --pod-network; Helm value \
+             podNetwork.enabled)"
+        );
+        assert_eq!(check_network(&pod_spec(), &probes, true), Ok(()));
+        let host_network = PodSpec {
+            host_network: Some(true),
+            ..pod_spec()
+        };
+        assert_eq!(
+            check_network(&host_network, &probes, true)
+                .unwrap_err()
+                .to_string(),
+            "podprobe.io/probes: container \"worker\": livenessProbe.podprobe.network: Forbidden: \
+             the pod uses the node's network (hostNetwork: true); use \"node\""
+        );
+        let node_only = parsed(
+            r#"{"app": {"readinessProbe": {"grpc": {"port": 1}, "podprobe": {"network": "node"}}}}"#,
+        );
+        assert_eq!(check_network(&host_network, &node_only, false), Ok(()));
+        assert_eq!(
+            error(
+                r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "podprobe": {"network": "pod"}}}}"#
+            ),
+            "podprobe.io/probes: container \"app\": readinessProbe.podprobe.network: Forbidden: \
+             may only be set for httpGet, tcpSocket and grpc probes, not exec"
+        );
     }
 
     #[test]

@@ -146,6 +146,7 @@ mod tests {
             success_threshold: 1,
             failure_threshold: 3,
             termination_grace_period_seconds: None,
+            network: Default::default(),
         };
         AnnotatedProbes::from_probes(
             entries

@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus}
 
 pub use annotation::{
     AnnotatedProbe, AnnotatedProbes, AnnotationError, MAX_ANNOTATION_BYTES, PROBES_ANNOTATION,
-    check_hosts, pod_probes,
+    check_hosts, check_network, pod_probes,
 };
 pub use authority::desired_authority_status;
 pub use gate::{READY_CONDITION, desired_gate_status};

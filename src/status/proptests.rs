@@ -214,6 +214,7 @@ fn annotated(container: &str, kind: ProbeKind) -> AnnotatedProbe {
             success_threshold: 1,
             failure_threshold: 3,
             termination_grace_period_seconds: None,
+            network: Default::default(),
         },
     }
 }

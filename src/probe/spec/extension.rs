@@ -12,6 +12,7 @@
 //!       bodyRegex: "^\\{\"status\":\"UP\""
 //!     method: HEAD
 //!     tls: {caBundle: "...", serverName: app.internal}   # see [`tls`]
+//!     network: pod          # see [`network`]
 //! ```
 //!
 //! [`ProbeExtensions`] is the key as written (decoded strictly with the rest
@@ -60,6 +61,51 @@ pub struct ProbeExtensions {
     pub method: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsFields>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+}
+
+/// Where a network probe's sockets are made (`podprobe.network`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Network {
+    /// The node's network namespace, as the kubelet's probes; without
+    /// `host`, the probe targets the pod IP.
+    #[default]
+    Node,
+    /// The pod's own network namespace; without `host`, the probe targets
+    /// the pod's loopback, [`POD_LOOPBACK`].
+    Pod,
+}
+
+/// The target of a `network: pod` probe without `host`: what a server
+/// bound to loopback inside the pod listens on, and what a server bound to
+/// every address answers on too.
+pub const POD_LOOPBACK: &str = "127.0.0.1";
+
+/// Validates `podprobe.network` of a probe whose handler is `handler`;
+/// `root` is the probe's field (`readinessProbe`). Only network probes
+/// (`httpGet`, `tcpSocket`, `grpc`) take it: an exec probe runs in the
+/// container, through the runtime, wherever its network is.
+pub(super) fn network(
+    root: &str,
+    handler: &str,
+    podprobe: &ProbeExtensions,
+) -> Result<Network, FieldError> {
+    let Some(given) = podprobe.network.as_deref() else {
+        return Ok(Network::Node);
+    };
+    let field = format!("{root}.podprobe.network");
+    if !matches!(handler, "httpGet" | "tcpSocket" | "grpc") {
+        return Err(FieldError::forbidden(
+            field,
+            &format!("may only be set for httpGet, tcpSocket and grpc probes, not {handler}"),
+        ));
+    }
+    match given {
+        "node" => Ok(Network::Node),
+        "pod" => Ok(Network::Pod),
+        other => Err(FieldError::not_supported(field, other, &["node", "pod"])),
+    }
 }
 
 /// `podprobe.expect` as written.
@@ -568,6 +614,43 @@ mod tests {
             "the kubelet's rule fails it"
         );
         assert!(body_only.failure(399, "").is_some());
+    }
+
+    #[test]
+    fn network_is_node_or_pod_and_only_for_network_probes() {
+        let network_of = |handler: &str, value| {
+            network("readinessProbe", handler, &expect_fields(value))
+                .map_err(|e| format!("{}: {}", e.field, e.message))
+        };
+        for handler in ["httpGet", "tcpSocket", "grpc"] {
+            assert_eq!(
+                network_of(handler, serde_json::json!({})),
+                Ok(Network::Node)
+            );
+            let node = serde_json::json!({"network": "node"});
+            assert_eq!(network_of(handler, node), Ok(Network::Node));
+            let pod = serde_json::json!({"network": "pod"});
+            assert_eq!(network_of(handler, pod), Ok(Network::Pod));
+        }
+        for bad in ["Pod", "host", ""] {
+            assert_eq!(
+                network_of("tcpSocket", serde_json::json!({"network": bad})),
+                Err(format!(
+                    r#"readinessProbe.podprobe.network: Unsupported value: "{bad}": supported values: "node", "pod""#
+                ))
+            );
+        }
+        for value in ["pod", "node"] {
+            assert_eq!(
+                network_of("exec", serde_json::json!({"network": value})),
+                Err(
+                    "readinessProbe.podprobe.network: Forbidden: may only be set for httpGet, \
+                     tcpSocket and grpc probes, not exec"
+                        .to_string()
+                )
+            );
+        }
+        assert_eq!(network_of("exec", serde_json::json!({})), Ok(Network::Node));
     }
 
     #[test]
