@@ -52,10 +52,11 @@ pub const MAX_COMPILED_REGEX_BYTES: usize = 256 * 1024;
 /// slower search, never to more memory.
 pub const MAX_REGEX_DFA_BYTES: usize = 1024 * 1024;
 
-/// The shortest `periodMilliseconds`. Below it a probe's own round trip
-/// (an exec through CRI, a TLS handshake) is a large part of the period, and
-/// 1,000 probes at this rate are what `bench/period` shows one node keeps on
-/// schedule without running out of ephemeral ports.
+/// The shortest `periodMilliseconds` (#14's contract). Below it a probe's
+/// own round trip (an exec through CRI, a TLS handshake) is a large part of
+/// the period; what a node pays at this rate (CPU, TIME-WAIT sockets,
+/// conntrack entries) is measured in `bench/RESULTS.md`, "Sub-second
+/// periods".
 pub const MIN_PERIOD_MILLISECONDS: i32 = 100;
 
 /// The probe object's `podprobe` key as written.
