@@ -30,12 +30,17 @@ use tracing::Instrument;
 use crate::cri::ContainerIdentity;
 use crate::pods::{pod_name, pod_namespace};
 use crate::probe::prober::reasons;
+use crate::probe::spec::extension::MIN_PERIOD_MILLISECONDS;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::results::{CachedResult, ProbeCaches};
 
 /// A container that started this long before the prober is taken to have
 /// been running before a restart of the prober (`kubeletRestartGracePeriod`).
 pub const RESTART_GRACE_PERIOD: Duration = Duration::from_secs(10);
+
+/// The shortest period a worker runs on, whatever its spec says:
+/// `podprobe.periodMilliseconds`' minimum.
+const MIN_PERIOD: Duration = Duration::from_millis(MIN_PERIOD_MILLISECONDS as u64);
 
 /// Runs one probe: the kubelet's `prober.probe`, with its retries and event.
 /// Implemented by [`Prober`]; tests use scripted fakes.
@@ -779,9 +784,10 @@ struct Worker<R, S> {
 
 impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
     async fn run(mut self, on_exit: impl FnOnce()) {
-        // Validation makes periodSeconds at least 1; a zero period would
-        // make the ticker spin.
-        let period = self.config.spec.period().max(Duration::from_secs(1));
+        // Validation makes the period at least 1 s (periodSeconds) or
+        // 100 ms (podprobe.periodMilliseconds); a zero period would make the
+        // ticker spin.
+        let period = self.config.spec.period().max(MIN_PERIOD);
         self.start_jitter(period).await;
         // W7: fixed rate; a late tick fires once, then the schedule resumes
         // on its original grid, as Go's ticker drops missed ticks.
@@ -980,6 +986,7 @@ pub(crate) mod testing {
             initial_delay_seconds: initial_delay,
             timeout_seconds: 1,
             period_seconds: period,
+            period_milliseconds: None,
             success_threshold: success,
             failure_threshold: failure,
             termination_grace_period_seconds: None,
@@ -1288,6 +1295,14 @@ mod tests {
 
     fn default_spec() -> ProbeSpec {
         probe_spec(10, 0, 1, 3)
+    }
+
+    /// [`probe_spec`] with `podprobe.periodMilliseconds: millis`.
+    fn millisecond_spec(millis: i32, success: i32, failure: i32) -> ProbeSpec {
+        ProbeSpec {
+            period_milliseconds: Some(millis),
+            ..probe_spec(10, 0, success, failure)
+        }
     }
 
     #[test]
@@ -2142,14 +2157,14 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn w5_first_probes_spread_over_one_period_of_prober_start() {
+    /// W5 for workers of `spec` that start with the prober.
+    async fn first_probes_spread_over_one_period(spec: ProbeSpec) {
         // 32 workers start with the prober. Each first probe waits a uniform
-        // fraction of the 10 s period, so all 32 land in the same half of
+        // fraction of the period, so all 32 land in the same half of
         // it with probability 2 * 2^-32 (under 1e-9): a test that needs both
         // halves fails without jitter (all at 0) and almost never with it.
         const WORKERS: usize = 32;
-        let period = 10.0;
+        let period = spec.period().as_secs_f64();
         let names: Vec<String> = (0..WORKERS).map(|i| format!("app{i}")).collect();
         let mut rig = rig(ScriptedRunner::always(ProbeResult::Success));
         // More workers than the updates channel holds: drain it, or the
@@ -2171,13 +2186,13 @@ mod tests {
         let handles: Vec<_> = names
             .iter()
             .map(|name| {
-                let config = config_in(ProbeKind::Liveness, default_spec(), pod.clone(), name);
+                let config = config_in(ProbeKind::Liveness, spec.clone(), pod.clone(), name);
                 spawn_on(&rig, config).0
             })
             .collect();
         // Past the latest possible first probe (one period). Early workers
         // probe a second time by then, so only each one's first call counts.
-        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(spec.period().mul_f64(1.1)).await;
         let mut first: HashMap<String, f64> = HashMap::new();
         for call in rig.runner.calls() {
             let since_start = (call.at - rig.context.started).as_secs_f64();
@@ -2201,6 +2216,16 @@ mod tests {
         for handle in handles {
             handle.stop();
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn w5_first_probes_spread_over_one_period_of_prober_start() {
+        first_probes_spread_over_one_period(default_spec()).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn w5_first_probes_spread_over_a_millisecond_period() {
+        first_probes_spread_over_one_period(millisecond_spec(100, 1, 3)).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -2237,6 +2262,64 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(40_500)).await;
         // One late tick fires at once; then the original 10 s grid resumes.
         assert_eq!(rig.runner.call_times(origin), vec![0.0, 25.0, 30.0, 40.0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn w6_w7_millisecond_period_keeps_its_grid_and_runs_serially() {
+        // The second run outlasts the 250 ms period (a timeout of at least a
+        // second allows it): the next run waits for it, the late tick fires
+        // once, then the grid resumes. Runs never overlap.
+        let slow = Scripted::Slow(Duration::from_millis(600), ProbeResult::Success);
+        let script = [Scripted::Return(ProbeResult::Success), slow];
+        let rig = rig(ScriptedRunner::new(script, ProbeResult::Success));
+        rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
+        past_start_window().await;
+        let origin = Instant::now();
+        let spec = millisecond_spec(250, 1, 3);
+        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Liveness, spec));
+        tokio::time::sleep(Duration::from_millis(1_900)).await;
+        assert_eq!(
+            rig.runner.call_times(origin),
+            vec![0.0, 0.25, 0.85, 1.0, 1.25, 1.5, 1.75]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn d13_d14_thresholds_count_runs_on_a_millisecond_period() {
+        // successThreshold 2, failureThreshold 3, every 100 ms: the cached
+        // result changes on the 2nd success and the 3rd failure, and only
+        // then; twenty runs write three updates (W4's initial one included),
+        // so status writes follow transitions, not the probe rate.
+        let script = [
+            ProbeResult::Success,
+            ProbeResult::Success,
+            ProbeResult::Failure,
+            ProbeResult::Failure,
+            ProbeResult::Failure,
+        ]
+        .map(Scripted::Return);
+        let mut rig = rig(ScriptedRunner::new(script, ProbeResult::Failure));
+        rig.statuses
+            .set("uid-1", fresh_status(ProbeKind::Readiness));
+        past_start_window().await;
+        let origin = Instant::now();
+        let spec = millisecond_spec(100, 2, 3);
+        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Readiness, spec));
+        let mut cached = Vec::new();
+        for millis in [50, 150, 350, 450, 1_950] {
+            tokio::time::sleep_until(origin + Duration::from_millis(millis)).await;
+            cached.push(rig.cached(ProbeKind::Readiness, ID));
+        }
+        use CachedResult::{Failure, Success};
+        assert_eq!(
+            cached,
+            [Failure, Success, Success, Failure, Failure].map(Some)
+        );
+        assert_eq!(rig.runner.calls().len(), 20);
+        let updates: Vec<_> = std::iter::from_fn(|| rig.receivers.readiness.try_recv().ok())
+            .map(|u| u.result)
+            .collect();
+        assert_eq!(updates, vec![Failure, Success, Failure]);
     }
 
     #[tokio::test(start_paused = true)]

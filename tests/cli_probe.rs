@@ -454,12 +454,37 @@ fn misspelt_fields_are_invalid_input_naming_the_field() {
         "podprobe probe: invalid input: readinessProbe.httpGet.sheme: unknown field\n"
     );
     let stderr = invalid(
-        "{tcpSocket: {port: 1}, podprobe: {periodMilliseconds: 100}}",
+        "{tcpSocket: {port: 1}, podprobe: {periodMiliseconds: 100}}",
         &["--kind", "liveness"],
     );
     assert!(
-        stderr.contains("livenessProbe.podprobe.periodMilliseconds: unknown field"),
+        stderr.contains("livenessProbe.podprobe.periodMiliseconds: unknown field"),
         "{stderr}"
+    );
+}
+
+/// `podprobe probe` runs once, so the period changes nothing there, but it
+/// is validated as in the annotation.
+#[test]
+fn period_milliseconds_is_validated_as_in_the_annotation() {
+    let stderr = invalid(
+        "{tcpSocket: {port: 1}, podprobe: {periodMilliseconds: 99}}",
+        &["--kind", "liveness"],
+    );
+    assert_eq!(
+        stderr,
+        "podprobe probe: invalid input: livenessProbe.podprobe.periodMilliseconds: Invalid value: 99: must be greater than or equal to 100\n"
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (code, report) = probe_json(
+        &format!("{{tcpSocket: {{port: {port}}}, podprobe: {{periodMilliseconds: 100}}}}"),
+        &["--kind", "liveness"],
+    );
+    assert_eq!(
+        (code, &report["result"]),
+        (0, &Value::from("success")),
+        "{report}"
     );
 }
 

@@ -383,6 +383,63 @@ containers:
     assert_eq!(summary(&out)["condition"], "False");
 }
 
+/// `podprobe.periodMilliseconds` (#14): the same thresholds, counted in runs
+/// 200 ms apart.
+#[test]
+fn d14_period_milliseconds_runs_the_thresholds_on_its_period() {
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: fast
+  annotations:
+    podprobe.io/probes: '{"app": {"readinessProbe": {"tcpSocket": {"port": 8080}, "successThreshold": 2, "podprobe": {"periodMilliseconds": 200}}}}'
+spec:
+  readinessGates: [{conditionType: podprobe.io/ready}]
+  containers:
+  - name: app
+    image: app
+"#;
+    let script = "
+duration: 2.5
+containers:
+  app:
+    readiness:
+      - {from: 1, to: 2, result: failure}
+";
+    let out = lines(&simulate(pod, script, &[]));
+    // The third failure (1.0, 1.2, 1.4) turns it unready; the sync after
+    // the flip runs it once more at once and resets the ticker (W8); the
+    // second success after the window (2.0, 2.2) turns it ready again.
+    assert_eq!(
+        events(&out, |e| e.contains("condition") || e.contains(" ready ")),
+        [
+            "0 app#1 ready true",
+            "0 condition False",
+            "0 condition True",
+            "1.400 app#1 ready false",
+            "1.400 condition False",
+            "2.200 app#1 ready true",
+            "2.200 condition True",
+        ]
+    );
+    let tenths: Vec<f64> = times(&out, "probe readiness")
+        .iter()
+        .map(|t| (t * 10.0).round())
+        .collect();
+    assert_eq!(
+        tenths,
+        [0, 0, 2, 4, 6, 8, 10, 12, 14, 14, 16, 18, 20, 22, 24].map(f64::from)
+    );
+    let svg = stdout(&simulate(pod, script, &["--output", "svg"]));
+    assert!(
+        svg.contains(
+            ">readiness: period 200ms, success 2, failure 3, initial delay 0s, timeout 1s</text>"
+        ),
+        "{svg}"
+    );
+}
+
 const SIDECAR_POD: &str = "
 apiVersion: v1
 kind: Pod

@@ -413,6 +413,7 @@ fn spec(server: &HostileServer) -> ProbeSpec {
         initial_delay_seconds: 0,
         timeout_seconds: server.behaviour.timeout_seconds(),
         period_seconds: 10,
+        period_milliseconds: None,
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,

@@ -395,6 +395,7 @@ async fn h17_slow_body_errors_and_the_wrapper_retries_three_times() {
         initial_delay_seconds: 0,
         timeout_seconds: 1,
         period_seconds: 10,
+        period_milliseconds: None,
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,

@@ -6,6 +6,8 @@
 mod cluster;
 #[path = "support/host_podprobe.rs"]
 mod host_podprobe;
+#[path = "support/metrics.rs"]
+mod metrics;
 
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use cluster::{
     wait_for,
 };
 use host_podprobe::HostPodprobe;
+use metrics::{http_get, metric_sum};
 use serde_json::{Value, json};
 
 const GATE: &str = "podprobe.io/ready";
@@ -536,6 +539,125 @@ fn unready_readiness_probe_runs_on_its_period_not_on_status_writes() {
         rig.diagnostics()
     );
     eprintln!("{} runs, gaps {gaps:?}, {writes} status writes", runs.len());
+}
+
+/// `podprobe.periodMilliseconds` of [`fast_readiness_flips_the_gate_and_patches_only_on_transitions`].
+const FAST_PERIOD: Duration = Duration::from_millis(200);
+const FAST_SUCCESS_THRESHOLD: u32 = 2;
+const FAST_FAILURE_THRESHOLD: u32 = 3;
+
+/// How long after the server's answer changes the gate must have followed:
+/// `threshold` runs of the new answer, the first up to one period away,
+/// each answered at once (busybox httpd on the pod's bridge), plus the same
+/// 5 s of slack as [`GATE_FALSE_WITHIN`] for the patch, the API server and
+/// the test's reads.
+fn fast_gate_within(threshold: u32) -> Duration {
+    FAST_PERIOD * (threshold + 1) + Duration::from_secs(5)
+}
+
+/// #14: a readiness probe every 200 ms turns the gate True after its
+/// `successThreshold` and False after its `failureThreshold`, runs on its
+/// period in the real daemon, and while its result holds writes no status,
+/// however many runs go by: status writes follow transitions, not the probe
+/// rate.
+#[test]
+fn fast_readiness_flips_the_gate_and_patches_only_on_transitions() {
+    let rig = Rig::new();
+    let probes = json!({"app": {"readinessProbe": {
+        "httpGet": {"path": "/ready", "port": 8080},
+        "successThreshold": FAST_SUCCESS_THRESHOLD,
+        "failureThreshold": FAST_FAILURE_THRESHOLD,
+        "podprobe": {"periodMilliseconds": FAST_PERIOD.as_millis()},
+    }}});
+    rig.create_custom_pod(
+        "fast",
+        &probes.to_string(),
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "app",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "mkdir -p /www && exec httpd -f -p 8080 -h /www"],
+            }],
+        }),
+    );
+    rig.wait_running("fast");
+    let addr = rig.podprobe.listen_addr();
+    rig.wait_condition("fast", GATE, "False", Duration::from_secs(30));
+    rig.assert_steady_on_period(&addr, "failed");
+
+    rig.exec("fast", &["touch", "/www/ready"]);
+    rig.wait_condition(
+        "fast",
+        GATE,
+        "True",
+        fast_gate_within(FAST_SUCCESS_THRESHOLD),
+    );
+    rig.assert_steady_on_period(&addr, "successful");
+
+    rig.exec("fast", &["rm", "/www/ready"]);
+    rig.wait_condition(
+        "fast",
+        GATE,
+        "False",
+        fast_gate_within(FAST_FAILURE_THRESHOLD),
+    );
+}
+
+impl Rig {
+    /// While the readiness result holds (every run `result`), the probe
+    /// runs every [`FAST_PERIOD`] and podprobe sends no status patch over
+    /// [`STEADY_RUNS`] runs.
+    fn assert_steady_on_period(&self, addr: &str, result: &str) {
+        const STEADY_RUNS: f64 = 25.0;
+        let scrape = || {
+            let text = http_get(addr, "/metrics").unwrap_or_else(|e| panic!("/metrics: {e}"));
+            let runs = metric_sum(
+                &text,
+                "prober_probe_total",
+                &["probe_type=\"Readiness\"", &format!("result=\"{result}\"")],
+            );
+            let patches = metric_sum(&text, "podprobe_status_patches_total", &[]);
+            (std::time::Instant::now(), runs, patches)
+        };
+        // A few runs first, so that the patch of the transition just seen
+        // has been counted.
+        let (_, settled, _) = scrape();
+        let runs_after = |base: f64, more: f64| {
+            wait_for(
+                &format!("{more} more {result} readiness runs"),
+                FAST_PERIOD.mul_f64(more * 4.0) + Duration::from_secs(10),
+                || {
+                    let now = scrape();
+                    (now.1 >= base + more)
+                        .then_some(now)
+                        .ok_or(format!("{} runs", now.1 - base))
+                },
+                || self.diagnostics(),
+            )
+        };
+        let (start, base, patches_before) = runs_after(settled, 3.0);
+        let (end, runs, patches_after) = runs_after(base, STEADY_RUNS);
+        assert_eq!(
+            patches_after,
+            patches_before,
+            "status patches while the result held over {} runs\n{}",
+            runs - base,
+            self.diagnostics()
+        );
+        // The schedule: one run per period (W7), a few manual runs at most
+        // (W8, a kubelet sync). Half the rate still tells 200 ms from the 1 s
+        // a seconds-only worker would keep.
+        let elapsed = end - start;
+        let expected = elapsed.as_secs_f64() / FAST_PERIOD.as_secs_f64();
+        let ran = runs - base;
+        assert!(
+            ran >= expected / 2.0 && ran <= expected + 3.0,
+            "{ran} runs in {elapsed:?}, {expected:.1} expected every {FAST_PERIOD:?}\n{}",
+            self.diagnostics()
+        );
+    }
 }
 
 impl Rig {

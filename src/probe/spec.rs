@@ -49,6 +49,9 @@ pub struct ProbeSpec {
     pub initial_delay_seconds: i32,
     pub timeout_seconds: i32,
     pub period_seconds: i32,
+    /// `podprobe.periodMilliseconds` (#14), validated: the period to run on
+    /// instead of `period_seconds`.
+    pub period_milliseconds: Option<i32>,
     pub success_threshold: i32,
     pub failure_threshold: i32,
     /// Probe-level `terminationGracePeriodSeconds` (liveness and startup only).
@@ -63,9 +66,13 @@ impl ProbeSpec {
         Duration::from_secs(self.timeout_seconds.max(0) as u64)
     }
 
-    /// `periodSeconds` as a duration.
+    /// The period the worker runs on: `periodMilliseconds` when set, else
+    /// `periodSeconds`.
     pub fn period(&self) -> Duration {
-        Duration::from_secs(self.period_seconds.max(0) as u64)
+        match self.period_milliseconds {
+            Some(millis) => Duration::from_millis(millis.max(0) as u64),
+            None => Duration::from_secs(self.period_seconds.max(0) as u64),
+        }
     }
 }
 
@@ -180,8 +187,9 @@ pub fn normalize(
 
 /// [`normalize`] for a probe object with podprobe's extensions: the core
 /// probe is defaulted, validated and resolved first, then its `podprobe`
-/// key is validated against the handler (only `httpGet` takes one) and
-/// built into it, a `bodyRegex` compiled once here.
+/// key is validated against the handler (`expect` and `method` only for
+/// `httpGet`, `tls` for HTTPS and gRPC, `periodMilliseconds` for any) and
+/// built into the spec, a `bodyRegex` compiled once here.
 pub fn normalize_object(
     kind: ProbeKind,
     object: &ProbeObject,
@@ -205,6 +213,8 @@ pub fn normalize_object(
         .map(|given| extension::tls::tls_settings(kind.field_name(), handler, https, given))
         .transpose()
         .map_err(to_spec_error)?;
+    spec.period_milliseconds =
+        extension::period_milliseconds(kind.field_name(), podprobe).map_err(to_spec_error)?;
     match &mut spec.handler {
         Handler::HttpGet(action) => {
             extensions.tls = Box::new(tls.unwrap_or_default());
@@ -225,6 +235,7 @@ fn spec_with(handler: Handler, probe: &Probe) -> ProbeSpec {
         initial_delay_seconds: int(probe.initial_delay_seconds),
         timeout_seconds: int(probe.timeout_seconds),
         period_seconds: int(probe.period_seconds),
+        period_milliseconds: None,
         success_threshold: int(probe.success_threshold),
         failure_threshold: int(probe.failure_threshold),
         termination_grace_period_seconds: probe.termination_grace_period_seconds,

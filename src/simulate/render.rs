@@ -420,12 +420,16 @@ fn kind_name(kind: ProbeKind) -> &'static str {
     }
 }
 
-/// `readiness: period 1s, success 3, failure 3, initial delay 0s, timeout 1s`.
+/// `readiness: period 1s, success 3, failure 3, initial delay 0s, timeout 1s`
+/// (`period 250ms` with `podprobe.periodMilliseconds`).
 fn thresholds(kind: ProbeKind, spec: &ProbeSpec) -> String {
+    let period = match spec.period_milliseconds {
+        Some(millis) => format!("{millis}ms"),
+        None => format!("{}s", spec.period_seconds),
+    };
     let mut text = format!(
-        "{}: period {}s, success {}, failure {}, initial delay {}s, timeout {}s",
+        "{}: period {period}, success {}, failure {}, initial delay {}s, timeout {}s",
         kind_name(kind),
-        spec.period_seconds,
         spec.success_threshold,
         spec.failure_threshold,
         spec.initial_delay_seconds,

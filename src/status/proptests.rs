@@ -211,6 +211,7 @@ fn annotated(container: &str, kind: ProbeKind) -> AnnotatedProbe {
             initial_delay_seconds: 0,
             timeout_seconds: 1,
             period_seconds: 10,
+            period_milliseconds: None,
             success_threshold: 1,
             failure_threshold: 3,
             termination_grace_period_seconds: None,

@@ -12,25 +12,30 @@
 //!   state), the counterpart of the goroutine harness in `go/`.
 //! - `cleanup`: the kubelet's `TestCleanupRepeated` (X2), timed.
 //!
+//! `real` can also probe for real (`--probe tcp|http`): every worker runs
+//! podprobe's prober against a loopback server, on `--period-ms` periods
+//! (`podprobe.periodMilliseconds`, #14), and the line adds the node's
+//! socket picture over the run (TIME-WAIT sockets, conntrack entries).
+//!
 //! A measurement, not a test: CI does not run it (`run.sh` does).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashMap, HashSet};
-use std::future::{Future, ready};
+use std::future::Future;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use podprobe::manager::{PodProbes, ProberManager};
-use podprobe::probe::spec::{Handler, TcpSocketAction};
-use podprobe::probe::{ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict};
+use podprobe::probe::spec::{Handler, HttpGetAction, Scheme, TcpSocketAction};
+use podprobe::probe::{ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use podprobe::results::{ProbeCaches, ResultReceivers};
 use podprobe::worker::{Clock, NoopObserver, ProbeRunner, StatusSource, SystemClock, TokioClock};
 use serde_json::{Value, json};
@@ -147,6 +152,24 @@ struct FleetArgs {
     /// `periodSeconds` of every probe.
     #[arg(long, default_value_t = 10)]
     period_s: u64,
+    /// `podprobe.periodMilliseconds` of every probe (at least 100), which
+    /// overrides --period-s.
+    #[arg(long)]
+    period_ms: Option<u64>,
+    /// What a probe does: succeed at once without I/O, or probe
+    /// 127.0.0.1:--port for real through podprobe's prober (`real` only).
+    #[arg(long, value_enum, default_value = "instant")]
+    probe: ProbeArg,
+    /// Port of the loopback server for --probe tcp|http.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProbeArg {
+    Instant,
+    Tcp,
+    Http,
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -164,7 +187,28 @@ impl FleetArgs {
         if self.pods == 0 || self.containers == 0 || self.period_s == 0 {
             return Err("--pods, --containers and --period-s must be positive".to_string());
         }
+        if self.period_ms.is_some_and(|ms| ms < 100) {
+            return Err("--period-ms must be at least 100, as podprobe.periodMilliseconds".into());
+        }
+        if self.probe != ProbeArg::Instant && self.port == 0 {
+            return Err("--probe tcp|http needs --port".to_string());
+        }
         Ok(())
+    }
+
+    fn period(&self) -> Duration {
+        self.period_ms
+            .map_or(Duration::from_secs(self.period_s), Duration::from_millis)
+    }
+
+    fn period_us(&self) -> u64 {
+        u64::try_from(self.period().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Recorder slots per worker for a run of `seconds`: one probe per
+    /// period, the first one and a few manual runs.
+    fn capacity(&self, seconds: u64) -> usize {
+        (seconds * 1_000_000 / self.period_us() + 3) as usize
     }
 }
 
@@ -265,16 +309,26 @@ impl Recorder {
     }
 }
 
-/// A probe that succeeds at once and records when it was called.
-struct InstantRunner {
+/// Records when it was called, then succeeds at once or, with a prober,
+/// probes for real.
+struct RecordingRunner {
     recorder: Arc<Recorder>,
+    network: Option<Prober>,
+    failures: Arc<Failures>,
 }
 
-impl ProbeRunner for InstantRunner {
+/// Real probes that did not succeed.
+#[derive(Default)]
+struct Failures {
+    count: AtomicU64,
+    first: std::sync::OnceLock<String>,
+}
+
+impl ProbeRunner for RecordingRunner {
     fn probe(
         &self,
         kind: ProbeKind,
-        _spec: &ProbeSpec,
+        spec: &ProbeSpec,
         target: ProbeTarget<'_>,
     ) -> impl Future<Output = ProbeVerdict> + Send {
         match target.container_id.and_then(|id| id.parse::<usize>().ok()) {
@@ -283,13 +337,39 @@ impl ProbeRunner for InstantRunner {
                 self.recorder.unrecognized.fetch_add(1, Relaxed);
             }
         }
-        ready(ProbeVerdict {
-            result: ProbeResult::Success,
-            output: String::new(),
-            error: None,
-            event: None,
-            attempts: 1,
-        })
+        async move {
+            let Some(prober) = &self.network else {
+                return ProbeVerdict {
+                    result: ProbeResult::Success,
+                    output: String::new(),
+                    error: None,
+                    event: None,
+                    attempts: 1,
+                };
+            };
+            let verdict = prober.probe(kind, spec, target).await;
+            if !verdict.is_success() {
+                self.failures.count.fetch_add(1, Relaxed);
+                let _ = self
+                    .failures
+                    .first
+                    .set(format!("{:?}: {}", verdict.result, verdict.output));
+            }
+            verdict
+        }
+    }
+}
+
+/// The runner `args` asks for, recording into `recorder`.
+fn recording_runner(args: &FleetArgs, recorder: Arc<Recorder>) -> RecordingRunner {
+    let network = match args.probe {
+        ProbeArg::Instant => None,
+        ProbeArg::Tcp | ProbeArg::Http => Some(Prober::new(podprobe::KUBE_PROBE_VERSION, None)),
+    };
+    RecordingRunner {
+        recorder,
+        network,
+        failures: Arc::default(),
     }
 }
 
@@ -316,7 +396,7 @@ fn build_fleet(args: &FleetArgs, kinds: &[ProbeKind], started_at: Timestamp) -> 
     let mut probes = PodProbes::new();
     for name in &names {
         for &kind in kinds {
-            probes.insert(name.clone(), kind, probe_spec(args.period_s));
+            probes.insert(name.clone(), kind, probe_spec(args));
         }
     }
     let mut pods = Vec::with_capacity(args.pods);
@@ -348,12 +428,12 @@ fn build_fleet(args: &FleetArgs, kinds: &[ProbeKind], started_at: Timestamp) -> 
         });
         let status = PodStatus {
             phase: Some("Running".to_string()),
-            pod_ip: Some(format!(
-                "10.{}.{}.{}",
-                (p >> 16) & 255,
-                (p >> 8) & 255,
-                p & 255
-            )),
+            pod_ip: Some(match args.probe {
+                ProbeArg::Instant => {
+                    format!("10.{}.{}.{}", (p >> 16) & 255, (p >> 8) & 255, p & 255)
+                }
+                ProbeArg::Tcp | ProbeArg::Http => LOOPBACK.to_string(),
+            }),
             container_statuses: Some(container_statuses.collect()),
             ..PodStatus::default()
         };
@@ -367,15 +447,32 @@ fn build_fleet(args: &FleetArgs, kinds: &[ProbeKind], started_at: Timestamp) -> 
     }
 }
 
-fn probe_spec(period_s: u64) -> ProbeSpec {
-    ProbeSpec {
-        handler: Handler::TcpSocket(TcpSocketAction {
+/// Where real probes go: the servers of `kubelet-probes serve`.
+const LOOPBACK: &str = "127.0.0.1";
+
+fn probe_spec(args: &FleetArgs) -> ProbeSpec {
+    let port = if args.port == 0 { 8080 } else { args.port };
+    let handler = match args.probe {
+        ProbeArg::Instant | ProbeArg::Tcp => {
+            Handler::TcpSocket(TcpSocketAction { host: None, port })
+        }
+        ProbeArg::Http => Handler::HttpGet(HttpGetAction {
+            scheme: Scheme::Http,
             host: None,
-            port: 8080,
+            port,
+            path: "/healthz".to_string(),
+            headers: Vec::new(),
+            extensions: Default::default(),
         }),
+    };
+    ProbeSpec {
+        handler,
         initial_delay_seconds: 0,
         timeout_seconds: 1,
-        period_seconds: i32::try_from(period_s).unwrap_or(i32::MAX),
+        period_seconds: i32::try_from(args.period_s).unwrap_or(i32::MAX),
+        period_milliseconds: args
+            .period_ms
+            .map(|ms| i32::try_from(ms).unwrap_or(i32::MAX)),
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,
@@ -416,12 +513,11 @@ fn drain_updates(receivers: ResultReceivers) -> Arc<AtomicU64> {
 
 fn start_manager(
     fleet: &mut Fleet,
-    recorder: Arc<Recorder>,
+    runner: RecordingRunner,
     clock: Arc<dyn Clock>,
-) -> (ProberManager<InstantRunner, Statuses>, Arc<AtomicU64>) {
+) -> (ProberManager<RecordingRunner, Statuses>, Arc<AtomicU64>) {
     let (caches, receivers) = ProbeCaches::new();
     let statuses = Statuses(std::mem::take(&mut fleet.statuses));
-    let runner = InstantRunner { recorder };
     let manager = ProberManager::new(runner, statuses, caches, clock, Arc::new(NoopObserver));
     let updates = drain_updates(receivers);
     for pod in &fleet.pods {
@@ -566,6 +662,49 @@ fn breakdown(fleet: &Fleet) -> Value {
     })
 }
 
+/// The node's TCP sockets and connection tracking over `duration`, read
+/// every 500 ms: the most TIME-WAIT and allocated TCP sockets
+/// (`/proc/net/sockstat`) and conntrack entries at any reading, against
+/// the ephemeral port range and the conntrack table's size.
+async fn sample_sockets(duration: Duration) -> Value {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let number = |path: &str| read(path).trim().parse::<u64>().ok();
+    let sockstat = || {
+        let text = read("/proc/net/sockstat");
+        let tcp = text
+            .lines()
+            .find(|l| l.starts_with("TCP:"))
+            .unwrap_or_default()
+            .to_string();
+        let field = |name: &str| {
+            let mut words = tcp.split_whitespace();
+            words.find(|w| *w == name)?;
+            words.next()?.parse::<u64>().ok()
+        };
+        (field("tw").unwrap_or(0), field("alloc").unwrap_or(0))
+    };
+    let conntrack_path = "/proc/sys/net/netfilter/nf_conntrack_count";
+    let (mut tw_max, mut alloc_max, mut conntrack_max) = (0, 0, None::<u64>);
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        let (tw, alloc) = sockstat();
+        tw_max = tw_max.max(tw);
+        alloc_max = alloc_max.max(alloc);
+        if let Some(count) = number(conntrack_path) {
+            conntrack_max = Some(conntrack_max.unwrap_or(0).max(count));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    json!({
+        "time_wait_max": tw_max,
+        "tcp_alloc_max": alloc_max,
+        "conntrack_max": conntrack_max,
+        "conntrack_limit": number("/proc/sys/net/netfilter/nf_conntrack_max"),
+        "ephemeral_port_range": read("/proc/sys/net/ipv4/ip_local_port_range").split_whitespace().collect::<Vec<_>>().join("-"),
+        "tcp_tw_reuse": number("/proc/sys/net/ipv4/tcp_tw_reuse"),
+    })
+}
+
 fn memory_json(m: Memory) -> Value {
     json!({ "rss_kib": m.rss_kib, "heap_bytes": m.heap_bytes })
 }
@@ -668,6 +807,9 @@ fn merge(mut line: Value, more: Value) -> Value {
 /// Simulates `virtual_s` seconds on the paused clock.
 fn paused(args: FleetArgs, virtual_s: u64) -> Result<Value, String> {
     args.validate()?;
+    if args.probe != ProbeArg::Instant {
+        return Err("--probe tcp|http needs the real clock (mode `real`)".to_string());
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -676,16 +818,16 @@ fn paused(args: FleetArgs, virtual_s: u64) -> Result<Value, String> {
     runtime.block_on(async {
         let wall_origin = Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
         let mut fleet = build_fleet(&args, &FLEET_KINDS, wall_origin);
-        let capacity = (virtual_s / args.period_s + 3) as usize;
         let recorder = Arc::new(Recorder::new(
             args.pods * args.containers * SLOTS_PER_CONTAINER,
-            capacity,
+            args.capacity(virtual_s),
         ));
         let base = memory();
         let (cpu_user0, cpu_sys0) = cpu();
         let wall = std::time::Instant::now();
         let clock = Arc::new(TokioClock::new(wall_origin));
-        let (manager, updates) = start_manager(&mut fleet, recorder.clone(), clock);
+        let runner = recording_runner(&args, recorder.clone());
+        let (manager, updates) = start_manager(&mut fleet, runner, clock);
         let add_wall = wall.elapsed();
         let after_add = memory();
         tokio::time::sleep(Duration::from_secs(virtual_s)).await;
@@ -703,6 +845,7 @@ fn paused(args: FleetArgs, virtual_s: u64) -> Result<Value, String> {
             "pods": args.pods,
             "containers": args.containers,
             "period_s": args.period_s,
+            "period_ms": args.period().as_millis(),
             "virtual_s": virtual_s,
             "add_ms": add_wall.as_secs_f64() * 1e3,
             "wall_s": simulated.as_secs_f64(),
@@ -719,7 +862,7 @@ fn paused(args: FleetArgs, virtual_s: u64) -> Result<Value, String> {
             "per_worker_end": per_worker(base, end, workers),
             "breakdown": breakdown(&fleet),
         });
-        let line = merge(line, schedule(&series, args.period_s * 1_000_000, end_us));
+        let line = merge(line, schedule(&series, args.period_us(), end_us));
         let probes = line["probes"].as_f64().unwrap_or(0.0);
         Ok(merge(
             line,
@@ -738,7 +881,7 @@ enum Subject {
 /// Workers started by a [`Subject`].
 enum Running {
     Podprobe {
-        manager: ProberManager<InstantRunner, Statuses>,
+        manager: ProberManager<RecordingRunner, Statuses>,
         updates: Arc<AtomicU64>,
     },
     Substrate {
@@ -752,11 +895,12 @@ impl Running {
         subject: Subject,
         fleet: &mut Fleet,
         period: Duration,
-        recorder: Arc<Recorder>,
+        runner: RecordingRunner,
     ) -> Self {
+        let recorder = runner.recorder.clone();
         match subject {
             Subject::Podprobe => {
-                let (manager, updates) = start_manager(fleet, recorder, Arc::new(SystemClock));
+                let (manager, updates) = start_manager(fleet, runner, Arc::new(SystemClock));
                 Running::Podprobe { manager, updates }
             }
             Subject::Substrate => {
@@ -812,31 +956,35 @@ impl Running {
 /// Runs the workers for `clock.duration_s` on the real clock.
 fn real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Result<Value, String> {
     args.validate()?;
-    if !clock.duration_s.is_multiple_of(args.period_s) || clock.duration_s <= args.period_s {
-        return Err("--duration-s must be a multiple of --period-s, above it".to_string());
+    let duration_us = clock.duration_s * 1_000_000;
+    if !duration_us.is_multiple_of(args.period_us()) || duration_us <= args.period_us() {
+        return Err("--duration-s must be a multiple of the period, above it".to_string());
     }
+    // I/O too: `--probe tcp|http` opens real sockets.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(clock.threads)
-        .enable_time()
+        .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     Ok(runtime.block_on(run_real(args, clock, subject)))
 }
 
 async fn run_real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Value {
-    let period = Duration::from_secs(args.period_s);
+    let period = args.period();
     let duration = Duration::from_secs(clock.duration_s);
     let mut fleet = build_fleet(&args, &FLEET_KINDS, SystemClock.now());
-    let capacity = (clock.duration_s / args.period_s + 3) as usize;
     let recorder = Arc::new(Recorder::new(
         args.pods * args.containers * SLOTS_PER_CONTAINER,
-        capacity,
+        args.capacity(clock.duration_s),
     ));
+    let runner = recording_runner(&args, recorder.clone());
+    let failures = runner.failures.clone();
+    let sockets = tokio::spawn(sample_sockets(duration));
     let tasks_base = alive_tasks();
     let base = memory();
     let (cpu_user0, cpu_sys0) = cpu();
     let origin = recorder.origin;
-    let running = Running::start(subject, &mut fleet, period, recorder.clone());
+    let running = Running::start(subject, &mut fleet, period, runner);
     let add = origin.elapsed();
     let after_add = memory();
     let tasks_after_add = alive_tasks();
@@ -862,6 +1010,11 @@ async fn run_real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Value {
         "pods": args.pods,
         "containers": args.containers,
         "period_s": args.period_s,
+        "period_ms": args.period().as_millis(),
+        "probe": format!("{:?}", args.probe).to_lowercase(),
+        "probe_failures": failures.count.load(Relaxed),
+        "first_probe_failure": failures.first.get(),
+        "sockets": sockets.await.unwrap_or(Value::Null),
         "duration_s": wall_s,
         "threads": clock.threads,
         "add_ms": add.as_secs_f64() * 1e3,
@@ -883,7 +1036,7 @@ async fn run_real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Value {
         "per_worker_first_period": per_worker(base, first_period, workers),
         "per_worker_end": per_worker(base, end, workers),
     });
-    let line = merge(line, schedule(&series, args.period_s * 1_000_000, end_us));
+    let line = merge(line, schedule(&series, args.period_us(), end_us));
     let probes = line["probes"].as_f64().unwrap_or(0.0);
     merge(
         line,
@@ -909,6 +1062,9 @@ fn cleanup(pods: usize, rounds: usize, threads: usize) -> Result<Value, String> 
             pods,
             containers: 1,
             period_s: 1,
+            period_ms: None,
+            probe: ProbeArg::Instant,
+            port: 0,
         };
         let settle = Duration::from_millis(1100);
         let mut rows: [Vec<[i64; 3]>; 2] = [Vec::new(), Vec::new()];
@@ -955,7 +1111,8 @@ async fn cleanup_round(
     let mut fleet = build_fleet(args, &ProbeKind::ALL, SystemClock.now());
     let recorder = Arc::new(Recorder::new(args.pods * SLOTS_PER_CONTAINER, 4));
     let started = Instant::now();
-    let (manager, _) = start_manager(&mut fleet, recorder, Arc::new(SystemClock));
+    let runner = recording_runner(args, recorder);
+    let (manager, _) = start_manager(&mut fleet, runner, Arc::new(SystemClock));
     let add = micros(started.elapsed());
     let workers = manager.worker_count();
     if let Some(wait) = wait {

@@ -160,8 +160,8 @@ mod tests {
                 "readinessProbe.podprobe.expect.statusCode",
             ),
             (
-                json!({"httpGet": {"port": 1}, "podprobe": {"periodMilliseconds": 100}}),
-                "readinessProbe.podprobe.periodMilliseconds",
+                json!({"httpGet": {"port": 1}, "podprobe": {"periodMiliseconds": 100}}),
+                "readinessProbe.podprobe.periodMiliseconds",
             ),
         ] {
             assert_eq!(

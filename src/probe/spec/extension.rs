@@ -13,13 +13,15 @@
 //!     method: HEAD
 //!     tls: {caBundle: "...", serverName: app.internal}   # see [`tls`]
 //!     network: pod          # see [`network`]
+//!     periodMilliseconds: 250   # any handler; overrides periodSeconds
 //! ```
 //!
 //! [`ProbeExtensions`] is the key as written (decoded strictly with the rest
 //! of the probe, see [`super::decode`]); [`http_extensions`] validates it
 //! against the probe's handler and builds the [`HttpExtensions`] an
-//! `httpGet` probe runs with, its regex compiled once, here. Without the key
-//! a probe is the kubelet's in every respect.
+//! `httpGet` probe runs with, its regex compiled once, here;
+//! [`period_milliseconds`] validates the period. Without the key a probe is
+//! the kubelet's in every respect.
 
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -51,6 +53,13 @@ pub const MAX_COMPILED_REGEX_BYTES: usize = 256 * 1024;
 /// slower search, never to more memory.
 pub const MAX_REGEX_DFA_BYTES: usize = 1024 * 1024;
 
+/// The shortest `periodMilliseconds` (#14's contract). Below it a probe's
+/// own round trip (an exec through CRI, a TLS handshake) is a large part of
+/// the period; what a node pays at this rate (CPU, TIME-WAIT sockets,
+/// conntrack entries) is measured in `bench/RESULTS.md`, "Sub-second
+/// periods".
+pub const MIN_PERIOD_MILLISECONDS: i32 = 100;
+
 /// The probe object's `podprobe` key as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,6 +72,9 @@ pub struct ProbeExtensions {
     pub tls: Option<TlsFields>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
+    /// Overrides `periodSeconds` (see [`period_milliseconds`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period_milliseconds: Option<i32>,
 }
 
 /// Where a network probe's sockets are made (`podprobe.network`).
@@ -297,6 +309,29 @@ pub(super) fn http_extensions(
         },
         tls: Box::default(),
     })
+}
+
+/// Validates `podprobe.periodMilliseconds` of the `root` probe: at least
+/// [`MIN_PERIOD_MILLISECONDS`], for any handler. Returns the period to run
+/// on instead of `periodSeconds`, if set.
+///
+/// Nothing else about the probe changes: thresholds still count runs, and
+/// a `timeoutSeconds` (at least 1 s) longer than the period is accepted as
+/// the API server accepts `timeoutSeconds` above `periodSeconds`. A worker
+/// runs its probes one at a time (W6), so a run that outlasts the period
+/// delays the next, which then starts at once (W7).
+pub(super) fn period_milliseconds(
+    root: &str,
+    podprobe: &ProbeExtensions,
+) -> Result<Option<i32>, FieldError> {
+    match podprobe.period_milliseconds {
+        Some(millis) if millis < MIN_PERIOD_MILLISECONDS => Err(FieldError::invalid_int(
+            format!("{root}.podprobe.periodMilliseconds"),
+            millis,
+            &format!("must be greater than or equal to {MIN_PERIOD_MILLISECONDS}"),
+        )),
+        given => Ok(given),
+    }
 }
 
 const STATUS_CODE_GRAMMAR: &str =
@@ -651,6 +686,29 @@ mod tests {
             );
         }
         assert_eq!(network_of("exec", serde_json::json!({})), Ok(Network::Node));
+    }
+
+    #[test]
+    fn period_milliseconds_is_at_least_the_minimum() {
+        let period = |millis: Option<i32>| {
+            let podprobe = ProbeExtensions {
+                period_milliseconds: millis,
+                ..ProbeExtensions::default()
+            };
+            period_milliseconds("startupProbe", &podprobe)
+                .map_err(|e| format!("{}: {}", e.field, e.message))
+        };
+        assert_eq!(period(None), Ok(None));
+        assert_eq!(period(Some(100)), Ok(Some(100)));
+        assert_eq!(period(Some(i32::MAX)), Ok(Some(i32::MAX)));
+        for bad in [99, 0, -250] {
+            assert_eq!(
+                period(Some(bad)),
+                Err(format!(
+                    "startupProbe.podprobe.periodMilliseconds: Invalid value: {bad}: must be greater than or equal to 100"
+                ))
+            );
+        }
     }
 
     #[test]

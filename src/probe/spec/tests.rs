@@ -619,6 +619,70 @@ fn e2_value_from_expands_to_empty_in_normalize() {
 
 /// Any JSON-ish probe: each field absent or set to an arbitrary value of its
 /// type, with values biased towards the edges the rules care about.
+/// A probe object with podprobe's extensions, through the one strict parser.
+fn object_spec(kind: ProbeKind, value: Value) -> Result<ProbeSpec, String> {
+    let object = decode_probe_object(kind, &value).map_err(|e| e.to_string())?;
+    normalize_object(kind, &object, &app()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn period_milliseconds_overrides_period_seconds_for_any_handler() {
+    for handler in [
+        tcp_web(),
+        json!({"exec": {"command": ["true"]}}),
+        json!({"httpGet": {"port": 8080}}),
+        json!({"grpc": {"port": 9090}}),
+    ] {
+        let spec = object_spec(
+            ProbeKind::Liveness,
+            with(
+                handler.clone(),
+                json!({"periodSeconds": 7, "podprobe": {"periodMilliseconds": 250}}),
+            ),
+        )
+        .unwrap();
+        assert_eq!(spec.period(), Duration::from_millis(250), "{handler}");
+        assert_eq!(spec.period_seconds, 7, "kept as written");
+        let plain =
+            object_spec(ProbeKind::Liveness, with(handler, json!({"podprobe": {}}))).unwrap();
+        assert_eq!(plain.period(), Duration::from_secs(10), "the default");
+    }
+    assert_eq!(
+        object_spec(
+            ProbeKind::Readiness,
+            with(tcp_web(), json!({"podprobe": {"periodMilliseconds": 99}}))
+        ),
+        Err("readinessProbe.podprobe.periodMilliseconds: Invalid value: 99: must be greater than or equal to 100".to_string())
+    );
+    // The core probe is validated first, with the API server's own rules,
+    // and a timeout longer than the period is no error (it never is there).
+    assert_eq!(
+        object_spec(
+            ProbeKind::Readiness,
+            with(
+                tcp_web(),
+                json!({"periodSeconds": -1, "podprobe": {"periodMilliseconds": 50}})
+            )
+        ),
+        Err(
+            "readinessProbe.periodSeconds: Invalid value: -1: must be greater than or equal to 0"
+                .to_string()
+        )
+    );
+    let slow = object_spec(
+        ProbeKind::Readiness,
+        with(
+            tcp_web(),
+            json!({"timeoutSeconds": 5, "podprobe": {"periodMilliseconds": 100}}),
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        (slow.timeout(), slow.period()),
+        (Duration::from_secs(5), Duration::from_millis(100))
+    );
+}
+
 fn arb_probe() -> impl Strategy<Value = Value> {
     let int = prop_oneof![
         Just(0i64),

@@ -44,6 +44,11 @@ impl FieldError {
         }
     }
 
+    /// `Invalid value` for an integer field.
+    pub(super) fn invalid_int(field: String, value: i32, detail: &str) -> Self {
+        FieldError::invalid(field, BadValue::Int(value.into()), detail)
+    }
+
     /// `Invalid value` for a string field, Go-quoted as the API server prints it.
     pub(super) fn invalid_string(field: String, value: &str, detail: &str) -> Self {
         FieldError::invalid(field, BadValue::Str(value), detail)
