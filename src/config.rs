@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -141,6 +142,19 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_concurrent_execs: u32,
+
+    /// How long a probe's `clientCertificate` Secret, once read, is used
+    /// before the next probe reads it again: a rotated certificate is
+    /// presented within this many seconds. The kubelet's secret manager
+    /// re-reads Secrets on the same kind of TTL (one minute).
+    #[arg(
+        long,
+        env = "PODPROBE_SECRET_TTL_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = crate::client_certificates::SECRET_TTL.as_secs() as u32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub secret_ttl_seconds: u32,
 }
 
 /// Default of `--max-concurrent-execs`: room for about 100 exec probes a
@@ -188,6 +202,8 @@ pub struct Config {
     /// Where probes may connect and which annotated hosts are accepted.
     pub destinations: Destinations,
     pub max_concurrent_execs: usize,
+    /// `--secret-ttl-seconds`.
+    pub secret_ttl: Duration,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -263,6 +279,7 @@ impl RunArgs {
         Ok(Config {
             destinations: Destinations::new(allowed, denied),
             max_concurrent_execs: self.max_concurrent_execs as usize,
+            secret_ttl: Duration::from_secs(self.secret_ttl_seconds.into()),
             node_name: self.node_name,
             mode,
             cri_endpoint: self.cri_endpoint,

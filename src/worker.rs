@@ -809,6 +809,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                 pod_uid: self.config.pod_uid(),
                 container_name: self.config.container_name(),
             }),
+            namespace: Some(pod_namespace(&self.config.pod)),
         };
         let probe = self
             .context
