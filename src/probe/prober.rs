@@ -205,7 +205,8 @@ impl Prober {
     /// The client certificate of Secret `secret` in the target pod's
     /// namespace, or why there is none. A failed read is logged when it is
     /// made, not each time a probe reuses it, so the log repeats at the
-    /// backoff's pace; the worker's span adds the pod and container.
+    /// backoff's pace; the worker's span adds the namespace, pod and
+    /// container.
     async fn client_identity(
         &self,
         secret: &str,
@@ -221,8 +222,7 @@ impl Prober {
         let answer = certificates.get(namespace, secret).await;
         if let (true, Err(why)) = (answer.fresh, &answer.lookup) {
             tracing::warn!(
-                namespace,
-                secret,
+                secret = %secret,
                 error = %why,
                 "cannot use the probe's client certificate Secret; the probe fails until it can"
             );
