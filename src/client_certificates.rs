@@ -15,7 +15,8 @@
 //! usable certificate) is cached too, for a backoff that grows from
 //! [`FAILURE_BACKOFF`]'s `initial` to the TTL, so that a pod probing every
 //! second while its Role is missing costs the API server a request every
-//! minute at most, not every second.
+//! minute at most, not every second. When the API server does not answer
+//! at all, a certificate read before stays in use until it does.
 //!
 //! The certificate and key never leave this module but as a
 //! [`ClientIdentity`], whose `Debug` shows no key material; errors name the
@@ -123,14 +124,6 @@ impl SecretReader for KubeSecrets {
 /// names the Secret and says what to fix.
 pub type Lookup = Result<ClientIdentity, String>;
 
-/// One lookup's answer and whether this call read the Secret (`fresh`):
-/// the caller logs a fresh failure, not every probe that reuses it.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub lookup: Lookup,
-    pub fresh: bool,
-}
-
 /// Cached client certificates, shared by every probe of one podprobe.
 /// Cheap to clone; clones share the cache.
 #[derive(Clone)]
@@ -180,47 +173,69 @@ impl ClientCertificates {
     }
 
     /// The client certificate of Secret `name` in `namespace`: from the
-    /// cache while its read is younger than the TTL (or, for a failed read,
-    /// within its backoff), else read now.
-    pub async fn get(&self, namespace: &str, name: &str) -> Answer {
+    /// cache while its read is younger than the TTL (a failed read: within
+    /// its backoff), else read now. A failed read is logged when it is
+    /// made, not each time a probe reuses it, so the log repeats at the
+    /// backoff's pace; the caller's span names the pod and container.
+    ///
+    /// When the API server does not answer (as opposed to refusing, or
+    /// answering that the Secret is gone or unusable), a certificate read
+    /// before is presented until the Secret can be read again: an API
+    /// server outage must not fail every mTLS probe of the node.
+    pub async fn get(&self, namespace: &str, name: &str) -> Lookup {
         let slot = self.slot(namespace, name);
         let mut entry = slot.lock().await;
-        let now = Instant::now();
         if let Some((lookup, until)) = &entry.cached
-            && *until > now
+            && *until > Instant::now()
         {
-            return Answer {
-                lookup: lookup.clone(),
-                fresh: false,
-            };
+            return lookup.clone();
         }
-        let lookup = match self.inner.reader.get(namespace, name).await {
-            Ok(secret) => identity(&secret),
-            Err(error) => Err(error.to_string()),
-        }
-        .map_err(|why| {
-            format!(
-                "client certificate: Secret {} in namespace {}: {why}",
-                go_quote(name),
-                go_quote(namespace)
-            )
-        });
+        let read = self.inner.reader.get(namespace, name).await;
+        let stale = match (&read, &entry.cached) {
+            (Err(ReadError::Failed(_)), Some((Ok(previous), _))) => Some(previous.clone()),
+            _ => None,
+        };
+        let result = read
+            .map_err(|error| error.to_string())
+            .and_then(|secret| identity(&secret))
+            .map_err(|why| {
+                format!(
+                    "client certificate: Secret {} in namespace {}: {why}",
+                    go_quote(name),
+                    go_quote(namespace)
+                )
+            });
         let now = Instant::now();
-        let until = match &lookup {
-            Ok(_) => {
+        let (lookup, until) = match result {
+            Ok(identity) => {
                 entry.failures = 0;
-                now + self.inner.ttl
+                (Ok(identity), now + self.inner.ttl)
             }
-            Err(_) => {
+            Err(why) => {
                 entry.failures = entry.failures.saturating_add(1);
-                now + FAILURE_BACKOFF.jittered(entry.failures).min(self.inner.ttl)
+                let until = now + FAILURE_BACKOFF.jittered(entry.failures).min(self.inner.ttl);
+                match stale {
+                    Some(previous) => {
+                        tracing::warn!(
+                            secret = %name,
+                            error = %why,
+                            "cannot read the probe's client certificate Secret again; presenting the certificate read before until it can"
+                        );
+                        (Ok(previous), until)
+                    }
+                    None => {
+                        tracing::warn!(
+                            secret = %name,
+                            error = %why,
+                            "cannot use the probe's client certificate Secret; the probe fails until it can"
+                        );
+                        (Err(why), until)
+                    }
+                }
             }
         };
         entry.cached = Some((lookup.clone(), until));
-        Answer {
-            lookup,
-            fresh: true,
-        }
+        lookup
     }
 
     /// The entry of one Secret, made on first use; idle entries are dropped
@@ -371,11 +386,10 @@ mod tests {
             futures::future::join_all((0..8).map(|_| certificates.get("shop", "app-probe-client")))
                 .await;
         assert_eq!(fake.gets(), 1, "one GET for eight probes");
-        assert_eq!(answers.iter().filter(|a| a.fresh).count(), 1);
         for answer in answers {
-            assert_eq!(answer.lookup, Ok(identity_of(&crt, &key)));
+            assert_eq!(answer, Ok(identity_of(&crt, &key)));
         }
-        certificates.get("other", "app-probe-client").await;
+        let _ = certificates.get("other", "app-probe-client").await;
         assert_eq!(fake.gets(), 2, "another namespace is another Secret");
     }
 
@@ -384,17 +398,16 @@ mod tests {
         let (old_crt, old_key) = pem_pair();
         let fake = Fake::new(Ok(tls_secret(&old_crt, &old_key)), Duration::ZERO);
         let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
-        certificates.get("shop", "client").await;
+        let _ = certificates.get("shop", "client").await;
         let (new_crt, new_key) = pem_pair();
         fake.answer(Ok(tls_secret(&new_crt, &new_key)));
         tokio::time::advance(SECRET_TTL - Duration::from_millis(1)).await;
         let answer = certificates.get("shop", "client").await;
-        assert_eq!(answer.lookup, Ok(identity_of(&old_crt, &old_key)));
-        assert!(!answer.fresh);
+        assert_eq!(answer, Ok(identity_of(&old_crt, &old_key)));
         assert_eq!(fake.gets(), 1, "no GET within the TTL");
         tokio::time::advance(Duration::from_millis(1)).await;
         let answer = certificates.get("shop", "client").await;
-        assert_eq!(answer.lookup, Ok(identity_of(&new_crt, &new_key)));
+        assert_eq!(answer, Ok(identity_of(&new_crt, &new_key)));
         assert_eq!(fake.gets(), 2);
     }
 
@@ -405,10 +418,8 @@ mod tests {
         );
         let fake = Fake::new(Err(forbidden), Duration::ZERO);
         let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
-        let first = certificates.get("shop", "client").await;
-        assert!(first.fresh);
         assert_eq!(
-            first.lookup.unwrap_err(),
+            certificates.get("shop", "client").await.unwrap_err(),
             r#"client certificate: Secret "client" in namespace "shop": podprobe may not read it; grant get on it to podprobe's ServiceAccount with a Role and RoleBinding in the namespace (secrets "client" is forbidden: User "system:serviceaccount:podprobe-system:podprobe" cannot get resource "secrets")"#
         );
         // A probe every 100 ms for ten minutes: the GETs are the backoff's
@@ -417,7 +428,9 @@ mod tests {
         let mut gets_at = vec![Instant::now()];
         for _ in 0..6000 {
             tokio::time::advance(Duration::from_millis(100)).await;
-            if certificates.get("shop", "client").await.fresh {
+            let before = fake.gets();
+            let _ = certificates.get("shop", "client").await;
+            if fake.gets() > before {
                 gets_at.push(Instant::now());
             }
         }
@@ -437,29 +450,62 @@ mod tests {
         fake.answer(Ok(tls_secret(&crt, &key)));
         tokio::time::advance(SECRET_TTL.mul_f64(1.5)).await;
         assert_eq!(
-            certificates.get("shop", "client").await.lookup,
+            certificates.get("shop", "client").await,
             Ok(identity_of(&crt, &key))
         );
         fake.answer(Err(ReadError::NotFound));
         tokio::time::advance(SECRET_TTL).await;
-        let gone = certificates.get("shop", "client").await;
         assert_eq!(
-            gone.lookup.unwrap_err(),
+            certificates.get("shop", "client").await.unwrap_err(),
             r#"client certificate: Secret "client" in namespace "shop": it does not exist"#
         );
         let before = fake.gets();
         tokio::time::advance(FAILURE_BACKOFF.initial.mul_f64(1.5)).await;
-        certificates.get("shop", "client").await;
+        let _ = certificates.get("shop", "client").await;
         assert_eq!(fake.gets(), before + 1, "the backoff starts over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_api_server_that_does_not_answer_keeps_the_certificate_read_before() {
+        let (crt, key) = pem_pair();
+        let fake = Fake::new(Ok(tls_secret(&crt, &key)), Duration::ZERO);
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        certificates.get("shop", "client").await.unwrap();
+        fake.answer(Err(ReadError::Failed(
+            "the API server did not answer within 10s".into(),
+        )));
+        tokio::time::advance(SECRET_TTL).await;
+        assert_eq!(
+            certificates.get("shop", "client").await,
+            Ok(identity_of(&crt, &key))
+        );
+        assert_eq!(fake.gets(), 2);
+        tokio::time::advance(FAILURE_BACKOFF.initial.mul_f64(1.5)).await;
+        certificates.get("shop", "client").await.unwrap();
+        assert_eq!(fake.gets(), 3, "read again at the backoff's pace");
+        // An answer that the Secret is gone is believed.
+        fake.answer(Err(ReadError::NotFound));
+        tokio::time::advance(SECRET_TTL).await;
+        assert!(certificates.get("shop", "client").await.is_err());
+        // With nothing read before, no answer is a failure too.
+        fake.answer(Err(ReadError::Failed("connection refused".into())));
+        tokio::time::advance(SECRET_TTL).await;
+        assert_eq!(
+            certificates.get("shop", "client").await,
+            Err(
+                r#"client certificate: Secret "client" in namespace "shop": connection refused"#
+                    .into()
+            )
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_entries_are_dropped() {
         let fake = Fake::new(Err(ReadError::NotFound), Duration::ZERO);
         let certificates = ClientCertificates::new(fake, SECRET_TTL);
-        certificates.get("shop", "gone").await;
+        let _ = certificates.get("shop", "gone").await;
         tokio::time::advance(IDLE_EVICTION).await;
-        certificates.get("shop", "used").await;
+        let _ = certificates.get("shop", "used").await;
         assert_eq!(certificates.len(), 1);
     }
 

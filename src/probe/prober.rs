@@ -203,31 +203,19 @@ impl Prober {
     }
 
     /// The client certificate of Secret `secret` in the target pod's
-    /// namespace, or why there is none. A failed read is logged when it is
-    /// made, not each time a probe reuses it, so the log repeats at the
-    /// backoff's pace; the worker's span adds the namespace, pod and
-    /// container.
+    /// namespace, or why there is none.
     async fn client_identity(
         &self,
         secret: &str,
         target: ProbeTarget<'_>,
     ) -> Result<ClientIdentity, String> {
-        let (Some(certificates), Some(namespace)) = (&self.client_certificates, target.namespace)
-        else {
-            return Err(format!(
+        match (&self.client_certificates, target.namespace) {
+            (Some(certificates), Some(namespace)) => certificates.get(namespace, secret).await,
+            _ => Err(format!(
                 "client certificate: Secret {}: this prober reads no Secrets",
                 go_quote(secret)
-            ));
-        };
-        let answer = certificates.get(namespace, secret).await;
-        if let (true, Err(why)) = (answer.fresh, &answer.lookup) {
-            tracing::warn!(
-                secret = %secret,
-                error = %why,
-                "cannot use the probe's client certificate Secret; the probe fails until it can"
-            );
+            )),
         }
-        answer.lookup
     }
 
     /// One attempt, dispatched to the spec's handler.
