@@ -62,7 +62,7 @@ pub const MAX_SECRET_FIELD_BYTES: usize = 64 * 1024;
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
 
 /// An entry unused for this long (its pods gone, their probes changed) is
-/// dropped when the next read of any Secret is made.
+/// dropped at the next lookup of any Secret.
 const IDLE_EVICTION: Duration = Duration::from_secs(10 * 60);
 
 /// Why a Secret could not be read.
@@ -75,7 +75,9 @@ pub enum ReadError {
     Forbidden(String),
     #[error("it does not exist")]
     NotFound,
-    /// The API server did not answer, or answered something else.
+    /// Nothing was said about the Secret itself: no answer in time, no
+    /// connection, or another error status (a 5xx, podprobe's own token
+    /// refused).
     #[error("{0}")]
     Failed(String),
 }

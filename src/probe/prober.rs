@@ -183,7 +183,10 @@ impl Prober {
 
     /// Runs `spec` once, retrying errors up to [`MAX_PROBE_RETRIES`] times.
     /// A `clientCertificate` Secret is read (or taken from the cache) once
-    /// per run, before the first attempt.
+    /// per run, before the first attempt and outside `timeoutSeconds`: a
+    /// read is bounded by the API request timeout instead, and cancelling
+    /// it at the probe's deadline would leave nothing cached to back off
+    /// with, so a hung API server would be asked again every period.
     pub async fn probe(
         &self,
         kind: ProbeKind,
