@@ -402,6 +402,22 @@ mod tests {
         assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
         assert_eq!(config.pod_selector, None);
         assert_eq!(config.field_selector(), "spec.nodeName=node-1");
+        assert_eq!(config.secret_ttl, crate::client_certificates::SECRET_TTL);
+    }
+
+    #[test]
+    fn secret_ttl_is_whole_seconds_from_one() {
+        let config = args(&["--secret-ttl-seconds", "5"]).validate().unwrap();
+        assert_eq!(config.secret_ttl, std::time::Duration::from_secs(5));
+        let zero = ["podprobe", "--node-name", "n", "--secret-ttl-seconds", "0"];
+        let refused = Cli::command()
+            .mut_args(|arg| arg.env(None::<&'static str>))
+            .try_get_matches_from(zero)
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("--secret-ttl-seconds"),
+            "{refused}"
+        );
     }
 
     #[test]
