@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -150,6 +151,19 @@ pub struct RunArgs {
     /// Without it such a probe is refused (a ProbeAnnotationInvalid event).
     #[arg(long, env = "PODPROBE_POD_NETWORK")]
     pub pod_network: bool,
+
+    /// How long a probe's `clientCertificate` Secret, once read, is used
+    /// before the next probe reads it again: a rotated certificate is
+    /// presented within this many seconds. The kubelet's secret manager
+    /// re-reads Secrets on the same kind of TTL (one minute).
+    #[arg(
+        long,
+        env = "PODPROBE_SECRET_TTL_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = crate::client_certificates::SECRET_TTL.as_secs() as u32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub secret_ttl_seconds: u32,
 }
 
 /// Default of `--max-concurrent-execs`: room for about 100 exec probes a
@@ -199,6 +213,9 @@ pub struct Config {
     pub max_concurrent_execs: usize,
     /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
     pub pod_network: bool,
+
+    /// `--secret-ttl-seconds`.
+    pub secret_ttl: Duration,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -275,6 +292,8 @@ impl RunArgs {
             destinations: Destinations::new(allowed, denied),
             max_concurrent_execs: self.max_concurrent_execs as usize,
             pod_network: self.pod_network,
+
+            secret_ttl: Duration::from_secs(self.secret_ttl_seconds.into()),
             node_name: self.node_name,
             mode,
             cri_endpoint: self.cri_endpoint,
@@ -400,6 +419,23 @@ mod tests {
         assert!(!config.pod_network, "entering pod namespaces is opt-in");
         let pod_network = args(&["--pod-network"]).validate().expect("valid");
         assert!(pod_network.pod_network);
+
+        assert_eq!(config.secret_ttl, crate::client_certificates::SECRET_TTL);
+    }
+
+    #[test]
+    fn secret_ttl_is_whole_seconds_from_one() {
+        let config = args(&["--secret-ttl-seconds", "5"]).validate().unwrap();
+        assert_eq!(config.secret_ttl, std::time::Duration::from_secs(5));
+        let zero = ["podprobe", "--node-name", "n", "--secret-ttl-seconds", "0"];
+        let refused = Cli::command()
+            .mut_args(|arg| arg.env(None::<&'static str>))
+            .try_get_matches_from(zero)
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("--secret-ttl-seconds"),
+            "{refused}"
+        );
     }
 
     #[test]

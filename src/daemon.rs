@@ -31,6 +31,7 @@ use kube::runtime::watcher;
 use tokio::time::Instant;
 
 use crate::apiclient::{self, WatchActivity, bounded};
+use crate::client_certificates::{ClientCertificates, KubeSecrets};
 use crate::config::{Config, LogFormat, RunArgs};
 use crate::cri::{CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
@@ -184,7 +185,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let observer: Arc<dyn ProbeObserver> =
         Arc::new(Telemetry::new(metrics.clone(), events.clone()));
     let prober = Prober::new(&config.kube_probe_version, Some(cri.clone()))
-        .with_destinations(config.destinations.clone());
+        .with_destinations(config.destinations.clone())
+        .with_client_certificates(ClientCertificates::new(
+            KubeSecrets(client.clone()),
+            config.secret_ttl,
+        ));
     let (caches, receivers) = ProbeCaches::new();
     let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer);
     let patcher = Patcher::new(

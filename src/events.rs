@@ -56,7 +56,9 @@ const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 
 /// Event reasons.
 pub mod reasons {
-    pub use crate::probe::prober::reasons::{PROBE_WARNING, UNHEALTHY};
+    pub use crate::probe::prober::reasons::{
+        CLIENT_CERTIFICATE_UNAVAILABLE, PROBE_WARNING, UNHEALTHY,
+    };
 
     /// A container is stopped (`events.KillingContainer`).
     pub const KILLING: &str = "Killing";

@@ -4,6 +4,7 @@
 //! Layout, from the edges in:
 //! - [`probe`]: one probe's spec and the exec/HTTP/TCP/gRPC handlers, with the
 //!   kubelet's common wrapper (retries, result mapping, events);
+//!   [`client_certificates`], the `clientCertificate` Secrets probes present;
 //! - [`cri`]: the container runtime client (ExecSync, StopContainer, ...);
 //! - [`oneshot`]: `podprobe probe`, one probe run once from the command line;
 //! - [`results`], [`worker`], [`manager`]: the kubelet's prober state machines;
@@ -18,6 +19,7 @@
 
 pub mod apiclient;
 pub mod backoff;
+pub mod client_certificates;
 pub mod config;
 pub mod cri;
 pub mod daemon;

@@ -24,7 +24,7 @@ use crate::cri::{CriClient, DEFAULT_ENDPOINT};
 use crate::probe::spec::extension::{ClientIdentity, Method, Network};
 use crate::probe::spec::{self, Handler, Scheme};
 use crate::probe::{
-    ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
+    ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober, go_quote,
     join_host_port,
 };
 
@@ -138,13 +138,21 @@ pub struct Selected {
 
 /// `selected` presenting the client certificate of --client-cert and
 /// --client-key, when given: only an HTTPS probe or a gRPC probe with
-/// `podprobe.tls` makes a TLS connection to present it on.
+/// `podprobe.tls` makes a TLS connection to present it on. The files
+/// stand in for a `clientCertificate` Secret, which `podprobe probe` never
+/// reads: it has no pod, so no namespace, and may run where no cluster is.
 fn with_client_certificate(
     mut selected: Selected,
     args: &ProbeArgs,
 ) -> Result<Selected, InputError> {
     let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) else {
-        return Ok(selected);
+        return match selected.spec.client_certificate_secret() {
+            Some(secret) => Err(InputError::ClientCertificate(format!(
+                "podprobe.tls.clientCertificate.secretName {}: podprobe probe reads no Secrets; give the certificate and key with --client-cert FILE --client-key FILE (kubectl get secret {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d > FILE)",
+                go_quote(secret)
+            ))),
+            None => Ok(selected),
+        };
     };
     let read = |path: &PathBuf| {
         std::fs::read(path).map_err(|source| InputError::Read {
@@ -159,31 +167,12 @@ fn with_client_certificate(
             key.display()
         ))
     })?;
-    present_client_identity(&mut selected.spec, identity)?;
-    Ok(selected)
-}
-
-/// Sets `identity` as the client certificate of `spec`'s TLS connection.
-fn present_client_identity(
-    spec: &mut ProbeSpec,
-    identity: ClientIdentity,
-) -> Result<(), InputError> {
-    match &mut spec.handler {
-        Handler::HttpGet(action) if action.scheme == Scheme::Https => {
-            action.extensions.tls.client_identity = Some(identity);
-        }
-        Handler::Grpc(action) if action.tls.is_some() => {
-            if let Some(tls) = &mut action.tls {
-                tls.client_identity = Some(identity);
-            }
-        }
-        _ => {
-            return Err(InputError::ClientCertificate(
-                "--client-cert: the probe makes no TLS connection (it needs an httpGet with scheme HTTPS, or a grpc probe with podprobe.tls)".into(),
-            ));
-        }
+    if !selected.spec.present_client_identity(identity) {
+        return Err(InputError::ClientCertificate(
+            "--client-cert: the probe makes no TLS connection (it needs an httpGet with scheme HTTPS, or a grpc probe with podprobe.tls)".into(),
+        ));
     }
-    Ok(())
+    Ok(selected)
 }
 
 /// The JSON report, one object.
@@ -252,6 +241,7 @@ pub fn main(args: ProbeArgs) -> ExitCode {
         container_id: args.container_id.as_deref(),
         // The operator names the container; there is no pod status to trust.
         identity: None,
+        namespace: None,
     };
     let started = std::time::Instant::now();
     let verdict = runtime.block_on(prober.probe(selected.kind, &selected.spec, target));

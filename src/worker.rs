@@ -890,6 +890,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                 pod_uid: self.config.pod_uid(),
                 container_name: self.config.container_name(),
             }),
+            namespace: Some(pod_namespace(&self.config.pod)),
         };
         // Boxed: a probe's state (an HTTP exchange, a gRPC channel) lives
         // only while it runs, not in every idle worker's task (#15).

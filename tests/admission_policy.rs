@@ -223,24 +223,7 @@ fn unbound_token(service_account: &str) -> String {
 /// A token of `service_account` bound to Node `node` (how a host-process
 /// podprobe gets a node claim).
 fn node_token(service_account: &str, node: &str) -> String {
-    let uid = kubectl(&["get", "node", node, "-o", "jsonpath={.metadata.uid}"]);
-    kubectl(&[
-        "-n",
-        NAMESPACE,
-        "create",
-        "token",
-        service_account,
-        "--bound-object-kind",
-        "Node",
-        "--bound-object-name",
-        node,
-        "--bound-object-uid",
-        &uid,
-        "--duration",
-        "10m",
-    ])
-    .trim()
-    .to_string()
+    cluster::node_token(NAMESPACE, service_account, node)
 }
 
 /// A client of the cluster authenticated by a bearer token only, and its
@@ -253,34 +236,8 @@ struct Identity {
 
 impl Identity {
     async fn new(token: &str) -> Identity {
-        let cluster_field = |path: &str| {
-            kubectl(&[
-                "config",
-                "view",
-                "--raw",
-                "--minify",
-                "-o",
-                &format!("jsonpath={{.clusters[0].cluster.{path}}}"),
-            ])
-        };
-        let server = cluster_field("server");
-        let ca = cluster_field("certificate-authority-data");
         let dir = tempfile::tempdir().expect("tempdir");
-        let kubeconfig = dir.path().join("token.kubeconfig");
-        // JSON is YAML too.
-        let text = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{
-                "name": "local",
-                "cluster": {"server": server, "certificate-authority-data": ca},
-            }],
-            "users": [{"name": "token", "user": {"token": token}}],
-            "contexts": [{"name": "token", "context": {"cluster": "local", "user": "token"}}],
-            "current-context": "token",
-        })
-        .to_string();
-        std::fs::write(&kubeconfig, text).expect("write kubeconfig");
+        let kubeconfig = cluster::token_kubeconfig(token, dir.path());
         let config = kube::config::Kubeconfig::read_from(&kubeconfig).expect("readable kubeconfig");
         let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
             .await

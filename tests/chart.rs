@@ -231,6 +231,32 @@ fn defaults_are_deploy_base() {
 }
 
 #[test]
+fn no_cluster_role_grants_secrets() {
+    // Client certificates are read where a namespace's owner grants `get`
+    // on one Secret (README: Client certificates), never cluster-wide.
+    let docs = template(&[
+        "--set",
+        "podMonitor.enabled=true",
+        "--set",
+        "prometheusRule.enabled=true",
+    ]);
+    let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+    assert!(roles.len() >= 2, "{roles:#?}");
+    for role in roles {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            let resources = rule["resources"].as_array().into_iter().flatten();
+            for resource in resources {
+                assert!(
+                    resource != "secrets" && resource != "*",
+                    "{} grants {resource}: {rule}",
+                    role["metadata"]["name"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn authority_mode_runs_as_its_account_on_agent_nodes_only() {
     let docs = template(&["--set", "mode=authority"]);
     assert!(args(&docs).contains(&"--mode=authority".to_string()));

@@ -642,6 +642,25 @@ fn client_cert_flags_present_a_certificate() {
         (0, &Value::from("tls ok")),
         "{report}"
     );
+    // A probe naming a Secret: the CLI reads none and says which flags
+    // stand in for it; with them, the files are presented.
+    let from_secret = https_probe(
+        port,
+        serde_json::json!({"caBundle": ca.pem(), "clientCertificate": {"secretName": "app-probe-client"}}),
+    );
+    let stderr = invalid(&from_secret, &[]);
+    assert!(
+        stderr.contains(
+            r#"podprobe.tls.clientCertificate.secretName "app-probe-client": podprobe probe reads no Secrets; give the certificate and key with --client-cert FILE --client-key FILE"#
+        ),
+        "{stderr}"
+    );
+    let (code, report) = probe_json(&from_secret, &flags);
+    assert_eq!(
+        (code, &report["output"]),
+        (0, &Value::from("tls ok")),
+        "{report}"
+    );
     // Plain HTTP has no TLS connection to present it on.
     let stderr = invalid(&format!("httpGet: {{port: {port}}}"), &flags);
     assert!(

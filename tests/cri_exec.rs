@@ -112,6 +112,7 @@ async fn e5_exec_in_missing_container_errors_and_is_retried() {
         pod_ip: "",
         container_id: Some(&missing),
         identity: None,
+        namespace: None,
     };
     let verdict = prober.probe(ProbeKind::Liveness, &spec, target).await;
     assert_eq!(verdict.attempts, 3);
@@ -343,6 +344,7 @@ async fn exec_runs_only_in_the_container_the_runtime_labels_as_the_pods() {
             pod_uid: &attacker.pod_uid,
             container_name: CONTAINER_NAME,
         }),
+        namespace: None,
     };
     let touch = exec_spec(&["touch", "/tmp/attacked"], 5);
     let verdict = prober.probe(ProbeKind::Liveness, &touch, forged).await;

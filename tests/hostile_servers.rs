@@ -593,6 +593,7 @@ async fn hostile_servers_get_verdicts_on_time_with_bounded_memory_and_descriptor
                 pod_ip: "127.0.0.1",
                 container_id: None,
                 identity: None,
+                namespace: None,
             };
             let start = Instant::now();
             let verdict = prober.probe(ProbeKind::Liveness, &spec, target).await;

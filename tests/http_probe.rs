@@ -405,6 +405,7 @@ async fn h17_slow_body_errors_and_the_wrapper_retries_three_times() {
         pod_ip: "127.0.0.1",
         container_id: None,
         identity: None,
+        namespace: None,
     };
     let verdict = Prober::new("1.35", None)
         .probe(ProbeKind::Readiness, &spec, target)

@@ -95,6 +95,13 @@ fn table() -> Vec<(&'static str, Exercised)> {
             By("hack/demo.sh", "deploy/examples"),
         ),
         (
+            "kubectl -n shop create secret tls app-probe-client --cert=client.crt --key=client.key",
+            By(
+                "tests/secrets_cluster.rs",
+                "--serviceaccount=podprobe-system:podprobe",
+            ),
+        ),
+        (
             "podprobe run --mode authority --node-name edge-1 \\",
             By("hack/agent-node.sh", "--mode authority"),
         ),

@@ -9,9 +9,10 @@ use tokio::time::{Instant, timeout_at};
 
 use super::destinations::Destinations;
 use super::netns::PodNetwork;
-use super::spec::extension::{Network, POD_LOOPBACK};
+use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK};
 use super::spec::{Handler, ProbeSpec};
-use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, grpc, http, tcp};
+use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, go_quote, grpc, http, tcp};
+use crate::client_certificates::ClientCertificates;
 use crate::cri::{ContainerIdentity, CriClient};
 
 /// Attempts per probe run; only errors are retried (`maxProbeRetries`).
@@ -27,6 +28,9 @@ pub struct ProbeTarget<'a> {
     /// container is this one: its ID comes from the pod's status, which
     /// anyone allowed to patch `pods/status` could point elsewhere.
     pub identity: Option<ContainerIdentity<'a>>,
+    /// The pod's namespace, where a `clientCertificate` Secret is read;
+    /// `None` where there is no pod (`podprobe probe`).
+    pub namespace: Option<&'a str>,
 }
 
 /// Kubernetes Event type.
@@ -49,6 +53,9 @@ pub struct ProbeEvent {
 pub mod reasons {
     pub const UNHEALTHY: &str = "Unhealthy";
     pub const PROBE_WARNING: &str = "ProbeWarning";
+    /// podprobe's own: the probe's `clientCertificate` Secret cannot be
+    /// read or used, so the probe fails without connecting.
+    pub const CLIENT_CERTIFICATE_UNAVAILABLE: &str = "ClientCertificateUnavailable";
 }
 
 /// What one probe run concluded, after retries.
@@ -69,6 +76,25 @@ impl ProbeVerdict {
     /// everything else (including errors) fails.
     pub fn is_success(&self) -> bool {
         self.error.is_none() && matches!(self.result, ProbeResult::Success | ProbeResult::Warning)
+    }
+
+    /// The verdict of a run whose client certificate could not be had
+    /// (`message` says why): a failure, not an error, so that it counts
+    /// towards the failure threshold; an errored run would be thrown away
+    /// (D11), and a Secret that became unreadable would leave a ready pod
+    /// ready. No attempt was made.
+    pub fn client_certificate_unavailable(kind: ProbeKind, message: String) -> Self {
+        ProbeVerdict {
+            result: ProbeResult::Failure,
+            event: Some(ProbeEvent {
+                type_: EventType::Warning,
+                reason: reasons::CLIENT_CERTIFICATE_UNAVAILABLE,
+                message: format!("{kind} probe failed: {message}"),
+            }),
+            output: message,
+            error: None,
+            attempts: 0,
+        }
     }
 
     /// Builds the verdict of a run from its last attempt, with the event the
@@ -122,6 +148,7 @@ pub struct Prober {
     user_agent: String,
     cri: Option<CriClient>,
     destinations: Destinations,
+    client_certificates: Option<ClientCertificates>,
 }
 
 impl Prober {
@@ -132,6 +159,16 @@ impl Prober {
             user_agent: format!("kube-probe/{kube_probe_version}"),
             cri,
             destinations: Destinations::default(),
+            client_certificates: None,
+        }
+    }
+
+    /// Probes naming a `clientCertificate` Secret read it through
+    /// `certificates`; without, such probes fail.
+    pub fn with_client_certificates(self, certificates: ClientCertificates) -> Self {
+        Prober {
+            client_certificates: Some(certificates),
+            ..self
         }
     }
 
@@ -149,13 +186,43 @@ impl Prober {
     }
 
     /// Runs `spec` once, retrying errors up to [`MAX_PROBE_RETRIES`] times.
+    /// A `clientCertificate` Secret is read (or taken from the cache) once
+    /// per run, before the first attempt and outside `timeoutSeconds`: a
+    /// read is bounded by the API request timeout instead, and cancelling
+    /// it at the probe's deadline would leave nothing cached to back off
+    /// with, so a hung API server would be asked again every period.
     pub async fn probe(
         &self,
         kind: ProbeKind,
         spec: &ProbeSpec,
         target: ProbeTarget<'_>,
     ) -> ProbeVerdict {
-        probe_with_retries(kind, || self.run_handler(spec, target)).await
+        let Some(secret) = spec.client_certificate_secret() else {
+            return probe_with_retries(kind, || self.run_handler(spec, target)).await;
+        };
+        let identity = match self.client_identity(secret, target).await {
+            Ok(identity) => identity,
+            Err(message) => return ProbeVerdict::client_certificate_unavailable(kind, message),
+        };
+        let mut spec = spec.clone();
+        spec.present_client_identity(identity);
+        probe_with_retries(kind, || self.run_handler(&spec, target)).await
+    }
+
+    /// The client certificate of Secret `secret` in the target pod's
+    /// namespace, or why there is none.
+    async fn client_identity(
+        &self,
+        secret: &str,
+        target: ProbeTarget<'_>,
+    ) -> Result<ClientIdentity, String> {
+        match (&self.client_certificates, target.namespace) {
+            (Some(certificates), Some(namespace)) => certificates.get(namespace, secret).await,
+            _ => Err(format!(
+                "client certificate: Secret {}: this prober reads no Secrets",
+                go_quote(secret)
+            )),
+        }
     }
 
     /// One attempt, dispatched to the spec's handler.
@@ -280,7 +347,9 @@ fn exec_timeout(timeout: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::probe::Outcome;
-    use crate::probe::spec::{AtoiFailure, ExecAction, PortError, TcpSocketAction};
+    use crate::probe::spec::{
+        AtoiFailure, ExecAction, HttpGetAction, PortError, Scheme, TcpSocketAction,
+    };
 
     fn spec(handler: Handler) -> ProbeSpec {
         ProbeSpec {
@@ -300,6 +369,7 @@ mod tests {
         pod_ip: "127.0.0.1",
         container_id: None,
         identity: None,
+        namespace: None,
     };
 
     #[tokio::test]
@@ -366,6 +436,58 @@ mod tests {
             Some(
                 r#"Readiness probe errored and resulted in unknown state: strconv.Atoi: parsing "web": invalid syntax"#
             )
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreadable_client_certificate_fails_the_run_without_connecting() {
+        use crate::client_certificates::testing::Fake;
+        use crate::client_certificates::{ReadError, SECRET_TTL};
+        let mut https = spec(Handler::HttpGet(HttpGetAction {
+            scheme: Scheme::Https,
+            host: None,
+            port: 1,
+            path: "/".into(),
+            headers: Vec::new(),
+            extensions: Default::default(),
+        }));
+        let Handler::HttpGet(action) = &mut https.handler else {
+            unreachable!()
+        };
+        action.extensions.tls.client_certificate_secret = Some("app-client".into());
+        let fake = Fake::new(Err(ReadError::NotFound), Duration::ZERO);
+        let prober = Prober::new("1.35", None)
+            .with_client_certificates(ClientCertificates::new(fake.clone(), SECRET_TTL));
+        let in_shop = ProbeTarget {
+            namespace: Some("shop"),
+            ..TARGET
+        };
+        for _ in 0..3 {
+            let v = prober.probe(ProbeKind::Readiness, &https, in_shop).await;
+            let message =
+                r#"client certificate: Secret "app-client" in namespace "shop": it does not exist"#;
+            assert_eq!(
+                v,
+                ProbeVerdict {
+                    result: ProbeResult::Failure,
+                    output: message.into(),
+                    error: None,
+                    event: Some(ProbeEvent {
+                        type_: EventType::Warning,
+                        reason: reasons::CLIENT_CERTIFICATE_UNAVAILABLE,
+                        message: format!("Readiness probe failed: {message}"),
+                    }),
+                    attempts: 0,
+                }
+            );
+        }
+        assert_eq!(fake.gets(), 1, "the failed read is reused, not repeated");
+        let v = Prober::new("1.35", None)
+            .probe(ProbeKind::Readiness, &https, in_shop)
+            .await;
+        assert_eq!(
+            v.output,
+            r#"client certificate: Secret "app-client": this prober reads no Secrets"#
         );
     }
 

@@ -30,7 +30,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use self::extension::{HttpExtensions, Network, TlsSettings};
+use self::extension::{ClientIdentity, HttpExtensions, Network, TlsSettings};
 use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
 use super::go_quote;
@@ -73,6 +73,42 @@ impl ProbeSpec {
             Some(millis) => Duration::from_millis(millis.max(0) as u64),
             None => Duration::from_secs(self.period_seconds.max(0) as u64),
         }
+    }
+
+    /// How the probe's TLS connection is made, for a probe that makes one:
+    /// an `httpGet` with scheme HTTPS, or a `grpc` probe with `podprobe.tls`.
+    pub fn tls(&self) -> Option<&TlsSettings> {
+        match &self.handler {
+            Handler::HttpGet(action) if action.scheme == Scheme::Https => {
+                Some(&action.extensions.tls)
+            }
+            Handler::Grpc(action) => action.tls.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The `clientCertificate` Secret the probe still has to read before it
+    /// runs; `None` once [`present_client_identity`](Self::present_client_identity)
+    /// gave it a certificate.
+    pub fn client_certificate_secret(&self) -> Option<&str> {
+        self.tls()?.client_certificate_secret.as_deref()
+    }
+
+    /// Presents `identity` on the probe's TLS connection, in place of any
+    /// `clientCertificate` Secret (the certificate read from it, or one
+    /// given on the command line); `false` if the probe makes no TLS
+    /// connection to present it on.
+    pub fn present_client_identity(&mut self, identity: ClientIdentity) -> bool {
+        let tls = match &mut self.handler {
+            Handler::HttpGet(action) if action.scheme == Scheme::Https => {
+                &mut *action.extensions.tls
+            }
+            Handler::Grpc(GrpcAction { tls: Some(tls), .. }) => tls,
+            _ => return false,
+        };
+        tls.client_identity = Some(identity);
+        tls.client_certificate_secret = None;
+        true
     }
 }
 

@@ -579,11 +579,15 @@ mod tests {
             ),
             r#"podprobe.io/probes: container "app": readinessProbe.podprobe.tls: Forbidden: may only be set for httpGet probes with scheme HTTPS and for grpc probes, not scheme HTTP"#
         );
+        let mtls = parsed(
+            r#"{"app": {"readinessProbe": {"grpc": {"port": 443}, "podprobe": {"tls": {"clientCertificate": {"secretName": "app-probe-client"}}}}}}"#,
+        );
         assert_eq!(
-            error(
-                r#"{"app": {"readinessProbe": {"httpGet": {"port": 443, "scheme": "HTTPS"}, "podprobe": {"tls": {"clientCertificate": {"secretName": "app-probe-client"}}}}}}"#
-            ),
-            r#"podprobe.io/probes: container "app": readinessProbe.podprobe.tls.clientCertificate: Forbidden: not supported yet (reading Secrets comes with a later podprobe)"#
+            mtls.get("app", ProbeKind::Readiness)
+                .unwrap()
+                .client_certificate_secret(),
+            Some("app-probe-client"),
+            "the Secret is named, not read, when the annotation is parsed"
         );
         assert_eq!(
             error(

@@ -202,6 +202,68 @@ impl Cluster {
     }
 }
 
+/// A token of ServiceAccount `namespace/service_account` bound to Node
+/// `node`: it names the node in `authentication.kubernetes.io/node-name`, as
+/// the admission policy wants of a host-process podprobe.
+pub fn node_token(namespace: &str, service_account: &str, node: &str) -> String {
+    let kubectl = |args: &[&str]| cluster().kubectl(args).unwrap_or_else(|e| panic!("{e}"));
+    let uid = kubectl(&["get", "node", node, "-o", "jsonpath={.metadata.uid}"]);
+    kubectl(&[
+        "-n",
+        namespace,
+        "create",
+        "token",
+        service_account,
+        "--bound-object-kind",
+        "Node",
+        "--bound-object-name",
+        node,
+        "--bound-object-uid",
+        &uid,
+        "--duration",
+        "10m",
+    ])
+    .trim()
+    .to_string()
+}
+
+/// Writes `dir/token.kubeconfig`: this cluster's server and CA, with
+/// `token` as the only credential, so that whoever uses it (`podprobe run
+/// --kubeconfig`, a kube client) acts as the token's identity.
+pub fn token_kubeconfig(token: &str, dir: &Path) -> PathBuf {
+    let cluster_field = |path: &str| {
+        cluster()
+            .kubectl(&[
+                "config",
+                "view",
+                "--raw",
+                "--minify",
+                "-o",
+                &format!("jsonpath={{.clusters[0].cluster.{path}}}"),
+            ])
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let kubeconfig = dir.join("token.kubeconfig");
+    // JSON is YAML too.
+    let text = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": "local",
+            "cluster": {
+                "server": cluster_field("server"),
+                "certificate-authority-data": cluster_field("certificate-authority-data"),
+            },
+        }],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "token", "context": {"cluster": "local", "user": "token"}}],
+        "current-context": "token",
+    })
+    .to_string();
+    std::fs::write(&kubeconfig, text).expect("write kubeconfig");
+    kubeconfig
+}
+
 /// A namespace that is deleted (without waiting) when dropped.
 pub struct Namespace {
     pub name: String,

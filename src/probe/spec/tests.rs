@@ -814,3 +814,41 @@ fn an_exec_command_too_long_once_expanded_is_a_field_error() {
         "{error}"
     );
 }
+
+/// A probe object of the annotation, extensions and all.
+fn ok_object(value: Value) -> ProbeSpec {
+    let object = decode_probe_object(ProbeKind::Readiness, &value).expect("decodes");
+    normalize_object(ProbeKind::Readiness, &object, &app()).expect("probe is valid")
+}
+
+#[test]
+fn a_client_identity_stands_in_for_the_secret_on_either_tls_handler() {
+    let identity = || {
+        let (cert, key) = crate::client_certificates::testing::pem_pair();
+        ClientIdentity::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()
+    };
+    let secret = json!({"tls": {"clientCertificate": {"secretName": "app-client"}}});
+    for handler in [
+        json!({"httpGet": {"port": 8443, "scheme": "HTTPS"}}),
+        json!({"grpc": {"port": 9443}}),
+    ] {
+        let mut spec = ok_object(with(handler, json!({"podprobe": secret})));
+        assert_eq!(spec.client_certificate_secret(), Some("app-client"));
+        let presented = identity();
+        assert!(spec.present_client_identity(presented.clone()));
+        assert_eq!(spec.client_certificate_secret(), None);
+        assert_eq!(
+            spec.tls().and_then(|tls| tls.client_identity.clone()),
+            Some(presented)
+        );
+    }
+    for no_tls in [
+        json!({"httpGet": {"port": 8080}}),
+        json!({"grpc": {"port": 9090}}),
+        tcp_web(),
+    ] {
+        let mut spec = ok_object(no_tls);
+        assert_eq!(spec.tls(), None);
+        assert!(!spec.present_client_identity(identity()));
+    }
+}

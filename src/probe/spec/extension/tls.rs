@@ -8,6 +8,8 @@
 //!       -----BEGIN CERTIFICATE-----
 //!       ...
 //!     serverName: app.internal # SNI and the name verified
+//!     clientCertificate:       # mTLS: a kubernetes.io/tls Secret of the
+//!       secretName: app-client #   pod's namespace, read when the probe runs
 //! ```
 //!
 //! [`TlsFields`] is the key as written; [`tls_settings`] validates it and
@@ -63,6 +65,10 @@ pub struct TlsSettings {
     pub server_name: Option<ServerName<'static>>,
     /// The certificate presented when the server asks for one.
     pub client_identity: Option<ClientIdentity>,
+    /// `clientCertificate.secretName`: the Secret, in the pod's namespace,
+    /// that `client_identity` is read from each time the probe runs
+    /// ([`crate::client_certificates`]); parsing reads no Secret.
+    pub client_certificate_secret: Option<String>,
 }
 
 /// `caBundle`, parsed: its certificates and the verifier that trusts
@@ -186,29 +192,29 @@ pub(in crate::probe::spec) fn tls_settings(
         .as_deref()
         .map(|name| server_name(field(".serverName"), name))
         .transpose()?;
-    if let Some(client) = &given.client_certificate {
-        let secret = field(".clientCertificate.secretName");
-        match client.secret_name.as_deref() {
-            None | Some("") => return Err(FieldError::required(secret, "")),
-            Some(name) if !is_dns_subdomain(name) => {
-                return Err(FieldError::invalid_string(
-                    secret,
-                    name,
-                    "a Secret name must be a lowercase RFC 1123 subdomain",
-                ));
-            }
-            Some(_) => {}
-        }
-        return Err(FieldError::forbidden(
-            field(".clientCertificate"),
-            "not supported yet (reading Secrets comes with a later podprobe)",
-        ));
-    }
+    let client_certificate_secret = given
+        .client_certificate
+        .as_ref()
+        .map(|client| secret_name(field(".clientCertificate.secretName"), client))
+        .transpose()?;
     Ok(TlsSettings {
         ca_bundle,
         server_name,
         client_identity: None,
+        client_certificate_secret,
     })
+}
+
+fn secret_name(field: String, given: &ClientCertificateFields) -> Result<String, FieldError> {
+    match given.secret_name.as_deref() {
+        None | Some("") => Err(FieldError::required(field, "")),
+        Some(name) if !is_dns_subdomain(name) => Err(FieldError::invalid_string(
+            field,
+            name,
+            "a Secret name must be a lowercase RFC 1123 subdomain",
+        )),
+        Some(name) => Ok(name.to_string()),
+    }
 }
 
 fn ca_bundle(field: String, pem: &str) -> Result<CaBundle, FieldError> {
@@ -372,11 +378,20 @@ mod tests {
     }
 
     #[test]
-    fn client_certificates_from_secrets_are_not_supported_yet() {
-        assert_eq!(
-            settings("httpGet", true, json!({"clientCertificate": {"secretName": "app-probe-client"}})),
-            Err("readinessProbe.podprobe.tls.clientCertificate: Forbidden: not supported yet (reading Secrets comes with a later podprobe)".into())
-        );
+    fn a_client_certificate_names_a_secret_read_when_the_probe_runs() {
+        for (handler, https) in [("httpGet", true), ("grpc", false)] {
+            let parsed = settings(
+                handler,
+                https,
+                json!({"clientCertificate": {"secretName": "app-probe-client"}}),
+            )
+            .unwrap();
+            assert_eq!(
+                parsed.client_certificate_secret.as_deref(),
+                Some("app-probe-client")
+            );
+            assert_eq!(parsed.client_identity, None, "no Secret read while parsing");
+        }
         assert_eq!(
             settings("grpc", false, json!({"clientCertificate": {}})),
             Err("readinessProbe.podprobe.tls.clientCertificate.secretName: Required value".into())
