@@ -494,7 +494,7 @@ impl Daemon {
         }
     }
 
-    fn on_pod_applied(&mut self, pod: &Pod) {
+    fn on_pod_applied(&mut self, pod: &Arc<Pod>) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
@@ -518,7 +518,7 @@ impl Daemon {
     /// reads its probes and starts workers; see [`Self::update_probes`] for
     /// an annotation edited while its probes run (in authority mode the API
     /// server keeps a pod's probes immutable).
-    fn track(&mut self, uid: &str, pod: &Pod) {
+    fn track(&mut self, uid: &str, pod: &Arc<Pod>) {
         let annotation = match self.mode {
             Mode::Gate => pod
                 .metadata
@@ -582,7 +582,7 @@ impl Daemon {
     /// start over from their initial result, removed ones stop, added ones
     /// start; a Normal Event says which. An annotation removed altogether
     /// removes every probe. An invalid edit changes nothing but is reported.
-    fn update_probes(&mut self, uid: &str, pod: &Pod, annotation: Option<String>) {
+    fn update_probes(&mut self, uid: &str, pod: &Arc<Pod>, annotation: Option<String>) {
         let next = match &annotation {
             Some(_) => self.parse(pod),
             None => Some(gate_probes(pod, AnnotatedProbes::default())),

@@ -228,10 +228,11 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
     /// Creates and starts a worker for every probe in `probes` of a container
     /// of `pod` that has none yet (W1-W3). Workers keep the pod snapshot and
     /// probe they were created with; existing keys are skipped, not updated.
-    /// Must be called within a tokio runtime.
-    pub fn add_pod(&self, pod: &Pod, probes: &PodProbes) {
+    /// The snapshot is `pod` itself, shared rather than copied (the
+    /// kubelet's workers keep a pointer to the pod object too). Must be
+    /// called within a tokio runtime.
+    pub fn add_pod(&self, pod: &Arc<Pod>, probes: &PodProbes) {
         let pod_uid = pod_uid(pod);
-        let snapshot = Arc::new(pod.clone());
         let mut workers = self.lock();
         for (container, kind, spec) in planned_workers(pod, probes) {
             let key = WorkerKey {
@@ -249,7 +250,7 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
                 continue;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let config = WorkerConfig::new(kind, spec.clone(), snapshot.clone(), container)
+            let config = WorkerConfig::new(kind, spec.clone(), pod.clone(), container)
                 .with_takeover(probes.takeover().clone());
             let on_exit = forget_worker(Arc::downgrade(&self.workers), key.clone(), id);
             let handle = worker::spawn(self.context.clone(), config, on_exit);
@@ -913,10 +914,10 @@ mod tests {
         let rig = rig(ScriptedRunner::always(ProbeResult::Success));
         let pod = pod("uid-1", vec![container("a"), container("b")], vec![]);
         let probes = all_probes(&["a", "b"]);
-        rig.manager.add_pod(&pod, &probes);
+        rig.manager.add_pod(&Arc::new(pod.clone()), &probes);
         assert_eq!(rig.manager.worker_count(), 6);
-        rig.manager.add_pod(&pod, &probes);
-        rig.manager.add_pod(&pod, &probes);
+        rig.manager.add_pod(&Arc::new(pod.clone()), &probes);
+        rig.manager.add_pod(&Arc::new(pod.clone()), &probes);
         assert_eq!(rig.manager.worker_count(), 6);
         assert!(rig.manager.has_worker("uid-1", "b", ProbeKind::Startup));
         assert!(!rig.manager.has_worker("uid-2", "b", ProbeKind::Startup));
@@ -926,12 +927,14 @@ mod tests {
     async fn w3_add_pod_skips_only_existing_keys_and_keeps_old_specs() {
         let rig = rig(ScriptedRunner::always(ProbeResult::Success));
         let pod = pod("uid-1", vec![container("a"), container("b")], vec![]);
-        rig.manager
-            .add_pod(&pod, &probes(&[("a", ProbeKind::Readiness)]));
+        rig.manager.add_pod(
+            &Arc::new(pod.clone()),
+            &probes(&[("a", ProbeKind::Readiness)]),
+        );
         let first_id = rig.manager.lock()[&key("uid-1", "a", ProbeKind::Readiness)].id;
         let mut more = probes(&[("a", ProbeKind::Liveness), ("b", ProbeKind::Readiness)]);
         more.insert("a", ProbeKind::Readiness, probe_spec(1, 0, 1, 1));
-        rig.manager.add_pod(&pod, &more);
+        rig.manager.add_pod(&Arc::new(pod.clone()), &more);
         assert_eq!(
             rig.manager.worker_keys(),
             vec![
@@ -976,7 +979,7 @@ mod tests {
         let rig = rig(ScriptedRunner::always(ProbeResult::Success));
         let pod = pod("uid-1", vec![container("a")], vec![]);
         let old = probes(&[("a", ProbeKind::Readiness), ("a", ProbeKind::Liveness)]);
-        rig.manager.add_pod(&pod, &old);
+        rig.manager.add_pod(&Arc::new(pod.clone()), &old);
         let ids = |kind| rig.manager.lock()[&key("uid-1", "a", kind)].id;
         let (readiness, liveness) = (ids(ProbeKind::Readiness), ids(ProbeKind::Liveness));
         rig.manager
@@ -984,7 +987,7 @@ mod tests {
         assert!(!rig.manager.has_worker("uid-1", "a", ProbeKind::Readiness));
         let mut new = probes(&[("a", ProbeKind::Liveness)]);
         new.insert("a", ProbeKind::Readiness, probe_spec(1, 0, 1, 1));
-        rig.manager.add_pod(&pod, &new);
+        rig.manager.add_pod(&Arc::new(pod.clone()), &new);
         assert_ne!(ids(ProbeKind::Readiness), readiness, "a new worker");
         assert_eq!(ids(ProbeKind::Liveness), liveness, "the kept worker");
         // The stopped worker's exit leaves its successor registered.
@@ -996,7 +999,8 @@ mod tests {
     async fn w11_stop_liveness_and_startup_keeps_readiness() {
         let rig = rig(ScriptedRunner::always(ProbeResult::Success));
         let pod = pod("uid-1", vec![container("app")], vec![sidecar("side")]);
-        rig.manager.add_pod(&pod, &all_probes(&["app", "side"]));
+        rig.manager
+            .add_pod(&Arc::new(pod.clone()), &all_probes(&["app", "side"]));
         assert_eq!(rig.manager.worker_count(), 6);
         rig.manager.stop_liveness_and_startup(&pod);
         settle().await;
@@ -1014,8 +1018,10 @@ mod tests {
         let rig = rig(ScriptedRunner::always(ProbeResult::Success));
         let one = pod("uid-1", vec![container("app")], vec![sidecar("side")]);
         let two = pod("uid-2", vec![container("app")], vec![]);
-        rig.manager.add_pod(&one, &all_probes(&["app", "side"]));
-        rig.manager.add_pod(&two, &all_probes(&["app"]));
+        rig.manager
+            .add_pod(&Arc::new(one.clone()), &all_probes(&["app", "side"]));
+        rig.manager
+            .add_pod(&Arc::new(two.clone()), &all_probes(&["app"]));
         rig.manager.remove_pod(&one);
         rig.manager
             .remove_pod(&pod("uid-3", vec![container("app")], vec![]));
@@ -1040,8 +1046,10 @@ mod tests {
                 vec![],
             ),
         );
-        rig.manager
-            .add_pod(&pod, &probes(&[("app", ProbeKind::Readiness)]));
+        rig.manager.add_pod(
+            &Arc::new(pod.clone()),
+            &probes(&[("app", ProbeKind::Readiness)]),
+        );
         settle().await;
         assert_eq!(
             rig.manager.caches().readiness.get("containerd://c1"),
@@ -1058,7 +1066,7 @@ mod tests {
         let rig = rig(ScriptedRunner::always(ProbeResult::Success));
         for uid in ["uid-1", "uid-2", "uid-3"] {
             rig.manager.add_pod(
-                &pod(uid, vec![container("app")], vec![]),
+                &Arc::new(pod(uid, vec![container("app")], vec![])),
                 &all_probes(&["app"]),
             );
         }
@@ -1086,7 +1094,7 @@ mod tests {
         status.phase = Some("Failed".to_string());
         rig.statuses.set("uid-1", status);
         rig.manager.add_pod(
-            &pod("uid-1", vec![container("app")], vec![]),
+            &Arc::new(pod("uid-1", vec![container("app")], vec![])),
             &all_probes(&["app"]),
         );
         settle().await;
@@ -1104,7 +1112,7 @@ mod tests {
             ),
         );
         rig.manager.add_pod(
-            &pod("uid-1", vec![container("app")], vec![]),
+            &Arc::new(pod("uid-1", vec![container("app")], vec![])),
             &probes(&[("app", ProbeKind::Liveness)]),
         );
         settle().await;
@@ -1125,7 +1133,7 @@ mod tests {
             vec![],
         );
         rig.statuses.set("uid-1", status.clone());
-        rig.manager.add_pod(&pod, &probes);
+        rig.manager.add_pod(&Arc::new(pod.clone()), &probes);
         settle().await;
         let calls = rig.runner.calls().len();
         let mut generated = status;

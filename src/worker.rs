@@ -827,13 +827,19 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
     async fn start_jitter(&self, period: Duration) {
         if period > self.context.started.elapsed() {
             let fraction: f64 = rand::random();
-            tokio::time::sleep(period.mul_f64(fraction)).await;
+            // Boxed: a timer entry is large, and this one is needed once.
+            Box::pin(tokio::time::sleep(period.mul_f64(fraction))).await;
         }
     }
 
     /// One iteration; a panic inside it is logged and swallowed (W14).
     async fn iterate(&mut self) -> bool {
-        match AssertUnwindSafe(self.do_probe()).catch_unwind().await {
+        // Boxed, as the probe is: an iteration's state (a status copy, cache
+        // writes) exists only while it runs, not in every idle worker (#15).
+        match AssertUnwindSafe(Box::pin(self.do_probe()))
+            .catch_unwind()
+            .await
+        {
             Ok(keep_going) => keep_going,
             Err(panic) => {
                 let message = panic

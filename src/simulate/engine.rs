@@ -566,8 +566,10 @@ impl Kubelet<'_> {
     /// probe. A container that started first would get that nudge on top
     /// of the first run: an extra probe the kubelet never makes.
     async fn add_pod(&mut self) {
-        self.manager
-            .add_pod(&self.simulation.pod, &self.simulation.probes);
+        self.manager.add_pod(
+            &Arc::new(self.simulation.pod.clone()),
+            &self.simulation.probes,
+        );
         let now = Instant::now();
         for container in &mut self.containers {
             container.next_start = Some(now + container.script.start_after);

@@ -385,7 +385,8 @@ impl StatusSource for Statuses {
 /// Pods, their probes (the same for every pod) and their statuses. Container
 /// `c` of pod `p` has the runtime ID `p * containers + c`.
 struct Fleet {
-    pods: Vec<Pod>,
+    /// The pod objects, as the watch cache holds them: workers share them.
+    pods: Vec<Arc<Pod>>,
     probes: PodProbes,
     statuses: HashMap<String, PodStatus>,
     slots: Vec<usize>,
@@ -408,7 +409,7 @@ fn build_fleet(args: &FleetArgs, kinds: &[ProbeKind], started_at: Timestamp) -> 
             name: name.clone(),
             ..Container::default()
         });
-        pods.push(Pod {
+        pods.push(Arc::new(Pod {
             metadata: ObjectMeta {
                 name: Some(format!("scale-{p}")),
                 namespace: Some("default".to_string()),
@@ -420,7 +421,7 @@ fn build_fleet(args: &FleetArgs, kinds: &[ProbeKind], started_at: Timestamp) -> 
                 ..PodSpec::default()
             }),
             status: None,
-        });
+        }));
         let container_statuses = names.iter().enumerate().map(|(c, name)| {
             let id = p * args.containers + c;
             slots.extend(kinds.iter().map(|&kind| slot(id, kind)));
@@ -476,6 +477,7 @@ fn probe_spec(args: &FleetArgs) -> ProbeSpec {
         success_threshold: 1,
         failure_threshold: 3,
         termination_grace_period_seconds: None,
+        network: Default::default(),
     }
 }
 
@@ -641,14 +643,15 @@ fn heap_of<T>(make: impl FnOnce() -> T) -> (T, i64) {
     (value, (LIVE_HEAP.load(Relaxed) - before) as i64)
 }
 
-/// Where a worker's memory goes, in bytes: the parts each worker or pod
-/// copies (the manager keeps one pod snapshot per pod, each worker its
-/// container), with the inline sizes of the API types involved.
+/// Where a worker's memory goes, in bytes: what one pod object takes (the
+/// workers share the caller's, as the daemon's come from its watch cache,
+/// so it is not in the per-worker figures) and what a copy of a container
+/// would, with the inline sizes of the API types involved.
 fn breakdown(fleet: &Fleet) -> Value {
     let Some(pod) = fleet.pods.first() else {
         return Value::Null;
     };
-    let (snapshot, pod_heap) = heap_of(|| Arc::new(pod.clone()));
+    let (snapshot, pod_heap) = heap_of(|| Arc::new((**pod).clone()));
     let container = pod.spec.as_ref().and_then(|s| s.containers.first());
     let (copy, container_heap) = heap_of(|| container.cloned());
     drop((snapshot, copy));
