@@ -245,6 +245,38 @@ fn body_expectation_holds_the_gate_until_the_body_says_up() {
     wait_gate(&ns, "expect", false);
 }
 
+/// #14 `network: pod` from the chart's DaemonSet (`podNetwork.enabled` in
+/// tests/e2e/values.yaml: the flag, `SYS_ADMIN` and the runtime's
+/// namespace files mounted into podprobe's container): startup (TCP) and
+/// readiness (HTTP) probes reach a server bound to the pod's loopback, and
+/// the failure once it stops says where it dialled.
+#[test]
+#[ignore = "needs the local cluster (hack/test.sh runs it)"]
+fn pod_network_probes_reach_the_pods_loopback_from_the_daemonset() {
+    let ns = setup("netns");
+    let inside = json!({"network": "pod"});
+    let mut startup = fast(json!({"tcpSocket": {"port": 8080}}));
+    startup["podprobe"] = inside.clone();
+    let mut readiness = fast(json!({"httpGet": {"path": "/healthz", "port": 8080}}));
+    readiness["podprobe"] = inside;
+    let pod = busybox_pod(
+        "inside",
+        "mkdir -p /www && echo ok > /www/healthz && httpd -p 127.0.0.1:8080 -h /www && ",
+        json!({"startupProbe": startup, "readinessProbe": readiness}),
+    );
+    ns.create_pod(&pod);
+    wait_running(&ns, "inside", "app");
+    wait_gate(&ns, "inside", true);
+    ns.exec("inside", "rm /www/healthz");
+    wait_gate(&ns, "inside", false);
+    wait_event(
+        &ns,
+        "inside",
+        "Unhealthy",
+        "Readiness probe failed: HTTP probe failed with statuscode: 404",
+    );
+}
+
 /// Waits for an event on `pod` with `reason` and exactly `message`.
 fn wait_event(ns: &Namespace, pod: &str, reason: &str, message: &str) -> Value {
     ns.wait_for(
