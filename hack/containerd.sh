@@ -146,8 +146,22 @@ EOF
 EOF
 }
 
+# Where the CRI plugin mounts pod network namespaces (netns_mounts_under_state_dir).
+NETNS_DIR="$DIR/state/io.containerd.grpc.v1.cri/netns"
+
+# Makes $NETNS_DIR a shared mount, so that a container may mount it with
+# HostToContainer propagation and see namespaces made after it started
+# (podprobe's podNetwork), as on a node whose root is rshared (systemd's
+# default). It lies under $DIR, so `down` unmounts it with the rest.
+share_netns_dir() {
+    mkdir -p "$NETNS_DIR"
+    mountpoint -q "$NETNS_DIR" || mount --rbind "$NETNS_DIR" "$NETNS_DIR"
+    mount --make-rshared "$NETNS_DIR"
+}
+
 start_containerd() {
     write_config
+    share_netns_dir
     log "starting containerd (log: $LOG)"
     # fd 9 holds the lock; containerd must not keep it.
     setsid containerd --config "$CONFIG" >>"$LOG" 2>&1 </dev/null 9>&- &
