@@ -260,7 +260,10 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
 
     /// Stops the workers of `pod` for `probes` (container, kind) and forgets
     /// them at once, so that [`add_pod`](Self::add_pod) starts new ones under
-    /// the same keys while the old ones wind down.
+    /// the same keys while the old ones wind down. An old worker removes its
+    /// cached result as it ends (W10), possibly after its successor wrote its
+    /// initial value (W4); a missing result reads as that initial value would
+    /// (not ready, not started, no kill) until the successor's next write.
     pub fn stop_probes(&self, pod: &Pod, probes: &[(String, ProbeKind)]) {
         let pod_uid = pod_uid(pod);
         let mut workers = self.lock();
