@@ -4,6 +4,9 @@
 # once, runs Go and Rust alternately for each (kind, N) and prints a markdown
 # table with the Rust/Go ratios. A measurement, not a test: CI does not run it.
 #
+# With FLOOR=1, the C floor (bench/floor/floor.c: the least a prober can do per
+# probe) runs too, for TCP and HTTP, in the same rotation.
+#
 # Knobs (environment): KINDS ("http tcp grpc"), NS ("100 500"), PERIOD_MS (100),
 # DURATION_S (15), TIMEOUT_MS (1000), ROUNDS (2), OUT (bench/out/<time>).
 # Bounded: every run is under `timeout`, there are |KINDS|*|NS|*ROUNDS*2 runs.
@@ -17,6 +20,7 @@ PERIOD_MS=${PERIOD_MS:-100}
 DURATION_S=${DURATION_S:-15}
 TIMEOUT_MS=${TIMEOUT_MS:-1000}
 ROUNDS=${ROUNDS:-2}
+FLOOR=${FLOOR:-0}
 
 BENCH=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$BENCH/out/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -43,6 +47,10 @@ target_dir=${CARGO_TARGET_DIR:-$BENCH/probe-load/target}
 # A private copy, so that another build into a shared target dir cannot swap
 # the binary mid-run.
 cp "$target_dir/release/probe-load" "$BIN/probe-load"
+if ((FLOOR)); then
+    log "building the C floor"
+    cc -O2 -Wall -Wextra -o "$BIN/floor" "$BENCH/floor/floor.c"
+fi
 
 # --- servers ---------------------------------------------------------------
 "$BIN/kubelet-probes" serve >"$OUT/ports.json" 2>"$OUT/serve.log" &
@@ -73,6 +81,9 @@ run_one() {
         line=$(timeout $((DURATION_S + 30)) "$BIN/probe-load" --kind "$kind" --n "$n" \
             --period-ms "$PERIOD_MS" --duration-s "$DURATION_S" --timeout-ms "$TIMEOUT_MS" --port "$port")
         ;;
+    floor)
+        line=$(timeout $((DURATION_S + 30)) "$BIN/floor" "$kind" "$n" "$PERIOD_MS" "$DURATION_S" "$port")
+        ;;
     esac
     jq -c --argjson load "$load" --argjson round "$round" \
         '. + {loadavg_1m_before: $load, round: $round}' <<<"$line" | tee -a "$RESULTS" >&2
@@ -85,6 +96,9 @@ for kind in $KINDS; do
             # Alternate which side goes first, so neither always runs on the
             # machine the other has just warmed or loaded.
             if ((i % 2 == 0)); then order="go rust"; else order="rust go"; fi
+            if ((FLOOR)) && [[ $kind != grpc ]]; then
+                if ((i % 2 == 0)); then order="floor $order"; else order="$order floor"; fi
+            fi
             i=$((i + 1))
             for impl in $order; do
                 log "$kind n=$n round=$round $impl"

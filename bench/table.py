@@ -23,6 +23,8 @@ KIND_ORDER = {"http": 0, "tcp": 1, "grpc": 2}
 
 
 def side(impl):
+    if impl.startswith("c-"):
+        return "floor"
     return "go" if impl.startswith("go") else "rust"
 
 
@@ -65,13 +67,30 @@ def main(path):
     print("|---|---:|---|" + "---:|" * len(METRICS) + "---|---:|")
     for key in keys:
         kind, n, _ = key
-        for s in ("go", "rust"):
+        for s in ("go", "rust", "floor"):
             rs = runs[key][s]
             if not rs:
                 continue
             cells = [f"{median(rs, f) * scale:.3g}" for f, _, scale in METRICS]
             loads = ", ".join(f"{r['loadavg_1m_before']:.1f}" for r in rs)
             print(f"| {kind} | {n} | {s} | " + " | ".join(cells) + f" | {loads} | {len(rs)} |")
+
+    floors = [k for k in keys if runs[k]["floor"]]
+    if floors:
+        print("\nCPU per probe against the machine's floor (bench/floor, medians):\n")
+        print("| kind | N | floor µs / probe | Rust / floor | Go / floor | Rust / Go |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for key in floors:
+            kind, n, _ = key
+            cpu = {s: median(runs[key][s], "cpu_s_per_1k") for s in ("go", "rust", "floor") if runs[key][s]}
+            floor = cpu["floor"]
+            cells = [
+                f"{floor * 1000:.1f}",
+                ratio(cpu["rust"], floor) if "rust" in cpu else "n/a",
+                ratio(cpu["go"], floor) if "go" in cpu else "n/a",
+                ratio(cpu["rust"], cpu["go"]) if "rust" in cpu and "go" in cpu else "n/a",
+            ]
+            print(f"| {kind} | {n} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

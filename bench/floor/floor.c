@@ -1,0 +1,195 @@
+// The machine's floor for a probe (issue #15, item 3): the least a prober
+// can do per TCP or HTTP probe on loopback, to put podprobe's and the
+// kubelet's handler CPU in proportion. One thread, one epoll loop, no
+// allocation per probe: N targets, each probed every PERIOD_MS from a random
+// start within one period (as bench/probe-load schedules them), a missed
+// tick skipped. Each probe: a non-blocking socket with SO_LINGER {1, 1 s}
+// (and TCP_NODELAY for HTTP, as Go's dialer), connect; TCP: close once
+// connected; HTTP: write one minimal GET with "Connection: close", read to
+// EOF, check the status line says 2xx or 3xx, close. The server is the same
+// external one (`kubelet-probes serve`) the Rust and Go harnesses probe, and
+// CPU is this process's own (getrusage), as they measure theirs.
+//
+// Usage: floor tcp|http N PERIOD_MS DURATION_S PORT
+// Prints one JSON line in bench/probe-load's shape. A measurement, not a
+// test: CI does not run it. Only 127.0.0.1 is connected to.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { IDLE, CONNECTING, READING };
+
+struct slot {
+    int fd;
+    int state;
+    uint64_t due_ns;    // next probe
+    uint64_t began_ns;  // current probe
+    size_t got;         // bytes of the response kept (status line only)
+    char head[16];
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static double rusage_s(const struct timeval *tv) { return tv->tv_sec + tv->tv_usec / 1e6; }
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: floor tcp|http N PERIOD_MS DURATION_S PORT\n");
+        return 2;
+    }
+    int http = strcmp(argv[1], "http") == 0;
+    if (!http && strcmp(argv[1], "tcp") != 0) {
+        fprintf(stderr, "floor: kind must be tcp or http\n");
+        return 2;
+    }
+    int n = atoi(argv[2]);
+    uint64_t period = (uint64_t)atoll(argv[3]) * 1000000u;
+    uint64_t duration = (uint64_t)atoll(argv[4]) * 1000000000u;
+    int port = atoi(argv[5]);
+    if (n <= 0 || period == 0 || duration == 0 || port <= 0 || port > 65535) {
+        fprintf(stderr, "floor: N, PERIOD_MS, DURATION_S and PORT must be positive\n");
+        return 2;
+    }
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char request[256];
+    int request_len = snprintf(request, sizeof request,
+                               "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                               "User-Agent: kube-probe/1.35\r\nAccept: */*\r\n"
+                               "Connection: close\r\n\r\n",
+                               port);
+    struct slot *slots = calloc((size_t)n, sizeof *slots);
+    size_t cap = (size_t)n * (size_t)(duration / period + 2);
+    uint64_t *latencies = malloc(cap * sizeof *latencies);
+    if (!slots || !latencies) return 2;
+    int ep = epoll_create1(0);
+    srand((unsigned)now_ns());
+
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    uint64_t start = now_ns(), end = start + duration;
+    for (int i = 0; i < n; i++) {
+        slots[i].fd = -1;
+        slots[i].due_ns = start + (uint64_t)((double)rand() / RAND_MAX * (double)period);
+    }
+    size_t probes = 0, failures = 0;
+    struct linger linger = {.l_onoff = 1, .l_linger = 1};
+    int one = 1;
+    struct epoll_event events[256];
+
+    for (;;) {
+        uint64_t t = now_ns();
+        // Start every probe that is due; find the next due time.
+        uint64_t next = UINT64_MAX;
+        int active = 0;
+        for (int i = 0; i < n; i++) {
+            struct slot *s = &slots[i];
+            if (s->state != IDLE) {
+                active = 1;
+                continue;
+            }
+            if (s->due_ns >= end) continue;
+            if (s->due_ns <= t) {
+                s->began_ns = t;
+                s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &linger, sizeof linger);
+                if (http) setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                int rc = connect(s->fd, (struct sockaddr *)&addr, sizeof addr);
+                if (rc != 0 && errno != EINPROGRESS) {
+                    failures++;
+                    close(s->fd);
+                    s->fd = -1;
+                } else {
+                    s->state = CONNECTING;
+                    s->got = 0;
+                    struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = (uint32_t)i};
+                    epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
+                    active = 1;
+                }
+                do s->due_ns += period; while (s->due_ns <= t);
+            }
+            if (s->state == IDLE && s->due_ns < next) next = s->due_ns;
+        }
+        if (!active && next == UINT64_MAX) break;
+        // Rounded up: waking early would spin until the probe is due.
+        int wait_ms = next == UINT64_MAX ? 100 : (int)((next > t ? next - t + 999999u : 0) / 1000000u);
+        int got = epoll_wait(ep, events, 256, wait_ms);
+        for (int e = 0; e < got; e++) {
+            struct slot *s = &slots[events[e].data.u32];
+            int done = 0, ok = 0;
+            if (s->state == CONNECTING) {
+                int err = 0;
+                socklen_t len = sizeof err;
+                getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+                if (err != 0) {
+                    done = 1;
+                } else if (!http) {
+                    done = ok = 1;
+                } else if (write(s->fd, request, (size_t)request_len) != request_len) {
+                    done = 1;
+                } else {
+                    s->state = READING;
+                    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = events[e].data.u32};
+                    epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
+                }
+            } else {
+                char buf[4096];
+                ssize_t r;
+                while ((r = read(s->fd, buf, sizeof buf)) > 0) {
+                    size_t keep = sizeof s->head - s->got;
+                    if (keep > (size_t)r) keep = (size_t)r;
+                    memcpy(s->head + s->got, buf, keep);
+                    s->got += keep;
+                }
+                if (r == 0 || (r < 0 && errno != EAGAIN)) {
+                    done = 1;
+                    // "HTTP/1.1 2xx" or 3xx
+                    ok = r == 0 && s->got >= 12 && (s->head[9] == '2' || s->head[9] == '3');
+                }
+            }
+            if (done) {
+                close(s->fd);  // also removes it from the epoll set
+                s->fd = -1;
+                s->state = IDLE;
+                if (!ok) failures++;
+                if (probes < cap) latencies[probes] = now_ns() - s->began_ns;
+                probes++;
+            }
+        }
+    }
+    getrusage(RUSAGE_SELF, &after);
+    double elapsed = (now_ns() - start) / 1e9;
+    double user = rusage_s(&after.ru_utime) - rusage_s(&before.ru_utime);
+    double sys = rusage_s(&after.ru_stime) - rusage_s(&before.ru_stime);
+    size_t kept = probes < cap ? probes : cap;
+    qsort(latencies, kept, sizeof *latencies, cmp_u64);
+    printf("{\"impl\":\"c-floor\",\"kind\":\"%s\",\"n\":%d,\"period_ms\":%llu,"
+           "\"duration_s\":%.3f,\"probes\":%zu,\"failures\":%zu,\"probes_per_sec\":%.1f,"
+           "\"cpu_user_s\":%.4f,\"cpu_sys_s\":%.4f,\"cpu_s_per_1k\":%.5f,"
+           "\"max_rss_kib\":%ld,\"p50_us\":%llu,\"p99_us\":%llu}\n",
+           argv[1], n, (unsigned long long)(period / 1000000u), elapsed, probes, failures,
+           probes / elapsed, user, sys, probes ? (user + sys) / probes * 1000.0 : 0.0,
+           after.ru_maxrss, kept ? (unsigned long long)(latencies[kept / 2] / 1000u) : 0ull,
+           kept ? (unsigned long long)(latencies[kept * 99 / 100] / 1000u) : 0ull);
+    return 0;
+}
