@@ -40,6 +40,10 @@
 # ($PODPROBE_CLUSTER_DIR.lock) are its own; `down` leaves the host's bridge,
 # containerd, cgroups, sysctls and kubelet paths alone when the instance never
 # ran a node (containerd, bridge, kubelet), so the main cluster is untouched.
+# PODPROBE_CLUSTER_POD_SUBNET (default 10.88.78.0/24) and
+# PODPROBE_CLUSTER_MAX_PODS (the kubelet's maxPods; default: the kubelet's 110)
+# size the node for more pods (bench/node/run.sh runs 300); take the cluster
+# down and up again with the defaults afterwards.
 # Images come from hack/containerd.sh (docker.io/local/busybox:latest, the
 # sandbox image docker.io/local/pause:latest); pods must not pull, so give them
 # `imagePullPolicy: Never` or `IfNotPresent`. Needs root.
@@ -52,6 +56,9 @@ NODE_NAME=${PODPROBE_NODE_NAME:-podprobe-node}
 # the bridge's (the CNI gateway) and doubles as the node's InternalIP.
 BRIDGE=${PODPROBE_CLUSTER_BRIDGE:-podprobek0}
 POD_SUBNET=${PODPROBE_CLUSTER_POD_SUBNET:-10.88.78.0/24}
+# The kubelet's maxPods; empty keeps its default (110). bench/node sets both
+# this and a larger POD_SUBNET for its 300 pods.
+MAX_PODS=${PODPROBE_CLUSTER_MAX_PODS:-}
 NODE_IP="${POD_SUBNET%.*}.1"
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
@@ -457,6 +464,7 @@ evictionHard:
   nodefs.inodesFree: 1%
   imagefs.available: 1%
 EOF
+    if [ -n "$MAX_PODS" ]; then echo "maxPods: $MAX_PODS" >>"$DIR/kubelet-config.yaml"; fi
 }
 
 ensure_kubelet() {

@@ -1,0 +1,812 @@
+#!/usr/bin/env python3
+"""One side of the node-level benchmark (bench/node/run.sh), and its tables.
+
+    node.py run --workload mixed|http --side A|B --round N [knobs]
+        creates the workload's pods in namespace podprobe-bench, waits for
+        them to be Ready, measures a steady window, then a flip window, deletes
+        the pods and prints one JSON line.
+    node.py table RESULTS.jsonl
+        prints the Markdown tables of bench/RESULTS.md from those lines.
+
+Side A: the probes are in the containers' spec, the kubelet runs them
+(podprobe runs on the node but has no pod to probe). Side B: the same
+probes in the `podprobe.io/probes` annotation with the readiness gate
+`podprobe.io/ready`, and no spec probes: podprobe runs them.
+
+Workloads (every probe periodSeconds 1, timeoutSeconds 1):
+  mixed: PODS (100) pods x (container `app`: busybox httpd with readiness
+         httpGet /healthz and liveness tcpSocket on its port; container
+         `side`: a sleep with readiness exec `test -f /www/exec-ok`)
+  http:  PODS (300) pods x (container `app`: busybox httpd, readiness httpGet)
+Each pod mounts its own host directory (hostPath) as /www, the httpd's root:
+removing `healthz` there flips the HTTP readiness probe to failure (404), at
+a time this process knows to the microsecond; putting it back flips it back.
+
+What it reads (all on one clock, time.monotonic):
+  - CPU (utime+stime) and RSS (VmRSS) of the kubelet (the cluster's PID
+    file), podprobe (the process named podprobe in the DaemonSet pod's
+    cgroup), containerd (its PID file) and the cluster's containerd shims
+    (utime+stime+cutime+cstime: the shims reap runc and the exec'd probe
+    command, so exec probes' runc and command land there);
+  - API requests from the API server's own counter,
+    apiserver_flowcontrol_dispatched_requests_total by flow schema: the
+    kubelet's are `system-nodes` + `system-node-high` (group system:nodes),
+    podprobe's `service-accounts` (its ServiceAccount; the controllers' are
+    kube-system's and have their own schema), the benchmark's own requests
+    are `exempt` (system:masters) and not counted;
+  - probes run: prober_probe_total of the kubelet (/metrics/probes through
+    the API server's node proxy) and of podprobe (its plain listener on
+    127.0.0.1:9441), for this namespace;
+  - for each flip, the receipt time of the first pod watch event showing
+    `Ready` (and, on side B, `podprobe.io/ready`) at the expected status.
+
+A measurement, not a test: CI does not run it. Python 3 standard library
+only.
+"""
+
+import argparse
+import base64
+import heapq
+import http.client
+import json
+import os
+import re
+import socket
+import ssl
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+NS = "podprobe-bench"
+GATE = "podprobe.io/ready"
+IMAGE = "docker.io/local/busybox:latest"
+HOST_ROOT = "/tmp/podprobe-bench-node"
+CLUSTER = "/tmp/podprobe-cluster"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+KUBELET_SCHEMAS = ("system-nodes", "system-node-high")
+PODPROBE_SCHEMAS = ("service-accounts",)
+
+
+def log(msg):
+    print(f"node.py: {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- API client
+
+
+class Api:
+    """A minimal client for the local cluster's API server, authenticated by
+    the admin kubeconfig's client certificate (system:masters, exempt from
+    API priority and fairness, so its requests are not counted as anyone's)."""
+
+    def __init__(self, kubeconfig):
+        text = open(kubeconfig).read()
+
+        def field(name):
+            m = re.search(rf"^\s*{name}:\s*(\S+)\s*$", text, re.M)
+            if not m:
+                raise SystemExit(f"{kubeconfig}: no {name}")
+            return m.group(1)
+
+        url = urllib.parse.urlparse(field("server"))
+        self.host, self.port = url.hostname, url.port or 443
+        self._dir = tempfile.mkdtemp(prefix="bench-node-")
+        paths = {}
+        for key in ("certificate-authority-data", "client-certificate-data", "client-key-data"):
+            path = os.path.join(self._dir, key)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            os.write(fd, base64.b64decode(field(key)))
+            os.close(fd)
+            paths[key] = path
+        self.ctx = ssl.create_default_context(cafile=paths["certificate-authority-data"])
+        self.ctx.load_cert_chain(paths["client-certificate-data"], paths["client-key-data"])
+        self._local = threading.local()
+
+    def connect(self, timeout=30):
+        return http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=timeout)
+
+    def request(self, method, path, body=None, content_type="application/json", raw=False):
+        for attempt in range(3):
+            conn = getattr(self._local, "conn", None)
+            if conn is None:
+                conn = self._local.conn = self.connect()
+            try:
+                headers = {"Accept": "application/json"}
+                data = None
+                if body is not None:
+                    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                    headers["Content-Type"] = content_type
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                payload = resp.read()
+                if raw:
+                    return resp.status, payload.decode()
+                return resp.status, (json.loads(payload) if payload else None)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise
+                time.sleep(0.5)
+
+    def get(self, path, raw=False):
+        status, body = self.request("GET", path, raw=raw)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status} {str(body)[:300]}")
+        return body
+
+
+def parse_prom(text):
+    """(name, labels, value) for each sample of a Prometheus/OpenMetrics text."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)", line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        try:
+            out.append((m.group(1), labels, float(m.group(4))))
+        except ValueError:
+            pass
+    return out
+
+
+# ---------------------------------------------------------------- processes
+
+
+def read_pid(path):
+    with open(path) as f:
+        return int(f.read().strip())
+
+
+def proc_cpu_ticks(pid, children=False):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks
+
+
+def proc_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cluster_shims():
+    """PIDs of the containerd shims of the cluster's containerd (not of any
+    other containerd on the machine)."""
+    address = f"{CLUSTER}/containerd/containerd.sock"
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if not f.read().startswith("containerd-shim"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if address.encode() in f.read():
+                    pids.append(int(entry))
+        except OSError:
+            pass
+    return pids
+
+
+def podprobe_pid(api):
+    pods = api.get("/api/v1/namespaces/podprobe-system/pods")["items"]
+    uids = [p["metadata"]["uid"] for p in pods if p["status"].get("phase") == "Running"]
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() != "podprobe":
+                    continue
+            with open(f"/proc/{entry}/cgroup") as f:
+                cgroup = f.read()
+        except OSError:
+            continue
+        if any(uid in cgroup or uid.replace("-", "_") in cgroup for uid in uids):
+            return int(entry)
+    raise SystemExit("no podprobe process in the DaemonSet's pod (hack/deploy.sh --helm bench/node)")
+
+
+class Sampler:
+    def __init__(self, api, node):
+        self.api = api
+        self.node = node
+        self.kubelet = read_pid(f"{CLUSTER}/run/kubelet.pid")
+        self.containerd = read_pid(f"{CLUSTER}/containerd/containerd.pid")
+        self.podprobe = podprobe_pid(api)
+
+    def sample(self):
+        s = {"t": time.monotonic()}
+        s["cpu_ticks"] = {
+            "kubelet": proc_cpu_ticks(self.kubelet),
+            "podprobe": proc_cpu_ticks(self.podprobe),
+            "containerd": proc_cpu_ticks(self.containerd, children=True),
+        }
+        shims = {}
+        for pid in cluster_shims():
+            try:
+                shims[pid] = proc_cpu_ticks(pid, children=True)
+            except OSError:
+                pass
+        s["shims"] = shims
+        s["rss_kib"] = {
+            "kubelet": proc_rss_kib(self.kubelet),
+            "podprobe": proc_rss_kib(self.podprobe),
+            "containerd": proc_rss_kib(self.containerd),
+        }
+        dispatched = {}
+        for name, labels, value in parse_prom(self.api.get("/metrics", raw=True)):
+            if name == "apiserver_flowcontrol_dispatched_requests_total":
+                schema = labels.get("flow_schema", "")
+                dispatched[schema] = dispatched.get(schema, 0) + value
+        s["dispatched"] = dispatched
+        s["probes"] = {
+            "kubelet": self._probe_totals(
+                self.api.get(f"/api/v1/nodes/{self.node}/proxy/metrics/probes", raw=True)
+            ),
+            "podprobe": self._podprobe_metrics(),
+        }
+        return s
+
+    @staticmethod
+    def _probe_totals(text):
+        totals = {}
+        for name, labels, value in parse_prom(text):
+            if name == "prober_probe_total" and labels.get("namespace") == NS:
+                kind = labels.get("probe_type", "?")
+                totals[kind] = totals.get(kind, 0) + value
+        return totals
+
+    def _podprobe_metrics(self):
+        conn = http.client.HTTPConnection("127.0.0.1", 9441, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        totals = self._probe_totals(text)
+        for name, labels, value in parse_prom(text):
+            if name.startswith("podprobe_status_patches") and name.endswith("_total"):
+                key = "status_patches_" + labels.get("outcome", labels.get("result", "?"))
+                totals[key] = totals.get(key, 0) + value
+        return totals
+
+
+def delta(s0, s1):
+    """What happened between two samples."""
+    wall = s1["t"] - s0["t"]
+    cpu = {k: (s1["cpu_ticks"][k] - s0["cpu_ticks"][k]) / CLK_TCK for k in s0["cpu_ticks"]}
+    cpu["shims"] = sum(s1["shims"][p] - s0["shims"][p] for p in s0["shims"] if p in s1["shims"]) / CLK_TCK
+    schemas = set(s0["dispatched"]) | set(s1["dispatched"])
+    requests = {k: s1["dispatched"].get(k, 0) - s0["dispatched"].get(k, 0) for k in schemas}
+    probes = {}
+    for side in ("kubelet", "podprobe"):
+        keys = set(s0["probes"][side]) | set(s1["probes"][side])
+        probes[side] = {k: s1["probes"][side].get(k, 0) - s0["probes"][side].get(k, 0) for k in keys}
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
+        "requests": {
+            "kubelet": sum(requests.get(k, 0) for k in KUBELET_SCHEMAS),
+            "podprobe": sum(requests.get(k, 0) for k in PODPROBE_SCHEMAS),
+            "by_flow_schema": requests,
+        },
+        "probes": probes,
+        "shims": len([p for p in s0["shims"] if p in s1["shims"]]),
+    }
+
+
+# ---------------------------------------------------------------- pods
+
+
+def probes_of(workload):
+    """The probes per container, in the core/v1 schema both sides use."""
+    http_ready = {
+        "httpGet": {"path": "/healthz", "port": 8080},
+        "periodSeconds": 1,
+        "timeoutSeconds": 1,
+        "successThreshold": 1,
+        "failureThreshold": 1,
+    }
+    if workload == "http":
+        return {"app": {"readinessProbe": http_ready}}
+    return {
+        "app": {
+            "readinessProbe": http_ready,
+            "livenessProbe": {
+                "tcpSocket": {"port": 8080},
+                "periodSeconds": 1,
+                "timeoutSeconds": 1,
+                "failureThreshold": 3,
+            },
+        },
+        "side": {
+            "readinessProbe": {
+                "exec": {"command": ["test", "-f", "/www/exec-ok"]},
+                "periodSeconds": 1,
+                "timeoutSeconds": 1,
+                "successThreshold": 1,
+                "failureThreshold": 1,
+            }
+        },
+    }
+
+
+def pod_manifest(name, workload, side):
+    probes = probes_of(workload)
+    www = {"name": "www", "mountPath": "/www"}
+    containers = [
+        {
+            "name": "app",
+            "image": IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["httpd", "-f", "-p", "8080", "-h", "/www"],
+            "volumeMounts": [www],
+        }
+    ]
+    if workload == "mixed":
+        containers.append(
+            {
+                "name": "side",
+                "image": IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"],
+                "volumeMounts": [dict(www, readOnly=True)],
+            }
+        )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "podprobe-bench", "side": side}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "containers": containers,
+            "volumes": [
+                {"name": "www", "hostPath": {"path": f"{HOST_ROOT}/{name}", "type": "Directory"}}
+            ],
+        },
+    }
+    if side == "A":
+        for c in containers:
+            c.update(probes[c["name"]])
+    else:
+        pod["metadata"]["annotations"] = {"podprobe.io/probes": json.dumps(probes)}
+        pod["spec"]["readinessGates"] = [{"conditionType": GATE}]
+    return pod
+
+
+def condition(pod, kind):
+    for c in pod.get("status", {}).get("conditions", []) or []:
+        if c.get("type") == kind:
+            return c.get("status")
+    return None
+
+
+def ensure_namespace(api):
+    status, body = api.request("GET", f"/api/v1/namespaces/{NS}")
+    if status == 200:
+        return
+    status, body = api.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+    )
+    if status not in (201, 409):
+        raise RuntimeError(f"create namespace: {status} {body}")
+    # Pods in the namespace need its default ServiceAccount.
+    for _ in range(120):
+        if api.request("GET", f"/api/v1/namespaces/{NS}/serviceaccounts/default")[0] == 200:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("no default ServiceAccount in the benchmark namespace")
+
+
+def list_pods(api):
+    return api.get(f"/api/v1/namespaces/{NS}/pods")
+
+
+def delete_pods(api, baseline_shims, timeout):
+    api.request("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 1})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not list_pods(api)["items"] and len(cluster_shims()) <= baseline_shims:
+            return
+        time.sleep(2)
+    log(f"pods or shims still there after {timeout} s")
+
+
+def host_dirs(names):
+    for name in names:
+        d = f"{HOST_ROOT}/{name}"
+        os.makedirs(d, exist_ok=True)
+        for f in ("healthz", "exec-ok"):
+            with open(f"{d}/{f}", "w") as fh:
+                fh.write("ok\n")
+
+
+# ---------------------------------------------------------------- flips
+
+
+class Watcher(threading.Thread):
+    """Streams the namespace's pod events and records, per pod, when `Ready`
+    and the gate changed status, on time.monotonic's clock."""
+
+    def __init__(self, api, resource_version, state):
+        super().__init__(daemon=True)
+        self.api = api
+        self.rv = resource_version
+        self.state = dict(state)  # name -> (ready, gate)
+        self.changes = []  # (t, pod, "Ready"|GATE, status)
+        self.stopping = threading.Event()
+        self.error = None
+        self._conn = None
+
+    def stop(self):
+        self.stopping.set()
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def run(self):
+        while not self.stopping.is_set():
+            conn = self._conn = self.api.connect(timeout=None)
+            try:
+                path = f"/api/v1/namespaces/{NS}/pods?watch=1&resourceVersion={self.rv}&timeoutSeconds=600"
+                conn.request("GET", path, headers={"Accept": "application/json"})
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    self.error = f"watch: {resp.status}"
+                    return
+                while not self.stopping.is_set():
+                    line = resp.readline()
+                    if not line:
+                        break
+                    t = time.monotonic()
+                    event = json.loads(line)
+                    obj = event.get("object", {})
+                    if event.get("type") == "ERROR":
+                        self.error = f"watch: {obj}"
+                        return
+                    self.rv = obj.get("metadata", {}).get("resourceVersion", self.rv)
+                    name = obj.get("metadata", {}).get("name")
+                    now = (condition(obj, "Ready"), condition(obj, GATE))
+                    before = self.state.get(name, (None, None))
+                    if now[0] != before[0]:
+                        self.changes.append((t, name, "Ready", now[0]))
+                    if now[1] != before[1]:
+                        self.changes.append((t, name, GATE, now[1]))
+                    self.state[name] = now
+            except (OSError, http.client.HTTPException) as e:
+                if self.stopping.is_set():
+                    break
+                log(f"watch interrupted ({e}); resuming")
+                time.sleep(0.2)
+            finally:
+                conn.close()
+
+
+def run_flips(names, flips, interval, hold):
+    """Removes pod i's healthz at T0 + i x interval and puts it back `hold`
+    seconds later, round robin over the pods; returns the flips as
+    (pod, direction, time)."""
+    actions = []
+    for i in range(flips):
+        name = names[i % len(names)]
+        heapq.heappush(actions, (i * interval, i, name, "down"))
+        heapq.heappush(actions, (i * interval + hold, i, name, "up"))
+    t0 = time.monotonic() + 0.5
+    done = []
+    while actions:
+        at, i, name, direction = heapq.heappop(actions)
+        delay = t0 + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        path = f"{HOST_ROOT}/{name}/healthz"
+        if direction == "down":
+            os.unlink(path)
+        else:
+            with open(path + ".tmp", "w") as fh:
+                fh.write("ok\n")
+            os.rename(path + ".tmp", path)
+        done.append((name, direction, time.monotonic()))
+    return done
+
+
+def latencies(flips, changes, kind, hold):
+    """Per direction, the seconds from each flip to the first change of
+    condition `kind` to the expected status on that pod (within `hold`)."""
+    by_pod = {}
+    for t, pod, k, status in changes:
+        if k == kind:
+            by_pod.setdefault(pod, []).append((t, status))
+    out = {"down": [], "up": []}
+    missed = {"down": 0, "up": 0}
+    for pod, direction, t_flip in flips:
+        want = "False" if direction == "down" else "True"
+        hit = next(
+            (t for t, status in by_pod.get(pod, []) if t >= t_flip and status == want and t - t_flip <= hold),
+            None,
+        )
+        if hit is None:
+            missed[direction] += 1
+        else:
+            out[direction].append(hit - t_flip)
+    return out, missed
+
+
+def percentile(values, p):
+    """Nearest-rank percentile."""
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(-(-p * len(s) // 100)) - 1))
+    return s[k]
+
+
+def summarise(values):
+    return {
+        "n": len(values),
+        "p50_ms": round(percentile(values, 50) * 1000, 1) if values else None,
+        "p99_ms": round(percentile(values, 99) * 1000, 1) if values else None,
+        "mean_ms": round(statistics.mean(values) * 1000, 1) if values else None,
+        "max_ms": round(max(values) * 1000, 1) if values else None,
+    }
+
+
+# ---------------------------------------------------------------- run
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def cmd_run(args):
+    if args.pods * args.flip_interval_s <= args.hold_s + 1:
+        raise SystemExit("a pod's next flip would come before its last one settled: need pods x flip interval > hold + 1 s")
+    api = Api(args.kubeconfig)
+    ensure_namespace(api)
+    if list_pods(api)["items"]:
+        log("pods left in the benchmark namespace; deleting them first")
+        delete_pods(api, 0, args.delete_timeout)
+    sampler = Sampler(api, args.node)
+    baseline_shims = len(cluster_shims())
+    names = [f"{args.workload}-{i:03d}" for i in range(args.pods)]
+    host_dirs(names)
+    result = {
+        "workload": args.workload,
+        "side": args.side,
+        "round": args.round,
+        "pods": args.pods,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+    log(f"{args.workload} side {args.side} round {args.round}: creating {args.pods} pods")
+    t_create = time.monotonic()
+    for name in names:
+        status, body = api.request("POST", f"/api/v1/namespaces/{NS}/pods", pod_manifest(name, args.workload, args.side))
+        if status != 201:
+            raise RuntimeError(f"create {name}: {status} {str(body)[:300]}")
+    deadline = time.monotonic() + args.ready_timeout
+    while True:
+        pods = list_pods(api)["items"]
+        ready = sum(1 for p in pods if condition(p, "Ready") == "True")
+        if ready == len(names):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {ready}/{len(names)} pods Ready after {args.ready_timeout} s")
+        time.sleep(2)
+    result["all_ready_s"] = round(time.monotonic() - t_create, 1)
+    log(f"all {len(names)} pods Ready after {result['all_ready_s']} s; settling {args.settle_s} s")
+    time.sleep(args.settle_s)
+
+    # Steady window: probes pass, nothing changes.
+    result["loadavg_1m_steady"] = loadavg()
+    s0 = sampler.sample()
+    rss = []
+    end = s0["t"] + args.steady_s
+    while time.monotonic() < end:
+        time.sleep(min(5, max(0, end - time.monotonic())))
+        rss.append({k: proc_rss_kib(getattr(sampler, k)) for k in ("kubelet", "podprobe", "containerd")})
+    s1 = sampler.sample()
+    steady = delta(s0, s1)
+    steady["rss_kib_max"] = {k: max(r[k] for r in rss) for k in rss[0]}
+    steady["rss_kib_end"] = s1["rss_kib"]
+    result["steady"] = steady
+    log(f"steady: {json.dumps(steady['cpu_s'])}")
+
+    # Flip window: HTTP readiness flips, both directions.
+    result["loadavg_1m_flips"] = loadavg()
+    listing = list_pods(api)
+    state = {p["metadata"]["name"]: (condition(p, "Ready"), condition(p, GATE)) for p in listing["items"]}
+    watcher = Watcher(api, listing["metadata"]["resourceVersion"], state)
+    watcher.start()
+    f0 = sampler.sample()
+    flips = run_flips(names, args.flips, args.flip_interval_s, args.hold_s)
+    time.sleep(args.hold_s)
+    f1 = sampler.sample()
+    watcher.stop()
+    watcher.join(timeout=10)
+    if watcher.error:
+        raise RuntimeError(watcher.error)
+    flip_window = delta(f0, f1)
+    flip_window["flips"] = {"down": args.flips, "up": args.flips}
+    for kind, key in (("Ready", "ready"), (GATE, "gate")):
+        if args.side == "A" and kind == GATE:
+            continue
+        lat, missed = latencies(flips, watcher.changes, kind, args.hold_s)
+        flip_window[key] = {d: dict(summarise(lat[d]), missed=missed[d]) for d in ("down", "up")}
+        flip_window[key + "_raw_ms"] = {d: [round(x * 1000, 1) for x in lat[d]] for d in ("down", "up")}
+    result["flip"] = flip_window
+    log(f"flips: Ready {json.dumps(flip_window['ready'])}")
+
+    log("deleting the pods")
+    t_delete = time.monotonic()
+    delete_pods(api, baseline_shims, args.delete_timeout)
+    result["delete_s"] = round(time.monotonic() - t_delete, 1)
+    print(json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------- tables
+
+
+def cmd_table(args):
+    runs = [json.loads(line) for line in open(args.results) if line.strip()]
+
+    def per_k(cpu, probes):
+        return cpu / probes * 1000 if probes else float("nan")
+
+    def med(xs):
+        xs = [x for x in xs if x == x]
+        return statistics.median(xs) if xs else float("nan")
+
+    def probes_total(run, side):
+        return sum(v for k, v in run["steady"]["probes"][side].items() if not k.startswith("status_"))
+
+    print("Per side, medians over rounds (steady window):\n")
+    print(
+        "| workload | side | rounds | probes/s | kubelet CPU % | podprobe CPU % | containerd+shims CPU % "
+        "| kubelet ms CPU / 1k probes | podprobe ms CPU / 1k probes | kubelet RSS MiB | podprobe RSS MiB "
+        "| API req/s kubelet | API req/s podprobe | load avg |"
+    )
+    print("|---|---|---:|" + "---:|" * 11)
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["workload"], r["side"]), []).append(r)
+    summary = {}
+    for (workload, side), rs in sorted(groups.items()):
+        prober = "kubelet" if side == "A" else "podprobe"
+        rows = []
+        for r in rs:
+            st = r["steady"]
+            w = st["wall_s"]
+            probes = probes_total(r, prober)
+            rows.append(
+                {
+                    "probes_s": probes / w,
+                    "probes": probes,
+                    "kubelet_pct": st["cpu_s"]["kubelet"] / w * 100,
+                    "podprobe_pct": st["cpu_s"]["podprobe"] / w * 100,
+                    "cri_pct": (st["cpu_s"]["containerd"] + st["cpu_s"]["shims"]) / w * 100,
+                    "kubelet_per_k": per_k(st["cpu_s"]["kubelet"], probes) * 1000,
+                    "podprobe_per_k": per_k(st["cpu_s"]["podprobe"], probes) * 1000,
+                    "kubelet_rss": st["rss_kib_max"]["kubelet"] / 1024,
+                    "podprobe_rss": st["rss_kib_max"]["podprobe"] / 1024,
+                    "req_kubelet": st["requests"]["kubelet"] / w,
+                    "req_podprobe": st["requests"]["podprobe"] / w,
+                    "load": r["loadavg_1m_steady"],
+                    "flip": r["flip"],
+                }
+            )
+        m = {k: med([row[k] for row in rows]) for k in rows[0] if k not in ("load", "flip")}
+        summary[(workload, side)] = (m, rows)
+        print(
+            f"| {workload} | {side} | {len(rows)} | {m['probes_s']:.0f} | {m['kubelet_pct']:.1f} | "
+            f"{m['podprobe_pct']:.1f} | {m['cri_pct']:.1f} | {m['kubelet_per_k']:.0f} | "
+            f"{m['podprobe_per_k']:.0f} | {m['kubelet_rss']:.0f} | {m['podprobe_rss']:.0f} | "
+            f"{m['req_kubelet']:.2f} | {m['req_podprobe']:.2f} | "
+            f"{', '.join(format(row['load'], '.1f') for row in rows)} |"
+        )
+
+    print("\nA (kubelet probes) against B (podprobe probes), from those medians:\n")
+    print(
+        "| workload | probes/s | kubelet CPU A−B, ms / 1k probes | podprobe CPU B−A, ms / 1k probes "
+        "| podprobe (B−A) / kubelet (A−B) | kubelet+podprobe CPU B / A | containerd+shims B / A "
+        "| podprobe RSS B MiB | kubelet RSS B / A |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for workload in sorted({w for w, _ in summary}):
+        if (workload, "A") not in summary or (workload, "B") not in summary:
+            continue
+        a, _ = summary[(workload, "A")]
+        b, _ = summary[(workload, "B")]
+        probes_s = (a["probes_s"] + b["probes_s"]) / 2
+        kubelet_diff = (a["kubelet_pct"] - b["kubelet_pct"]) / 100 / probes_s * 1e6
+        podprobe_diff = (b["podprobe_pct"] - a["podprobe_pct"]) / 100 / probes_s * 1e6
+        total = (b["kubelet_pct"] + b["podprobe_pct"]) / (a["kubelet_pct"] + a["podprobe_pct"])
+        print(
+            f"| {workload} | {probes_s:.0f} | {kubelet_diff:.0f} | {podprobe_diff:.0f} | "
+            f"{podprobe_diff / kubelet_diff:.2f} | {total:.2f} | {b['cri_pct'] / a['cri_pct']:.2f} | "
+            f"{b['podprobe_rss']:.0f} | {b['kubelet_rss'] / a['kubelet_rss']:.2f} |"
+        )
+
+    print(
+        "\nFlip to condition change, ms (all rounds pooled; n = flips seen; missed = no change "
+        "within the hold; mean − 500: the mean less half the 1 s period, i.e. the average time "
+        "after the probe that saw the flip):\n"
+    )
+    print("| workload | side | path | direction | n | missed | p50 | p99 | max | mean − 500 |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for (workload, side), (m, rows) in sorted(summary.items()):
+        paths = [("ready", "kubelet: Ready" if side == "A" else "gate: Ready")]
+        if side == "B":
+            paths.append(("gate", "podprobe.io/ready alone"))
+        for key, label in paths:
+            for d in ("down", "up"):
+                lat = [x / 1000 for row in rows for x in row["flip"][key + "_raw_ms"][d]]
+                missed = sum(row["flip"][key][d]["missed"] for row in rows)
+                s = summarise(lat)
+                print(
+                    f"| {workload} | {side} | {label} | {'to not-ready' if d == 'down' else 'to ready'} | "
+                    f"{s['n']} | {missed} | {s['p50_ms']:.0f} | {s['p99_ms']:.0f} | {s['max_ms']:.0f} | "
+                    f"{s['mean_ms'] - 500:.0f} |"
+                )
+
+    print("\nAPI requests in the flip window, per flip (down + up = 2 flips):\n")
+    print("| workload | side | kubelet | podprobe | load avg |")
+    print("|---|---|---:|---:|---|")
+    for (workload, side), (m, rows) in sorted(summary.items()):
+        per = [
+            (row["flip"]["requests"]["kubelet"] / (2 * row["flip"]["flips"]["down"]),
+             row["flip"]["requests"]["podprobe"] / (2 * row["flip"]["flips"]["down"]))
+            for row in rows
+        ]
+        loads = [r["loadavg_1m_flips"] for r in groups[(workload, side)]]
+        print(
+            f"| {workload} | {side} | {med([p[0] for p in per]):.2f} | {med([p[1] for p in per]):.2f} | "
+            f"{', '.join(format(x, '.1f') for x in loads)} |"
+        )
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--workload", choices=("mixed", "http"), required=True)
+    r.add_argument("--side", choices=("A", "B"), required=True)
+    r.add_argument("--round", type=int, default=1)
+    r.add_argument("--pods", type=int, required=True)
+    r.add_argument("--kubeconfig", default=f"{CLUSTER}/admin.kubeconfig")
+    r.add_argument("--node", default="podprobe-node")
+    r.add_argument("--settle-s", type=float, default=30)
+    r.add_argument("--steady-s", type=float, default=90)
+    r.add_argument("--flips", type=int, default=200)
+    r.add_argument("--flip-interval-s", type=float, default=0.25)
+    r.add_argument("--hold-s", type=float, default=5)
+    r.add_argument("--ready-timeout", type=float, default=600)
+    r.add_argument("--delete-timeout", type=float, default=300)
+    t = sub.add_parser("table")
+    t.add_argument("results")
+    args = p.parse_args()
+    {"run": cmd_run, "table": cmd_table}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
