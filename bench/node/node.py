@@ -280,9 +280,10 @@ class Sampler:
             conn.close()
         totals = self._probe_totals(text)
         for name, labels, value in parse_prom(text):
-            if name.startswith("podprobe_status_patches") and name.endswith("_total"):
-                key = "status_patches_" + labels.get("outcome", labels.get("result", "?"))
-                totals[key] = totals.get(key, 0) + value
+            for family in ("status_patches", "events"):
+                if name == f"podprobe_{family}_total":
+                    key = f"{family}_" + labels.get("outcome", labels.get("result", "?"))
+                    totals[key] = totals.get(key, 0) + value
         return totals
 
 
@@ -678,7 +679,7 @@ def cmd_table(args):
         return statistics.median(xs) if xs else float("nan")
 
     def probes_total(run, side):
-        return sum(v for k, v in run["steady"]["probes"][side].items() if not k.startswith("status_"))
+        return sum(v for k, v in run["steady"]["probes"][side].items() if k in ("Liveness", "Readiness", "Startup"))
 
     print("Per side, medians over rounds (steady window):\n")
     print(
