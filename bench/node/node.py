@@ -5,7 +5,7 @@
         creates the workload's pods in namespace podprobe-bench, waits for
         them to be Ready, measures a steady window, then a flip window, deletes
         the pods and prints one JSON line.
-    node.py table RESULTS.jsonl
+    node.py table RESULTS.jsonl...
         prints the Markdown tables of bench/RESULTS.md from those lines.
 
 Side A: the probes are in the containers' spec, the kubelet runs them
@@ -669,7 +669,7 @@ def cmd_run(args):
 
 
 def cmd_table(args):
-    runs = [json.loads(line) for line in open(args.results) if line.strip()]
+    runs = [json.loads(line) for path in args.results for line in open(path) if line.strip()]
 
     def per_k(cpu, probes):
         return cpu / probes * 1000 if probes else float("nan")
@@ -804,7 +804,7 @@ def main():
     r.add_argument("--ready-timeout", type=float, default=600)
     r.add_argument("--delete-timeout", type=float, default=300)
     t = sub.add_parser("table")
-    t.add_argument("results")
+    t.add_argument("results", nargs="+")
     args = p.parse_args()
     {"run": cmd_run, "table": cmd_table}[args.cmd](args)
 
