@@ -22,10 +22,8 @@
 //! connection broken: <hyper error>`, where Go quotes the offending line),
 //! HTTP/2 protocol errors (hyper's text).
 
-use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::{Pin, pin};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,6 +34,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
@@ -68,20 +67,23 @@ pub enum TransportError {
 pub struct Exchange {
     pub response: http::Response<Incoming>,
     addrs: ConnAddrs,
-    /// hyper's connection, driven beside every wait on the response rather
-    /// than in a task of its own (a second task per probe, and the wake-ups
-    /// between the two, cost more than the rest of the client; see
-    /// bench/RESULTS.md); `None` once it has ended.
-    connection: Option<Connection>,
+    _connection: AbortOnDrop,
 }
-
-type Connection = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Both ends of a connection, for Go-style read/write error texts.
 #[derive(Debug, Clone, Copy)]
 struct ConnAddrs {
     local: SocketAddr,
     peer: SocketAddr,
+}
+
+/// Stops the task driving a connection (and so closes it) when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Exchange {
@@ -94,8 +96,7 @@ impl Exchange {
     ) -> Result<Vec<u8>, TransportError> {
         let mut body = Vec::new();
         while body.len() < limit {
-            let next = driving(&mut self.connection, self.response.body_mut().frame());
-            let frame = match within(deadline, next).await {
+            let frame = match within(deadline, self.response.body_mut().frame()).await {
                 Err(_) => return Err(TransportError::Timeout),
                 Ok(None) => break,
                 Ok(Some(Err(err))) => {
@@ -110,21 +111,6 @@ impl Exchange {
         }
         Ok(body)
     }
-}
-
-/// Waits for `future`, a part of the exchange, while driving `connection`,
-/// which does the reading and writing it waits on.
-async fn driving<F: Future>(connection: &mut Option<Connection>, future: F) -> F::Output {
-    let mut future = pin!(future);
-    poll_fn(|cx| {
-        if let Some(driven) = connection
-            && driven.as_mut().poll(cx).is_ready()
-        {
-            *connection = None;
-        }
-        future.as_mut().poll(cx)
-    })
-    .await
 }
 
 /// Runs `future` until `deadline` (no deadline: until it completes).
@@ -350,7 +336,7 @@ where
     finish(connection, sender.send_request(request), addrs).await
 }
 
-/// Drives `connection` while waiting for `response`.
+/// Drives `connection` in its own task while waiting for `response`.
 async fn finish<C>(
     connection: C,
     response: impl Future<Output = hyper::Result<http::Response<Incoming>>>,
@@ -358,18 +344,19 @@ async fn finish<C>(
 ) -> Result<Exchange, TransportError>
 where
     C: Future + Send + 'static,
+    C::Output: Send,
 {
-    let mut connection: Option<Connection> = Some(Box::pin(async move {
+    let connection = AbortOnDrop(tokio::spawn(async move {
         // Its errors reach the response and the body; nothing to add here.
         let _ = connection.await;
     }));
-    let response = driving(&mut connection, response)
+    let response = response
         .await
         .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
     Ok(Exchange {
         response,
         addrs,
-        connection,
+        _connection: connection,
     })
 }
 
