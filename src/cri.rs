@@ -21,7 +21,7 @@ use std::error::Error as _;
 use std::future::Future;
 use std::io;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -59,6 +59,11 @@ const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// pods that print without end cannot hold 16 MiB each. Beyond it the call
 /// errors (the run is retried, then thrown away), whatever the exit code.
 pub const MAX_EXEC_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// How many verified containers a client remembers (see
+/// [`CriClient::verify_identity`]); past it, it starts over. A node runs a
+/// few hundred containers at most.
+const VERIFIED_CONTAINERS_CAPACITY: usize = 4096;
 
 /// The labels the kubelet puts on every container it creates: which pod
 /// (by UID) and which container of its spec the runtime container is.
@@ -176,6 +181,44 @@ pub struct CriClient {
     /// Bounds the `ExecSync` calls in flight, node-wide, and how many;
     /// `None`: no bound.
     exec_slots: Option<(Arc<Semaphore>, usize)>,
+    /// Containers `verify_identity` has already seen labelled as whose.
+    verified: Arc<Mutex<VerifiedContainers>>,
+}
+
+/// Containers the runtime has shown to carry a pod's and container's
+/// labels. A container's labels are set when it is created and no CRI call
+/// changes them, and runtimes do not reuse container IDs, so what the
+/// runtime said once holds for as long as the container exists: an exec
+/// probe asks the runtime once per container, not once per run (#15). Only
+/// matches are remembered; an ID that was not the expected container is
+/// asked about again every time.
+#[derive(Debug, Default)]
+struct VerifiedContainers {
+    /// Runtime container ID to (pod UID, container name).
+    by_id: HashMap<String, (String, String)>,
+}
+
+impl VerifiedContainers {
+    fn contains(&self, container_id: &str, identity: ContainerIdentity<'_>) -> bool {
+        self.by_id.get(container_id).is_some_and(|(pod_uid, name)| {
+            pod_uid == identity.pod_uid && name == identity.container_name
+        })
+    }
+
+    /// Remembers a match. Entries of removed containers are never asked
+    /// for again; rather than track removals, a full memory starts over.
+    fn insert(&mut self, container_id: &str, identity: ContainerIdentity<'_>) {
+        if self.by_id.len() >= VERIFIED_CONTAINERS_CAPACITY {
+            self.by_id.clear();
+        }
+        self.by_id.insert(
+            container_id.to_string(),
+            (
+                identity.pod_uid.to_string(),
+                identity.container_name.to_string(),
+            ),
+        );
+    }
 }
 
 /// Which pod and container a runtime container must belong to before
@@ -197,6 +240,7 @@ impl CriClient {
             channel: Arc::new(OnceLock::new()),
             exec_in_flight: InFlightGauge::default(),
             exec_slots: None,
+            verified: Arc::default(),
         })
     }
 
@@ -282,16 +326,23 @@ impl CriClient {
     }
 
     /// `Ok` if the runtime labels `container_id` as `identity`'s container
-    /// (the labels the kubelet sets when it creates a container).
+    /// (the labels the kubelet sets when it creates a container). The
+    /// runtime is asked once per container: a match is remembered by this
+    /// client and its clones (see `VerifiedContainers`).
     pub async fn verify_identity(
         &self,
         container_id: &str,
         identity: ContainerIdentity<'_>,
     ) -> Result<(), CriError> {
+        let id = runtime_container_id(container_id)?;
+        if self.verified().contains(id, identity) {
+            return Ok(());
+        }
         let status = self.container_status(container_id).await?;
         let label = |key| status.labels.get(key).cloned().unwrap_or_default();
         let (found_pod_uid, found_container) = (label(POD_UID_LABEL), label(CONTAINER_NAME_LABEL));
         if found_pod_uid == identity.pod_uid && found_container == identity.container_name {
+            self.verified().insert(id, identity);
             return Ok(());
         }
         Err(CriError::ForeignContainer {
@@ -567,6 +618,11 @@ impl CriClient {
         RuntimeServiceClient::new(without_status_details(channel.clone()))
     }
 
+    fn verified(&self) -> std::sync::MutexGuard<'_, VerifiedContainers> {
+        // The map is valid whatever a panicking holder left half done.
+        self.verified.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn incomplete(&self, method: &'static str, field: &'static str) -> CriError {
         CriError::IncompleteResponse {
             endpoint: self.endpoint.to_string(),
@@ -737,6 +793,49 @@ mod tests {
         ] {
             assert_eq!(network_namespace_path(&useless), None, "{useless:?}");
         }
+    }
+
+    #[test]
+    fn verified_containers_remember_matches_per_id_and_identity() {
+        let app = ContainerIdentity {
+            pod_uid: "uid-1",
+            container_name: "app",
+        };
+        let mut verified = VerifiedContainers::default();
+        assert!(!verified.contains("abc", app));
+        verified.insert("abc", app);
+        assert!(verified.contains("abc", app));
+        // Another ID, or the same ID claimed for another pod or container,
+        // is asked about again.
+        assert!(!verified.contains("def", app));
+        for other in [
+            ContainerIdentity {
+                pod_uid: "uid-2",
+                container_name: "app",
+            },
+            ContainerIdentity {
+                pod_uid: "uid-1",
+                container_name: "sidecar",
+            },
+        ] {
+            assert!(!verified.contains("abc", other));
+        }
+    }
+
+    #[test]
+    fn verified_containers_start_over_when_full() {
+        let app = ContainerIdentity {
+            pod_uid: "uid-1",
+            container_name: "app",
+        };
+        let mut verified = VerifiedContainers::default();
+        for i in 0..VERIFIED_CONTAINERS_CAPACITY {
+            verified.insert(&i.to_string(), app);
+        }
+        assert_eq!(verified.by_id.len(), VERIFIED_CONTAINERS_CAPACITY);
+        verified.insert("one-more", app);
+        assert_eq!(verified.by_id.len(), 1);
+        assert!(verified.contains("one-more", app));
     }
 
     #[test]

@@ -167,8 +167,7 @@ impl Behaviour {
 
     /// Whether a probe opens a new connection right after closing one (a
     /// redirect hop, a retry), so that it may briefly hold two: the old one
-    /// while its close waits on the blocking pool (`ProbeStream::drop`) or
-    /// its server has yet to notice, and the new one.
+    /// while its server has yet to notice the close, and the new one.
     fn reconnects(self) -> bool {
         matches!(self, Behaviour::RedirectLoop | Behaviour::SlowBody)
     }

@@ -6,7 +6,9 @@
 // tick skipped. Each probe: a non-blocking socket with SO_LINGER {1, 1 s}
 // (and TCP_NODELAY for HTTP, as Go's dialer), connect; TCP: close once
 // connected; HTTP: write one minimal GET with "Connection: close", read to
-// EOF, check the status line says 2xx or 3xx, close. The server is the same
+// EOF, check the status line says 2xx or 3xx, close. Before each close the
+// linger is turned off, as podprobe does (T3): the same FIN on the wire,
+// and the close does not wait for its ACK. The server is the same
 // external one (`kubelet-probes serve`) the Rust and Go harnesses probe, and
 // CPU is this process's own (getrusage), as they measure theirs.
 //
@@ -93,7 +95,7 @@ int main(int argc, char **argv) {
         slots[i].due_ns = start + (uint64_t)((double)rand() / RAND_MAX * (double)period);
     }
     size_t probes = 0, failures = 0;
-    struct linger linger = {.l_onoff = 1, .l_linger = 1};
+    struct linger linger = {.l_onoff = 1, .l_linger = 1}, no_linger = {0};
     int one = 1;
     struct epoll_event events[256];
 
@@ -168,6 +170,9 @@ int main(int argc, char **argv) {
                 }
             }
             if (done) {
+                // As podprobe's ProbeStream: linger off just before the
+                // close, so it never waits for the FIN's ACK (same wire).
+                setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &no_linger, sizeof no_linger);
                 close(s->fd);  // also removes it from the epoll set
                 s->fd = -1;
                 s->state = IDLE;

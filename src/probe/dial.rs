@@ -202,7 +202,7 @@ async fn connect(
 /// a dial failure: the probe works without it, only its socket lingers longer.
 fn set_probe_linger(socket: &TcpSocket) {
     // Deprecated because closing a lingering socket can block the closing
-    // thread; `ProbeStream` closes it on the blocking pool for that reason.
+    // thread; `ProbeStream` clears it before closing for that reason.
     #[allow(deprecated)]
     let set = socket.set_linger(Some(PROBE_LINGER));
     if let Err(error) = set {
@@ -251,52 +251,37 @@ fn lower_first(text: &str) -> String {
 
 /// A connected probe socket.
 ///
-/// Closing a socket with a non-zero linger time blocks the closing thread
-/// until the peer acknowledges the FIN (up to [`PROBE_LINGER`]). Go parks
-/// only a goroutine; here it would stall a runtime worker, so dropping a
-/// `ProbeStream` closes the socket on tokio's blocking pool.
+/// It carries the kubelet's `SO_LINGER {on, 1 s}` (T3) for its whole life,
+/// and drops the option just before it is closed. On Linux a non-zero
+/// linger changes nothing on the wire: the FIN (or, with unread data, the
+/// RST) and TIME-WAIT are the same; it only makes `close` block until the
+/// peer acknowledges the FIN, up to the full second. Go parks only a
+/// goroutine there, while here it would stall a runtime worker (a pod's
+/// server that never acknowledges could hold it per probe), and handing
+/// every close to the blocking pool cost a thread wake-up per probe
+/// (bench/RESULTS.md, "The probe path against the machine's floor").
 #[derive(Debug)]
 pub struct ProbeStream {
-    /// Always `Some` until dropped.
-    stream: Option<TcpStream>,
+    stream: TcpStream,
 }
 
 impl ProbeStream {
     fn new(stream: TcpStream) -> Self {
-        ProbeStream {
-            stream: Some(stream),
-        }
+        ProbeStream { stream }
     }
 
     /// The underlying socket, e.g. to read its options.
     pub fn get_ref(&self) -> &TcpStream {
-        self.stream
-            .as_ref()
-            .expect("the stream is present until drop")
-    }
-
-    fn get_mut(&mut self) -> &mut TcpStream {
-        self.stream
-            .as_mut()
-            .expect("the stream is present until drop")
+        &self.stream
     }
 }
 
 impl Drop for ProbeStream {
     fn drop(&mut self) {
-        let Some(stream) = self.stream.take() else {
-            return;
-        };
-        // Without a runtime, or if the socket cannot leave the reactor, it
-        // is closed right here: blocking briefly beats leaking it.
-        let Ok(stream) = stream.into_std() else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(move || drop(stream));
-            }
-            Err(_) => drop(stream),
+        // Off, not {on, 0}: a zero linger would reset the connection.
+        #[allow(deprecated)]
+        if let Err(error) = self.stream.set_linger(None) {
+            tracing::debug!(%error, "could not clear SO_LINGER before closing a probe socket");
         }
     }
 }
@@ -307,7 +292,7 @@ impl AsyncRead for ProbeStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(self.get_mut().get_mut()).poll_read(cx, buf)
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
@@ -317,21 +302,82 @@ impl AsyncWrite for ProbeStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(self.get_mut().get_mut()).poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(self.get_mut().get_mut()).poll_flush(cx)
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(self.get_mut().get_mut()).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::io::{Read, Write};
+
+    /// A probe socket dialled to a fresh loopback listener, and the
+    /// server's end (blocking).
+    async fn probe_pair() -> (ProbeStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let probe = dial("127.0.0.1", port, deadline, &Destinations::default())
+            .await
+            .expect("dial the listener");
+        let (server, _) = listener.accept().expect("accept");
+        (probe, server)
+    }
+
+    #[tokio::test]
+    async fn closing_sends_the_fin_as_a_lingering_close_does() {
+        let (probe, mut server) = probe_pair().await;
+        drop(probe);
+        // A FIN, not the reset a zero linger would send.
+        assert_eq!(server.read(&mut [0; 8]).expect("read the FIN"), 0);
+    }
+
+    #[tokio::test]
+    async fn closing_with_unread_data_resets_as_the_kubelets_close_does() {
+        let (probe, mut server) = probe_pair().await;
+        server.write_all(b"banner\r\n").expect("send a banner");
+        probe
+            .get_ref()
+            .peek(&mut [0; 1])
+            .await
+            .expect("the banner arrives");
+        drop(probe);
+        let read = server.read(&mut [0; 8]);
+        assert_eq!(
+            read.map_err(|error| error.kind()),
+            Err(io::ErrorKind::ConnectionReset)
+        );
+    }
+
+    #[tokio::test]
+    async fn closing_never_waits_for_a_peer_that_does_not_take_the_fin() {
+        let (probe, server) = probe_pair().await;
+        // The server never reads: fill its window and our send buffer, so
+        // that the FIN waits behind data. A lingering close would now block
+        // this thread for the full linger time.
+        let chunk = [0u8; 64 * 1024];
+        loop {
+            match probe.get_ref().try_write(&chunk) {
+                Ok(_) => continue,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => panic!("fill the send buffer: {error}"),
+            }
+        }
+        let closing = std::time::Instant::now();
+        drop(probe);
+        let took = closing.elapsed();
+        drop(server);
+        assert!(took < PROBE_LINGER, "the close blocked for {took:?}");
+    }
 
     #[test]
     fn go_errno_text_lowercases_and_drops_the_os_error_suffix() {
