@@ -383,9 +383,7 @@ impl Recorders {
     async fn publish(&mut self, event: &PodEvent) -> Result<(), RequestError> {
         let note = truncate_note(event.note.clone());
         let now = Instant::now();
-        // A recorder unused for the TTL has forgotten all its events anyway.
-        self.by_note
-            .retain(|_, (_, last_used)| now.duration_since(*last_used) < SERIES_TTL);
+        make_room(&mut self.by_note, &note, now);
         let (recorder, last_used) = self.by_note.entry(note.clone()).or_insert_with(|| {
             (
                 Recorder::new(self.client.clone(), self.reporter.clone()),
@@ -406,6 +404,29 @@ impl Recorders {
         // Bounded: events go out one by one, and one hung request must not
         // hold every later one.
         bounded(recorder.publish(&kube_event, &event.regarding)).await
+    }
+}
+
+/// Recorders kept at most, one per distinct note; client-go's event
+/// correlator bounds its caches at the same size.
+const MAX_RECORDERS: usize = 4096;
+
+/// Forgets the recorders unused for the TTL (they have forgotten all their
+/// events anyway) and, when a new `note` finds `by_note` full, the least
+/// recently used one. Without the bound a pod whose failure text changes on
+/// every run (an exec probe printing a counter) would add a recorder, and
+/// its cached Event, per run for six minutes.
+fn make_room<T>(by_note: &mut HashMap<String, (T, Instant)>, note: &str, now: Instant) {
+    by_note.retain(|_, (_, last_used)| now.duration_since(*last_used) < SERIES_TTL);
+    if by_note.len() < MAX_RECORDERS || by_note.contains_key(note) {
+        return;
+    }
+    let oldest = by_note
+        .iter()
+        .min_by_key(|(_, (_, last_used))| *last_used)
+        .map(|(oldest, _)| oldest.clone());
+    if let Some(oldest) = oldest {
+        by_note.remove(&oldest);
     }
 }
 
@@ -446,6 +467,32 @@ impl ProbeObserver for Telemetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorders_are_bounded_and_the_least_recently_used_goes_first() {
+        let start = Instant::now();
+        let at = |millis: usize| start + Duration::from_millis(millis as u64);
+        let mut by_note: HashMap<String, ((), Instant)> = (0..MAX_RECORDERS)
+            .map(|i| (format!("note {i}"), ((), at(i))))
+            .collect();
+        by_note.get_mut("note 0").expect("present").1 = at(MAX_RECORDERS);
+        let now = at(MAX_RECORDERS + 1);
+
+        // A note already kept needs no room.
+        make_room(&mut by_note, "note 7", now);
+        assert_eq!(by_note.len(), MAX_RECORDERS);
+
+        // A new note evicts the least recently used: note 1, since note 0
+        // was used last.
+        make_room(&mut by_note, "a new note", now);
+        assert_eq!(by_note.len(), MAX_RECORDERS - 1);
+        assert!(!by_note.contains_key("note 1"));
+        assert!(by_note.contains_key("note 0"));
+
+        // Past the TTL every unused recorder goes.
+        make_room(&mut by_note, "a new note", now + SERIES_TTL);
+        assert!(by_note.is_empty());
+    }
     use crate::probe::ProbeVerdict;
     use crate::probe::{Outcome, ProbeError, ProbeResult};
     use crate::results::CachedResult;
