@@ -69,9 +69,14 @@ impl Rig {
     }
 
     fn exec(&self, pod: &str, command: &[&str]) {
+        self.try_exec(pod, command).expect("kubectl exec");
+    }
+
+    /// Runs `command` in `pod`'s `app` container; its output, or why not.
+    fn try_exec(&self, pod: &str, command: &[&str]) -> Result<String, String> {
         let mut args = vec!["-n", self.ns.name.as_str(), "exec", pod, "-c", "app", "--"];
         args.extend_from_slice(command);
-        cluster().kubectl(&args).expect("kubectl exec");
+        cluster().kubectl(&args)
     }
 
     fn diagnostics(&self) -> String {
@@ -367,17 +372,7 @@ fn editing_the_annotation_updates_the_probes_without_a_restart() {
         "three liveness runs",
         Duration::from_secs(30),
         || {
-            let out = cluster().kubectl(&[
-                "-n",
-                &rig.ns.name,
-                "exec",
-                "web",
-                "-c",
-                "app",
-                "--",
-                "cat",
-                "/tmp/live-runs",
-            ])?;
+            let out = rig.try_exec("web", &["cat", "/tmp/live-runs"])?;
             (out.lines().count() >= 3).then_some(()).ok_or(out)
         },
         || rig.diagnostics(),
