@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the pinned Kubernetes release's binaries (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, kubectl), etcd and agnhost
-# from their upstream Go modules (hack/k8s-build/go.mod), and prints the
-# directory that holds them.
+# Builds one pinned Kubernetes release's binaries (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubeadm, kubelet, kubectl), etcd
+# and agnhost from their upstream Go modules (hack/k8s-build/<version>/go.mod),
+# and prints the directory that holds them.
+#
+# Each directory under hack/k8s-build pins one release. PODPROBE_K8S_VERSION
+# chooses it; the default is the newest, the one CI and the local cluster run.
 #
 # The binaries are cached outside the checkout, under
 # ${PODPROBE_CACHE:-$HOME/.cache/podprobe}/k8s/<version>/bin, and reused while
@@ -14,10 +17,21 @@
 #   hack/k8s-build.sh            build if needed, print the bin directory
 #   hack/k8s-build.sh --version  print the pinned Kubernetes version
 #   hack/k8s-build.sh --bin-dir  print the bin directory without building
+#   hack/k8s-build.sh --versions print every pinned version, oldest first
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-mod_dir="$here/k8s-build"
+versions="$(find "$here/k8s-build" -mindepth 2 -maxdepth 2 -name go.mod -printf '%h\n' | xargs -n1 basename | sort -V)"
+if [ "${1:-}" = --versions ]; then
+  echo "$versions"
+  exit 0
+fi
+want="${PODPROBE_K8S_VERSION:-$(tail -n1 <<<"$versions")}"
+mod_dir="$here/k8s-build/$want"
+if [ ! -f "$mod_dir/go.mod" ]; then
+  echo "k8s-build: no pinned release $want; pinned:" $versions >&2
+  exit 1
+fi
 
 k8s_version="$(sed -n 's#^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\).*#\1#p' "$mod_dir/go.mod")"
 if [ -z "$k8s_version" ]; then
@@ -36,7 +50,7 @@ if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
 fi
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl agnhost etcd)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubeadm kubelet kubectl agnhost etcd)
 
 # The cache key: the version names the directory, the module files' hash
 # guards against a changed pin under the same version.

@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
-# podprobe's end-to-end tests on a kind cluster, for machines that have Docker
-# and kind (this project's build machines have neither: hack/test.sh runs the
-# same tests on hack/local-cluster.sh). Creates the cluster when missing,
-# loads the locally built images (podprobe, agnhost, busybox; nothing is
-# pulled from a registry), deploys podprobe from tests/e2e-kind and runs the
-# end-to-end tests against it.
+# podprobe's end-to-end tests on a kind cluster of three nodes (a control
+# plane and two workers), with podprobe installed by its Helm chart on each:
 #
-#   hack/kind-e2e.sh        cluster name: KIND_CLUSTER_NAME (default podprobe-e2e)
+#   hack/kind-e2e.sh [test]   up, then the end-to-end suites against it
+#   hack/kind-e2e.sh up       create the cluster when missing, load the images,
+#                             install the chart; print the kubeconfig's path
+#   hack/kind-e2e.sh env      print KUBECONFIG=... for eval
+#   hack/kind-e2e.sh down     delete the cluster
 #
-# Needs busybox-static (Debian) for the busybox image, and Go for
-# hack/k8s-build.sh, which provides kubectl and agnhost of the pinned release.
+#   KIND_CLUSTER_NAME      the cluster (default podprobe-e2e)
+#   KIND_NODE_IMAGE        a node image to use as it is (e.g. kindest/node:v1.35.1);
+#                          default: hack/kind-node-image.sh builds one offline
+#                          for PODPROBE_K8S_VERSION (default: the newest pinned)
+#
+# The provider is Docker when an engine answers, else rootful podman
+# (hack/kind-provider.sh). kind comes from PATH, else hack/kind.sh builds
+# it. Images are built here and loaded with `kind load image-archive`
+# (podprobe, agnhost, busybox; hack/image.sh): nothing is pulled.
+#
+# A node image of this project's own (hack/kind-node-image.sh) has no
+# CoreDNS, no kube-proxy and no default CNI: the kind config skips those
+# addons, each node's pod network comes from its podCIDR, and podprobe (on
+# the host network) reaches the API server at the control plane's address
+# instead of the `kubernetes` Service. An official image keeps kind's
+# defaults (kindnet, kube-proxy, CoreDNS).
 set -euo pipefail
 
 HACK="$(cd "$(dirname "$0")" && pwd)"
 ROOT=$(dirname "$HACK")
 # shellcheck source=hack/oci-image.sh
 . "$HACK/oci-image.sh"
+# shellcheck source=hack/kind-provider.sh
+. "$HACK/kind-provider.sh"
+
 CLUSTER=${KIND_CLUSTER_NAME:-podprobe-e2e}
+STATE="${PODPROBE_CACHE:-$HOME/.cache/podprobe}/kind"
+KUBECONFIG_PATH="$STATE/$CLUSTER.kubeconfig"
+NAMESPACE=podprobe-system
+RELEASE=podprobe
 
 log() { echo "kind-e2e.sh: $*" >&2; }
 die() {
@@ -24,39 +45,130 @@ die() {
     exit 1
 }
 
-main() {
-    local tool bin work name digest tarball
-    for tool in docker kind cargo go; do
-        command -v "$tool" >/dev/null || die "$tool is required"
-    done
-    [ -x /bin/busybox ] || die "/bin/busybox is required (Debian: apt-get install busybox-static)"
-    bin=$("$HACK/k8s-build.sh" --bin-dir)
-    kubectl() { "$bin/kubectl" "$@"; }
-
-    if ! kind get clusters | grep -qxF "$CLUSTER"; then
-        log "creating kind cluster $CLUSTER"
-        kind create cluster --name "$CLUSTER" --wait 180s
-    fi
-    KUBECONFIG=$(mktemp)
-    work=$(mktemp -d)
-    trap 'rm -rf "$work" "$KUBECONFIG"' EXIT
-    kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
-    export KUBECONFIG
-
-    oci_busybox_rootfs "$work/busybox"
-    oci_image_tar "$work/busybox.oci.tar" docker.io/local/busybox:latest '["/bin/sh"]' "" "$work/busybox" >/dev/null
-    kind load image-archive --name "$CLUSTER" "$work/busybox.oci.tar"
-    while read -r name digest tarball; do
-        log "loading $name ($digest)"
-        kind load image-archive --name "$CLUSTER" "$tarball"
-    done < <("$HACK/image.sh" --no-import)
-
-    kubectl apply -k "$ROOT/tests/e2e-kind"
-    kubectl -n podprobe-system rollout restart daemonset/podprobe
-    kubectl -n podprobe-system rollout status daemonset/podprobe --timeout=180s
-
-    cd "$ROOT"
-    PODPROBE_E2E_DEPLOYED=1 cargo test --locked --test e2e_gate --test e2e_upstream -- --ignored --test-threads=8
+kind_bin() {
+    if command -v kind >/dev/null; then command -v kind; else "$HACK/kind.sh"; fi
 }
 
-main "$@"
+# The kind config: three nodes; on this project's node image, no default
+# CNI, no kube-proxy, no CoreDNS.
+kind_config() {
+    local own_image=$1
+    cat <<EOF
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+  - role: control-plane
+  - role: worker
+  - role: worker
+EOF
+    if [ "$own_image" = yes ]; then
+        cat <<EOF
+networking:
+  disableDefaultCNI: true
+  kubeProxyMode: none
+EOF
+    fi
+    # Kubernetes >= 1.35 refuses cgroup v1 unless told otherwise
+    # (KEP-5573); a cgroup v2 host ignores it.
+    cat <<EOF
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
+EOF
+    if [ "$own_image" = yes ]; then
+        # The list replaces kind's: keep its preflight.
+        cat <<EOF
+  - |
+    kind: InitConfiguration
+    skipPhases: ["preflight", "addon/coredns", "addon/kube-proxy"]
+EOF
+    fi
+}
+
+up() {
+    local kind bin image own_image=no work name digest tarball
+    command -v cargo >/dev/null || die "cargo is required (podprobe's image is built here)"
+    [ -x /bin/busybox ] || die "/bin/busybox is required (Debian: apt-get install busybox-static)"
+    kind_provider_setup
+    kind=$(kind_bin)
+    bin=$("$HACK/k8s-build.sh")
+    kubectl() { "$bin/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+    mkdir -p "$STATE"
+
+    if ! "$kind" get clusters 2>/dev/null | grep -qxF "$CLUSTER"; then
+        if [ -n "${KIND_NODE_IMAGE:-}" ]; then
+            image=$KIND_NODE_IMAGE
+        else
+            image=$("$HACK/kind-node-image.sh" "${PODPROBE_K8S_VERSION:-$("$HACK/k8s-build.sh" --version)}")
+            own_image=yes
+        fi
+        if [ ! -d /lib/modules ]; then
+            # kind mounts it into every node (for modprobe); a host without
+            # kernel modules has none.
+            log "creating an empty /lib/modules: kind mounts it into each node"
+            mkdir -p /lib/modules
+        fi
+        log "creating kind cluster $CLUSTER from $image"
+        kind_config "$own_image" >"$STATE/$CLUSTER.kind.yaml"
+        echo "$own_image" >"$STATE/$CLUSTER.own-image"
+        "$kind" create cluster --name "$CLUSTER" --image "$image" \
+            --config "$STATE/$CLUSTER.kind.yaml" --kubeconfig "$KUBECONFIG_PATH" --wait 0s >&2
+    fi
+    "$kind" get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_PATH"
+    own_image=$(cat "$STATE/$CLUSTER.own-image" 2>/dev/null || echo no)
+    kubectl wait --for=condition=Ready node --all --timeout=300s >&2
+
+    work=$(mktemp -d)
+    # shellcheck disable=SC2064 # expand now: work is local
+    trap "rm -rf '$work'" EXIT
+    oci_busybox_rootfs "$work/busybox"
+    oci_image_tar "$work/busybox.oci.tar" docker.io/local/busybox:latest '["/bin/sh"]' "" "$work/busybox" >/dev/null
+    "$kind" load image-archive --name "$CLUSTER" "$work/busybox.oci.tar" >&2
+    while read -r name digest tarball; do
+        log "loading $name ($digest)"
+        "$kind" load image-archive --name "$CLUSTER" "$tarball" >&2
+        if [[ $name == docker.io/local/podprobe:* ]]; then podprobe_digest=$digest; fi
+    done < <("$HACK/image.sh" --no-import)
+
+    local helm args=()
+    helm=${PODPROBE_HELM:-$("$HACK/helm.sh")}
+    if [ "$own_image" = yes ]; then
+        # No kube-proxy: the API server at the control plane's own address.
+        local api
+        api=$(kubectl get node "$CLUSTER-control-plane" \
+            -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}')
+        args+=(--set "extraEnv[0].name=KUBERNETES_SERVICE_HOST" --set-string "extraEnv[0].value=$api"
+            --set "extraEnv[1].name=KUBERNETES_SERVICE_PORT" --set-string "extraEnv[1].value=6443")
+    fi
+    kubectl apply -f "$ROOT/deploy/base/namespace.yaml" >&2
+    log "helm upgrade --install $RELEASE charts/podprobe -f tests/e2e-kind/values.yaml"
+    "$helm" upgrade --install "$RELEASE" "$ROOT/charts/podprobe" \
+        --kubeconfig "$KUBECONFIG_PATH" --namespace "$NAMESPACE" \
+        --values "$ROOT/tests/e2e-kind/values.yaml" "${args[@]}" \
+        --set-string "podAnnotations.podprobe\.io/image-digest=$podprobe_digest" >&2
+    kubectl -n "$NAMESPACE" rollout status daemonset/podprobe --timeout=300s >&2
+    echo "$KUBECONFIG_PATH"
+}
+
+run_tests() {
+    cd "$ROOT"
+    KUBECONFIG="$KUBECONFIG_PATH" PODPROBE_E2E_DEPLOYED=1 PODPROBE_KIND_CLUSTER="$CLUSTER" \
+        cargo test --locked --no-fail-fast --test e2e_gate --test e2e_upstream --test e2e_kind \
+        -- --ignored --skip kubelet:: --test-threads=12
+}
+
+case ${1:-test} in
+up) up ;;
+test)
+    up >/dev/null
+    run_tests
+    ;;
+env) echo "KUBECONFIG=$KUBECONFIG_PATH" ;;
+down)
+    kind_provider_setup
+    "$(kind_bin)" delete cluster --name "$CLUSTER" >&2
+    rm -f "$KUBECONFIG_PATH" "$STATE/$CLUSTER".*
+    ;;
+*) die "usage: $0 [test|up|env|down]" ;;
+esac
