@@ -14,6 +14,18 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 # tests/cli_simulate.rs: rsvg-convert renders simulate's SVG timeline.
 command -v rsvg-convert >/dev/null 2>&1 || need_apt+=(librsvg2-bin)
+# The kind cluster of the end-to-end tests (hack/kind-e2e.sh) where no Docker
+# engine answers: rootful podman (with runc, which hack/kind-provider.sh
+# chooses over crun), name resolution between its nodes (the CNI dnsname
+# plugin), debootstrap and busybox-static for the offline node image
+# (hack/kind-node-image.sh).
+if ! { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }; then
+  command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+  command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+  [ -x /usr/lib/cni/dnsname ] || need_apt+=(golang-github-containernetworking-plugin-dnsname)
+fi
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+[ -x /bin/busybox ] || need_apt+=(busybox-static)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

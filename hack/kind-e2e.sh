@@ -5,6 +5,8 @@
 #   hack/kind-e2e.sh [test]   up, then the end-to-end suites against it
 #   hack/kind-e2e.sh up       create the cluster when missing, load the images,
 #                             install the chart; print the kubeconfig's path
+#   hack/kind-e2e.sh run      only the end-to-end suites, against the cluster as it is
+#   hack/kind-e2e.sh status   print "up" when the cluster exists, else "down" (exit 1)
 #   hack/kind-e2e.sh env      print KUBECONFIG=... for eval
 #   hack/kind-e2e.sh down     delete the cluster
 #
@@ -151,11 +153,14 @@ up() {
     echo "$KUBECONFIG_PATH"
 }
 
+# The gate-mode end-to-end suites: e2e_upstream's authority:: scenarios need
+# the local cluster's agent node (hack/test.sh runs them there), its
+# kubelet:: ones test the kubelet itself (tests/UPSTREAM_E2E.md).
 run_tests() {
     cd "$ROOT"
-    KUBECONFIG="$KUBECONFIG_PATH" PODPROBE_E2E_DEPLOYED=1 PODPROBE_KIND_CLUSTER="$CLUSTER" \
+    KUBECONFIG="$KUBECONFIG_PATH" PODPROBE_E2E_DEPLOYED=1 PODPROBE_KIND_ENGINE="$ENGINE" \
         cargo test --locked --no-fail-fast --test e2e_gate --test e2e_upstream --test e2e_kind \
-        -- --ignored --skip kubelet:: --test-threads=12
+        -- --ignored --skip kubelet:: --skip authority:: --test-threads=12
 }
 
 case ${1:-test} in
@@ -164,11 +169,23 @@ test)
     up >/dev/null
     run_tests
     ;;
+run)
+    kind_provider_setup
+    run_tests
+    ;;
+status)
+    if kind_provider_setup 2>/dev/null && "$(kind_bin)" get clusters 2>/dev/null | grep -qxF "$CLUSTER"; then
+        echo up
+    else
+        echo down
+        exit 1
+    fi
+    ;;
 env) echo "KUBECONFIG=$KUBECONFIG_PATH" ;;
 down)
     kind_provider_setup
     "$(kind_bin)" delete cluster --name "$CLUSTER" >&2
     rm -f "$KUBECONFIG_PATH" "$STATE/$CLUSTER".*
     ;;
-*) die "usage: $0 [test|up|env|down]" ;;
+*) die "usage: $0 [test|up|run|status|env|down]" ;;
 esac

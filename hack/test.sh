@@ -4,11 +4,14 @@
 # Kubernetes (hack/k8s-build.sh, cached) and brings up the local cluster
 # (hack/local-cluster.sh) for the tests that run `podprobe run` against it,
 # checks formatting and lints, runs every test, then the fault suite
-# (tests/faults.rs) on its own; then deploys podprobe's
-# DaemonSet from tests/e2e (hack/deploy.sh), brings up the agent node
+# (tests/faults.rs) on its own; then brings up the agent node
 # (hack/agent-node.sh: a CRI node agent with podprobe in authority mode) and
-# runs the end-to-end tests (tests/e2e_gate.rs, tests/e2e_upstream.rs and
-# tests/e2e_authority.rs, #[ignore]d in a plain `cargo test`) against them.
+# runs tests/e2e_authority.rs against it. Last, with the local cluster down,
+# a kind cluster of three nodes (hack/kind-e2e.sh: the offline node image of
+# hack/kind-node-image.sh, containerd 2, podprobe installed by its Helm
+# chart) for the end-to-end suites tests/e2e_gate.rs, tests/e2e_upstream.rs
+# and tests/e2e_kind.rs. The end-to-end suites are #[ignore]d in a plain
+# `cargo test`.
 #
 # Every phase runs even when an earlier one failed (every `cargo test` with
 # --no-fail-fast); the exit status is non-zero if any failed, and the run
@@ -16,14 +19,15 @@
 # passed/failed/ignored counts and time. Full logs stay in $PODPROBE_TEST_LOGS
 # (default: a new directory under /tmp, printed at the start and the end).
 #
-# Caches, used when present and never required: the Kubernetes binaries and
-# the cargo target directory live under ${PODPROBE_CACHE:-~/.cache/podprobe},
-# outside the checkout, so a fresh clone on the same machine rebuilds only
-# podprobe itself. The release binary is built once, for the image and the
-# agent node. The Kubernetes build (one core, niced) runs side by side with
-# the Rust builds.
+# Caches, used when present and never required: the Kubernetes binaries,
+# the Go tools (helm, promtool, containerd 2, kind), the node image's Debian
+# root filesystem and the cargo target directory live under
+# ${PODPROBE_CACHE:-~/.cache/podprobe}, outside the checkout, so a fresh
+# clone on the same machine rebuilds only podprobe itself. The release
+# binary is built once, for the images and the agent node. The Go builds
+# (one core, niced) run side by side with the Rust builds.
 #
-# Stops what it started (the containerd, the cluster, the agent node); a
+# Stops what it started (the containerd, the clusters, the agent node); a
 # cluster or agent node that was already up is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,7 +104,8 @@ summary() {
     {
       suites "" "$logs/tests.log"
       if [ -f "$logs/faults.log" ]; then suites "faults:" "$logs/faults.log"; fi
-      if [ -f "$logs/e2e.log" ]; then suites "e2e:" "$logs/e2e.log"; fi
+      if [ -f "$logs/e2e-authority.log" ]; then suites "e2e:" "$logs/e2e-authority.log"; fi
+      if [ -f "$logs/e2e-kind.log" ]; then suites "kind:" "$logs/e2e-kind.log"; fi
     } | awk '
       { printf "%-36s %7s %7s %8s %10s\n", $1, $2, $3, $4, $5
         if ($2 != "-") passed += $2
@@ -116,10 +121,12 @@ summary() {
 started_cri=no
 started_cluster=no
 started_agent=no
+started_kind=no
 k8s_pid=
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   if [ -n "$k8s_pid" ]; then kill "$k8s_pid" 2>/dev/null || true; fi
+  if [ "$started_kind" = yes ]; then hack/kind-e2e.sh down || true; fi
   if [ "$started_agent" = yes ]; then hack/agent-node.sh down || true; fi
   if [ "$started_cluster" = yes ]; then hack/local-cluster.sh down || true; fi
   if [ "$started_cri" = yes ]; then hack/containerd.sh down || true; fi
@@ -141,10 +148,11 @@ export PODPROBE_CRI_ENDPOINT
 # The Go builds in the background, while cargo builds (niced;
 # seconds when cached): Kubernetes (about 16 minutes cold on two cores),
 # then helm and promtool (hack/helm.sh, hack/promtool.sh) for
-# tests/chart.rs, tests/monitoring.rs and the Helm deploy.
+# tests/chart.rs, tests/monitoring.rs and the Helm installs, containerd 2
+# and kind (hack/containerd-build.sh, hack/kind.sh) for the kind cluster.
 (
   start=$SECONDS rc=0
-  for build in hack/k8s-build.sh hack/helm.sh hack/promtool.sh; do
+  for build in hack/k8s-build.sh hack/helm.sh hack/promtool.sh hack/containerd-build.sh hack/kind.sh; do
     "$build" >>"$logs/k8s-build.log" 2>&1 || rc=$?
   done
   echo "$rc $((SECONDS - start))" >"$logs/k8s-build.status"
@@ -187,24 +195,42 @@ phase tests cargo test --locked --no-fail-fast
 # side, in their own phase so that nothing else runs on the cluster then.
 phase faults cargo test --locked --no-fail-fast --test faults -- --ignored --test-threads=8
 
-# End to end, with podprobe as the cluster's DaemonSet next to the kubelet,
-# installed as a user installs it with Helm (charts/podprobe with
-# tests/e2e/values.yaml, the chart's equivalent of tests/e2e's
-# kustomization; PODPROBE_DEPLOY=helm makes a test that deploys by itself
-# do the same), and in authority mode for the agent node. The e2e tests
-# below take the deployed DaemonSet as it is (PODPROBE_E2E_DEPLOYED=1).
-phase deploy hack/deploy.sh --helm tests/e2e
+# Authority mode end to end: the agent node (a CRI node agent without a
+# prober, podprobe --mode authority beside it) on the local cluster, its
+# pods compared with the kubelet's in every run.
 if ! hack/agent-node.sh status >/dev/null 2>&1; then
   started_agent=yes
   phase agent-node-up hack/agent-node.sh up
 fi
-# The tests mostly wait on the cluster: run them side by side.
-# Both are up now: the tests use them as they are. e2e_upstream's kubelet::
-# tests (upstream's scenarios under the kubelet's own prober: the reference the
-# port was checked against, see tests/UPSTREAM_E2E.md) are left out: they test
-# the kubelet, whose readiness probes can error out during termination under
-# this load; e2e_authority compares podprobe with the kubelet in every run.
-PODPROBE_E2E_DEPLOYED=1 PODPROBE_AGENT_NODE_UP=1 \
-  phase e2e cargo test --locked --no-fail-fast \
-  --test e2e_gate --test e2e_upstream --test e2e_authority -- --ignored \
-  --skip kubelet:: --test-threads=12
+# With upstream's probe scenarios in authority mode (tests/e2e_upstream.rs's
+# authority:: tests; its gate-mode ones run on kind below).
+e2e_authority() {
+  local rc=0
+  cargo test --locked --no-fail-fast --test e2e_authority -- --ignored --test-threads=12 || rc=1
+  cargo test --locked --no-fail-fast --test e2e_upstream -- --ignored authority:: --test-threads=12 || rc=1
+  return "$rc"
+}
+PODPROBE_AGENT_NODE_UP=1 phase e2e-authority e2e_authority
+
+# The local cluster's part is done: take down what this run started, so the
+# kind cluster has the machine's two cores to itself.
+if [ "$started_agent" = yes ]; then
+  phase agent-node-down hack/agent-node.sh down
+  started_agent=no
+fi
+if [ "$started_cluster" = yes ]; then
+  phase cluster-down hack/local-cluster.sh down
+  started_cluster=no
+fi
+
+# End to end on several nodes, as users run it: a kind cluster of a control
+# plane and two workers, podprobe installed by the Helm chart on each
+# (hack/kind-e2e.sh). The tests mostly wait on the cluster: side by side.
+# hack/kind-e2e.sh run leaves out e2e_upstream's authority:: tests (above)
+# and its kubelet:: tests (upstream's scenarios under the kubelet's own
+# prober: the reference the port was checked against, see
+# tests/UPSTREAM_E2E.md; they test the kubelet, whose readiness probes can
+# error out during termination under this load).
+if [ "$(hack/kind-e2e.sh status 2>/dev/null)" != up ]; then started_kind=yes; fi
+phase kind-up hack/kind-e2e.sh up
+phase e2e-kind hack/kind-e2e.sh run

@@ -1,0 +1,560 @@
+//! End to end on several nodes: a kind cluster of a control plane and two
+//! workers with podprobe's chart installed (`hack/kind-e2e.sh`), one
+//! podprobe per node. What only several nodes can show: each podprobe
+//! probes and writes the pods of its own node and no other, the admission
+//! policy refuses a real write by one node's podprobe to another node's pod,
+//! a `helm upgrade` rolling podprobe across the nodes flips no pod, and a
+//! drained node's pods are probed and gated on the node they move to.
+//!
+//! They need the kind cluster, so they are `#[ignore]`d in a plain `cargo
+//! test`; `hack/kind-e2e.sh` (and `hack/test.sh` through it) runs them with
+//! `--ignored`, exporting `PODPROBE_KIND_ENGINE` (docker or podman: the
+//! engine that runs the nodes, to read a node's files). Test pods are pinned with `spec.nodeName`, which
+//! the scheduler and a cordon leave alone, so the drain test cannot strand
+//! them.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+#[path = "support/go_tools.rs"]
+mod go_tools;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use cluster::{
+    BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PODPROBE_SELECTOR, PodWatch, cluster,
+    condition, ensure_podprobe, gated_pod, running, token_kubeconfig, unique_id,
+};
+
+/// Long enough for a pod to start and a probe period, a status patch and
+/// the kubelet's resync to follow, with slack for a busy two-core machine.
+const START: Duration = Duration::from_secs(120);
+
+/// How long a readiness probe with `periodSeconds: 1` and
+/// `failureThreshold: 1` may take to turn the gate False once it starts
+/// failing: 1 s of failures, up to a period for the probe's phase and a
+/// timeout (1 s) for the probe itself, plus 12 s for podprobe's patch and
+/// the test's `kubectl get`s on a loaded machine (as tests/e2e_gate.rs).
+const FAST_FALSE_WITHIN: Duration = Duration::from_secs(1 + 1 + 1 + 12);
+
+/// A shell loop that runs until stopped and exits 0 on SIGTERM.
+const SLEEP_LOOP: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
+fn setup(test: &str) -> Namespace {
+    // Only hack/kind-e2e.sh sets it: these tests cordon, drain and upgrade,
+    // which they must never do to another cluster that KUBECONFIG names.
+    engine();
+    ensure_podprobe();
+    Namespace::create(&format!("podprobe-kind-{test}-{}", unique_id()))
+}
+
+/// The engine that runs the kind nodes, from `hack/kind-e2e.sh`.
+fn engine() -> String {
+    std::env::var("PODPROBE_KIND_ENGINE").unwrap_or_else(|_| {
+        panic!("PODPROBE_KIND_ENGINE is not set: run these tests through hack/kind-e2e.sh")
+    })
+}
+
+/// The worker nodes (not the control plane), sorted; at least two.
+fn workers() -> Vec<String> {
+    let names = cluster()
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            "!node-role.kubernetes.io/control-plane",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .expect("list nodes");
+    let mut workers: Vec<String> = names.split_whitespace().map(str::to_string).collect();
+    workers.sort();
+    assert!(
+        workers.len() >= 2,
+        "these tests need two worker nodes, the cluster has {workers:?} (hack/kind-e2e.sh makes two)"
+    );
+    workers
+}
+
+/// A busybox pod `name` on `node` running `prelude` then [`SLEEP_LOOP`],
+/// gated on podprobe with a fast exec readiness probe `cat /tmp/ready`.
+fn pod_on(name: &str, node: &str, prelude: &str) -> Value {
+    let script = format!("{prelude}{SLEEP_LOOP}");
+    let mut pod = gated_pod(
+        name,
+        "app",
+        BUSYBOX_IMAGE,
+        &["sh", "-c", &script],
+        &[],
+        readiness(),
+    );
+    pod["spec"]["nodeName"] = json!(node);
+    pod
+}
+
+fn readiness() -> Value {
+    json!({"readinessProbe": {
+        "exec": {"command": ["cat", "/tmp/ready"]},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    }})
+}
+
+fn gate_is(pod: &Value, want: bool) -> bool {
+    condition(pod, GATE).is_some_and(|(status, _)| status == if want { "True" } else { "False" })
+}
+
+fn wait_gate(ns: &Namespace, pod: &str, want: bool, timeout: Duration) -> Value {
+    ns.wait_for(&format!("gate of {pod} {want}"), timeout, || {
+        let p = ns.pod(pod)?;
+        if gate_is(&p, want) {
+            Ok(p)
+        } else {
+            Err(format!("conditions {}", p["status"]["conditions"]))
+        }
+    })
+}
+
+fn wait_running(ns: &Namespace, pod: &str) {
+    ns.wait_for(&format!("pod {pod} running"), START, || {
+        let p = ns.pod(pod)?;
+        if running(&p, "app") {
+            Ok(())
+        } else {
+            Err(format!("status {}", p["status"]))
+        }
+    });
+}
+
+/// podprobe's pod on `node`: its name and UID.
+fn podprobe_on(node: &str) -> (String, String) {
+    let pods = cluster()
+        .json(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            PODPROBE_SELECTOR,
+            "--field-selector",
+            &format!("spec.nodeName={node},status.phase=Running"),
+        ])
+        .expect("list podprobe's pods");
+    let pod = pods["items"]
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|p| p["metadata"]["deletionTimestamp"].is_null())
+        })
+        .unwrap_or_else(|| panic!("no running podprobe pod on {node}: {pods}"));
+    let field = |f: &str| {
+        pod["metadata"][f]
+            .as_str()
+            .expect("pod metadata")
+            .to_string()
+    };
+    (field("name"), field("uid"))
+}
+
+/// What podprobe on `node` logged, all of it since it started.
+fn podprobe_logs_on(node: &str) -> String {
+    let (name, _) = podprobe_on(node);
+    cluster()
+        .kubectl(&["-n", PODPROBE_NAMESPACE, "logs", &name])
+        .unwrap_or_else(|e| panic!("logs of {name}: {e}"))
+}
+
+/// Whether a line of podprobe's JSON log is about pod `namespace/pod`.
+fn mentions(line: &str, namespace: &str, pod: &str) -> bool {
+    line.contains(&format!("\"pod\":\"{pod}\""))
+        && line.contains(&format!("\"namespace\":\"{namespace}\""))
+}
+
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn each_podprobe_probes_and_writes_only_the_pods_of_its_own_node() {
+    let ns = setup("own-node");
+    let workers = workers();
+    // Each pod starts not ready, so its podprobe records Unhealthy Events
+    // (reportingInstance names the recording node), then turns ready.
+    let names: Vec<String> = (0..workers.len()).map(|i| format!("on-{i}")).collect();
+    for (name, node) in names.iter().zip(&workers) {
+        ns.create_pod(&pod_on(name, node, ""));
+    }
+    for name in &names {
+        wait_running(&ns, name);
+        ns.wait_for(&format!("an Unhealthy Event for {name}"), START, || {
+            let events = ns.events_for(name);
+            if events.iter().any(|e| e["reason"] == "Unhealthy") {
+                Ok(())
+            } else {
+                Err(format!("{} events", events.len()))
+            }
+        });
+        ns.exec(name, "touch /tmp/ready");
+        wait_gate(&ns, name, true, START);
+    }
+
+    for (name, node) in names.iter().zip(&workers) {
+        for event in ns.events_for(name) {
+            if event["reportingComponent"] != "podprobe" {
+                continue;
+            }
+            assert_eq!(
+                event["reportingInstance"].as_str(),
+                Some(node.as_str()),
+                "pod {name} on {node} has an Event from podprobe on another node: {event}"
+            );
+        }
+        let pod: Value = serde_json::from_str(&ns.kubectl(&[
+            "get",
+            "pod",
+            name,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ]))
+        .expect("pod JSON");
+        let writers: Vec<&Value> = pod["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["manager"] == "podprobe")
+            .collect();
+        assert!(
+            !writers.is_empty(),
+            "podprobe's status write is not in {name}'s managedFields"
+        );
+    }
+    // The podprobe of the other node never took the pod up: its log, which
+    // names every pod it starts probing, does not name this namespace.
+    for node in &workers {
+        let logs = podprobe_logs_on(node);
+        let mine = names
+            .iter()
+            .zip(&workers)
+            .filter(|(_, n)| *n == node)
+            .map(|(p, _)| p)
+            .collect::<Vec<_>>();
+        let theirs = names
+            .iter()
+            .zip(&workers)
+            .filter(|(_, n)| *n != node)
+            .map(|(p, _)| p)
+            .collect::<Vec<_>>();
+        for pod in mine {
+            assert!(
+                logs.lines().any(|line| mentions(line, &ns.name, pod)),
+                "podprobe on {node} never logged its pod {pod}:\n{logs}"
+            );
+        }
+        for line in logs.lines() {
+            for pod in &theirs {
+                assert!(
+                    !mentions(line, &ns.name, pod),
+                    "podprobe on {node} handled {pod} of another node: {line}"
+                );
+            }
+        }
+    }
+}
+
+/// The service-account token the kubelet projected into podprobe's pod
+/// `uid` on `node`, read from the node's own files: what that podprobe
+/// sends the API server.
+fn projected_token(node: &str, uid: &str) -> String {
+    let path = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/*/token");
+    let output = Command::new(engine())
+        .args(["exec", node, "sh", "-c", &format!("cat {path}")])
+        .output()
+        .expect("run the kind engine");
+    assert!(
+        output.status.success(),
+        "cannot read {path} on {node}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let token = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    assert!(!token.is_empty(), "empty token at {path} on {node}");
+    token
+}
+
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn a_podprobe_token_cannot_write_a_pod_on_another_node() {
+    let ns = setup("other-node");
+    let workers = workers();
+    let (own, other) = (&workers[0], &workers[1]);
+    ns.create_pod(&pod_on("mine", own, "touch /tmp/ready; "));
+    ns.create_pod(&pod_on("theirs", other, "touch /tmp/ready; "));
+    wait_gate(&ns, "mine", true, START);
+    let before = wait_gate(&ns, "theirs", true, START);
+
+    let (_, uid) = podprobe_on(own);
+    let token = projected_token(own, &uid);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let kubeconfig = token_kubeconfig(&token, dir.path());
+    let write = |pod: &str, dry_run: bool| {
+        let patch = json!({"status": {"conditions": [{
+            "type": GATE, "status": "False", "reason": "WrittenByTest",
+        }]}});
+        patch_status_as(&kubeconfig, &ns.name, pod, &patch, dry_run)
+    };
+
+    // The token works: the same write to a pod on its own node passes the
+    // API server's authentication, RBAC and the policy (dry run: nothing is
+    // stored, podprobe's own verdict stays).
+    if let Err(e) = write("mine", true) {
+        panic!("podprobe's token on {own} may not write its own node's pod: {e}");
+    }
+    // A real write to the other node's pod is refused by the policy.
+    let refusal = match write("theirs", false) {
+        Ok(()) => panic!("podprobe's token on {own} wrote the status of a pod on {other}"),
+        Err(e) => e,
+    };
+    assert!(
+        refusal.contains("403")
+            && refusal.contains(&format!("podprobe (gate mode) on node {own} may not write"))
+            && refusal.contains(&format!("on node {other}: only pods on its own node")),
+        "refused, but not by the admission policy's node rule: {refusal}"
+    );
+    let after = ns.pod("theirs").expect("get pod");
+    assert_eq!(
+        condition(&after, GATE),
+        condition(&before, GATE),
+        "the refused write changed the gate"
+    );
+}
+
+/// A strategic-merge patch of `pods/<pod>/status` as the credentials of
+/// `kubeconfig`, as podprobe sends it (kubectl would first GET the
+/// subresource, which podprobe may not).
+fn patch_status_as(
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    pod: &str,
+    patch: &Value,
+    dry_run: bool,
+) -> Result<(), String> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        let config = kube::config::Kubeconfig::read_from(kubeconfig).expect("readable kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+            .await
+            .expect("valid kubeconfig");
+        let client = kube::Client::try_from(config).expect("client");
+        let params = PatchParams {
+            dry_run,
+            ..PatchParams::default()
+        };
+        Api::<Pod>::namespaced(client, namespace)
+            .patch_status(pod, &params, &Patch::Strategic(patch))
+            .await
+            .map(drop)
+            .map_err(|e| match e {
+                kube::Error::Api(status) => format!("{} {}", status.code, status.message),
+                other => other.to_string(),
+            })
+    })
+}
+
+/// podprobe's DaemonSet pods that are Ready and not being deleted.
+fn ready_podprobe_pods() -> Vec<String> {
+    let pods = cluster()
+        .json(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            PODPROBE_SELECTOR,
+        ])
+        .expect("list podprobe's pods");
+    pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && is_ready(p))
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn is_ready(pod: &Value) -> bool {
+    condition(pod, "Ready").is_some_and(|(status, _)| status == "True")
+}
+
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
+    let ns = setup("upgrade");
+    let workers = workers();
+    let names: Vec<String> = (0..workers.len()).map(|i| format!("calm-{i}")).collect();
+    for (name, node) in names.iter().zip(&workers) {
+        ns.create_pod(&pod_on(name, node, "touch /tmp/ready; "));
+    }
+    let mut want = std::collections::HashMap::new();
+    for name in &names {
+        let pod = wait_gate(&ns, name, true, START);
+        want.insert(name.clone(), condition(&pod, GATE));
+    }
+    let before = ready_podprobe_pods();
+    let watch = PodWatch::start(&ns.name);
+
+    // A new pod-template annotation rolls the DaemonSet, one node at a time
+    // (the chart's RollingUpdate), as any upgrade of the chart does.
+    let helm = go_tools::helm();
+    let rollout = format!("podAnnotations.podprobe\\.io/e2e-rollout={}", unique_id());
+    go_tools::run_ok(
+        &helm,
+        &[
+            "upgrade",
+            "podprobe",
+            &go_tools::repo().join("charts/podprobe").to_string_lossy(),
+            "--kubeconfig",
+            &cluster().kubeconfig,
+            "--namespace",
+            PODPROBE_NAMESPACE,
+            "--reuse-values",
+            "--set-string",
+            &rollout,
+        ],
+    );
+    cluster()
+        .kubectl(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "rollout",
+            "status",
+            "daemonset/podprobe",
+            "--timeout=300s",
+        ])
+        .expect("the upgrade rolls out");
+    let after = ready_podprobe_pods();
+    assert!(
+        after.len() >= before.len() && after.iter().all(|p| !before.contains(p)),
+        "the upgrade did not replace every podprobe pod: before {before:?}, after {after:?}"
+    );
+
+    // Every version of the pods the API server held during the roll-out,
+    // and for 15 s after it: the gate never moved.
+    let quiet_until = Instant::now() + Duration::from_secs(15);
+    loop {
+        match watch.next_until(quiet_until) {
+            Ok(Some(version)) => {
+                let name = version.pod["metadata"]["name"].as_str().unwrap_or_default();
+                assert_eq!(
+                    condition(&version.pod, GATE),
+                    want[name],
+                    "{name}'s gate moved during the upgrade: {}",
+                    version.pod["status"]["conditions"]
+                );
+            }
+            Ok(None) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // The new podprobes took over: each reacts to its pod's probe failing.
+    for name in &names {
+        ns.exec(name, "rm /tmp/ready");
+        wait_gate(&ns, name, false, FAST_FALSE_WITHIN);
+    }
+}
+
+/// Uncordons a node when dropped, so a failed test leaves it schedulable.
+struct Uncordon(String);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["uncordon", &self.0]);
+    }
+}
+
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn a_drained_nodes_pods_are_probed_and_gated_on_another_node() {
+    let ns = setup("drain");
+    workers();
+    let app = format!("drain-{}", unique_id());
+    let template = {
+        let pod = gated_pod(
+            "ignored",
+            "app",
+            BUSYBOX_IMAGE,
+            &["sh", "-c", &format!("touch /tmp/ready; {SLEEP_LOOP}")],
+            &[],
+            readiness(),
+        );
+        json!({
+            "metadata": {
+                "labels": {"app": app},
+                "annotations": pod["metadata"]["annotations"],
+            },
+            "spec": pod["spec"],
+        })
+    };
+    let deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "drained", "namespace": ns.name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": app}},
+            "template": template,
+        },
+    });
+    cluster().apply(&deployment).expect("create the Deployment");
+    let selector = format!("app={app}");
+    let gated_pod_of = |not_on: Option<&str>| {
+        ns.wait_for("a gated replica", START, || {
+            let pods = cluster().json(&["-n", &ns.name, "get", "pods", "-l", &selector])?;
+            pods["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| {
+                    p["metadata"]["deletionTimestamp"].is_null()
+                        && p["spec"]["nodeName"].as_str() != not_on
+                        && gate_is(p, true)
+                })
+                .cloned()
+                .ok_or_else(|| format!("replicas: {}", pods["items"]))
+        })
+    };
+    let first = gated_pod_of(None);
+    let node = first["spec"]["nodeName"]
+        .as_str()
+        .expect("scheduled")
+        .to_string();
+
+    let _uncordon = Uncordon(node.clone());
+    cluster()
+        .kubectl(&[
+            "drain",
+            &node,
+            "--pod-selector",
+            &selector,
+            "--ignore-daemonsets",
+            "--timeout=120s",
+        ])
+        .unwrap_or_else(|e| panic!("drain {node}: {e}"));
+    let moved = gated_pod_of(Some(&node));
+    let moved_node = moved["spec"]["nodeName"].as_str().expect("scheduled");
+    assert_ne!(moved_node, node);
+    // Gated by the podprobe of the node it moved to: its probe still acts.
+    let name = moved["metadata"]["name"].as_str().expect("name");
+    ns.exec(name, "rm /tmp/ready");
+    wait_gate(&ns, name, false, FAST_FALSE_WITHIN);
+    assert!(
+        podprobe_logs_on(moved_node)
+            .lines()
+            .any(|line| mentions(line, &ns.name, name)),
+        "podprobe on {moved_node} never logged the moved pod {name}"
+    );
+}
