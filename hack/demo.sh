@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
-# podprobe on a real single-node cluster in one command: installs what the
-# build needs (hack/install-deps.sh, as hack/test.sh does), brings up the local
-# cluster (hack/local-cluster.sh up), builds and imports the images and
-# deploys the DaemonSet (hack/deploy.sh deploy/local), applies the example pods
-# (deploy/examples) and says how to watch them. Idempotent; needs root.
-# `hack/local-cluster.sh down` removes it all.
+# podprobe on a real cluster in one command, then how to watch it:
+#
+#   hack/demo.sh          a kind cluster of three nodes (hack/kind-e2e.sh up:
+#                         Docker when an engine answers, else rootful podman;
+#                         KIND_NODE_IMAGE to use a node image of your own,
+#                         else one built offline), podprobe installed by its
+#                         Helm chart on each node
+#   hack/demo.sh --local  the single-node local cluster instead
+#                         (hack/local-cluster.sh up, hack/deploy.sh deploy/local)
+#
+# Either way it installs what the build needs (hack/install-deps.sh, as
+# hack/test.sh does), applies the example pods (deploy/examples) and says how
+# to watch them. Idempotent; needs root. `hack/kind-e2e.sh down` (or
+# `hack/local-cluster.sh down`) removes it all.
 set -euo pipefail
 
 HACK="$(cd "$(dirname "$0")" && pwd)"
 ROOT=$(dirname "$HACK")
 
 "$HACK/install-deps.sh"
-"$HACK/local-cluster.sh" up >/dev/null
-"$HACK/deploy.sh" "$ROOT/deploy/local"
-eval "$("$HACK/local-cluster.sh" env)"
+if [ "${1:-}" = --local ]; then
+  "$HACK/local-cluster.sh" up >/dev/null
+  "$HACK/deploy.sh" "$ROOT/deploy/local"
+  eval "$("$HACK/local-cluster.sh" env)"
+  metrics_host=10.88.78.1
+else
+  KUBECONFIG=$("$HACK/kind-e2e.sh" up)
+  metrics_host="\$(kubectl get node ${KIND_CLUSTER_NAME:-podprobe-e2e}-worker -o jsonpath='{.status.addresses[0].address}')"
+fi
 KUBECTL=$("$HACK/k8s-build.sh" --bin-dir)/kubectl
 "$KUBECTL" --kubeconfig "$KUBECONFIG" apply -k "$ROOT/deploy/examples"
 
@@ -42,5 +56,5 @@ Events and podprobe's logs and metrics:
   kubectl create clusterrolebinding metrics-demo --clusterrole=podprobe-metrics-reader \\
     --serviceaccount=podprobe-system:metrics-demo
   curl -s -H "Authorization: Bearer \$(kubectl -n podprobe-system create token metrics-demo)" \\
-    http://10.88.78.1:9440/metrics | grep ^prober_
+    http://$metrics_host:9440/metrics | grep ^prober_
 EOF

@@ -54,8 +54,12 @@ fn table() -> Vec<(&'static str, Exercised)> {
         (
             "hack/demo.sh",
             NotHere(
-                "the demo itself: it brings up the local cluster and deploys deploy/local over the one the end-to-end tests use",
+                "the demo itself: it installs deploy/examples on the kind cluster that hack/test.sh brings up (hack/kind-e2e.sh up) for the end-to-end tests",
             ),
+        ),
+        (
+            "hack/kind-e2e.sh            # up, then the end-to-end suites",
+            By("hack/test.sh", "hack/kind-e2e.sh up"),
         ),
         ("hack/test.sh", By(".ci/run", "hack/test.sh")),
         (
