@@ -42,6 +42,20 @@ const FAST_FALSE_WITHIN: Duration = Duration::from_secs(1 + 1 + 1 + 12);
 /// A shell loop that runs until stopped and exits 0 on SIGTERM.
 const SLEEP_LOOP: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 
+/// The tests of this file run side by side; one of them replaces every
+/// podprobe pod (a rolling upgrade) and takes this for writing, so that the
+/// others, which read a podprobe pod's token or logs, take it for reading
+/// and never see one node without its podprobe.
+static PODPROBE_PODS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn podprobe_pods_stay() -> std::sync::RwLockReadGuard<'static, ()> {
+    PODPROBE_PODS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn podprobe_pods_change() -> std::sync::RwLockWriteGuard<'static, ()> {
+    PODPROBE_PODS.write().unwrap_or_else(|e| e.into_inner())
+}
+
 fn setup(test: &str) -> Namespace {
     // Only hack/kind-e2e.sh sets it: these tests cordon, drain and upgrade,
     // which they must never do to another cluster that KUBECONFIG names.
@@ -176,6 +190,7 @@ fn mentions(line: &str, namespace: &str, pod: &str) -> bool {
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
 fn each_podprobe_probes_and_writes_only_the_pods_of_its_own_node() {
+    let _stay = podprobe_pods_stay();
     let ns = setup("own-node");
     let workers = workers();
     // Each pod starts not ready, so its podprobe records Unhealthy Events
@@ -284,6 +299,7 @@ fn projected_token(node: &str, uid: &str) -> String {
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
 fn a_podprobe_token_cannot_write_a_pod_on_another_node() {
+    let _stay = podprobe_pods_stay();
     let ns = setup("other-node");
     let workers = workers();
     let (own, other) = (&workers[0], &workers[1]);
@@ -393,6 +409,7 @@ fn is_ready(pod: &Value) -> bool {
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
 fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
+    let _change = podprobe_pods_change();
     let ns = setup("upgrade");
     let workers = workers();
     let names: Vec<String> = (0..workers.len()).map(|i| format!("calm-{i}")).collect();
@@ -479,6 +496,7 @@ impl Drop for Uncordon {
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
 fn a_drained_nodes_pods_are_probed_and_gated_on_another_node() {
+    let _stay = podprobe_pods_stay();
     let ns = setup("drain");
     workers();
     let app = format!("drain-{}", unique_id());
