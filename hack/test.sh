@@ -197,7 +197,9 @@ phase faults cargo test --locked --no-fail-fast --test faults -- --ignored --tes
 
 # Authority mode end to end: the agent node (a CRI node agent without a
 # prober, podprobe --mode authority beside it) on the local cluster, its
-# pods compared with the kubelet's in every run.
+# pods compared with the kubelet's in every run; the kubelet's copies run
+# agnhost, imported into the local cluster's containerd here.
+phase images hack/image.sh agnhost
 if ! hack/agent-node.sh status >/dev/null 2>&1; then
   started_agent=yes
   phase agent-node-up hack/agent-node.sh up
