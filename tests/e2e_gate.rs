@@ -29,6 +29,12 @@ const START: Duration = Duration::from_secs(120);
 /// A shell loop that runs until stopped and exits 0 on SIGTERM.
 const SLEEP_LOOP: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 
+/// The tests of this file run side by side; one of them deletes every
+/// podprobe pod and takes this for writing, so that the one that scrapes
+/// each podprobe pod takes it for reading and never dials a pod on its way
+/// out (seen on kind: "Connection refused" from a pod being replaced).
+static PODPROBE_PODS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn setup(test: &str) -> Namespace {
     ensure_podprobe();
     Namespace::create(&format!("podprobe-e2e-{test}-{}", unique_id()))
@@ -451,6 +457,7 @@ fn ready_podprobe_pods() -> Vec<String> {
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn restarting_podprobe_flips_no_pod() {
+    let _change = PODPROBE_PODS.write().unwrap_or_else(|e| e.into_inner());
     let ns = setup("restart");
     ns.create_pod(&busybox_pod("calm", "touch /tmp/ready; ", exec_readiness()));
     wait_running(&ns, "calm", "app");
@@ -642,7 +649,20 @@ fn http_get(addr: &str, path: &str, token: Option<&str>) -> Result<(u16, String)
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn the_chart_install_is_scraped_as_its_pod_monitor_says() {
+    let _stay = PODPROBE_PODS.read().unwrap_or_else(|e| e.into_inner());
     ensure_podprobe();
+    // Every podprobe pod available, including those that replaced the ones
+    // the restart test deleted.
+    cluster()
+        .kubectl(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "rollout",
+            "status",
+            "daemonset/podprobe",
+            "--timeout=180s",
+        ])
+        .expect("podprobe's DaemonSet available");
     let render = |template: &str| {
         go_tools::run_ok(
             &go_tools::helm(),
