@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 
 use cluster::{
     AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PODPROBE_SELECTOR, cluster,
-    condition, ensure_podprobe, gated_pod, restart_count, running, unique_id,
+    condition, ensure_podprobe, gated_pod, podprobe_rolled_out, ready_podprobe_pods, restart_count,
+    running, unique_id,
 };
 
 /// Long enough for a probe period, a status patch and the kubelet's resync,
@@ -430,30 +431,6 @@ fn stays_ready(ns: &Namespace, name: &str, pod: &Value, period: Duration) {
     );
 }
 
-/// The names of podprobe's DaemonSet pods that are Ready and not going away.
-fn ready_podprobe_pods() -> Vec<String> {
-    let list = cluster()
-        .json(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            PODPROBE_SELECTOR,
-        ])
-        .unwrap_or(Value::Null);
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| {
-            p["metadata"]["deletionTimestamp"].is_null()
-                && status(p, "Ready").as_deref() == Some("True")
-        })
-        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
-        .collect()
-}
-
 #[test]
 #[ignore = "needs the local cluster (hack/test.sh runs it)"]
 fn restarting_podprobe_flips_no_pod() {
@@ -653,16 +630,7 @@ fn the_chart_install_is_scraped_as_its_pod_monitor_says() {
     ensure_podprobe();
     // Every podprobe pod available, including those that replaced the ones
     // the restart test deleted.
-    cluster()
-        .kubectl(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "rollout",
-            "status",
-            "daemonset/podprobe",
-            "--timeout=180s",
-        ])
-        .expect("podprobe's DaemonSet available");
+    podprobe_rolled_out();
     let render = |template: &str| {
         go_tools::run_ok(
             &go_tools::helm(),

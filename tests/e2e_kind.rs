@@ -25,7 +25,8 @@ use serde_json::{Value, json};
 
 use cluster::{
     BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PODPROBE_SELECTOR, PodWatch, cluster,
-    condition, ensure_podprobe, gated_pod, running, token_kubeconfig, unique_id,
+    condition, ensure_podprobe, gated_pod, podprobe_rolled_out, ready_podprobe_pods, running,
+    token_kubeconfig, unique_id,
 };
 
 /// Long enough for a pod to start and a probe period, a status patch and
@@ -381,31 +382,6 @@ fn patch_status_as(
     })
 }
 
-/// podprobe's DaemonSet pods that are Ready and not being deleted.
-fn ready_podprobe_pods() -> Vec<String> {
-    let pods = cluster()
-        .json(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            PODPROBE_SELECTOR,
-        ])
-        .expect("list podprobe's pods");
-    pods["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && is_ready(p))
-        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
-        .collect()
-}
-
-fn is_ready(pod: &Value) -> bool {
-    condition(pod, "Ready").is_some_and(|(status, _)| status == "True")
-}
-
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
 fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
@@ -443,16 +419,7 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
             &rollout,
         ],
     );
-    cluster()
-        .kubectl(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "rollout",
-            "status",
-            "daemonset/podprobe",
-            "--timeout=300s",
-        ])
-        .expect("the upgrade rolls out");
+    podprobe_rolled_out();
     let after = ready_podprobe_pods();
     assert!(
         after.len() >= before.len() && after.iter().all(|p| !before.contains(p)),

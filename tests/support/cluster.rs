@@ -577,6 +577,45 @@ pub fn ensure_podprobe() {
     });
 }
 
+/// The names of podprobe's DaemonSet pods that are Ready and not going away.
+pub fn ready_podprobe_pods() -> Vec<String> {
+    let list = cluster()
+        .json(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            PODPROBE_SELECTOR,
+        ])
+        .unwrap_or(Value::Null);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["metadata"]["deletionTimestamp"].is_null()
+                && condition(p, "Ready").is_some_and(|(status, _)| status == "True")
+        })
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Waits until every podprobe DaemonSet pod is updated and available
+/// (`kubectl rollout status`), for at most 300 s.
+pub fn podprobe_rolled_out() {
+    cluster()
+        .kubectl(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "rollout",
+            "status",
+            "daemonset/podprobe",
+            "--timeout=300s",
+        ])
+        .unwrap_or_else(|e| panic!("podprobe's DaemonSet does not roll out: {e}"));
+}
+
 /// What podprobe's DaemonSet pods logged lately (empty when not deployed).
 pub fn podprobe_logs() -> String {
     cluster()
