@@ -303,9 +303,25 @@ etcd_healthy() {
     curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -q '"health":"true"'
 }
 
+# From Kubernetes 1.37: the alpha gates of the probe fields httpGet.protocol
+# and grpc.mode, so that pods keep them (the API server drops a field whose
+# gate is off) and podprobe's handling of them is tested (V10, G8). An older
+# API server does not know these gates and would not start with them.
+apiserver_feature_gates() {
+    local version minor
+    version=$("$HACK/k8s-build.sh" --version)
+    minor=${version#v1.}
+    minor=${minor%%.*}
+    if [ "$minor" -ge 37 ]; then
+        echo "--feature-gates=H2CContainerProbe=true,GRPCContainerProbeTLS=true"
+    fi
+}
+
 ensure_apiserver() {
     if ! pid_of kube-apiserver >/dev/null; then
         check_ports kube-apiserver "$APISERVER_PORT"
+        local gates
+        gates=$(apiserver_feature_gates)
         # Bound to loopback and advertised there too; loopback addresses may
         # not be Endpoints, so the `kubernetes` Service is left without any
         # (there is no kube-proxy either): in-cluster clients on the host
@@ -337,6 +353,7 @@ ensure_apiserver() {
             --service-account-key-file "$PKI/sa.pub" \
             --service-account-signing-key-file "$PKI/sa.key" \
             --service-cluster-ip-range "$SERVICE_CIDR" \
+            ${gates:+"$gates"} \
             --profiling=false
     fi
     wait_for kube-apiserver 120 kubectl_ get --raw /readyz

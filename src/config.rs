@@ -41,14 +41,12 @@ pub struct RunArgs {
     #[arg(long, env = "PODPROBE_CRI_ENDPOINT", value_name = "URI", default_value = DEFAULT_ENDPOINT)]
     pub cri_endpoint: String,
 
-    /// Version sent in `User-Agent: kube-probe/MAJOR.MINOR` by HTTP probes.
-    #[arg(
-        long,
-        env = "PODPROBE_KUBE_PROBE_VERSION",
-        value_name = "MAJOR.MINOR",
-        default_value = crate::KUBE_PROBE_VERSION
-    )]
-    pub kube_probe_version: String,
+    /// Version sent in `User-Agent: kube-probe/MAJOR.MINOR` by HTTP probes
+    /// and hooks; default: the node's kubelet version (`status.nodeInfo.
+    /// kubeletVersion`), so a server sees what the kubelet beside podprobe
+    /// sends, or the release podprobe follows when the Node cannot be read.
+    #[arg(long, env = "PODPROBE_KUBE_PROBE_VERSION", value_name = "MAJOR.MINOR")]
+    pub kube_probe_version: Option<String>,
 
     /// Label selector limiting the watched pods (e.g. `app=web` or
     /// `!podprobe.io/test-run`); default: every pod on the node.
@@ -199,7 +197,8 @@ pub struct Config {
     pub node_name: String,
     pub mode: Mode,
     pub cri_endpoint: String,
-    pub kube_probe_version: String,
+    /// `--kube-probe-version`; `None`: the node's kubelet's.
+    pub kube_probe_version: Option<String>,
     pub pod_selector: Option<String>,
     pub listen: SocketAddr,
     pub metrics_auth: MetricsAuth,
@@ -256,8 +255,10 @@ impl RunArgs {
         if !is_unix_endpoint(&self.cri_endpoint) {
             return Err(ConfigError::CriEndpoint(self.cri_endpoint));
         }
-        if !is_major_minor(&self.kube_probe_version) {
-            return Err(ConfigError::KubeProbeVersion(self.kube_probe_version));
+        if let Some(version) = self.kube_probe_version.as_deref()
+            && !is_major_minor(version)
+        {
+            return Err(ConfigError::KubeProbeVersion(version.to_string()));
         }
         let pod_selector = match self.pod_selector {
             Some(selector) if selector.trim().is_empty() => None,
@@ -412,7 +413,7 @@ mod tests {
         let config = args(&[]).validate().expect("valid");
         assert_eq!(config.mode, Mode::Gate);
         assert_eq!(config.cri_endpoint, DEFAULT_ENDPOINT);
-        assert_eq!(config.kube_probe_version, crate::KUBE_PROBE_VERSION);
+        assert_eq!(config.kube_probe_version, None, "the node's kubelet's");
         assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
         assert_eq!(config.pod_selector, None);
         assert_eq!(config.field_selector(), "spec.nodeName=node-1");
@@ -508,6 +509,8 @@ mod tests {
             let err = args(&["--kube-probe-version", bad]).validate().unwrap_err();
             assert!(matches!(err, ConfigError::KubeProbeVersion(_)), "{bad:?}");
         }
+        let given = args(&["--kube-probe-version", "1.36"]).validate().unwrap();
+        assert_eq!(given.kube_probe_version.as_deref(), Some("1.36"));
     }
 
     #[test]

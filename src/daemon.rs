@@ -48,6 +48,7 @@ use crate::pods::{
 use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
+use crate::probe::spec::UnknownProbeField;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::Server;
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
@@ -56,6 +57,7 @@ use crate::status::{
     pod_probes,
 };
 use crate::takeover;
+use crate::user_agent;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
 
 /// How often every pod's desired status and kills are checked again, besides
@@ -184,7 +186,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
     let observer: Arc<dyn ProbeObserver> =
         Arc::new(Telemetry::new(metrics.clone(), events.clone()));
-    let prober = Prober::new(&config.kube_probe_version, Some(cri.clone()))
+    let kube_probe_version = match config.kube_probe_version.clone() {
+        Some(given) => given,
+        None => user_agent::of_node(client.clone(), &config.node_name).await,
+    };
+    let prober = Prober::new(&kube_probe_version, Some(cri.clone()))
         .with_destinations(config.destinations.clone())
         .with_client_certificates(ClientCertificates::new(
             KubeSecrets(client.clone()),
@@ -230,11 +236,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         %listen,
         "podprobe starting"
     );
-    let pod_events = pods::watch(all_pods, watcher_config(&config), cache.clone());
+    let pod_events = pods::watch(
+        Api::all(client.clone()),
+        watcher_config(&config),
+        cache.clone(),
+    );
     let hooks = HookRunner::new(
         cri.clone(),
         config.destinations.clone(),
-        &config.kube_probe_version,
+        &kube_probe_version,
     );
     let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
     let daemon = Daemon {
@@ -484,7 +494,7 @@ impl Daemon {
 
     fn on_pod_event(&mut self, event: PodEvent) {
         match event {
-            PodEvent::Applied(pod) => self.on_pod_applied(&pod),
+            PodEvent::Applied(pod, unknown) => self.on_pod_applied(&pod, &unknown),
             PodEvent::Deleted(pod) => self.on_pod_deleted(&pod),
             PodEvent::Synced => {
                 self.health.set_pods_synced(true);
@@ -494,11 +504,11 @@ impl Daemon {
         }
     }
 
-    fn on_pod_applied(&mut self, pod: &Arc<Pod>) {
+    fn on_pod_applied(&mut self, pod: &Arc<Pod>, unknown: &[UnknownProbeField]) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
-        self.track(&uid, pod);
+        self.track(&uid, pod, unknown);
         if self.pods.get(&uid).is_none_or(|t| t.probes.is_none()) {
             return;
         }
@@ -518,7 +528,7 @@ impl Daemon {
     /// reads its probes and starts workers; see [`Self::update_probes`] for
     /// an annotation edited while its probes run (in authority mode the API
     /// server keeps a pod's probes immutable).
-    fn track(&mut self, uid: &str, pod: &Arc<Pod>) {
+    fn track(&mut self, uid: &str, pod: &Arc<Pod>, unknown: &[UnknownProbeField]) {
         let annotation = match self.mode {
             Mode::Gate => pod
                 .metadata
@@ -552,7 +562,7 @@ impl Daemon {
             Mode::Gate => annotation.as_ref().and_then(|_| self.parse(pod)),
             // podprobe owns the readiness of every pod on the node, with
             // probes or without.
-            Mode::Authority => Some(self.spec_probes(pod)),
+            Mode::Authority => Some(self.spec_probes(pod, unknown)),
         };
         if let Some(probes) = &probes {
             tracing::info!(
@@ -649,9 +659,11 @@ impl Daemon {
     }
 
     /// Authority mode: the probes of the pod's spec. A probe that cannot run
-    /// as written is reported (log and Warning event) and left out.
-    fn spec_probes(&self, pod: &Pod) -> Probes {
-        let (probes, errors) = authority_probes(pod);
+    /// as written is reported (log and Warning event) and left out; one
+    /// with a field podprobe does not implement (V10) is reported and run
+    /// so that every run errors.
+    fn spec_probes(&self, pod: &Pod, unknown: &[UnknownProbeField]) -> Probes {
+        let (probes, errors) = authority_probes(pod, unknown);
         for error in errors {
             tracing::warn!(
                 pod = pod_name(pod),
@@ -825,9 +837,9 @@ fn gate_probes(pod: &Pod, annotated: AnnotatedProbes) -> Probes {
 }
 
 /// Authority mode's [`Probes`]: the pod spec's, and the errors of those that
-/// cannot run as written.
-fn authority_probes(pod: &Pod) -> (Probes, Vec<SpecError>) {
-    let (probes, errors) = PodProbes::from_spec(pod);
+/// cannot run as written or have fields podprobe does not implement.
+fn authority_probes(pod: &Pod, unknown: &[UnknownProbeField]) -> (Probes, Vec<SpecError>) {
+    let (probes, errors) = PodProbes::from_spec(pod, unknown);
     let probes = Probes {
         owned: Owned::Authority,
         manager: takeover::vouched(probes, pod, Mode::Authority),
@@ -931,7 +943,7 @@ mod tests {
     fn verdict_after_restart(mode: Mode, pod: &Pod, prober_start: i64) -> ContainerProbeView {
         let probes = match mode {
             Mode::Gate => gate_probes(pod, pod_probes(pod).unwrap()),
-            Mode::Authority => authority_probes(pod).0,
+            Mode::Authority => authority_probes(pod, &[]).0,
         };
         assert_eq!(probes.manager.len(), 1);
         let mut status = pod.status.clone().unwrap();
@@ -1032,10 +1044,60 @@ mod tests {
     fn authority_probes_come_from_the_spec() {
         let mut pod = pod(Mode::Authority, 100, None);
         pod.metadata.annotations = None;
-        let (probes, errors) = authority_probes(&pod);
+        let (probes, errors) = authority_probes(&pod, &[]);
         assert!(errors.is_empty(), "{errors:?}");
         assert!(probes.manager.get("app", ProbeKind::Readiness).is_some());
         assert_eq!(probes.owned, Owned::Authority);
+    }
+
+    #[test]
+    fn v10_authority_probe_with_a_field_podprobe_lacks_is_reported_and_errors_every_run() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        app.liveness_probe = Some(
+            serde_json::from_value(
+                serde_json::json!({"httpGet": {"port": 80, "protocol": "HTTP2"}}),
+            )
+            .unwrap(),
+        );
+        let unknown = [UnknownProbeField {
+            container: "app".into(),
+            kind: ProbeKind::Readiness,
+            field: "readinessProbe.exec.fromTheFuture".into(),
+        }];
+        let (probes, errors) = authority_probes(&pod, &unknown);
+        let reported: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{} {e}", e.container))
+            .collect();
+        assert_eq!(
+            reported,
+            [
+                "app readinessProbe.exec.fromTheFuture: unknown field: not in the Kubernetes 1.37 API that podprobe implements",
+                r#"app livenessProbe.httpGet.protocol: "HTTP2" (HTTP/2 over cleartext) is not supported by podprobe"#,
+            ]
+        );
+        for kind in [ProbeKind::Readiness, ProbeKind::Liveness] {
+            let spec = probes
+                .manager
+                .get("app", kind)
+                .expect("the probe still runs");
+            assert!(
+                matches!(spec.handler, Handler::Unsupported(_)),
+                "{kind}: {:?}",
+                spec.handler
+            );
+        }
+        let (probes, errors) = authority_probes(&pod, &[]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(matches!(
+            probes
+                .manager
+                .get("app", ProbeKind::Readiness)
+                .unwrap()
+                .handler,
+            Handler::Exec(_)
+        ));
     }
 
     #[test]
@@ -1044,7 +1106,7 @@ mod tests {
         let app = &mut pod.spec.as_mut().unwrap().containers[0];
         app.liveness_probe =
             Some(serde_json::from_value(serde_json::json!({"httpGet": {"port": "web"}})).unwrap());
-        let (probes, errors) = authority_probes(&pod);
+        let (probes, errors) = authority_probes(&pod, &[]);
         assert!(errors.is_empty(), "{errors:?}");
         let liveness = probes.manager.get("app", ProbeKind::Liveness).unwrap();
         assert_eq!(

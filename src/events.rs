@@ -198,7 +198,8 @@ impl PodEvent {
     }
 
     /// A Warning on the container: a probe of its spec cannot run as
-    /// written (a port name it does not declare), so it does not run.
+    /// written, so it does not run, or has a field podprobe does not
+    /// implement (V10), so every run of it errors.
     pub fn invalid_spec_probe(pod: &Pod, error: &SpecError) -> Option<Self> {
         Some(PodEvent {
             regarding: pod_reference(pod, Some(container_field_path(pod, &error.container)))?,

@@ -40,8 +40,10 @@ pub mod server;
 pub mod simulate;
 pub mod status;
 pub mod takeover;
+pub mod user_agent;
 pub mod worker;
 
-/// Default `MAJOR.MINOR` in `User-Agent: kube-probe/...`: the Kubernetes
-/// release podprobe tracks.
-pub const KUBE_PROBE_VERSION: &str = "1.35";
+/// The Kubernetes release whose API types and kubelet podprobe follows:
+/// `MAJOR.MINOR` in `User-Agent: kube-probe/...` when the node's kubelet
+/// version is not known (`podprobe probe`, or a Node podprobe cannot read).
+pub const KUBE_PROBE_VERSION: &str = "1.37";

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::probe::spec::{container_probe, normalize_accepted};
-use crate::probe::{ProbeKind, ProbeSpec, SpecError};
+use crate::probe::spec::{UnknownProbeField, container_probe, normalize_accepted};
+use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 use crate::results::{CachedResult, ProbeCaches};
 use crate::status::ContainerProbeView;
 use crate::worker::{
@@ -57,7 +57,11 @@ impl PodProbes {
     /// regular and restartable init containers, defaulted and resolved as
     /// the kubelet takes them ([`normalize_accepted`]), and the errors of
     /// those podprobe cannot take (none, for a pod the API server admitted).
-    pub fn from_spec(pod: &Pod) -> (PodProbes, Vec<SpecError>) {
+    /// A probe with a field podprobe does not implement, a value
+    /// (`httpGet.protocol: HTTP2`) or one of `unknown` (V10), keeps its
+    /// timing and gets a [`Handler::Unsupported`] that errors every run;
+    /// it is also returned as an error, to be reported.
+    pub fn from_spec(pod: &Pod, unknown: &[UnknownProbeField]) -> (PodProbes, Vec<SpecError>) {
         let mut probes = PodProbes::new();
         let mut errors = Vec::new();
         for container in probed_containers(pod) {
@@ -65,10 +69,34 @@ impl PodProbes {
                 let Some(probe) = container_probe(container, kind) else {
                     continue;
                 };
-                match normalize_accepted(kind, probe, container) {
-                    Ok(spec) => probes.insert(container.name.clone(), kind, spec),
-                    Err(error) => errors.push(error),
+                let mut spec = match normalize_accepted(kind, probe, container) {
+                    Ok(spec) => spec,
+                    Err(error) => {
+                        errors.push(error);
+                        continue;
+                    }
+                };
+                if let Some(field) = unknown
+                    .iter()
+                    .find(|u| u.container == container.name && u.kind == kind)
+                {
+                    spec.handler = Handler::unsupported(
+                        field.field.clone(),
+                        format!(
+                            "unknown field: not in the Kubernetes {} API that podprobe implements",
+                            crate::KUBE_PROBE_VERSION
+                        ),
+                    );
                 }
+                if let Handler::Unsupported(unsupported) = &spec.handler {
+                    errors.push(SpecError {
+                        container: container.name.clone(),
+                        kind,
+                        field: unsupported.field.clone(),
+                        message: unsupported.reason.clone(),
+                    });
+                }
+                probes.insert(container.name.clone(), kind, spec);
             }
         }
         (probes, errors)

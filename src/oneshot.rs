@@ -444,6 +444,7 @@ pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
             a.service
         ),
         Handler::Unresolvable(error) => format!("unresolvable port: {error}"),
+        Handler::Unsupported(unsupported) => format!("unsupported: {unsupported}"),
     }
 }
 

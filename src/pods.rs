@@ -17,17 +17,64 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 
 use crate::backoff::{RetryPolicy, WatchBackoff};
+use crate::probe::spec::{UnknownProbeField, unknown_probe_fields};
 use crate::worker::StatusSource;
+
+/// A Pod as the watch decodes it: the typed object and the probe fields it
+/// had that the types dropped (V10). Decoding goes through a JSON value to
+/// see those fields; only the probes are compared.
+#[derive(Debug, Clone, Default)]
+pub struct WatchedPod {
+    pub pod: Pod,
+    pub unknown_probe_fields: Vec<UnknownProbeField>,
+}
+
+impl<'de> Deserialize<'de> for WatchedPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = serde_json::Value::deserialize(deserializer)?;
+        let unknown_probe_fields = unknown_probe_fields(&raw);
+        let pod = Pod::deserialize(raw).map_err(D::Error::custom)?;
+        Ok(WatchedPod {
+            pod,
+            unknown_probe_fields,
+        })
+    }
+}
+
+impl k8s_openapi::Resource for WatchedPod {
+    const API_VERSION: &'static str = Pod::API_VERSION;
+    const GROUP: &'static str = Pod::GROUP;
+    const KIND: &'static str = Pod::KIND;
+    const VERSION: &'static str = Pod::VERSION;
+    const URL_PATH_SEGMENT: &'static str = Pod::URL_PATH_SEGMENT;
+    type Scope = <Pod as k8s_openapi::Resource>::Scope;
+}
+
+impl k8s_openapi::Metadata for WatchedPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.pod.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.pod.metadata
+    }
+}
 
 /// A pod appeared or changed, or went away.
 #[derive(Debug, Clone)]
 pub enum PodEvent {
-    Applied(Arc<Pod>),
+    /// With the probe fields of the pod that podprobe's types lack (V10).
+    Applied(Arc<Pod>, Vec<UnknownProbeField>),
     Deleted(Arc<Pod>),
     /// The watch (re)listed every pod; the cache now holds exactly these.
     Synced,
@@ -165,19 +212,17 @@ struct Applier {
 }
 
 impl Applier {
-    fn apply(&mut self, cache: &PodCache, event: Event<Pod>) -> Vec<PodEvent> {
+    fn apply(&mut self, cache: &PodCache, event: Event<WatchedPod>) -> Vec<PodEvent> {
         match event {
             Event::Init => {
                 self.listing = Some(HashSet::new());
                 Vec::new()
             }
-            Event::InitApply(pod) => {
-                if let (Some(listing), Some(uid)) = (&mut self.listing, &pod.metadata.uid) {
+            Event::InitApply(watched) => {
+                if let (Some(listing), Some(uid)) = (&mut self.listing, &watched.pod.metadata.uid) {
                     listing.insert(uid.clone());
                 }
-                let pod = Arc::new(pod);
-                cache.insert(pod.clone());
-                vec![PodEvent::Applied(pod)]
+                vec![Self::applied(cache, watched)]
             }
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
@@ -190,16 +235,18 @@ impl Applier {
                 events.push(PodEvent::Synced);
                 events
             }
-            Event::Apply(pod) => {
-                let pod = Arc::new(pod);
-                cache.insert(pod.clone());
-                vec![PodEvent::Applied(pod)]
-            }
-            Event::Delete(pod) => {
+            Event::Apply(watched) => vec![Self::applied(cache, watched)],
+            Event::Delete(WatchedPod { pod, .. }) => {
                 cache.remove(&pod);
                 vec![PodEvent::Deleted(Arc::new(pod))]
             }
         }
+    }
+
+    fn applied(cache: &PodCache, watched: WatchedPod) -> PodEvent {
+        let pod = Arc::new(watched.pod);
+        cache.insert(pod.clone());
+        PodEvent::Applied(pod, watched.unknown_probe_fields)
     }
 }
 
@@ -208,7 +255,7 @@ impl Applier {
 /// logged on the transition and retried with [`RetryPolicy::WATCH`]'s
 /// backoff (relisting as needed).
 pub fn watch(
-    api: Api<Pod>,
+    api: Api<WatchedPod>,
     config: watcher::Config,
     cache: Arc<PodCache>,
 ) -> impl Stream<Item = PodEvent> + Send {
@@ -261,11 +308,50 @@ mod tests {
         }
     }
 
+    fn watched(pod: Pod) -> WatchedPod {
+        WatchedPod {
+            pod,
+            unknown_probe_fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn v10_the_watch_decodes_a_pod_and_the_probe_fields_its_types_lack() {
+        let json = r#"{"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "app", "image": "i",
+                "readinessProbe": {"grpc": {"port": 9, "mode": "TLS", "tlsServerName": "x"}}}]}}"#;
+        let watched: WatchedPod = serde_json::from_str(json).unwrap();
+        assert_eq!(watched.pod.metadata.uid.as_deref(), Some("u"));
+        let grpc = watched.pod.spec.unwrap().containers[0]
+            .readiness_probe
+            .clone()
+            .and_then(|p| p.grpc)
+            .unwrap();
+        assert_eq!(grpc.mode.as_deref(), Some("TLS"));
+        let fields: Vec<_> = watched
+            .unknown_probe_fields
+            .iter()
+            .map(|u| (u.container.as_str(), u.field.as_str()))
+            .collect();
+        assert_eq!(fields, [("app", "readinessProbe.grpc.tlsServerName")]);
+        let mut events = Applier::default().apply(
+            &PodCache::new(),
+            Event::Apply(serde_json::from_str(json).unwrap()),
+        );
+        let Some(PodEvent::Applied(_, unknown)) = events.pop() else {
+            panic!("an applied pod");
+        };
+        assert_eq!(unknown, watched.unknown_probe_fields);
+    }
+
     fn names(events: &[PodEvent]) -> Vec<String> {
         events
             .iter()
             .map(|e| match e {
-                PodEvent::Applied(p) => format!("applied {}", p.metadata.uid.as_deref().unwrap()),
+                PodEvent::Applied(p, _) => {
+                    format!("applied {}", p.metadata.uid.as_deref().unwrap())
+                }
                 PodEvent::Deleted(p) => format!("deleted {}", p.metadata.uid.as_deref().unwrap()),
                 PodEvent::Synced => "synced".to_string(),
             })
@@ -276,12 +362,12 @@ mod tests {
     fn status_source_returns_latest_status_by_uid() {
         let cache = PodCache::new();
         let mut applier = Applier::default();
-        applier.apply(&cache, Event::Apply(pod("a", "10.0.0.1")));
-        applier.apply(&cache, Event::Apply(pod("a", "10.0.0.2")));
+        applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
+        applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.2"))));
         let status = cache.pod_status("a").unwrap();
         assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.2"));
         assert!(cache.pod_status("b").is_none());
-        applier.apply(&cache, Event::Delete(pod("a", "10.0.0.2")));
+        applier.apply(&cache, Event::Delete(watched(pod("a", "10.0.0.2"))));
         assert!(cache.pod_status("a").is_none());
     }
 
@@ -301,7 +387,7 @@ mod tests {
                 })
                 .to_vec(),
         );
-        Applier::default().apply(&cache, Event::Apply(pod));
+        Applier::default().apply(&cache, Event::Apply(watched(pod)));
         cache.set_started("a", HashMap::from([("containerd://app".into(), false)]));
         let status = cache.pod_status("a").unwrap();
         let started: Vec<_> = status
@@ -317,12 +403,12 @@ mod tests {
     fn relist_reports_pods_missing_from_it_as_deleted() {
         let cache = PodCache::new();
         let mut applier = Applier::default();
-        applier.apply(&cache, Event::Apply(pod("a", "10.0.0.1")));
-        applier.apply(&cache, Event::Apply(pod("b", "10.0.0.2")));
+        applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
+        applier.apply(&cache, Event::Apply(watched(pod("b", "10.0.0.2"))));
         assert!(!cache.has_synced());
         let mut events = applier.apply(&cache, Event::Init);
-        events.extend(applier.apply(&cache, Event::InitApply(pod("b", "10.0.0.2"))));
-        events.extend(applier.apply(&cache, Event::InitApply(pod("c", "10.0.0.3"))));
+        events.extend(applier.apply(&cache, Event::InitApply(watched(pod("b", "10.0.0.2")))));
+        events.extend(applier.apply(&cache, Event::InitApply(watched(pod("c", "10.0.0.3")))));
         events.extend(applier.apply(&cache, Event::InitDone));
         assert_eq!(
             names(&events),

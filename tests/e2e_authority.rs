@@ -908,6 +908,79 @@ fn pod_without_probes() {
     }]);
 }
 
+/// V10: a probe asking for HTTP/2 over cleartext (`httpGet.protocol:
+/// HTTP2`, Kubernetes 1.37 behind the `H2CContainerProbe` gate, which
+/// `hack/local-cluster.sh` turns on) is refused: a Warning names the field
+/// and the container runs but is never ready, its probe erroring every run.
+/// Not differential: the kubelet with its own gate on probes it over h2c.
+#[test]
+#[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
+fn v10_h2c_probe_is_refused_with_a_warning_naming_the_field() {
+    let node = ensure_agent_node().name.clone();
+    let ns = Namespace::create(&format!("podprobe-skew-{}", unique_id()));
+    let h2c = json!({"httpGet": {"port": 8080, "protocol": "HTTP2"}});
+    let probes = json!({"readinessProbe": probe(h2c, json!({"periodSeconds": 1}))});
+    let script = ["sh", "-c", SLEEP_LOOP];
+    let pod = spec_pod(
+        "h2c",
+        "app",
+        BUSYBOX_IMAGE,
+        &script,
+        &[],
+        probes,
+        Some(&node),
+    );
+    ns.create_pod(&pod);
+    let stored = ns.pod("h2c").expect("the pod");
+    let protocol = &stored["spec"]["containers"][0]["readinessProbe"]["httpGet"]["protocol"];
+    let version = cluster::cluster()
+        .json(&["version", "-o", "json"])
+        .expect("version");
+    let minor: u32 = version["serverVersion"]["minor"]
+        .as_str()
+        .and_then(|m| m.trim_end_matches('+').parse().ok())
+        .expect("serverVersion.minor");
+    if minor < 37 {
+        // An API server before the field stores no such probe: nothing
+        // reaches podprobe to refuse.
+        assert_eq!(
+            protocol,
+            &Value::Null,
+            "Kubernetes 1.{minor} kept httpGet.protocol"
+        );
+        return;
+    }
+    assert_eq!(
+        protocol, "HTTP2",
+        "the API server dropped httpGet.protocol: its H2CContainerProbe feature gate is off"
+    );
+    let note = "readinessProbe.httpGet.protocol: \"HTTP2\" (HTTP/2 over cleartext) is not supported by podprobe";
+    let event = ns.wait_for("a ProbeSpecInvalid Warning naming the field", START, || {
+        let events = ns.events_for("h2c");
+        events
+            .iter()
+            .find(|e| e["reason"] == "ProbeSpecInvalid")
+            .cloned()
+            .ok_or_else(|| format!("{} events, none ProbeSpecInvalid", events.len()))
+    });
+    assert_eq!(event["type"], "Warning", "{event:#}");
+    assert_eq!(event["message"], note, "{event:#}");
+    assert_eq!(
+        event["involvedObject"]["fieldPath"], "spec.containers{app}",
+        "{event:#}"
+    );
+    ns.wait_for("app running", START, || {
+        let p = ns.pod("h2c")?;
+        running(&p, "app")
+    });
+    // Five runs of the probe, each erroring: never ready.
+    ns.holds_for("app never ready", Duration::from_secs(5), || {
+        let p = ns.pod("h2c")?;
+        ready(&p, "app", false)?;
+        condition_is(&p, "Ready", false)
+    });
+}
+
 mod differences {
     use super::*;
 

@@ -488,6 +488,38 @@ async fn tls_grpc_verified_against_the_bundle_is_healthy() {
     );
 }
 
+/// The handler's TLS of a spec probe `{"grpc": {"port": 1, "mode": mode}}`.
+fn mode_tls(mode: &str) -> Option<podprobe::probe::spec::extension::TlsSettings> {
+    let probe = serde_json::from_value(serde_json::json!({"grpc": {"port": 1, "mode": mode}}))
+        .expect("a core/v1 Probe");
+    let container = k8s_openapi::api::core::v1::Container::default();
+    let kind = podprobe::probe::ProbeKind::Readiness;
+    match podprobe::probe::spec::normalize_accepted(kind, &probe, &container)
+        .expect("valid")
+        .handler
+    {
+        podprobe::probe::Handler::Grpc(action) => action.tls,
+        other => panic!("expected grpc, got {other:?}"),
+    }
+}
+
+/// G8: `grpc.mode: TLS` (Kubernetes 1.37) is TLS that trusts any server
+/// certificate, as the kubelet's `InsecureSkipVerify`.
+#[tokio::test]
+async fn g8_grpc_mode_tls_probes_a_tls_server_without_verifying_it() {
+    let port = serve_tls_reporter(&support::pki::TestCa::new("nobody-trusts-this"), None).await;
+    let tls = mode_tls("TLS").expect("mode TLS turns TLS on");
+    assert_eq!(
+        probe_tls(port, &tls).await,
+        Outcome::new(ProbeResult::Success, "service healthy")
+    );
+    assert_eq!(
+        mode_tls("Plaintext"),
+        None,
+        "Plaintext is the kubelet's plain text"
+    );
+}
+
 #[tokio::test]
 async fn tls_grpc_unknown_authority_is_reported_with_the_deadline() {
     let port = serve_tls_reporter(&support::pki::TestCa::new("server-ca"), None).await;

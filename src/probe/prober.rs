@@ -287,6 +287,7 @@ impl Prober {
                 exec::probe(cri, id, &action.command, exec_timeout(timeout)).await
             }
             Handler::Unresolvable(error) => Err(ProbeError::unknown(error.to_string())),
+            Handler::Unsupported(unsupported) => Err(ProbeError::unknown(unsupported.to_string())),
         }
     }
 }

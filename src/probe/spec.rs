@@ -23,6 +23,7 @@ mod decode;
 mod expand;
 pub mod extension;
 mod port;
+mod skew;
 mod validation;
 
 use std::time::Duration;
@@ -40,6 +41,7 @@ pub use self::expand::{
     CommandTooLong, MAX_EXPANDED_COMMAND_BYTES, env_map, expand, expand_command,
 };
 pub use self::port::{AtoiFailure, PortError, resolve_container_port};
+pub use self::skew::{UnknownProbeField, unknown_probe_fields};
 pub use self::validation::is_dns_subdomain;
 
 /// A probe after defaulting, validation and resolution.
@@ -124,6 +126,33 @@ pub enum Handler {
     /// accepts it; the kubelet runs it, and every run errors with this
     /// (H19, H20). Only [`normalize_accepted`] builds it.
     Unresolvable(PortError),
+    /// A probe of the pod spec that asks for what podprobe does not do: a
+    /// field of a newer API than podprobe's (version skew, V10) or a value
+    /// it does not implement (`httpGet.protocol: HTTP2`). Every run errors
+    /// with this, as for [`Handler::Unresolvable`]: readiness stays False,
+    /// startup never succeeds, liveness never kills. Only
+    /// [`normalize_accepted`] and [`Handler::unsupported`] build it.
+    Unsupported(Unsupported),
+}
+
+impl Handler {
+    /// The handler of a probe that has `field`, which podprobe does not
+    /// implement, for `reason`.
+    pub fn unsupported(field: impl Into<String>, reason: impl Into<String>) -> Handler {
+        Handler::Unsupported(Unsupported {
+            field: field.into(),
+            reason: reason.into(),
+        })
+    }
+}
+
+/// A probe field podprobe does not implement: the path from the probe's own
+/// field (`readinessProbe.httpGet.protocol`) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct Unsupported {
+    pub field: String,
+    pub reason: String,
 }
 
 /// `exec`: the command with `$(VAR)` references already expanded from the
@@ -217,8 +246,15 @@ pub fn normalize(
     if let Some(first) = validation::validate_probe(kind, &probe).into_iter().next() {
         return Err(to_spec_error(first));
     }
-    let handler = build_handler(kind, &probe, container).map_err(to_spec_error)?;
-    Ok(spec_with(handler, &probe))
+    match build_handler(kind, &probe, container).map_err(to_spec_error)? {
+        Handler::Unsupported(Unsupported { field, reason }) => Err(SpecError {
+            container: container.name.clone(),
+            kind,
+            field,
+            message: reason,
+        }),
+        handler => Ok(spec_with(handler, &probe)),
+    }
 }
 
 /// [`normalize`] for a probe object with podprobe's extensions: the core
@@ -249,6 +285,13 @@ pub fn normalize_object(
         .map(|given| extension::tls::tls_settings(kind.field_name(), handler, https, given))
         .transpose()
         .map_err(to_spec_error)?;
+    let plaintext = object.probe.grpc.as_ref().and_then(|g| g.mode.as_deref()) == Some("Plaintext");
+    if tls.is_some() && plaintext {
+        return Err(to_spec_error(FieldError::forbidden(
+            format!("{}.{EXTENSIONS_KEY}.tls", kind.field_name()),
+            "may not be set with `grpc.mode: Plaintext`",
+        )));
+    }
     spec.period_milliseconds =
         extension::period_milliseconds(kind.field_name(), podprobe).map_err(to_spec_error)?;
     match &mut spec.handler {
@@ -256,7 +299,8 @@ pub fn normalize_object(
             extensions.tls = Box::new(tls.unwrap_or_default());
             action.extensions = extensions;
         }
-        Handler::Grpc(action) => action.tls = tls,
+        // `podprobe.tls` refines `grpc.mode: TLS`; without it the mode stands.
+        Handler::Grpc(action) if tls.is_some() => action.tls = tls,
         _ => {}
     }
     spec.network =
@@ -289,22 +333,26 @@ pub fn normalize_accepted(
     probe: &Probe,
     container: &Container,
 ) -> Result<ProbeSpec, SpecError> {
-    let error = match normalize(kind, probe, container) {
-        Ok(spec) => return Ok(spec),
+    let to_spec_error = |e: FieldError| spec_error(kind, container, e);
+    let defaulted = with_defaults(probe);
+    if let Some(first) = validation::validate_probe(kind, &defaulted)
+        .into_iter()
+        .next()
+    {
+        return Err(to_spec_error(first));
+    }
+    let error = match build_handler(kind, &defaulted, container) {
+        Ok(handler) => return Ok(spec_with(handler, &defaulted)),
         Err(error) => error,
     };
-    let defaulted = with_defaults(probe);
-    if !validation::validate_probe(kind, &defaulted).is_empty() {
-        return Err(error);
-    }
     let port = match validation::handlers(&defaulted).first() {
         Some(HandlerRef::HttpGet(http)) => &http.port,
         Some(HandlerRef::TcpSocket(tcp)) => &tcp.port,
-        _ => return Err(error),
+        _ => return Err(to_spec_error(error)),
     };
     match resolve_container_port(port, container) {
         Err(port_error) => Ok(spec_with(Handler::Unresolvable(port_error), &defaulted)),
-        Ok(_) => Err(error),
+        Ok(_) => Err(to_spec_error(error)),
     }
 }
 
@@ -399,10 +447,20 @@ fn build_handler(
                 )
             })?,
         }),
-        Some(HandlerRef::HttpGet(http)) => Handler::HttpGet(http_get_with_port(
-            http,
-            container_port(format!("{root}.httpGet.port"), &http.port, container)?,
-        )),
+        Some(HandlerRef::HttpGet(http)) => {
+            let port = container_port(format!("{root}.httpGet.port"), &http.port, container)?;
+            if http.protocol.as_deref() == Some(validation::HTTP2) {
+                // H2CContainerProbe (alpha in 1.37): not implemented yet.
+                return Ok(Handler::unsupported(
+                    format!("{root}.httpGet.protocol"),
+                    format!(
+                        "{} (HTTP/2 over cleartext) is not supported by podprobe",
+                        go_quote(validation::HTTP2)
+                    ),
+                ));
+            }
+            Handler::HttpGet(http_get_with_port(http, port))
+        }
         Some(HandlerRef::TcpSocket(tcp)) => Handler::TcpSocket(TcpSocketAction {
             host: non_empty(&tcp.host),
             port: container_port(format!("{root}.tcpSocket.port"), &tcp.port, container)?,
@@ -410,7 +468,9 @@ fn build_handler(
         Some(HandlerRef::Grpc(grpc)) => Handler::Grpc(GrpcAction {
             port: validation::port_number(format!("{root}.grpc.port"), grpc.port)?,
             service: grpc.service.clone().unwrap_or_default(),
-            tls: None,
+            // GRPCContainerProbeTLS (alpha in 1.37): TLS without
+            // verification, the kubelet's `InsecureSkipVerify` (G8).
+            tls: (grpc.mode.as_deref() == Some(validation::GRPC_TLS)).then(TlsSettings::default),
         }),
     };
     Ok(handler)

@@ -142,7 +142,7 @@ impl Reviewer for KubeReviewer {
         Box::pin(async move {
             let review = TokenReview {
                 spec: TokenReviewSpec {
-                    token: Some(token.to_string()),
+                    token: token.to_string(),
                     audiences: None,
                 },
                 ..TokenReview::default()

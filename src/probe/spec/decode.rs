@@ -62,7 +62,7 @@ pub fn decode_probe_object(kind: ProbeKind, value: &Value) -> Result<ProbeObject
 
 /// Decodes `value` as a `T`, rejecting fields `T` does not have; `root` is
 /// the path of `value`, which errors start with.
-fn decode_strict<T: DeserializeOwned + Serialize>(
+pub(super) fn decode_strict<T: DeserializeOwned + Serialize>(
     root: &str,
     value: &Value,
 ) -> Result<T, DecodeError> {

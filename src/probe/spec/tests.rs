@@ -387,6 +387,100 @@ fn v7_http_scheme_must_be_http_or_https() {
 }
 
 #[test]
+fn v7_http_protocol_is_http1_or_http2_and_http2_needs_plain_http_without_host() {
+    for (http_get, error) in [
+        (
+            json!({"port": 80, "protocol": "h2c"}),
+            r#"readinessProbe.httpGet.protocol: Unsupported value: "h2c": supported values: "HTTP1", "HTTP2""#,
+        ),
+        (
+            json!({"port": 80, "protocol": "HTTP2", "scheme": "HTTPS"}),
+            r#"readinessProbe.httpGet.protocol: Invalid value: "HTTP2": is only supported with HTTP (H2C)"#,
+        ),
+        (
+            json!({"port": 80, "protocol": "HTTP2", "host": "10.0.0.1"}),
+            r#"readinessProbe.httpGet.host: Invalid value: "10.0.0.1": must be empty when `protocol` is "HTTP2""#,
+        ),
+    ] {
+        let probe = json!({"httpGet": http_get});
+        assert_eq!(err(ProbeKind::Readiness, probe.clone()), error);
+        assert_eq!(all_errors(ProbeKind::Readiness, probe), [error]);
+    }
+    let http1 = ok(
+        ProbeKind::Readiness,
+        json!({"httpGet": {"port": 80, "protocol": "HTTP1"}}),
+    );
+    assert!(matches!(http1.handler, Handler::HttpGet(_)));
+}
+
+#[test]
+fn v7_grpc_mode_is_plaintext_or_tls() {
+    assert_eq!(
+        err(
+            ProbeKind::Liveness,
+            json!({"grpc": {"port": 9, "mode": "tls"}})
+        ),
+        r#"livenessProbe.grpc.mode: Unsupported value: "tls": supported values: "Plaintext", "TLS""#
+    );
+}
+
+#[test]
+fn g8_grpc_mode_tls_is_tls_without_verification_and_plaintext_is_plain() {
+    let grpc = |mode: Value| match ok(
+        ProbeKind::Readiness,
+        json!({"grpc": {"port": 9, "mode": mode}}),
+    )
+    .handler
+    {
+        Handler::Grpc(action) => action.tls,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(grpc(json!("TLS")), Some(TlsSettings::default()));
+    assert_eq!(grpc(json!("Plaintext")), None);
+    assert_eq!(grpc(Value::Null), None);
+}
+
+#[test]
+fn g8_podprobe_tls_refines_grpc_mode_tls_and_conflicts_with_plaintext() {
+    let object = |mode: &str| {
+        decode_probe_object(
+            ProbeKind::Readiness,
+            &json!({"grpc": {"port": 9, "mode": mode},
+                    "podprobe": {"tls": {"serverName": "health.example"}}}),
+        )
+        .unwrap()
+    };
+    let spec = normalize_object(ProbeKind::Readiness, &object("TLS"), &app()).unwrap();
+    let tls = spec.tls().expect("TLS");
+    assert_eq!(
+        tls.server_name.as_ref().map(|n| n.to_str().to_string()),
+        Some("health.example".into())
+    );
+    assert_eq!(
+        normalize_object(ProbeKind::Readiness, &object("Plaintext"), &app())
+            .unwrap_err()
+            .to_string(),
+        "readinessProbe.podprobe.tls: Forbidden: may not be set with `grpc.mode: Plaintext`"
+    );
+}
+
+#[test]
+fn v10_http2_is_refused_in_annotations_and_errors_every_run_in_the_spec() {
+    let h2c = json!({"httpGet": {"port": "web", "protocol": "HTTP2"}, "periodSeconds": 3});
+    let message = r#"readinessProbe.httpGet.protocol: "HTTP2" (HTTP/2 over cleartext) is not supported by podprobe"#;
+    assert_eq!(err(ProbeKind::Readiness, h2c.clone()), message);
+    let accepted = normalize_accepted(ProbeKind::Readiness, &probe(h2c), &app()).unwrap();
+    assert_eq!(
+        accepted.handler,
+        Handler::unsupported(
+            "readinessProbe.httpGet.protocol",
+            r#""HTTP2" (HTTP/2 over cleartext) is not supported by podprobe"#
+        )
+    );
+    assert_eq!(accepted.period_seconds, 3, "the probe keeps its timing");
+}
+
+#[test]
 fn v7_port_number_must_be_in_range() {
     for (handler, port) in [("httpGet", 0), ("tcpSocket", 65536), ("grpc", -1)] {
         assert_eq!(

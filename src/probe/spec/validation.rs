@@ -112,6 +112,12 @@ const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
 const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of alphanumeric characters or '-' \
      (e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')";
 const SUPPORTED_SCHEMES: [&str; 2] = ["HTTP", "HTTPS"];
+const SUPPORTED_HTTP_PROTOCOLS: [&str; 2] = ["HTTP1", HTTP2];
+const SUPPORTED_GRPC_MODES: [&str; 2] = ["Plaintext", GRPC_TLS];
+/// `httpGet.protocol` for HTTP/2 over cleartext with prior knowledge (h2c).
+pub(super) const HTTP2: &str = "HTTP2";
+/// `grpc.mode` for TLS without certificate verification.
+pub(super) const GRPC_TLS: &str = "TLS";
 
 /// A probe handler as written, in the API server's checking order.
 pub(super) enum HandlerRef<'a> {
@@ -261,13 +267,54 @@ fn validate_action(path: &str, handler: &HandlerRef<'_>) -> Vec<FieldError> {
                     HTTP_HEADER_NAME,
                 )
             }));
+            errs.extend(validate_http_protocol(path, http, scheme));
             errs
         }
         HandlerRef::TcpSocket(tcp) => validate_port_num_or_name(port_field, &tcp.port),
-        HandlerRef::Grpc(grpc) => port_number(port_field, grpc.port)
-            .err()
-            .into_iter()
-            .collect(),
+        HandlerRef::Grpc(grpc) => {
+            let mut errs: Vec<FieldError> = port_number(port_field, grpc.port)
+                .err()
+                .into_iter()
+                .collect();
+            if let Some(mode) = grpc.mode.as_deref()
+                && !SUPPORTED_GRPC_MODES.contains(&mode)
+            {
+                errs.push(FieldError::not_supported(
+                    format!("{path}.mode"),
+                    mode,
+                    &SUPPORTED_GRPC_MODES,
+                ));
+            }
+            errs
+        }
+    }
+}
+
+/// V7, Kubernetes 1.37: `httpGet.protocol` is `HTTP1` or `HTTP2`, and
+/// `HTTP2` (h2c) needs scheme `HTTP` and no `host`; at most one error.
+fn validate_http_protocol(path: &str, http: &HTTPGetAction, scheme: &str) -> Option<FieldError> {
+    let protocol = http.protocol.as_deref()?;
+    let field = format!("{path}.protocol");
+    if !SUPPORTED_HTTP_PROTOCOLS.contains(&protocol) {
+        Some(FieldError::not_supported(
+            field,
+            protocol,
+            &SUPPORTED_HTTP_PROTOCOLS,
+        ))
+    } else if protocol == HTTP2 && scheme != "HTTP" {
+        Some(FieldError::invalid_string(
+            field,
+            protocol,
+            "is only supported with HTTP (H2C)",
+        ))
+    } else if protocol == HTTP2 && !http.host.as_deref().unwrap_or_default().is_empty() {
+        Some(FieldError::invalid_string(
+            format!("{path}.host"),
+            http.host.as_deref().unwrap_or_default(),
+            "must be empty when `protocol` is \"HTTP2\"",
+        ))
+    } else {
+        None
     }
 }
 
