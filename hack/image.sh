@@ -67,7 +67,7 @@ build_podprobe() {
 
 # Prints "NAME DIGEST TARBALL" for the agnhost image.
 build_agnhost() {
-    local bin tarball work digest
+    local bin tarball work digest source
     bin=$("$HACK/k8s-build.sh" --bin-dir)/agnhost
     [ -x "$bin" ] || die "no agnhost at $bin: run hack/k8s-build.sh"
     tarball=$TARGET/image/agnhost.oci.tar
@@ -79,6 +79,12 @@ build_agnhost() {
     install -D -m 0755 "$bin" "$work/agnhost/agnhost"
     ln -s agnhost "$work/agnhost/agnhost-2"
     mkdir -p "$work/agnhost/uploads"
+    # The serving certificate upstream's image carries for TLS servers
+    # (`grpc-health-checking --tls-cert-file /localhost.crt`, the 1.37 gRPC
+    # TLS probe specs), from the release's own source.
+    source=$("$HACK/k8s-build.sh" --source-dir)
+    install -m 0644 "$source/test/images/agnhost/porter/localhost.crt" \
+        "$source/test/images/agnhost/porter/localhost.key" "$work/agnhost/"
     digest=$(oci_image_tar "$tarball" "$AGNHOST_IMAGE" '["/agnhost"]' '["pause"]' \
         "$work/busybox-static" "$work/bash" "$work/agnhost")
     rm -rf "$work"

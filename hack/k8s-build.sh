@@ -17,6 +17,8 @@
 #   hack/k8s-build.sh            build if needed, print the bin directory
 #   hack/k8s-build.sh --version  print the pinned Kubernetes version
 #   hack/k8s-build.sh --bin-dir  print the bin directory without building
+#   hack/k8s-build.sh --source-dir
+#                                print the k8s.io/kubernetes module's source directory
 #   hack/k8s-build.sh --versions print every pinned version, oldest first
 set -euo pipefail
 
@@ -40,6 +42,12 @@ if [ -z "$k8s_version" ]; then
 fi
 if [ "${1:-}" = --version ]; then
   echo "$k8s_version"
+  exit 0
+fi
+if [ "${1:-}" = --source-dir ]; then
+  # The release's module source (downloaded by the build), for files that
+  # go into images beside the binaries.
+  (cd "$mod_dir" && go mod download k8s.io/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
   exit 0
 fi
 
