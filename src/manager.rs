@@ -89,12 +89,7 @@ impl PodProbes {
                     );
                 }
                 if let Handler::Unsupported(unsupported) = &spec.handler {
-                    errors.push(SpecError {
-                        container: container.name.clone(),
-                        kind,
-                        field: unsupported.field.clone(),
-                        message: unsupported.reason.clone(),
-                    });
+                    errors.push(unsupported.spec_error(&container.name, kind));
                 }
                 probes.insert(container.name.clone(), kind, spec);
             }

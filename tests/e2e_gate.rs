@@ -17,9 +17,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use cluster::{
-    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PODPROBE_SELECTOR, cluster,
-    condition, ensure_podprobe, gated_pod, podprobe_rolled_out, ready_podprobe_pods, restart_count,
-    running, unique_id,
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, cluster, condition,
+    ensure_podprobe, gated_pod, podprobe_pods, podprobe_rolled_out, ready_podprobe_pods,
+    restart_count, running, unique_id,
 };
 
 /// Long enough for a probe period, a status patch and the kubelet's resync,
@@ -676,16 +676,7 @@ fn the_chart_install_is_scraped_as_its_pod_monitor_says() {
         },
         String::new,
     );
-    let pods = cluster()
-        .json(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            PODPROBE_SELECTOR,
-        ])
-        .expect("podprobe pods");
+    let pods = podprobe_pods(&[]).expect("podprobe pods");
     let items = pods["items"].as_array().cloned().unwrap_or_default();
     assert!(!items.is_empty(), "no podprobe pod");
     for pod in items {

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use cluster::{
-    BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PODPROBE_SELECTOR, PodWatch, cluster,
-    condition, ensure_podprobe, gated_pod, podprobe_rolled_out, ready_podprobe_pods, running,
+    BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PodWatch, cluster, condition,
+    ensure_podprobe, gated_pod, podprobe_pods, podprobe_rolled_out, ready_podprobe_pods, running,
     token_kubeconfig, unique_id,
 };
 
@@ -145,18 +145,8 @@ fn wait_running(ns: &Namespace, pod: &str) {
 
 /// podprobe's pod on `node`: its name and UID.
 fn podprobe_on(node: &str) -> (String, String) {
-    let pods = cluster()
-        .json(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            PODPROBE_SELECTOR,
-            "--field-selector",
-            &format!("spec.nodeName={node},status.phase=Running"),
-        ])
-        .expect("list podprobe's pods");
+    let selector = format!("spec.nodeName={node},status.phase=Running");
+    let pods = podprobe_pods(&["--field-selector", &selector]).expect("list podprobe's pods");
     let pod = pods["items"]
         .as_array()
         .and_then(|items| {

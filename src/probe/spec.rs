@@ -155,6 +155,18 @@ pub struct Unsupported {
     pub reason: String,
 }
 
+impl Unsupported {
+    /// This as the error of `container`'s `kind` probe, to report.
+    pub fn spec_error(&self, container: &str, kind: ProbeKind) -> SpecError {
+        SpecError {
+            container: container.to_string(),
+            kind,
+            field: self.field.clone(),
+            message: self.reason.clone(),
+        }
+    }
+}
+
 /// `exec`: the command with `$(VAR)` references already expanded from the
 /// container's own `env`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,12 +259,7 @@ pub fn normalize(
         return Err(to_spec_error(first));
     }
     match build_handler(kind, &probe, container).map_err(to_spec_error)? {
-        Handler::Unsupported(Unsupported { field, reason }) => Err(SpecError {
-            container: container.name.clone(),
-            kind,
-            field,
-            message: reason,
-        }),
+        Handler::Unsupported(unsupported) => Err(unsupported.spec_error(&container.name, kind)),
         handler => Ok(spec_with(handler, &probe)),
     }
 }

@@ -577,18 +577,24 @@ pub fn ensure_podprobe() {
     });
 }
 
+/// podprobe's DaemonSet pods (a PodList), with `extra` kubectl arguments
+/// (a field selector).
+pub fn podprobe_pods(extra: &[&str]) -> Result<Value, String> {
+    let mut args = vec![
+        "-n",
+        PODPROBE_NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        PODPROBE_SELECTOR,
+    ];
+    args.extend_from_slice(extra);
+    cluster().json(&args)
+}
+
 /// The names of podprobe's DaemonSet pods that are Ready and not going away.
 pub fn ready_podprobe_pods() -> Vec<String> {
-    let list = cluster()
-        .json(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            PODPROBE_SELECTOR,
-        ])
-        .unwrap_or(Value::Null);
+    let list = podprobe_pods(&[]).unwrap_or(Value::Null);
     list["items"]
         .as_array()
         .into_iter()
