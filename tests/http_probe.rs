@@ -761,6 +761,37 @@ async fn ext_body_regex_matches_and_misses() {
     );
 }
 
+/// #25: a pattern whose lazy DFA thrashes on the body gives up within the
+/// probe's timeout, failing the probe and saying why, instead of falling
+/// back to a search as slow as the program's size times the body's.
+#[tokio::test]
+async fn ext_body_regex_gives_up_instead_of_burning_the_timeout() {
+    let mut state: u64 = 7;
+    let body: Vec<u8> = (0..10 * 1024)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            if (state >> 33) & 1 == 0 { b'a' } else { b'b' }
+        })
+        .collect();
+    let body: &'static [u8] = Box::leak(body.into_boxed_slice());
+    let server = answering(200, body).await;
+    let pattern = "[ab]*a[ab]{200}c";
+    let got = outcome(&expecting(
+        server.port(),
+        serde_json::json!({"bodyRegex": pattern}),
+    ))
+    .await;
+    assert_eq!(
+        got,
+        Outcome::new(
+            ProbeResult::Failure,
+            format!(
+                "HTTP probe failed: matching the body against {pattern} gave up: too costly to match against this body"
+            )
+        )
+    );
+}
+
 #[tokio::test]
 async fn ext_body_expectations_see_only_the_first_10_kib() {
     for (padding, found) in [(10_240 - 2, true), (10_240 - 1, false), (10_240, false)] {

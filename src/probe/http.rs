@@ -21,13 +21,14 @@ mod url;
 use std::time::Duration;
 
 use http::StatusCode;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use self::request::Hop;
 use self::transport::{Exchange, TransportError};
 use super::destinations::Destinations;
 use super::spec::HttpGetAction;
-use super::spec::extension::{Expect, Method, TlsSettings};
+use super::spec::extension::{BodyRegex, Expect, GaveUp, Method, TlsSettings, regex_failure};
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_quote};
 
 /// Requests Go's client sends before giving up on a redirect chain.
@@ -76,11 +77,12 @@ pub async fn probe(
                 },
             })?,
     };
-    Ok(outcome(
-        exchange.response.status(),
-        &body,
-        &action.extensions.expect,
-    ))
+    let status = exchange.response.status();
+    let expect = &action.extensions.expect;
+    if let Some(message) = body_regex_failure(status, &body, expect, deadline).await {
+        return Ok(Outcome::new(ProbeResult::Failure, message));
+    }
+    Ok(outcome(status, &body, expect))
 }
 
 /// One GET for `action` (host defaulting to `pod_ip`) as the kubelet's
@@ -109,7 +111,8 @@ pub async fn get_and_discard(
 /// fails, its message naming it; `statusCodes`, when set, replaces the
 /// status rule, a listed code being a plain success (a listed 3xx is what
 /// the user asked for, not a warning). Body expectations are checked on the
-/// body read, the first 10 KiB as the kubelet reads them.
+/// body read, the first 10 KiB as the kubelet reads them; `bodyRegex` by
+/// [`body_regex_failure`] before this.
 fn outcome(status: StatusCode, body: &[u8], expect: &Expect) -> Outcome {
     let body = String::from_utf8_lossy(body);
     let code = status.as_u16();
@@ -129,6 +132,61 @@ fn outcome(status: StatusCode, body: &[u8], expect: &Expect) -> Outcome {
             ProbeResult::Failure,
             format!("HTTP probe failed with statuscode: {code}"),
         ),
+    }
+}
+
+/// Why the final response misses its `bodyRegex` (#14), when its status and
+/// `bodyContains` pass (otherwise [`outcome`] says why it fails): the
+/// search is bounded by `deadline` and never holds a runtime worker.
+async fn body_regex_failure(
+    status: StatusCode,
+    body: &[u8],
+    expect: &Expect,
+    deadline: Option<Instant>,
+) -> Option<String> {
+    let code = status.as_u16();
+    let regex = expect.regex_to_match(code)?;
+    let body = String::from_utf8_lossy(body);
+    if expect.failure(code, &body).is_some() {
+        return None;
+    }
+    regex_failure(regex, search_body(regex, body.as_bytes(), deadline).await)
+}
+
+/// `bodyRegex` searches running at once, node-wide; each holds a lazy DFA
+/// cache of up to [`super::spec::extension::MAX_REGEX_DFA_BYTES`].
+const MAX_CONCURRENT_BODY_SEARCHES: usize = 8;
+
+static BODY_SEARCH_SLOTS: Semaphore = Semaphore::const_new(MAX_CONCURRENT_BODY_SEARCHES);
+
+/// Body bytes searched between two looks at the deadline; a slice costs
+/// microseconds, or about 1.5 ms when every byte builds a DFA state.
+const SEARCH_SLICE_BYTES: usize = 1024;
+
+/// Searches `body` for `regex` by slices, yielding to the runtime between
+/// them so no other probe waits behind it, and giving up at `deadline`
+/// (waiting for a search slot included).
+async fn search_body(
+    regex: &BodyRegex,
+    body: &[u8],
+    deadline: Option<Instant>,
+) -> Result<bool, GaveUp> {
+    let slot = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, BODY_SEARCH_SLOTS.acquire())
+            .await
+            .map_err(|_| GaveUp::Timeout)?,
+        None => BODY_SEARCH_SLOTS.acquire().await,
+    };
+    let _slot = slot.expect("the search semaphore is never closed");
+    let mut search = regex.search(body);
+    loop {
+        if let Some(verdict) = search.step(SEARCH_SLICE_BYTES) {
+            return verdict;
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Err(GaveUp::Timeout);
+        }
+        tokio::task::yield_now().await;
     }
 }
 

@@ -571,7 +571,7 @@ mod tests {
             .expect
             .body_regex
             .expect("compiled");
-        assert!(worker.is_match("ok") && !worker.is_match("not ok"));
+        assert!(worker.is_match("ok") == Ok(true) && worker.is_match("not ok") == Ok(false));
 
         assert_eq!(
             error(

@@ -31,8 +31,10 @@ use serde::{Deserialize, Serialize};
 use super::validation::FieldError;
 use crate::probe::go_quote;
 
+pub mod body_regex;
 pub mod tls;
 
+pub use self::body_regex::{BodyRegex, GaveUp, MAX_COMPILED_REGEX_BYTES, MAX_REGEX_DFA_BYTES};
 pub use self::tls::{CaBundle, ClientIdentity, TlsFields, TlsSettings};
 
 /// The most entries `expect.statusCodes` may hold.
@@ -43,15 +45,6 @@ pub const MAX_BODY_REGEX_BYTES: usize = 1024;
 
 /// The longest `expect.bodyContains` text, in bytes; failure messages quote it.
 pub const MAX_BODY_CONTAINS_BYTES: usize = 1024;
-
-/// The most memory one compiled `bodyRegex` program may take
-/// (`RegexBuilder::size_limit`); a pattern over it is refused.
-pub const MAX_COMPILED_REGEX_BYTES: usize = 256 * 1024;
-
-/// The most memory the lazy DFA of one `bodyRegex` may cache
-/// (`RegexBuilder::dfa_size_limit`); past it the matcher falls back to a
-/// slower search, never to more memory.
-pub const MAX_REGEX_DFA_BYTES: usize = 1024 * 1024;
 
 /// The shortest `periodMilliseconds` (#14's contract). Below it a probe's
 /// own round trip (an exec through CRI, a TLS handshake) is a large part of
@@ -207,29 +200,6 @@ impl fmt::Display for StatusCodes {
         }
     }
 }
-
-/// `expect.bodyRegex`, compiled once when the probe is parsed; two are equal
-/// when their patterns are.
-#[derive(Debug, Clone)]
-pub struct BodyRegex(regex::Regex);
-
-impl BodyRegex {
-    pub fn is_match(&self, body: &str) -> bool {
-        self.0.is_match(body)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-}
-
-impl PartialEq for BodyRegex {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for BodyRegex {}
 
 /// Validates `podprobe` of a probe whose handler is `handler` (`httpGet`,
 /// `exec`, ...) and builds what an `httpGet` probe runs with; `root` is the
@@ -394,47 +364,27 @@ fn body_regex(field: String, pattern: &str) -> Result<BodyRegex, FieldError> {
     if pattern.len() > MAX_BODY_REGEX_BYTES {
         return Err(FieldError::too_long_bytes(field, MAX_BODY_REGEX_BYTES));
     }
-    regex::RegexBuilder::new(pattern)
-        .size_limit(MAX_COMPILED_REGEX_BYTES)
-        .dfa_size_limit(MAX_REGEX_DFA_BYTES)
-        .build()
-        .map(BodyRegex)
-        .map_err(|e| {
-            let detail = match e {
-                regex::Error::CompiledTooBig(limit) => {
-                    format!("compiles to more than {limit} bytes")
-                }
-                other => regex_syntax_error(&other.to_string()),
-            };
-            FieldError::invalid_string(field, pattern, &detail)
-        })
-}
-
-/// The regex crate's syntax errors span lines (the pattern, a caret, then
-/// `error: ...`); field errors are one line.
-fn regex_syntax_error(text: &str) -> String {
-    match text.lines().find_map(|line| line.strip_prefix("error: ")) {
-        Some(reason) => format!("not a valid regex: {reason}"),
-        None => format!("not a valid regex: {}", text.replace('\n', " ")),
-    }
+    BodyRegex::new(pattern).map_err(|e| FieldError::invalid_string(field, pattern, &e.to_string()))
 }
 
 impl Expect {
-    /// Why the final response misses these expectations, in the kubelet's
-    /// message style; `None` when it meets them or when, without
-    /// `statusCodes`, its status is outside 200-399 (the kubelet's rule then
-    /// fails it with the kubelet's message). The body expectations only
-    /// apply to a response whose status passed. Messages never carry the
-    /// body.
+    /// Why the final response misses its status or `bodyContains`
+    /// expectation, in the kubelet's message style; `None` when it meets
+    /// them or when, without `statusCodes`, its status is outside 200-399
+    /// (the kubelet's rule then fails it with the kubelet's message). The
+    /// body expectations only apply to a response whose status passed.
+    /// Messages never carry the body. `bodyRegex` is judged after this, by
+    /// a search the caller bounds in time ([`Expect::regex_to_match`]).
     pub fn failure(&self, status: u16, body: &str) -> Option<String> {
-        match &self.status_codes {
-            Some(codes) if !codes.contains(status) => {
-                return Some(format!(
-                    "HTTP probe failed with statuscode: {status} (expected {codes})"
-                ));
-            }
-            None if !(200..=399).contains(&status) => return None,
-            _ => {}
+        if let Some(codes) = &self.status_codes
+            && !codes.contains(status)
+        {
+            return Some(format!(
+                "HTTP probe failed with statuscode: {status} (expected {codes})"
+            ));
+        }
+        if !self.judges_body(status) {
+            return None;
         }
         if let Some(text) = &self.body_contains
             && !body.contains(text.as_str())
@@ -444,15 +394,39 @@ impl Expect {
                 go_quote(text)
             ));
         }
-        if let Some(regex) = &self.body_regex
-            && !regex.is_match(body)
-        {
-            return Some(format!(
-                "HTTP probe failed: body does not match {}",
-                regex.as_str()
-            ));
-        }
         None
+    }
+
+    /// The `bodyRegex` a response with `status` must still match, once
+    /// [`Expect::failure`] found nothing.
+    pub fn regex_to_match(&self, status: u16) -> Option<&BodyRegex> {
+        self.body_regex
+            .as_ref()
+            .filter(|_| self.judges_body(status))
+    }
+
+    /// Whether the body expectations apply to a response with `status`.
+    fn judges_body(&self, status: u16) -> bool {
+        match &self.status_codes {
+            Some(codes) => codes.contains(status),
+            None => (200..=399).contains(&status),
+        }
+    }
+}
+
+/// The failure message of a `bodyRegex` search's `verdict`; `None` when it
+/// matched.
+pub fn regex_failure(regex: &BodyRegex, verdict: Result<bool, GaveUp>) -> Option<String> {
+    match verdict {
+        Ok(true) => None,
+        Ok(false) => Some(format!(
+            "HTTP probe failed: body does not match {}",
+            regex.as_str()
+        )),
+        Err(gave_up) => Some(format!(
+            "HTTP probe failed: matching the body against {} gave up: {gave_up}",
+            regex.as_str()
+        )),
     }
 }
 
@@ -629,9 +603,27 @@ mod tests {
             expect.failure(200, r#"{"status":"UP"}"#).as_deref(),
             Some(r#"HTTP probe failed: body does not contain "ok""#)
         );
+        assert_eq!(expect.failure(302, r#"ok {"status":"UP"}"#), None);
+        let regex = expect
+            .regex_to_match(302)
+            .expect("status passed: the regex judges");
         assert_eq!(
-            expect.failure(302, r#"ok {"status":"UP"}"#).as_deref(),
+            regex_failure(regex, regex.is_match(r#"ok {"status":"UP"}"#)).as_deref(),
             Some(r#"HTTP probe failed: body does not match ^\{"status":"UP""#)
+        );
+        assert_eq!(
+            regex_failure(regex, Err(GaveUp::Costly)).as_deref(),
+            Some(
+                r#"HTTP probe failed: matching the body against ^\{"status":"UP" gave up: too costly to match against this body"#
+            )
+        );
+        assert_eq!(
+            regex_failure(regex, regex.is_match(r#"{"status":"UP"}"#)),
+            None
+        );
+        assert!(
+            expect.regex_to_match(503).is_none(),
+            "status failed: body not judged"
         );
         assert_eq!(expect.failure(204, r#"{"status":"UP"} ok"#), None);
         assert_eq!(
