@@ -1,4 +1,4 @@
-//! The hostile-server matrix (issue #10, item 7): 500 probes at once through
+//! The hostile-server matrix (issue #10, item 7): 495 probes at once through
 //! one [`Prober`] against loopback servers that try to hold a prober up or
 //! make it buffer without end: slowloris heads and bodies, endless and 1 GiB
 //! bodies, redirect loops, 1 MiB response heads, gRPC servers that never
@@ -25,6 +25,7 @@ use futures::StreamExt;
 use http_body_util::StreamBody;
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
 use podprobe::probe::prober::MAX_PROBE_RETRIES;
 use podprobe::probe::spec::{GrpcAction, Handler, HttpGetAction, Scheme};
 use podprobe::probe::{
@@ -36,7 +37,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 /// Probes fired at once, spread evenly over the behaviours.
-const PROBES: usize = 500;
+const PROBES: usize = 495;
 /// `timeoutSeconds` of the probes that run into their deadline.
 const TIMEOUT_SECONDS: i32 = 2;
 /// `timeoutSeconds` of the probes that end on their own, long before it
@@ -46,7 +47,7 @@ const TIMEOUT_SECONDS: i32 = 2;
 const LONG_TIMEOUT_SECONDS: i32 = 5;
 /// Lateness allowed past a deadline. Every bound below ends when a tokio
 /// timer fires; what comes after is scheduling delay on a two-core machine
-/// running 500 probes and the 500 server ends of their connections on one
+/// running 495 probes and the 495 server ends of their connections on one
 /// runtime, in a debug build.
 const SLACK: Duration = Duration::from_secs(2);
 /// How often a slowloris server sends its next byte.
@@ -58,11 +59,12 @@ const GIB: usize = 1 << 30;
 const HEAD_BYTES: usize = 1 << 20;
 /// Go's `CheckRedirect` default stops at this many requests.
 const REDIRECT_REQUESTS: usize = 10;
-/// tonic's default limit on a received message (grpc-go's is the same).
-const GRPC_MAX_MESSAGE: usize = 4 * 1024 * 1024;
+/// The whole message [`Behaviour::GrpcHeldMessage`] sends: 61 chunks,
+/// 3.8 MiB, under grpc-go's 4 MiB limit.
+const HELD_MESSAGE_BYTES: usize = 61 * CHUNK;
 /// Peak RSS growth allowed while the probes run, about twice what was
 /// measured (+40 to +51 MiB over six runs, debug build, both ends of
-/// every connection in this process). Run alone, 500 probes of one
+/// every connection in this process). Run alone, 495 probes of one
 /// behaviour grow it by 21 to 46 MiB, except `HugeHeader`: +156 MiB, as
 /// hyper's HTTP/1 client grows a connection's read buffer up to its
 /// 408 KiB limit before it gives up on the head (Go's client would read up
@@ -95,9 +97,13 @@ enum Behaviour {
     /// Answers the Check call with a message whose length prefix says
     /// 1 GiB, then streams it.
     GrpcHugeMessage,
+    /// Answers with a whole 3.8 MiB message (under grpc-go's 4 MiB), then
+    /// withholds the trailers: a client that takes the message holds it
+    /// until its deadline.
+    GrpcHeldMessage,
 }
 
-const BEHAVIOURS: [Behaviour; 10] = [
+const BEHAVIOURS: [Behaviour; 11] = [
     Behaviour::SlowHead,
     Behaviour::SlowBody,
     Behaviour::EndlessBody,
@@ -108,13 +114,17 @@ const BEHAVIOURS: [Behaviour; 10] = [
     Behaviour::GrpcSilent,
     Behaviour::GrpcNoAnswer,
     Behaviour::GrpcHugeMessage,
+    Behaviour::GrpcHeldMessage,
 ];
 
 impl Behaviour {
     fn is_grpc(self) -> bool {
         matches!(
             self,
-            Behaviour::GrpcSilent | Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage
+            Behaviour::GrpcSilent
+                | Behaviour::GrpcNoAnswer
+                | Behaviour::GrpcHugeMessage
+                | Behaviour::GrpcHeldMessage
         )
     }
 
@@ -271,7 +281,7 @@ async fn serve(
             let mut sink = [0u8; 4096];
             while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
         }
-        Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage => {
+        Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage | Behaviour::GrpcHeldMessage => {
             serve_grpc(behaviour, stream, payloads, requests).await;
         }
         _ => {
@@ -326,7 +336,10 @@ async fn serve_http(
         }
         Behaviour::HugeHeader => stream.write_all(&payloads.huge_header).await,
         Behaviour::ManyHeaders => stream.write_all(&payloads.many_headers).await,
-        Behaviour::GrpcSilent | Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage => {
+        Behaviour::GrpcSilent
+        | Behaviour::GrpcNoAnswer
+        | Behaviour::GrpcHugeMessage
+        | Behaviour::GrpcHeldMessage => {
             unreachable!("gRPC behaviours are served over HTTP/2")
         }
     }
@@ -371,10 +384,24 @@ async fn serve_grpc(
                 return std::future::pending().await;
             }
             // Not compressed, 1 GiB long; then the gigabyte, as far as
-            // flow control lets it go.
-            let prefix = Bytes::from_static(&[0, 0x40, 0, 0, 0]);
-            let message = futures::stream::once(async move { prefix })
-                .chain(futures::stream::repeat(data).take(GIB / CHUNK))
+            // flow control lets it go. Or a whole message under grpc-go's
+            // limit, and no trailers ever.
+            let (length, then_hold) = match behaviour {
+                Behaviour::GrpcHeldMessage => (HELD_MESSAGE_BYTES, true),
+                _ => (GIB, false),
+            };
+            let mut prefix = vec![0];
+            prefix.extend_from_slice(&(length as u32).to_be_bytes());
+            let hold = futures::stream::once(async move {
+                if then_hold {
+                    std::future::pending::<()>().await;
+                }
+                Bytes::new()
+            })
+            .filter(|last| std::future::ready(!last.is_empty()));
+            let message = futures::stream::once(async move { Bytes::from(prefix) })
+                .chain(futures::stream::repeat(data).take(length / CHUNK))
+                .chain(hold)
                 .map(|bytes| Ok::<_, Infallible>(Frame::data(bytes)));
             let response = hyper::Response::builder()
                 .header("content-type", "application/grpc")
@@ -468,11 +495,19 @@ fn check_verdict(behaviour: Behaviour, port: u16, verdict: &ProbeVerdict) {
         // The length prefix alone is refused, before any of the message is
         // buffered. grpc-go says `code = ResourceExhausted desc = grpc:
         // received message larger than max (1073741824 vs. 4194304)`; tonic
-        // words it as below. Either way a failure.
+        // words it as below, with podprobe's smaller limit. Either way a
+        // failure.
         Behaviour::GrpcHugeMessage => failure(format!(
             "error: health rpc probe failed: rpc error: code = OutOfRange desc = Error, \
              decoded message length too large: found {GIB} bytes, the limit is: \
-             {GRPC_MAX_MESSAGE} bytes"
+             {MAX_HEALTH_RESPONSE_BYTES} bytes"
+        )),
+        // grpc-go would take it and wait for the trailers until the
+        // deadline; podprobe's limit is sized for a health response.
+        Behaviour::GrpcHeldMessage => failure(format!(
+            "error: health rpc probe failed: rpc error: code = OutOfRange desc = Error, \
+             decoded message length too large: found {HELD_MESSAGE_BYTES} bytes, the limit \
+             is: {MAX_HEALTH_RESPONSE_BYTES} bytes"
         )),
     };
     let got = (

@@ -123,11 +123,33 @@ pub async fn probe_with_tls(
     Ok(check_outcome(check, timeout))
 }
 
+/// The largest health response decoded. A `HealthCheckResponse` is a
+/// status number, a few bytes; grpc-go (the kubelet) accepts 4 MiB, which a
+/// server could send and then hold its trailers until the probe's timeout,
+/// pinning it per probe. Larger responses fail on their length prefix,
+/// before any of them is buffered.
+pub const MAX_HEALTH_RESPONSE_BYTES: usize = 4 * 1024;
+
+/// HTTP/2 flow-control windows, per stream and per connection: how much a
+/// server can make podprobe buffer ahead of what it reads. grpc-go starts
+/// at 64 KiB too (and grows it by bandwidth estimates a probe never
+/// needs); hyper's client default is 2 MiB per stream and 5 MiB per
+/// connection.
+const FLOW_CONTROL_WINDOW_BYTES: u32 = 64 * 1024;
+
+/// The largest response header block (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`);
+/// grpc-go and hyper allow 16 MiB.
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+
 /// The channel settings: plain text to `addr`, the kubelet's user agent
 /// (tonic appends its own `tonic/<version>`, as grpc-go appends
-/// `grpc-go/<version>`).
+/// `grpc-go/<version>`), and what a server can make a probe hold bounded.
 fn endpoint(addr: &str, user_agent: &str) -> Result<Endpoint, tonic::transport::Error> {
-    Endpoint::from_shared(format!("http://{addr}"))?.user_agent(user_agent)
+    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+        .user_agent(user_agent)?
+        .initial_stream_window_size(FLOW_CONTROL_WINDOW_BYTES)
+        .initial_connection_window_size(FLOW_CONTROL_WINDOW_BYTES)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES))
 }
 
 /// Where a probe connects: host, port and, with `podprobe.tls`, how.
@@ -276,7 +298,8 @@ async fn check(channel: Channel, service: &str, deadline: Instant) -> Check {
     });
     // Sent as `grpc-timeout`, as grpc-go does with the context deadline.
     request.set_timeout(deadline.saturating_duration_since(Instant::now()));
-    let mut client = HealthClient::new(without_status_details(channel));
+    let mut client = HealthClient::new(without_status_details(channel))
+        .max_decoding_message_size(MAX_HEALTH_RESPONSE_BYTES);
     let answer = timeout_at(deadline, client.check(request)).await;
     // grpc-go's client gives up at its own deadline, so an answer seen only
     // then lost that race. It may be the server's reaction to the expired
