@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cri::DEFAULT_ENDPOINT;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
+use crate::probe::spec::budget::{self, BudgetLimits};
 use crate::probe::spec::is_dns_subdomain;
 use crate::server::DEFAULT_MAX_CONNECTIONS;
 use crate::status::Mode;
@@ -162,6 +163,44 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub secret_ttl_seconds: u32,
+
+    /// Most bytes the compiled `podprobe.expect.bodyRegex` programs of one
+    /// pod's probes may take together (each may take 64 KiB). A probe over
+    /// it is refused with a ProbeBudgetExceeded event (gate mode: the
+    /// annotation is refused; authority mode: every run of that probe
+    /// errors).
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_POD_REGEX_BYTES",
+        value_name = "BYTES",
+        default_value_t = budget::DEFAULT_POD_REGEX_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub max_pod_regex_bytes: u64,
+
+    /// Most bytes the exec probe commands of one pod may take together after
+    /// `$(VAR)` expansion (each may take 2 MiB); over it as for
+    /// --max-pod-regex-bytes.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_POD_COMMAND_BYTES",
+        value_name = "BYTES",
+        default_value_t = budget::DEFAULT_POD_COMMAND_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub max_pod_command_bytes: u64,
+
+    /// Gate mode: the longest `podprobe.io/probes` annotation podprobe
+    /// parses; a longer one is refused (ProbeAnnotationInvalid). At most,
+    /// and by default, the API server's limit on all of a pod's annotations.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_ANNOTATION_BYTES",
+        value_name = "BYTES",
+        default_value_t = budget::MAX_ANNOTATION_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1..=budget::MAX_ANNOTATION_BYTES as u64)
+    )]
+    pub max_annotation_bytes: u64,
 }
 
 /// Default of `--max-concurrent-execs`: room for about 100 exec probes a
@@ -215,6 +254,9 @@ pub struct Config {
 
     /// `--secret-ttl-seconds`.
     pub secret_ttl: Duration,
+    /// `--max-pod-regex-bytes`, `--max-pod-command-bytes`,
+    /// `--max-annotation-bytes`.
+    pub budget: BudgetLimits,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -295,6 +337,11 @@ impl RunArgs {
             pod_network: self.pod_network,
 
             secret_ttl: Duration::from_secs(self.secret_ttl_seconds.into()),
+            budget: BudgetLimits {
+                regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),
+                command_bytes: usize::try_from(self.max_pod_command_bytes).unwrap_or(usize::MAX),
+                annotation_bytes: self.max_annotation_bytes as usize,
+            },
             node_name: self.node_name,
             mode,
             cri_endpoint: self.cri_endpoint,

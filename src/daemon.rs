@@ -49,12 +49,13 @@ use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
 use crate::probe::spec::UnknownProbeField;
+use crate::probe::spec::budget::{BudgetLimits, OverBudget};
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::Server;
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
-    AnnotatedProbes, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts, check_network,
-    pod_probes,
+    AnnotatedProbes, AnnotationError, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts,
+    check_network, pod_probes,
 };
 use crate::takeover;
 use crate::user_agent;
@@ -251,6 +252,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         mode: config.mode,
         destinations: config.destinations.clone(),
         pod_network: config.pod_network,
+        budget: config.budget,
         manager,
         patcher,
         cache,
@@ -442,6 +444,8 @@ struct Daemon {
     destinations: Destinations,
     /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
     pod_network: bool,
+    /// What one pod's probes may hold (#25).
+    budget: BudgetLimits,
     manager: Manager,
     patcher: Patcher<KubeStatusApi>,
     cache: Arc<PodCache>,
@@ -636,13 +640,17 @@ impl Daemon {
     fn parse(&self, pod: &Pod) -> Option<Probes> {
         let no_spec = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&no_spec);
-        let checked = pod_probes(pod).and_then(|annotated| {
+        let checked = pod_probes(pod, &self.budget).and_then(|annotated| {
             check_hosts(&annotated, &self.destinations)?;
             check_network(spec, &annotated, self.pod_network)?;
             Ok(annotated)
         });
         match checked {
             Ok(annotated) => Some(gate_probes(pod, annotated)),
+            Err(AnnotationError::OverBudget(over)) => {
+                self.report_over_budget(pod, &over);
+                None
+            }
             Err(error) => {
                 tracing::warn!(
                     pod = pod_name(pod),
@@ -663,7 +671,10 @@ impl Daemon {
     /// with a field podprobe does not implement (V10) is reported and run
     /// so that every run errors.
     fn spec_probes(&self, pod: &Pod, unknown: &[UnknownProbeField]) -> Probes {
-        let (probes, errors) = authority_probes(pod, unknown);
+        let (probes, errors, over_budget) = authority_probes(pod, unknown, &self.budget);
+        for over in &over_budget {
+            self.report_over_budget(pod, over);
+        }
         for error in errors {
             tracing::warn!(
                 pod = pod_name(pod),
@@ -677,6 +688,21 @@ impl Daemon {
                 .record_opt(events::PodEvent::invalid_spec_probe(pod, &error));
         }
         probes
+    }
+
+    /// A probe over the pod's budget: logged, counted and a Warning event.
+    fn report_over_budget(&self, pod: &Pod, over: &OverBudget) {
+        tracing::warn!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            container = over.container,
+            probe = %over.kind,
+            error = %over,
+            "refusing the probe: over the pod's budget"
+        );
+        self.metrics.budget_refused(over.budget);
+        self.events
+            .record_opt(events::PodEvent::over_budget(pod, over));
     }
 
     fn on_pod_deleted(&mut self, pod: &Pod) {
@@ -838,13 +864,17 @@ fn gate_probes(pod: &Pod, annotated: AnnotatedProbes) -> Probes {
 
 /// Authority mode's [`Probes`]: the pod spec's, and the errors of those that
 /// cannot run as written or have fields podprobe does not implement.
-fn authority_probes(pod: &Pod, unknown: &[UnknownProbeField]) -> (Probes, Vec<SpecError>) {
-    let (probes, errors) = PodProbes::from_spec(pod, unknown);
+fn authority_probes(
+    pod: &Pod,
+    unknown: &[UnknownProbeField],
+    budget: &BudgetLimits,
+) -> (Probes, Vec<SpecError>, Vec<OverBudget>) {
+    let (probes, errors, over_budget) = PodProbes::from_spec(pod, unknown, budget);
     let probes = Probes {
         owned: Owned::Authority,
         manager: takeover::vouched(probes, pod, Mode::Authority),
     };
-    (probes, errors)
+    (probes, errors, over_budget)
 }
 
 fn container_ids(pod: &Pod) -> HashSet<String> {
@@ -942,8 +972,8 @@ mod tests {
     /// podprobe's verdict about `app` right after a restart at `prober_start`.
     fn verdict_after_restart(mode: Mode, pod: &Pod, prober_start: i64) -> ContainerProbeView {
         let probes = match mode {
-            Mode::Gate => gate_probes(pod, pod_probes(pod).unwrap()),
-            Mode::Authority => authority_probes(pod, &[]).0,
+            Mode::Gate => gate_probes(pod, pod_probes(pod, &BudgetLimits::default()).unwrap()),
+            Mode::Authority => authority_probes(pod, &[], &BudgetLimits::default()).0,
         };
         assert_eq!(probes.manager.len(), 1);
         let mut status = pod.status.clone().unwrap();
@@ -1044,7 +1074,7 @@ mod tests {
     fn authority_probes_come_from_the_spec() {
         let mut pod = pod(Mode::Authority, 100, None);
         pod.metadata.annotations = None;
-        let (probes, errors) = authority_probes(&pod, &[]);
+        let (probes, errors, _) = authority_probes(&pod, &[], &BudgetLimits::default());
         assert!(errors.is_empty(), "{errors:?}");
         assert!(probes.manager.get("app", ProbeKind::Readiness).is_some());
         assert_eq!(probes.owned, Owned::Authority);
@@ -1065,7 +1095,7 @@ mod tests {
             kind: ProbeKind::Readiness,
             field: "readinessProbe.exec.fromTheFuture".into(),
         }];
-        let (probes, errors) = authority_probes(&pod, &unknown);
+        let (probes, errors, _) = authority_probes(&pod, &unknown, &BudgetLimits::default());
         let reported: Vec<String> = errors
             .iter()
             .map(|e| format!("{} {e}", e.container))
@@ -1088,7 +1118,7 @@ mod tests {
                 spec.handler
             );
         }
-        let (probes, errors) = authority_probes(&pod, &[]);
+        let (probes, errors, _) = authority_probes(&pod, &[], &BudgetLimits::default());
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(matches!(
             probes
@@ -1101,12 +1131,61 @@ mod tests {
     }
 
     #[test]
+    fn authority_probe_over_the_pods_budget_is_reported_and_errors_every_run() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        app.liveness_probe = Some(
+            serde_json::from_value(serde_json::json!({"exec": {"command": ["x".repeat(600)]}}))
+                .unwrap(),
+        );
+        let limits = BudgetLimits {
+            command_bytes: 1000,
+            ..BudgetLimits::default()
+        };
+        let (probes, errors, over) = authority_probes(&pod, &[], &limits);
+        assert!(errors.is_empty(), "{errors:?}");
+        // Readiness (an exec of a few bytes) comes after liveness in the
+        // kubelet's order and still fits; nothing else is charged.
+        let refused: Vec<_> = over
+            .iter()
+            .map(|o| (o.container.as_str(), o.kind))
+            .collect();
+        assert_eq!(refused, [], "600 + the readiness command fit 1000 bytes");
+        let limits = BudgetLimits {
+            command_bytes: 500,
+            ..BudgetLimits::default()
+        };
+        let (probes_over, _, over) = authority_probes(&pod, &[], &limits);
+        let refused: Vec<_> = over
+            .iter()
+            .map(|o| (o.container.as_str(), o.kind))
+            .collect();
+        assert_eq!(refused, [("app", ProbeKind::Liveness)]);
+        assert!(matches!(
+            probes_over
+                .manager
+                .get("app", ProbeKind::Liveness)
+                .unwrap()
+                .handler,
+            Handler::Unsupported(_)
+        ));
+        assert!(matches!(
+            probes
+                .manager
+                .get("app", ProbeKind::Liveness)
+                .unwrap()
+                .handler,
+            Handler::Exec(_)
+        ));
+    }
+
+    #[test]
     fn authority_probe_with_an_undeclared_port_name_runs_and_errors() {
         let mut pod = pod(Mode::Authority, 100, None);
         let app = &mut pod.spec.as_mut().unwrap().containers[0];
         app.liveness_probe =
             Some(serde_json::from_value(serde_json::json!({"httpGet": {"port": "web"}})).unwrap());
-        let (probes, errors) = authority_probes(&pod, &[]);
+        let (probes, errors, _) = authority_probes(&pod, &[], &BudgetLimits::default());
         assert!(errors.is_empty(), "{errors:?}");
         let liveness = probes.manager.get("app", ProbeKind::Liveness).unwrap();
         assert_eq!(

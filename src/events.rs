@@ -36,6 +36,7 @@ use crate::lint::Finding;
 use crate::manager::ProbeChanges;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::probe::prober::EventType;
+use crate::probe::spec::budget::OverBudget;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
 use crate::status::annotation::AnnotationError;
 use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
@@ -74,6 +75,9 @@ pub mod reasons {
     pub const PROBE_ANNOTATION_MISSING: &str = "ProbeAnnotationMissing";
     /// A probe of the pod spec cannot run as written (authority mode).
     pub const PROBE_SPEC_INVALID: &str = "ProbeSpecInvalid";
+    /// A probe would take its pod over one of the node's per-pod budgets
+    /// (#25), so it does not run as written.
+    pub const PROBE_BUDGET_EXCEEDED: &str = "ProbeBudgetExceeded";
     /// The runtime says the container the pod's status names belongs to
     /// another pod or container, so podprobe did not stop it.
     pub const CONTAINER_MISMATCH: &str = "ContainerMismatch";
@@ -207,6 +211,18 @@ impl PodEvent {
             reason: reasons::PROBE_SPEC_INVALID,
             action: "ReadProbes",
             note: error.to_string(),
+        })
+    }
+
+    /// A Warning on the container: one of its probes would take the pod
+    /// over a budget (`over` says which, how much and the limit).
+    pub fn over_budget(pod: &Pod, over: &OverBudget) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, Some(container_field_path(pod, &over.container)))?,
+            type_: EventType::Warning,
+            reason: reasons::PROBE_BUDGET_EXCEEDED,
+            action: "ReadProbes",
+            note: over.to_string(),
         })
     }
 

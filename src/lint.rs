@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::oneshot::EXIT_INVALID_INPUT;
 use crate::probe::destinations::{AllowedHost, Destinations};
+use crate::probe::spec::budget::BudgetLimits;
 use crate::status::{PROBES_ANNOTATION, READY_CONDITION, check_hosts, pod_probes};
 
 /// One set-up mistake of a pod (template).
@@ -85,7 +86,8 @@ pub fn gate_mismatch(pod: &Pod) -> Option<Finding> {
 pub fn pod_findings(pod: &Pod, destinations: &Destinations) -> Vec<Finding> {
     let mut findings: Vec<Finding> = gate_mismatch(pod).into_iter().collect();
     if has_annotation(pod) {
-        let checked = pod_probes(pod).and_then(|probes| check_hosts(&probes, destinations));
+        let checked = pod_probes(pod, &BudgetLimits::default())
+            .and_then(|probes| check_hosts(&probes, destinations));
         if let Err(error) = checked {
             findings.push(Finding::AnnotationInvalid(error.to_string()));
         }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::probe::spec::budget::{BudgetLimits, OverBudget, PodBudget};
 use crate::probe::spec::{UnknownProbeField, container_probe, normalize_accepted};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 use crate::results::{CachedResult, ProbeCaches};
@@ -61,9 +62,19 @@ impl PodProbes {
     /// (`httpGet.protocol: HTTP2`) or one of `unknown` (V10), keeps its
     /// timing and gets a [`Handler::Unsupported`] that errors every run;
     /// it is also returned as an error, to be reported.
-    pub fn from_spec(pod: &Pod, unknown: &[UnknownProbeField]) -> (PodProbes, Vec<SpecError>) {
+    ///
+    /// The probes are charged to the pod's budget (`limits`) in the
+    /// kubelet's order; one over it (#25) also errors every run, and is
+    /// returned in the third list.
+    pub fn from_spec(
+        pod: &Pod,
+        unknown: &[UnknownProbeField],
+        limits: &BudgetLimits,
+    ) -> (PodProbes, Vec<SpecError>, Vec<OverBudget>) {
         let mut probes = PodProbes::new();
         let mut errors = Vec::new();
+        let mut over_budget = Vec::new();
+        let mut budget = PodBudget::new(*limits);
         for container in probed_containers(pod) {
             for kind in ProbeKind::ALL {
                 let Some(probe) = container_probe(container, kind) else {
@@ -90,11 +101,14 @@ impl PodProbes {
                 }
                 if let Handler::Unsupported(unsupported) = &spec.handler {
                     errors.push(unsupported.spec_error(&container.name, kind));
+                } else if let Err(over) = budget.charge(&container.name, kind, &spec) {
+                    spec.handler = Handler::unsupported(over.budget.field(kind), over.reason());
+                    over_budget.push(over);
                 }
                 probes.insert(container.name.clone(), kind, spec);
             }
         }
-        (probes, errors)
+        (probes, errors, over_budget)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -31,6 +31,7 @@ use prometheus_client::registry::Registry;
 
 use crate::apiclient::WatchActivity;
 use crate::probe::ProbeKind;
+use crate::probe::spec::budget::Budget;
 use crate::process_stats::ProcessCollector;
 use crate::results::CachedResult;
 use crate::worker::WorkerConfig;
@@ -171,6 +172,11 @@ struct EventLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BudgetLabels {
+    budget: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ProbeErrorLabels {
     probe_type: ProbeKind,
 }
@@ -215,6 +221,7 @@ pub struct Metrics {
     exec_in_flight: Gauge,
     watch_idle: Gauge<f64, AtomicU64>,
     probe_errors: Family<ProbeErrorLabels, Counter>,
+    budget_refusals: Family<BudgetLabels, Counter>,
     build_info: Family<BuildInfoLabels, Gauge>,
     /// Read on every scrape for `watch_idle`.
     watch: Arc<OnceLock<Arc<WatchActivity>>>,
@@ -247,6 +254,7 @@ impl Metrics {
         let pods_tracked = Gauge::default();
         let patch_tasks = Gauge::default();
         let exec_in_flight = Gauge::default();
+        let budget_refusals = Family::<BudgetLabels, Counter>::default();
         let watch_idle = Gauge::<f64, AtomicU64>::default();
         let probe_errors = Family::<ProbeErrorLabels, Counter>::default();
         let build_info = Family::<BuildInfoLabels, Gauge>::default();
@@ -315,6 +323,16 @@ impl Metrics {
             "CRI ExecSync calls of exec probes currently in flight",
             exec_in_flight.clone(),
         );
+        own.register(
+            "podprobe_budget_refusals",
+            "Probes refused because they would take their pod over one of the node's per-pod budgets (--max-pod-regex-bytes, --max-pod-command-bytes), by budget",
+            budget_refusals.clone(),
+        );
+        for budget in [Budget::RegexBytes, Budget::CommandBytes] {
+            budget_refusals.get_or_create_owned(&BudgetLabels {
+                budget: budget.as_str(),
+            });
+        }
         // Outcome series exist from the start, so a rate over them is
         // defined before the first patch or event.
         for outcome in [
@@ -352,6 +370,7 @@ impl Metrics {
             exec_in_flight,
             watch_idle,
             probe_errors,
+            budget_refusals,
             build_info,
             watch: Arc::default(),
         }
@@ -450,6 +469,15 @@ impl Metrics {
         if let Some(activity) = self.watch.get() {
             self.watch_idle.set(activity.idle().as_secs_f64());
         }
+    }
+
+    /// Counts a probe refused for going over `budget`.
+    pub fn budget_refused(&self, budget: Budget) {
+        self.budget_refusals
+            .get_or_create(&BudgetLabels {
+                budget: budget.as_str(),
+            })
+            .inc();
     }
 
     /// The `podprobe_exec_in_flight` gauge, for the exec probe path.

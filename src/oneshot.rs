@@ -574,7 +574,12 @@ mod tests {
             ..Default::default()
         };
         let annotation = serde_json::json!({"app": {"readinessProbe": typo}}).to_string();
-        let daemon = crate::status::annotation::parse_probes(&spec, &annotation).unwrap_err();
+        let daemon = crate::status::annotation::parse_probes(
+            &spec,
+            &annotation,
+            &crate::probe::spec::budget::BudgetLimits::default(),
+        )
+        .unwrap_err();
         assert_eq!(
             daemon.to_string(),
             format!("podprobe.io/probes: container \"app\": {cli}")

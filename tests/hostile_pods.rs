@@ -444,6 +444,57 @@ fn hostile_annotations_get_events_and_stay_bounded() {
         &Value::Object(many_entries).to_string(),
     );
 
+    // #25's per-pod budgets. 860 containers with three `bodyRegex` probes
+    // each, every program ~30 KiB (under the 64 KiB per probe): 531 MB of
+    // RSS to parse before the per-pod budget (1 MiB).
+    let regex_containers: Vec<Value> = (0..860)
+        .map(|i| {
+            json!({"name": format!("r{i}"), "image": "docker.io/local/absent:never",
+                   "imagePullPolicy": "Never"})
+        })
+        .collect();
+    let regex_entries: serde_json::Map<String, Value> = (0..860)
+        .map(|i| {
+            let http = |port: u16| {
+                json!({"httpGet": {"port": port},
+                       "podprobe": {"expect": {"bodyRegex": "(?:a*b*){300}[^ab]"}}})
+            };
+            (
+                format!("r{i}"),
+                json!({"startupProbe": http(1), "readinessProbe": http(2), "livenessProbe": http(3)}),
+            )
+        })
+        .collect();
+    rig.create(
+        "regexes",
+        regex_containers,
+        &Value::Object(regex_entries).to_string(),
+    );
+    // Ten containers whose exec probe expands a 20 KB variable 104 times:
+    // 2.08 MB each, under the 2 MiB per probe, 20.8 MB for the pod.
+    let expansion_var = "x".repeat(20_000);
+    let expansion_containers: Vec<Value> = (0..10)
+        .map(|i| {
+            let mut c = container(&format!("e{i}"));
+            c["env"] = json!([{"name": "A", "value": expansion_var}]);
+            c
+        })
+        .collect();
+    let expansion_entries: serde_json::Map<String, Value> = (0..10)
+        .map(|i| {
+            let command = "$(A)".repeat(104);
+            (
+                format!("e{i}"),
+                json!({"readinessProbe": {"exec": {"command": ["sh", "-c", command]}}}),
+            )
+        })
+        .collect();
+    rig.create(
+        "expansions",
+        expansion_containers,
+        &Value::Object(expansion_entries).to_string(),
+    );
+
     // The largest numbers the schema takes: valid, and must not overflow
     // any clock arithmetic.
     let max = i32::MAX;
@@ -491,6 +542,24 @@ fn hostile_annotations_get_events_and_stay_bounded() {
         "readinessProbe.exec.command: Too long: may not be more than 2097152 bytes",
     );
     assert!(bomb_event.len() <= 1024, "{bomb_event}");
+    let regex_event = rig.wait_event(
+        "regexes",
+        "ProbeBudgetExceeded",
+        "the compiled bodyRegex programs of its probes would take at least",
+    );
+    assert!(
+        regex_event.contains("more than the node's limit of 1048576 (--max-pod-regex-bytes)"),
+        "{regex_event}"
+    );
+    let expansion_event = rig.wait_event(
+        "expansions",
+        "ProbeBudgetExceeded",
+        "readinessProbe.exec.command: Forbidden: over the pod's budget",
+    );
+    assert!(
+        expansion_event.contains("more than the node's limit of 4194304 (--max-pod-command-bytes)"),
+        "{expansion_event}"
+    );
     let huge_event = rig.wait_event("huge", "ProbeAnnotationInvalid", "is not in the pod");
     assert!(huge_event.len() <= 1024, "{}", huge_event.len());
     for (pod, _, message) in &invalid {

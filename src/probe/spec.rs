@@ -19,6 +19,7 @@
 //! extensions (the `podprobe` key, [`extension`]); [`normalize_object`]
 //! then validates those against the probe's handler.
 
+pub mod budget;
 mod decode;
 mod expand;
 pub mod extension;

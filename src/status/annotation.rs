@@ -23,17 +23,14 @@ use serde_json::Value;
 
 use super::{is_restartable_init_container, readiness_containers};
 use crate::probe::destinations::Destinations;
+pub use crate::probe::spec::budget::MAX_ANNOTATION_BYTES;
+use crate::probe::spec::budget::{BudgetLimits, OverBudget, PodBudget};
 use crate::probe::spec::extension::Network;
 use crate::probe::spec::{clipped, decode_probe_object, normalize_object};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 
 /// The annotation holding gate mode's probes.
 pub const PROBES_ANNOTATION: &str = "podprobe.io/probes";
-
-/// The largest annotation value podprobe parses: the API server's limit on
-/// all of a pod's annotations together (`TotalAnnotationSizeLimitB`), so
-/// only a value the API server would not store is refused.
-pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
 
 /// One annotated probe, defaulted, validated and resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +86,9 @@ impl AnnotatedProbes {
 pub enum AnnotationError {
     #[error("podprobe.io/probes: Too long: may not be more than {limit} bytes, got {len}")]
     TooLong { len: usize, limit: usize },
+    /// A probe would take the pod over one of its budgets (#25).
+    #[error("podprobe.io/probes: container {container:?}: {over}", container = .0.container, over = .0)]
+    OverBudget(OverBudget),
     #[error("podprobe.io/probes: invalid JSON: {0}")]
     InvalidJson(String),
     #[error("podprobe.io/probes: expected a JSON object keyed by container name, got {found}")]
@@ -165,13 +165,14 @@ impl AnnotationError {
             | AnnotationError::HostNotAllowed { container, .. }
             | AnnotationError::PodNetworkNotEnabled { container, .. }
             | AnnotationError::PodNetworkOfHostNetworkPod { container, .. } => Some(container),
+            AnnotationError::OverBudget(over) => Some(&over.container),
         }
     }
 }
 
-/// The probes in `pod`'s `podprobe.io/probes` annotation; none when the pod
-/// has no such annotation.
-pub fn pod_probes(pod: &Pod) -> Result<AnnotatedProbes, AnnotationError> {
+/// The probes in `pod`'s `podprobe.io/probes` annotation, within the pod's
+/// budget `limits`; none when the pod has no such annotation.
+pub fn pod_probes(pod: &Pod, limits: &BudgetLimits) -> Result<AnnotatedProbes, AnnotationError> {
     let value = pod
         .metadata
         .annotations
@@ -179,18 +180,24 @@ pub fn pod_probes(pod: &Pod) -> Result<AnnotatedProbes, AnnotationError> {
         .and_then(|a| a.get(PROBES_ANNOTATION));
     match value {
         None => Ok(AnnotatedProbes::default()),
-        Some(value) => parse_probes(&pod.spec.clone().unwrap_or_default(), value),
+        Some(value) => parse_probes(&pod.spec.clone().unwrap_or_default(), value, limits),
     }
 }
 
-/// Parses and validates an annotation value against the pod spec it belongs to.
-pub fn parse_probes(spec: &PodSpec, value: &str) -> Result<AnnotatedProbes, AnnotationError> {
-    if value.len() > MAX_ANNOTATION_BYTES {
+/// Parses and validates an annotation value against the pod spec it
+/// belongs to, within the pod's budget `limits`.
+pub fn parse_probes(
+    spec: &PodSpec,
+    value: &str,
+    limits: &BudgetLimits,
+) -> Result<AnnotatedProbes, AnnotationError> {
+    if value.len() > limits.annotation_bytes {
         return Err(AnnotationError::TooLong {
             len: value.len(),
-            limit: MAX_ANNOTATION_BYTES,
+            limit: limits.annotation_bytes,
         });
     }
+    let mut budget = PodBudget::new(*limits);
     let document: Value =
         serde_json::from_str(value).map_err(|e| AnnotationError::InvalidJson(e.to_string()))?;
     let Value::Object(by_container) = document else {
@@ -205,7 +212,7 @@ pub fn parse_probes(spec: &PodSpec, value: &str) -> Result<AnnotatedProbes, Anno
     // The containers that may carry probes, in the kubelet's worker order.
     for container in readiness_containers(spec) {
         if let Some(entry) = by_container.get(&container.name) {
-            probes.extend(container_probes(container, entry)?);
+            probes.extend(container_probes(container, entry, &mut budget)?);
         }
     }
     Ok(AnnotatedProbes { probes })
@@ -288,6 +295,7 @@ fn probeable_container<'a>(
 fn container_probes(
     container: &Container,
     entry: &Value,
+    budget: &mut PodBudget,
 ) -> Result<Vec<AnnotatedProbe>, AnnotationError> {
     let Value::Object(by_kind) = entry else {
         return Err(AnnotationError::ContainerNotAnObject {
@@ -318,6 +326,9 @@ fn container_probes(
                 container: container.name.clone(),
                 error,
             })?;
+        budget
+            .charge(&container.name, kind, &spec)
+            .map_err(AnnotationError::OverBudget)?;
         probes.push(AnnotatedProbe {
             container: container.name.clone(),
             kind,
@@ -368,14 +379,58 @@ mod tests {
     }
 
     fn error(value: &str) -> String {
-        match parse_probes(&pod_spec(), value) {
+        match parse_probes(
+            &pod_spec(),
+            value,
+            &crate::probe::spec::budget::BudgetLimits::default(),
+        ) {
             Ok(probes) => panic!("expected an error, got {probes:?}"),
             Err(e) => e.to_string(),
         }
     }
 
     fn parsed(value: &str) -> AnnotatedProbes {
-        parse_probes(&pod_spec(), value).expect("valid annotation")
+        parse_probes(
+            &pod_spec(),
+            value,
+            &crate::probe::spec::budget::BudgetLimits::default(),
+        )
+        .expect("valid annotation")
+    }
+
+    #[test]
+    fn probes_over_the_pods_budget_refuse_the_annotation() {
+        let regex = serde_json::json!({"httpGet": {"port": 80},
+            "podprobe": {"expect": {"bodyRegex": "(?:a*b*){100}[^ab]"}}});
+        let value = serde_json::json!({"app": {"readinessProbe": regex, "livenessProbe": regex}})
+            .to_string();
+        let limits = crate::probe::spec::budget::BudgetLimits::default();
+        assert!(parse_probes(&pod_spec(), &value, &limits).is_ok());
+        let one_fits = crate::probe::spec::budget::BudgetLimits {
+            regex_bytes: 15_000,
+            ..limits
+        };
+        match parse_probes(&pod_spec(), &value, &one_fits) {
+            Err(AnnotationError::OverBudget(over)) => {
+                assert_eq!(
+                    (over.container.as_str(), over.kind),
+                    ("app", ProbeKind::Liveness)
+                );
+                assert!(over.needed > 15_000, "{over}");
+            }
+            other => panic!("expected OverBudget, got {other:?}"),
+        }
+        let short = crate::probe::spec::budget::BudgetLimits {
+            annotation_bytes: 10,
+            ..limits
+        };
+        assert_eq!(
+            parse_probes(&pod_spec(), &value, &short),
+            Err(AnnotationError::TooLong {
+                len: value.len(),
+                limit: 10
+            })
+        );
     }
 
     #[test]
@@ -615,7 +670,8 @@ mod tests {
         let value = r#"{"worker": {"livenessProbe": {"tcpSocket": {"port": 80}}}}"#;
         pod.metadata.annotations =
             Some([(PROBES_ANNOTATION.to_string(), value.to_string())].into());
-        let probes = pod_probes(&pod).expect("valid annotation");
+        let probes = pod_probes(&pod, &crate::probe::spec::budget::BudgetLimits::default())
+            .expect("valid annotation");
         assert!(probes.get("worker", ProbeKind::Liveness).is_some());
     }
 
@@ -634,12 +690,22 @@ mod tests {
     #[test]
     fn annotation_absent_means_no_probes() {
         let pod = pod(vec![], vec![container("app")], &[], Default::default());
-        assert_eq!(pod_probes(&pod), Ok(AnnotatedProbes::default()));
+        assert_eq!(
+            pod_probes(&pod, &crate::probe::spec::budget::BudgetLimits::default()),
+            Ok(AnnotatedProbes::default())
+        );
     }
 
     #[test]
     fn annotation_empty_object_means_no_probes() {
-        assert!(parse_probes(&pod_spec(), "{}").is_ok_and(|p| p.is_empty()));
+        assert!(
+            parse_probes(
+                &pod_spec(),
+                "{}",
+                &crate::probe::spec::budget::BudgetLimits::default()
+            )
+            .is_ok_and(|p| p.is_empty())
+        );
     }
 
     #[test]

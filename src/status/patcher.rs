@@ -580,7 +580,14 @@ mod tests {
             ..Default::default()
         };
         let annotation = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
-        Arc::new(crate::status::annotation::parse_probes(&spec, annotation).unwrap())
+        Arc::new(
+            crate::status::annotation::parse_probes(
+                &spec,
+                annotation,
+                &crate::probe::spec::budget::BudgetLimits::default(),
+            )
+            .unwrap(),
+        )
     }
 
     fn intent(ready: bool) -> Intent {
