@@ -182,8 +182,15 @@ impl ProbeChanges {
     }
 }
 
+/// Probes a [`ProbeChanges`] names per list; the rest are counted. A pod
+/// may change hundreds of probes at once, and this text goes into a log
+/// line and an Event note: 8 names of at most 253 bytes each, three lists,
+/// keep it under 7 KiB (SECURITY.md promises 16 KiB per log line).
+const MAX_NAMED_CHANGES: usize = 8;
+
 /// `changed: Readiness probe of app; added: Liveness probe of app`, the
-/// empty lists left out.
+/// empty lists left out, each cut after [`MAX_NAMED_CHANGES`] probes
+/// (`..., and 12 more`).
 impl std::fmt::Display for ProbeChanges {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let lists = [
@@ -193,10 +200,14 @@ impl std::fmt::Display for ProbeChanges {
         ];
         let mut first = true;
         for (what, list) in lists.into_iter().filter(|(_, list)| !list.is_empty()) {
-            let probes: Vec<String> = list
+            let mut probes: Vec<String> = list
                 .iter()
+                .take(MAX_NAMED_CHANGES)
                 .map(|(container, kind)| format!("{kind} probe of {container}"))
                 .collect();
+            if list.len() > MAX_NAMED_CHANGES {
+                probes.push(format!("and {} more", list.len() - MAX_NAMED_CHANGES));
+            }
             let separator = if first { "" } else { "; " };
             write!(f, "{separator}{what}: {}", probes.join(", "))?;
             first = false;
@@ -1012,6 +1023,26 @@ mod tests {
             old.changes_to(&PodProbes::new()).to_string(),
             "removed: Liveness probe of a, Readiness probe of a, Startup probe of b"
         );
+    }
+
+    #[test]
+    fn changes_name_at_most_eight_probes_per_list() {
+        let name = "c".repeat(253);
+        let many = |n: usize| -> Vec<(String, ProbeKind)> {
+            (0..n)
+                .map(|i| (format!("{name}{i}"), ProbeKind::Readiness))
+                .collect()
+        };
+        let changes = ProbeChanges {
+            added: many(1000),
+            changed: many(9),
+            removed: many(8),
+        };
+        let text = changes.to_string();
+        assert!(text.len() < 7 * 1024, "{} bytes", text.len());
+        assert!(text.contains(", and 992 more; "), "{text}");
+        assert!(text.contains(", and 1 more; "), "{text}");
+        assert!(!text.ends_with("more"), "the last list has exactly 8: {text}");
     }
 
     #[tokio::test(start_paused = true)]
