@@ -1042,7 +1042,10 @@ mod tests {
         assert!(text.len() < 7 * 1024, "{} bytes", text.len());
         assert!(text.contains(", and 992 more; "), "{text}");
         assert!(text.contains(", and 1 more; "), "{text}");
-        assert!(!text.ends_with("more"), "the last list has exactly 8: {text}");
+        assert!(
+            !text.ends_with("more"),
+            "the last list has exactly 8: {text}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

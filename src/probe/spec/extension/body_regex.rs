@@ -16,6 +16,8 @@
 //! "bodyRegex"): about 15 ms of CPU per 10 KiB body in release.
 
 use regex_automata::hybrid::LazyStateID;
+use std::sync::Arc;
+
 use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::nfa::thompson;
 use regex_automata::util::syntax;
@@ -42,7 +44,9 @@ const MIN_BYTES_PER_STATE: usize = 10;
 #[derive(Debug, Clone)]
 pub struct BodyRegex {
     pattern: String,
-    dfa: DFA,
+    /// Shared: a DFA's configuration alone is most of a kilobyte, and every
+    /// probe spec is cloned into its worker.
+    dfa: Arc<DFA>,
     compiled_bytes: usize,
 }
 
@@ -86,7 +90,7 @@ impl BodyRegex {
             .map_err(|_| CompileError::TooBig(MAX_COMPILED_REGEX_BYTES))?;
         Ok(BodyRegex {
             pattern: pattern.to_string(),
-            dfa,
+            dfa: Arc::new(dfa),
             compiled_bytes,
         })
     }
