@@ -172,6 +172,9 @@ fn defaults_are_deploy_base() {
             "--metrics-auth=delegated",
             "--max-connections=64",
             "--log-format=json",
+            "--max-pod-regex-bytes=1048576",
+            "--max-pod-command-bytes=4194304",
+            "--max-annotation-bytes=262144",
         ]
     );
     let (_, volume, mount) = cri(&docs);
