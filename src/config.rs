@@ -142,6 +142,32 @@ pub struct RunArgs {
     )]
     pub max_concurrent_execs: u32,
 
+    /// Most of the exec slots (--max-concurrent-execs) one pod's probes may
+    /// hold at once. A freed slot goes to the waiting pod holding the
+    /// fewest, so a pod whose exec probes never finish cannot keep other
+    /// pods' probes from running. The kubelet has no such bound.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_CONCURRENT_EXECS_PER_POD",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CONCURRENT_EXECS_PER_POD,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_concurrent_execs_per_pod: u32,
+
+    /// Longest an exec probe may run (and hold an exec slot): a longer
+    /// timeoutSeconds is cut to this, and the run fails as timed out after
+    /// it. The kubelet waits out any timeoutSeconds; podprobe's exec slots
+    /// are shared by every pod of the node.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_EXEC_TIMEOUT_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_MAX_EXEC_TIMEOUT_SECONDS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_exec_timeout_seconds: u32,
+
     /// Gate mode: run probes with `podprobe.network: pod` from inside the
     /// pod's network namespace (found through the CRI), so that a server
     /// bound to the pod's loopback can be probed. Needs CAP_SYS_ADMIN (to
@@ -207,6 +233,14 @@ pub struct RunArgs {
 /// second at the 100-300 ms an `ExecSync` takes on a busy node.
 pub const DEFAULT_MAX_CONCURRENT_EXECS: u32 = 32;
 
+/// Default of `--max-concurrent-execs-per-pod`: a quarter of the default
+/// slots, so at least four pods share them under any load.
+pub const DEFAULT_MAX_CONCURRENT_EXECS_PER_POD: u32 = 8;
+
+/// Default of `--max-exec-timeout-seconds`: twice the longest timeout the
+/// kubelet's own e2e probe specs use (30 s).
+pub const DEFAULT_MAX_EXEC_TIMEOUT_SECONDS: u32 = 60;
+
 /// `--mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
@@ -249,6 +283,8 @@ pub struct Config {
     /// Where probes may connect and which annotated hosts are accepted.
     pub destinations: Destinations,
     pub max_concurrent_execs: usize,
+    pub max_concurrent_execs_per_pod: usize,
+    pub max_exec_timeout: Duration,
     /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
     pub pod_network: bool,
 
@@ -334,6 +370,8 @@ impl RunArgs {
         Ok(Config {
             destinations: Destinations::new(allowed, denied),
             max_concurrent_execs: self.max_concurrent_execs as usize,
+            max_concurrent_execs_per_pod: self.max_concurrent_execs_per_pod as usize,
+            max_exec_timeout: Duration::from_secs(self.max_exec_timeout_seconds.into()),
             pod_network: self.pod_network,
 
             secret_ttl: Duration::from_secs(self.secret_ttl_seconds.into()),

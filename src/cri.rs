@@ -26,11 +26,14 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
-use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 /// Code generated from `proto/api.proto` by `build.rs`.
+mod exec_slots;
+
+pub use self::exec_slots::{ExecSlot, ExecSlots, SlotsBusy};
+
 mod v1 {
     tonic::include_proto!("runtime.v1");
 }
@@ -104,12 +107,18 @@ pub enum CriError {
         method: &'static str,
         field: &'static str,
     },
-    /// Every exec slot stayed taken for as long as the probe could wait.
+    /// No exec slot became free for the probe's pod for as long as the
+    /// probe could wait.
     #[error(
-        "exec not started: all {limit} exec slots of this node (--max-concurrent-execs) stayed busy \
-         for {waited:?}"
+        "exec not started: no exec slot became free for this pod within {waited:?} ({limit} on \
+         this node, --max-concurrent-execs; at most {per_pod} per pod, \
+         --max-concurrent-execs-per-pod)"
     )]
-    ExecSlotsBusy { limit: usize, waited: Duration },
+    ExecSlotsBusy {
+        limit: usize,
+        per_pod: usize,
+        waited: Duration,
+    },
     /// The runtime's labels say the container is not the one the pod's
     /// status names it to be: its status was tampered with, or is stale.
     #[error(
@@ -178,9 +187,9 @@ pub struct CriClient {
     channel: Arc<OnceLock<Channel>>,
     /// Counts `ExecSync` calls in flight (`podprobe_exec_in_flight`).
     exec_in_flight: InFlightGauge,
-    /// Bounds the `ExecSync` calls in flight, node-wide, and how many;
-    /// `None`: no bound.
-    exec_slots: Option<(Arc<Semaphore>, usize)>,
+    /// Bounds the `ExecSync` calls in flight, node-wide and per pod, and
+    /// how long one may hold a slot; `None`: no bound.
+    exec_slots: Option<(Arc<ExecSlots>, Duration)>,
     /// Containers `verify_identity` has already seen labelled as whose.
     verified: Arc<Mutex<VerifiedContainers>>,
 }
@@ -245,11 +254,26 @@ impl CriClient {
     }
 
     /// At most `limit` (at least 1) `ExecSync` calls of this client and its
-    /// clones run at once; the others wait, in order, up to their timeout.
-    pub fn limit_concurrent_execs(mut self, limit: usize) -> Self {
-        let limit = limit.max(1);
-        self.exec_slots = Some((Arc::new(Semaphore::new(limit)), limit));
+    /// clones run at once, at most `per_pod` of one pod's, each for at most
+    /// `max_timeout`; the others wait, fairly between pods
+    /// ([`ExecSlots`]), up to their timeout.
+    pub fn limit_concurrent_execs(
+        mut self,
+        limit: usize,
+        per_pod: usize,
+        max_timeout: Duration,
+    ) -> Self {
+        self.exec_slots = Some((ExecSlots::new(limit, per_pod), max_timeout));
         self
+    }
+
+    /// The runtime timeout an exec probe with `timeout` gets: its own, cut to
+    /// the longest a probe may hold an exec slot.
+    pub fn exec_timeout(&self, timeout: Duration) -> Duration {
+        match &self.exec_slots {
+            Some((_, max_timeout)) => timeout.min(*max_timeout),
+            None => timeout,
+        }
     }
 
     /// Counts this client's `ExecSync` calls in flight on `gauge`.
@@ -274,27 +298,34 @@ impl CriClient {
         .await
     }
 
-    /// `ExecSync`: runs `cmd` in the container and waits for it. The runtime
-    /// stops the command after `timeout` (whole seconds; zero means no
-    /// limit); the call itself gets `timeout` plus
-    /// [`RUNTIME_REQUEST_TIMEOUT`] and no deadline when `timeout` is zero.
-    /// A non-zero exit code is not an error: it is in the response.
+    /// `ExecSync` of an exec probe of `pod` (its UID: the key of its fair
+    /// share of the exec slots): runs `cmd` in the container and waits for
+    /// it. The runtime stops the command after `timeout` (whole seconds,
+    /// cut to [`CriClient::exec_timeout`]; zero means no limit); the call
+    /// itself gets `timeout` plus [`RUNTIME_REQUEST_TIMEOUT`] and no deadline
+    /// when `timeout` is zero. A non-zero exit code is not an error: it is
+    /// in the response.
     pub async fn exec_sync(
         &self,
+        pod: &str,
         container_id: &str,
         cmd: &[String],
         timeout: Duration,
     ) -> Result<ExecSyncResponse, CriError> {
+        let timeout = self.exec_timeout(timeout);
         let _slot = match &self.exec_slots {
             None => None,
-            Some((slots, limit)) => {
+            Some((slots, _)) => {
                 // A probe waits for a slot as long as its command may run.
                 let waited = timeout.max(Duration::from_secs(1));
-                match tokio::time::timeout(waited, slots.clone().acquire_owned()).await {
-                    Ok(Ok(slot)) => Some(slot),
-                    Ok(Err(_)) | Err(_) => {
-                        let limit = *limit;
-                        return Err(CriError::ExecSlotsBusy { limit, waited });
+                match slots.acquire(pod, waited).await {
+                    Ok(slot) => Some(slot),
+                    Err(SlotsBusy) => {
+                        return Err(CriError::ExecSlotsBusy {
+                            limit: slots.limit(),
+                            per_pod: slots.per_pod(),
+                            waited,
+                        });
                     }
                 }
             }

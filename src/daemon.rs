@@ -177,7 +177,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     metrics.track_watch(watch_activity.clone());
     let cri = CriClient::new(&config.cri_endpoint)?
         .count_exec_in_flight(metrics.exec_in_flight())
-        .limit_concurrent_execs(config.max_concurrent_execs);
+        .limit_concurrent_execs(
+            config.max_concurrent_execs,
+            config.max_concurrent_execs_per_pod,
+            config.max_exec_timeout,
+        );
     let cache = PodCache::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (events, event_queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());

@@ -16,6 +16,8 @@ use podprobe::probe::{
     exec,
 };
 
+/// The pod UID exec slots are shared by, for tests of one pod.
+const POD: &str = "pod-uid";
 const ONE_SECOND: Duration = Duration::from_secs(1);
 
 #[tokio::test]
@@ -24,6 +26,7 @@ async fn e5_exit_zero_is_success_with_output() {
     let pod = TestPod::start(&cri, "e5-exit-zero").await;
     let attempt = exec::probe(
         &cri,
+        POD,
         &pod.kubernetes_container_id(),
         &strings(&["echo", "ok"]),
         ONE_SECOND,
@@ -38,7 +41,7 @@ async fn e4_e5_non_zero_exit_is_failure_with_stdout_then_stderr() {
     let pod = TestPod::start(&cri, "e5-non-zero").await;
     // stderr is written first: the output still puts stdout first.
     let cmd = strings(&["sh", "-c", "echo to-stderr >&2; echo to-stdout; exit 3"]);
-    let attempt = exec::probe(&cri, &pod.container_id, &cmd, ONE_SECOND).await;
+    let attempt = exec::probe(&cri, POD, &pod.container_id, &cmd, ONE_SECOND).await;
     assert_eq!(
         attempt,
         Ok(Outcome::new(ProbeResult::Failure, "to-stdout\nto-stderr\n"))
@@ -52,11 +55,11 @@ async fn e4_output_is_capped_at_10240_bytes() {
     let cmd = strings(&["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x"]);
     // The runtime returns all of it; the cap is the prober's job.
     let whole = cri
-        .exec_sync(&pod.container_id, &cmd, ONE_SECOND)
+        .exec_sync(POD, &pod.container_id, &cmd, ONE_SECOND)
         .await
         .unwrap();
     assert_eq!(whole.stdout.len(), 100_000);
-    let outcome = exec::probe(&cri, &pod.container_id, &cmd, ONE_SECOND)
+    let outcome = exec::probe(&cri, POD, &pod.container_id, &cmd, ONE_SECOND)
         .await
         .unwrap();
     assert_eq!(outcome.result, ProbeResult::Success);
@@ -71,6 +74,7 @@ async fn e5_runtime_timeout_is_failure_with_command_timed_out() {
     let started = Instant::now();
     let attempt = exec::probe(
         &cri,
+        POD,
         &pod.container_id,
         &strings(&["sleep", "5"]),
         ONE_SECOND,
@@ -233,7 +237,7 @@ async fn client_reconnects_after_runtime_restart() {
     let pod = TestPod::start(&cri, "reconnect").await;
     let echo = strings(&["echo", "before"]);
     assert_eq!(
-        cri.exec_sync(&pod.container_id, &echo, ONE_SECOND)
+        cri.exec_sync(POD, &pod.container_id, &echo, ONE_SECOND)
             .await
             .unwrap()
             .stdout,
@@ -249,7 +253,7 @@ async fn client_reconnects_after_runtime_restart() {
     // The same client, and the container survived the restart.
     let echo = strings(&["echo", "after"]);
     let response = cri
-        .exec_sync(&pod.container_id, &echo, ONE_SECOND)
+        .exec_sync(POD, &pod.container_id, &echo, ONE_SECOND)
         .await
         .unwrap();
     assert_eq!(response.stdout, b"after\n");
@@ -291,6 +295,7 @@ async fn exec_in_flight_gauge_counts_running_execs() {
         tokio::spawn(async move {
             exec::probe(
                 &cri,
+                POD,
                 &id,
                 &strings(&["sleep", "2"]),
                 Duration::from_secs(10),
@@ -359,6 +364,7 @@ async fn exec_runs_only_in_the_container_the_runtime_labels_as_the_pods() {
     );
     let marker = cri
         .exec_sync(
+            POD,
             &victim.container_id,
             &strings(&["test", "-e", "/tmp/attacked"]),
             ONE_SECOND,
@@ -393,19 +399,22 @@ async fn exec_runs_only_in_the_container_the_runtime_labels_as_the_pods() {
 
 #[tokio::test]
 async fn exec_slots_bound_the_execs_in_flight_and_a_waiting_probe_errors_at_its_timeout() {
-    let cri = client().limit_concurrent_execs(1);
+    let cri = client().limit_concurrent_execs(1, 1, Duration::from_secs(60));
     let pod = TestPod::start(&cri, "exec-slots").await;
     let busy = tokio::spawn({
         let (cri, id) = (cri.clone(), pod.container_id.clone());
         let held = strings(&["sh", "-c", "touch /tmp/slot-held; sleep 3"]);
-        async move { cri.exec_sync(&id, &held, Duration::from_secs(10)).await }
+        async move {
+            cri.exec_sync(POD, &id, &held, Duration::from_secs(10))
+                .await
+        }
     });
     // Wait until the first exec holds the only slot: its command runs.
     let started = Instant::now();
     let check = strings(&["test", "-e", "/tmp/slot-held"]);
     loop {
         let held = client()
-            .exec_sync(&pod.container_id, &check, ONE_SECOND)
+            .exec_sync(POD, &pod.container_id, &check, ONE_SECOND)
             .await
             .unwrap();
         if held.exit_code == 0 {
@@ -419,21 +428,68 @@ async fn exec_slots_bound_the_execs_in_flight_and_a_waiting_probe_errors_at_its_
     }
     let waited = Instant::now();
     let refused = cri
-        .exec_sync(&pod.container_id, &strings(&["true"]), ONE_SECOND)
+        .exec_sync(POD, &pod.container_id, &strings(&["true"]), ONE_SECOND)
         .await
         .unwrap_err();
     assert_eq!(
         refused.to_string(),
-        "exec not started: all 1 exec slots of this node (--max-concurrent-execs) stayed busy for 1s"
+        "exec not started: no exec slot became free for this pod within 1s (1 on this node, \
+         --max-concurrent-execs; at most 1 per pod, --max-concurrent-execs-per-pod)"
     );
     assert!(waited.elapsed() >= ONE_SECOND, "{:?}", waited.elapsed());
     assert_eq!(busy.await.unwrap().unwrap().exit_code, 0);
     // The slot is free again.
     let after = cri
-        .exec_sync(&pod.container_id, &strings(&["true"]), ONE_SECOND)
+        .exec_sync(POD, &pod.container_id, &strings(&["true"]), ONE_SECOND)
         .await
         .unwrap();
     assert_eq!(after.exit_code, 0);
+}
+
+/// #25: a pod whose exec probes never finish holds at most its share of
+/// the slots, and each for at most the longest exec timeout; another pod's
+/// exec runs at once.
+#[tokio::test]
+async fn a_pods_endless_execs_hold_only_its_share_and_only_until_the_exec_timeout_cap() {
+    let cri = client().limit_concurrent_execs(2, 1, Duration::from_secs(2));
+    let pod = TestPod::start(&cri, "exec-fair").await;
+    let endless = strings(&["sleep", "infinity"]);
+    let started = Instant::now();
+    let hostile = tokio::spawn({
+        let (cri, id, endless) = (cri.clone(), pod.container_id.clone(), endless.clone());
+        async move {
+            cri.exec_sync("hostile", &id, &endless, Duration::from_secs(3600))
+                .await
+        }
+    });
+    // One turn of this (current-thread) runtime lets the task take its slot:
+    // taking a free slot does not wait.
+    tokio::task::yield_now().await;
+    // Its second endless exec finds the pod's share (1) taken.
+    let second = cri
+        .exec_sync("hostile", &pod.container_id, &endless, ONE_SECOND)
+        .await
+        .unwrap_err();
+    assert!(second.to_string().contains("at most 1 per pod"), "{second}");
+    // A bystander pod's exec gets the other slot at once.
+    let bystander = cri
+        .exec_sync(
+            "bystander",
+            &pod.container_id,
+            &strings(&["true"]),
+            ONE_SECOND,
+        )
+        .await
+        .unwrap();
+    assert_eq!(bystander.exit_code, 0);
+    // The runtime stops the endless one at the 2 s cap, not after an hour.
+    let cut = hostile.await.unwrap().unwrap_err();
+    assert_eq!(cut.code(), Some(tonic::Code::DeadlineExceeded), "{cut}");
+    // The runtime's own timeout, plus 10 s for a loaded machine; without
+    // the cap the call would end after an hour (or the CRI call's own
+    // deadline, the timeout plus 120 s).
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(12), "{took:?}");
 }
 
 #[tokio::test]
@@ -442,7 +498,7 @@ async fn exec_output_beyond_one_mebibyte_is_an_error_not_a_verdict() {
     let pod = TestPod::start(&cri, "exec-flood").await;
     let flood = strings(&["sh", "-c", "head -c 2000000 /dev/zero"]);
     let error = cri
-        .exec_sync(&pod.container_id, &flood, Duration::from_secs(5))
+        .exec_sync(POD, &pod.container_id, &flood, Duration::from_secs(5))
         .await
         .unwrap_err();
     assert!(

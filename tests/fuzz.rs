@@ -2131,7 +2131,7 @@ proptest! {
                 }
             });
             let client = CriClient::new(&socket.to_string_lossy()).expect("valid endpoint");
-            exec::probe(&client, &container_id, &command, Duration::from_secs(1)).await
+            exec::probe(&client, "fuzz", &container_id, &command, Duration::from_secs(1)).await
         })?;
         if let Err(error) = attempt {
             prop_assert!(!error.message.is_empty(), "an error says what went wrong");

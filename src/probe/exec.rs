@@ -14,14 +14,17 @@ use tonic::Code;
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_duration, go_quote};
 use crate::cri::{CriClient, ExecSyncResponse};
 
-/// Runs `command` in `container_id` through CRI with `timeout`.
+/// Runs `command` in `container_id` of `pod` (its UID) through CRI with
+/// `timeout`, cut to the longest a probe may hold an exec slot.
 pub async fn probe(
     cri: &CriClient,
+    pod: &str,
     container_id: &str,
     command: &[String],
     timeout: Duration,
 ) -> Attempt {
-    match cri.exec_sync(container_id, command, timeout).await {
+    let timeout = cri.exec_timeout(timeout);
+    match cri.exec_sync(pod, container_id, command, timeout).await {
         Ok(response) => Ok(outcome(&response)),
         Err(err) if err.code() == Some(Code::DeadlineExceeded) => Ok(Outcome::new(
             ProbeResult::Failure,

@@ -284,7 +284,8 @@ impl Prober {
                         .await
                         .map_err(|e| ProbeError::unknown(e.to_string()))?;
                 }
-                exec::probe(cri, id, &action.command, exec_timeout(timeout)).await
+                let pod = target.identity.map_or("", |identity| identity.pod_uid);
+                exec::probe(cri, pod, id, &action.command, exec_timeout(timeout)).await
             }
             Handler::Unresolvable(error) => Err(ProbeError::unknown(error.to_string())),
             Handler::Unsupported(unsupported) => Err(ProbeError::unknown(unsupported.to_string())),

@@ -147,7 +147,12 @@ impl TestPod {
         let check = strings(&["test", "-e", READY_FILE]);
         for _ in 0..200 {
             let response = cri
-                .exec_sync(&self.container_id, &check, Duration::from_secs(5))
+                .exec_sync(
+                    "support",
+                    &self.container_id,
+                    &check,
+                    Duration::from_secs(5),
+                )
                 .await
                 .expect("ExecSync readiness check");
             if response.exit_code == 0 {

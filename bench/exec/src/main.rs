@@ -405,7 +405,11 @@ fn podprobe_prober(endpoint: &str, cap: usize, metrics: &Metrics) -> Prober {
     let cri = CriClient::new(endpoint)
         .expect("endpoint")
         .count_exec_in_flight(metrics.exec_in_flight())
-        .limit_concurrent_execs(cap);
+        .limit_concurrent_execs(
+            cap,
+            podprobe::config::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
+            Duration::from_secs(podprobe::config::DEFAULT_MAX_EXEC_TIMEOUT_SECONDS.into()),
+        );
     Prober::new("1.35", Some(cri))
 }
 
