@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+use crate::apiclient::{self, RateLimit};
 use crate::cri::DEFAULT_ENDPOINT;
+use crate::events;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
 use crate::probe::spec::budget::{self, BudgetLimits};
 use crate::probe::spec::is_dns_subdomain;
@@ -227,6 +229,60 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u64).range(1..=budget::MAX_ANNOTATION_BYTES as u64)
     )]
     pub max_annotation_bytes: u64,
+
+    /// Event writes a second to the API server, node-wide (the kubelet's
+    /// eventRecordQPS); 0: no limit.
+    #[arg(
+        long,
+        env = "PODPROBE_EVENT_QPS",
+        value_name = "QPS",
+        default_value_t = events::DEFAULT_EVENT_QPS,
+        value_parser = non_negative_rate
+    )]
+    pub event_qps: f64,
+
+    /// Event writes allowed at once above --event-qps (the kubelet's
+    /// eventBurst).
+    #[arg(
+        long,
+        env = "PODPROBE_EVENT_BURST",
+        value_name = "N",
+        default_value_t = events::DEFAULT_EVENT_BURST,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub event_burst: u32,
+
+    /// API requests a second other than Event writes (the kubelet's
+    /// kubeAPIQPS); 0: no limit.
+    #[arg(
+        long,
+        env = "PODPROBE_KUBE_API_QPS",
+        value_name = "QPS",
+        default_value_t = apiclient::DEFAULT_API_QPS,
+        value_parser = non_negative_rate
+    )]
+    pub kube_api_qps: f64,
+
+    /// API requests allowed at once above --kube-api-qps (the kubelet's
+    /// kubeAPIBurst).
+    #[arg(
+        long,
+        env = "PODPROBE_KUBE_API_BURST",
+        value_name = "N",
+        default_value_t = apiclient::DEFAULT_API_BURST,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub kube_api_burst: u32,
+}
+
+/// A request rate flag: a finite number, at least 0.
+fn non_negative_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
+        _ => Err(format!(
+            "{text:?}: expected a number of requests a second, 0 or more"
+        )),
+    }
 }
 
 /// Default of `--max-concurrent-execs`: room for about 100 exec probes a
@@ -293,6 +349,10 @@ pub struct Config {
     /// `--max-pod-regex-bytes`, `--max-pod-command-bytes`,
     /// `--max-annotation-bytes`.
     pub budget: BudgetLimits,
+    /// `--event-qps`, `--event-burst`.
+    pub event_rate: RateLimit,
+    /// `--kube-api-qps`, `--kube-api-burst`.
+    pub api_rate: RateLimit,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -375,6 +435,8 @@ impl RunArgs {
             pod_network: self.pod_network,
 
             secret_ttl: Duration::from_secs(self.secret_ttl_seconds.into()),
+            event_rate: RateLimit::new(self.event_qps, self.event_burst),
+            api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),
                 command_bytes: usize::try_from(self.max_pod_command_bytes).unwrap_or(usize::MAX),

@@ -184,7 +184,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         );
     let cache = PodCache::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let (events, event_queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());
+    let (events, event_queue) = events::channel_with(
+        events::QueueConfig {
+            writes: config.event_rate,
+            ..events::QueueConfig::default()
+        },
+        metrics.clone(),
+    );
     let event_publisher = tokio::spawn({
         let (client, node) = (client.clone(), config.node_name.clone());
         async move { event_queue.run(client, &node).await }
@@ -296,7 +302,7 @@ async fn kube_client(
             .await
             .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
     };
-    apiclient::build(kube_config, watch).map_err(DaemonError::Client)
+    apiclient::build(kube_config, watch, config.api_rate).map_err(DaemonError::Client)
 }
 
 /// Checks every [`RESYNC_PERIOD`] that the runtime answers, for `/readyz`;

@@ -4,34 +4,65 @@
 //! an unusable `podprobe.io/probes` annotation.
 //!
 //! Recording never blocks a probe worker: [`EventSink::record`] puts the
-//! event on a bounded queue and returns; if the queue is full the event is
-//! dropped and counted (`podprobe_events_total{outcome="dropped"}`), like the
-//! kubelet's broadcaster drops events when its queue is full. One task
-//! ([`EventQueue::run`]) drains the queue through kube-rs's
-//! [`Recorder`] (`events.k8s.io/v1`), with reporting controller `podprobe`
-//! and the node name as reporting instance.
+//! event on its pod's queue and returns. One task ([`EventQueue::run`])
+//! takes the events, a pod at a time in turn, and writes them to the API
+//! server (`events.k8s.io/v1`) with reporting controller `podprobe` and the
+//! node name as reporting instance. A pod whose failure text changes on
+//! every run (a server that resets the connection puts the client's port in
+//! it) must not turn into one API write per probe run, nor crowd out other
+//! pods' events, so on the way (rules 9.4-9.6):
+//!
+//! - **Queue**: at most [`DEFAULT_POD_QUEUE_CAPACITY`] events of one pod
+//!   and [`DEFAULT_QUEUE_CAPACITY`] in all (the kubelet's
+//!   `maxQueuedEvents`). When full, the pod with the most queued events
+//!   loses its oldest one that is not a `Killing`, so one pod's flood never
+//!   drops another pod's event. Drops are counted
+//!   (`podprobe_events_total{outcome="dropped"}`).
+//! - **Correlator** (client-go's `EventCorrelator`, see [`correlator`]):
+//!   similar events with ten different notes within ten minutes are
+//!   combined into one Event noted `(combined from similar events): ...`;
+//!   repeats of an Event within six minutes become its `series.count`; and
+//!   each pod may have 25 events written at once, then one per five
+//!   minutes (refused ones counted as `outcome="filtered"`).
+//! - **Write rate**: at most [`DEFAULT_EVENT_QPS`] writes a second, bursts
+//!   of [`DEFAULT_EVENT_BURST`] (the kubelet's `eventRecordQPS` and
+//!   `eventBurst`).
 //!
 //! [`Telemetry`] is the [`ProbeObserver`] that turns worker reports into
 //! metrics and events.
 //!
-//! Two differences from the kubelet's `core/v1` recorder, both forced by the
-//! `events.k8s.io/v1` API: a note is cut to 1024 bytes (the API rejects
-//! longer ones; exec and HTTP outputs may be up to 10 KiB), and an event
-//! repeated within six minutes becomes one Event with a growing
-//! `series.count` (the kubelet bumps `count` the same way).
+//! Differences from the kubelet's `core/v1` recorder:
+//! - A note is cut to 1024 bytes: `events.k8s.io/v1` rejects longer ones
+//!   (exec and HTTP outputs may be up to 10 KiB).
+//! - A repeat continues its Event's series only within six minutes of the
+//!   last one (the kubelet bumps `count` as long as its cache remembers).
+//! - `events.k8s.io/v1` allows no change to an Event's note, object or
+//!   action, so a combined Event keeps the note it was created with (the
+//!   kubelet rewrites it to the latest) and combines events of one
+//!   container and action only (the kubelet's combine a pod's containers).
+//! - `Killing` is never refused by the spam filter, and a full queue drops
+//!   it last: the node agent restarts a probe-killed container only when it
+//!   finds the event (K8). The kubelet needs no event to know.
+//! - The kubelet has one queue for all pods and drops the newcomer when it
+//!   is full.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+mod correlator;
+mod lru;
+mod queue;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
-use tokio::sync::mpsc;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::apiclient::{RequestError, bounded};
+use crate::apiclient::{RateLimit, RequestError, bounded};
 use crate::lint::Finding;
 use crate::manager::ProbeChanges;
 use crate::metrics::{EventOutcome, Metrics};
@@ -40,20 +71,30 @@ use crate::probe::spec::budget::OverBudget;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
 use crate::status::annotation::AnnotationError;
 use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
+use correlator::{Correlation, Correlator, EventWrite};
+use queue::FairQueue;
 
 /// `reportingController` of every Event podprobe records.
 pub const REPORTING_CONTROLLER: &str = "podprobe";
 
-/// Events queued before new ones are dropped (the kubelet's
-/// `maxQueuedEvents`).
+/// Events queued, all pods together, before some are dropped (the
+/// kubelet's `maxQueuedEvents`).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
+
+/// Events of one pod queued before its oldest are dropped: a tenth of
+/// [`DEFAULT_QUEUE_CAPACITY`], so ten flooding pods cannot fill it. The
+/// spam filter lets 25 of a pod's events through at once anyway.
+pub const DEFAULT_POD_QUEUE_CAPACITY: usize = 100;
+
+/// Event writes a second on average (the kubelet's `eventRecordQPS`).
+pub const DEFAULT_EVENT_QPS: f64 = 50.0;
+
+/// Event writes at once above [`DEFAULT_EVENT_QPS`] (the kubelet's
+/// `eventBurst`).
+pub const DEFAULT_EVENT_BURST: u32 = 100;
 
 /// Longest note the `events.k8s.io/v1` API accepts, in bytes.
 pub const MAX_NOTE_BYTES: usize = 1024;
-
-/// How long an Event is remembered for folding repeats into its series
-/// (kube-rs's recorder cache TTL).
-const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 
 /// Event reasons.
 pub mod reasons {
@@ -232,8 +273,7 @@ impl PodEvent {
 }
 
 /// Action of a probe event, which also keeps the events of two probe kinds
-/// on one container apart (kube-rs folds events with equal
-/// type/reason/action/object into one series).
+/// on one container apart (a series has one action).
 fn probe_action(kind: ProbeKind) -> &'static str {
     match kind {
         ProbeKind::Liveness => "LivenessProbe",
@@ -280,10 +320,59 @@ fn truncate_note(mut note: String) -> String {
     note
 }
 
+/// The API's name of an event type.
+fn type_name(type_: EventType) -> &'static str {
+    match type_ {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
+    }
+}
+
+/// How much the event queue holds and how fast its events are written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueConfig {
+    /// Events queued, all pods together.
+    pub capacity: usize,
+    /// Events queued of one pod.
+    pub pod_capacity: usize,
+    /// Event writes to the API server.
+    pub writes: RateLimit,
+}
+
+impl Default for QueueConfig {
+    /// [`DEFAULT_QUEUE_CAPACITY`], [`DEFAULT_POD_QUEUE_CAPACITY`],
+    /// [`DEFAULT_EVENT_QPS`] and [`DEFAULT_EVENT_BURST`].
+    fn default() -> Self {
+        QueueConfig {
+            capacity: DEFAULT_QUEUE_CAPACITY,
+            pod_capacity: DEFAULT_POD_QUEUE_CAPACITY,
+            writes: RateLimit::new(DEFAULT_EVENT_QPS, DEFAULT_EVENT_BURST),
+        }
+    }
+}
+
+/// What the sinks and the queue share.
+#[derive(Debug)]
+struct Shared {
+    queue: Mutex<FairQueue>,
+    /// Wakes the publisher: an event was queued or the last sink is gone.
+    wake: Notify,
+    /// Sinks alive; with none left and the queue empty the publisher ends.
+    sinks: AtomicUsize,
+    /// Cleared when the publisher is gone, so events are no longer queued.
+    open: AtomicBool,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, FairQueue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// The sending side of the event queue; cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct EventSink {
-    queue: mpsc::Sender<PodEvent>,
+    shared: Arc<Shared>,
     metrics: Metrics,
     /// Set while events are being dropped, so a full queue logs once per
     /// episode instead of once per event.
@@ -293,46 +382,95 @@ pub struct EventSink {
 /// The receiving side of the event queue; [`EventQueue::run`] drains it.
 #[derive(Debug)]
 pub struct EventQueue {
-    queue: mpsc::Receiver<PodEvent>,
+    shared: Arc<Shared>,
     metrics: Metrics,
+    writes: RateLimit,
 }
 
-/// A queue of `capacity` events: the sink for producers, the queue for the
-/// task that publishes them.
+/// A queue of `capacity` events ([`QueueConfig`]'s other defaults): the
+/// sink for producers, the queue for the task that publishes them.
 pub fn channel(capacity: usize, metrics: Metrics) -> (EventSink, EventQueue) {
-    let (tx, rx) = mpsc::channel(capacity.max(1));
+    channel_with(
+        QueueConfig {
+            capacity,
+            ..QueueConfig::default()
+        },
+        metrics,
+    )
+}
+
+/// A queue as `config` says: the sink for producers, the queue for the
+/// task that publishes them.
+pub fn channel_with(config: QueueConfig, metrics: Metrics) -> (EventSink, EventQueue) {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(FairQueue::new(config.capacity, config.pod_capacity)),
+        wake: Notify::new(),
+        sinks: AtomicUsize::new(1),
+        open: AtomicBool::new(true),
+    });
     let sink = EventSink {
-        queue: tx,
+        shared: shared.clone(),
         metrics: metrics.clone(),
         dropping: Arc::default(),
     };
-    (sink, EventQueue { queue: rx, metrics })
+    let queue = EventQueue {
+        shared,
+        metrics,
+        writes: config.writes,
+    };
+    (sink, queue)
+}
+
+impl Clone for EventSink {
+    fn clone(&self) -> Self {
+        self.shared.sinks.fetch_add(1, Ordering::Relaxed);
+        EventSink {
+            shared: self.shared.clone(),
+            metrics: self.metrics.clone(),
+            dropping: self.dropping.clone(),
+        }
+    }
+}
+
+impl Drop for EventSink {
+    fn drop(&mut self) {
+        // Release: the publisher that sees no sink left sees every event
+        // this one queued.
+        if self.shared.sinks.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.wake.notify_one();
+        }
+    }
 }
 
 impl EventSink {
-    /// Queues `event` without waiting; drops it (counted, logged once per
-    /// episode) if the queue is full, and ignores it after shutdown.
+    /// Queues `event` without waiting; if its pod's queue or the whole
+    /// queue is full, first drops the oldest event of its pod's or the
+    /// longest queue (counted, logged once per episode). Ignores it after
+    /// shutdown.
     pub fn record(&self, event: PodEvent) {
-        match self.queue.try_send(event) {
-            Ok(()) => {
+        if !self.shared.open.load(Ordering::Relaxed) {
+            tracing::debug!(reason = event.reason, "event after shutdown not recorded");
+            return;
+        }
+        let dropped = self.shared.queue().push(event);
+        self.shared.wake.notify_one();
+        match dropped {
+            None => {
                 if self.dropping.swap(false, Ordering::Relaxed) {
                     tracing::info!("event queue has room again");
                 }
             }
-            Err(mpsc::error::TrySendError::Full(event)) => {
+            Some(dropped) => {
                 self.metrics.event(EventOutcome::Dropped);
                 if !self.dropping.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
-                        namespace = event.regarding.namespace.as_deref().unwrap_or_default(),
-                        pod = event.regarding.name.as_deref().unwrap_or_default(),
-                        container = event.container(),
-                        reason = event.reason,
-                        "event queue full: dropping events until it drains"
+                        namespace = dropped.regarding.namespace.as_deref().unwrap_or_default(),
+                        pod = dropped.regarding.name.as_deref().unwrap_or_default(),
+                        container = dropped.container(),
+                        reason = dropped.reason,
+                        "event queue full: dropping the oldest events of the pods with the most queued"
                     );
                 }
-            }
-            Err(mpsc::error::TrySendError::Closed(event)) => {
-                tracing::debug!(reason = event.reason, "event after shutdown not recorded");
             }
         }
     }
@@ -347,17 +485,58 @@ impl EventSink {
     }
 }
 
+impl Drop for EventQueue {
+    fn drop(&mut self) {
+        self.shared.open.store(false, Ordering::Relaxed);
+    }
+}
+
 impl EventQueue {
     /// Publishes queued events one by one until every [`EventSink`] is
     /// dropped and the queue is empty (so dropping the sinks and awaiting
     /// this flushes what was queued). Failures are logged and counted, not
     /// retried.
-    pub async fn run(mut self, client: Client, node_name: &str) {
-        let mut recorders = Recorders::new(client, node_name);
-        while let Some(event) = self.queue.recv().await {
-            let outcome = match recorders.publish(&event).await {
-                Ok(()) => EventOutcome::Recorded,
+    pub async fn run(self, client: Client, node_name: &str) {
+        let publisher = KubePublisher {
+            client,
+            instance: node_name.to_string(),
+        };
+        let mut correlator = Correlator::new();
+        let mut writes = self.writes.bucket(Instant::now());
+        while let Some(event) = self.next().await {
+            // Rule 9.4: a pod's flood of different notes costs a bounded
+            // number of writes, however its notes differ.
+            let write = match correlator.correlate(event, Instant::now()) {
+                Correlation::Write(write) => write,
+                Correlation::Filtered(event) => {
+                    // Debug only: a flooding pod would flood the log too.
+                    tracing::debug!(
+                        namespace = event.regarding.namespace.as_deref().unwrap_or_default(),
+                        pod = event.regarding.name.as_deref().unwrap_or_default(),
+                        container = event.container(),
+                        reason = event.reason,
+                        "event refused by the spam filter"
+                    );
+                    self.metrics.event(EventOutcome::Filtered);
+                    continue;
+                }
+            };
+            // Rule 9.6: however many pods fail at once, the API server gets
+            // Events at the kubelet's rate.
+            if let Some(bucket) = &mut writes {
+                let wait = bucket.reserve(Instant::now());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            let outcome = match publisher.publish(&write).await {
+                Ok(Published::Created { name }) => {
+                    correlator.created(&write.series, name);
+                    EventOutcome::Recorded
+                }
+                Ok(Published::Updated) => EventOutcome::Recorded,
                 Err(error) => {
+                    let event = &write.event;
                     tracing::warn!(
                         namespace = event.regarding.namespace.as_deref().unwrap_or_default(),
                         pod = event.regarding.name.as_deref().unwrap_or_default(),
@@ -372,78 +551,110 @@ impl EventQueue {
             self.metrics.event(outcome);
         }
     }
-}
 
-/// One kube-rs [`Recorder`] per distinct note. A recorder folds every event
-/// with the same type, reason, action and object into the series of the
-/// first one, keeping the first note; the kubelet folds only identical
-/// events. Separate recorders per note keep a changed message (a new status
-/// code, an error after failures) visible as its own Event.
-struct Recorders {
-    client: Client,
-    reporter: Reporter,
-    by_note: HashMap<String, (Recorder, Instant)>,
-}
-
-impl Recorders {
-    fn new(client: Client, node_name: &str) -> Self {
-        Recorders {
-            client,
-            reporter: Reporter {
-                controller: REPORTING_CONTROLLER.to_string(),
-                instance: Some(node_name.to_string()),
-            },
-            by_note: HashMap::new(),
+    /// The next event, in the pods' turn; `None` once no sink is left and
+    /// the queue is empty.
+    async fn next(&self) -> Option<PodEvent> {
+        loop {
+            // Read before looking at the queue: when no sink is left, all
+            // they queued is there to see.
+            let closed = self.shared.sinks.load(Ordering::Acquire) == 0;
+            if let Some(event) = self.shared.queue().pop() {
+                return Some(event);
+            }
+            if closed {
+                return None;
+            }
+            // A wake-up between the look and this wait is kept by `Notify`.
+            self.shared.wake.notified().await;
         }
     }
+}
 
-    async fn publish(&mut self, event: &PodEvent) -> Result<(), RequestError> {
-        let note = truncate_note(event.note.clone());
-        let now = Instant::now();
-        make_room(&mut self.by_note, &note, now);
-        let (recorder, last_used) = self.by_note.entry(note.clone()).or_insert_with(|| {
-            (
-                Recorder::new(self.client.clone(), self.reporter.clone()),
-                now,
-            )
-        });
-        *last_used = now;
-        let kube_event = Event {
-            type_: match event.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
+/// What a write did at the API server.
+#[derive(Debug, Clone, PartialEq)]
+enum Published {
+    /// A new Event of this name.
+    Created { name: String },
+    /// The series' Event has the new count.
+    Updated,
+}
+
+/// Writes `events.k8s.io/v1` Events with the client.
+struct KubePublisher {
+    client: Client,
+    /// `reportingInstance`: the node's name.
+    instance: String,
+}
+
+impl KubePublisher {
+    fn api(&self, event: &PodEvent) -> Api<Event> {
+        let namespace = event.regarding.namespace.as_deref().unwrap_or("default");
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn create(&self, write: &EventWrite, now: Timestamp) -> Result<Published, RequestError> {
+        let event = &write.event;
+        // The kubelet's names: `<object>.<hex nanoseconds>`.
+        let name = format!(
+            "{}.{:x}",
+            event
+                .regarding
+                .name
+                .as_deref()
+                .unwrap_or(REPORTING_CONTROLLER),
+            now.as_nanosecond()
+        );
+        let object = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: event.regarding.namespace.clone(),
+                ..ObjectMeta::default()
             },
-            reason: event.reason.to_string(),
-            note: Some(note),
-            action: event.action.to_string(),
-            secondary: None,
+            action: Some(event.action.to_string()),
+            reason: Some(event.reason.to_string()),
+            note: Some(event.note.clone()),
+            type_: Some(type_name(event.type_).to_string()),
+            regarding: Some(event.regarding.clone()),
+            event_time: Some(MicroTime(now)),
+            reporting_controller: Some(REPORTING_CONTROLLER.to_string()),
+            reporting_instance: Some(self.instance.clone()),
+            // A series whose earlier events were not written (the spam
+            // filter, a failed write, a vanished Event) starts with its
+            // count so far.
+            series: (write.count > 1).then(|| series(write.count, now)),
+            ..Event::default()
         };
-        // Bounded: events go out one by one, and one hung request must not
-        // hold every later one.
-        bounded(recorder.publish(&kube_event, &event.regarding)).await
+        bounded(self.api(event).create(&PostParams::default(), &object)).await?;
+        Ok(Published::Created { name })
+    }
+
+    /// Writes `write`: a new Event, or the series' new count on its Event.
+    async fn publish(&self, write: &EventWrite) -> Result<Published, RequestError> {
+        let now = Timestamp::now();
+        let Some(name) = &write.name else {
+            return self.create(write, now).await;
+        };
+        let patch = Patch::Merge(serde_json::json!({ "series": series(write.count, now) }));
+        let api = self.api(&write.event);
+        match bounded(api.patch(name, &PatchParams::default(), &patch)).await {
+            Ok(_) => Ok(Published::Updated),
+            // The Event is gone (deleted, or expired by the API server's
+            // event TTL): a new one continues the series, as client-go
+            // creates one when its patch finds none.
+            Err(RequestError::Kube(kube::Error::Api(status))) if status.is_not_found() => {
+                self.create(write, now).await
+            }
+            Err(error) => Err(error),
+        }
     }
 }
 
-/// Recorders kept at most, one per distinct note; client-go's event
-/// correlator bounds its caches at the same size.
-const MAX_RECORDERS: usize = 4096;
-
-/// Forgets the recorders unused for the TTL (they have forgotten all their
-/// events anyway) and, when a new `note` finds `by_note` full, the least
-/// recently used one. Without the bound a pod whose failure text changes on
-/// every run (an exec probe printing a counter) would add a recorder, and
-/// its cached Event, per run for six minutes.
-fn make_room<T>(by_note: &mut HashMap<String, (T, Instant)>, note: &str, now: Instant) {
-    by_note.retain(|_, (_, last_used)| now.duration_since(*last_used) < SERIES_TTL);
-    if by_note.len() < MAX_RECORDERS || by_note.contains_key(note) {
-        return;
-    }
-    let oldest = by_note
-        .iter()
-        .min_by_key(|(_, (_, last_used))| *last_used)
-        .map(|(oldest, _)| oldest.clone());
-    if let Some(oldest) = oldest {
-        by_note.remove(&oldest);
+/// The `series` of an Event seen `count` times, the last time `now`.
+fn series(count: u32, now: Timestamp) -> EventSeries {
+    EventSeries {
+        count: i32::try_from(count).unwrap_or(i32::MAX),
+        last_observed_time: MicroTime(now),
     }
 }
 
@@ -483,33 +694,14 @@ impl ProbeObserver for Telemetry {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::{Method, StatusCode};
+    use http_body_util::{BodyExt, Full};
+
     use super::*;
 
-    #[test]
-    fn recorders_are_bounded_and_the_least_recently_used_goes_first() {
-        let start = Instant::now();
-        let at = |millis: usize| start + Duration::from_millis(millis as u64);
-        let mut by_note: HashMap<String, ((), Instant)> = (0..MAX_RECORDERS)
-            .map(|i| (format!("note {i}"), ((), at(i))))
-            .collect();
-        by_note.get_mut("note 0").expect("present").1 = at(MAX_RECORDERS);
-        let now = at(MAX_RECORDERS + 1);
-
-        // A note already kept needs no room.
-        make_room(&mut by_note, "note 7", now);
-        assert_eq!(by_note.len(), MAX_RECORDERS);
-
-        // A new note evicts the least recently used: note 1, since note 0
-        // was used last.
-        make_room(&mut by_note, "a new note", now);
-        assert_eq!(by_note.len(), MAX_RECORDERS - 1);
-        assert!(!by_note.contains_key("note 1"));
-        assert!(by_note.contains_key("note 0"));
-
-        // Past the TTL every unused recorder goes.
-        make_room(&mut by_note, "a new note", now + SERIES_TTL);
-        assert!(by_note.is_empty());
-    }
     use crate::probe::ProbeVerdict;
     use crate::probe::{Outcome, ProbeError, ProbeResult};
     use crate::results::CachedResult;
@@ -676,7 +868,7 @@ mod tests {
     #[test]
     fn telemetry_counts_and_queues_the_verdict_event() {
         let metrics = Metrics::new();
-        let (sink, mut queue) = channel(8, metrics.clone());
+        let (sink, queue) = channel(8, metrics.clone());
         let telemetry = Telemetry::new(metrics.clone(), sink);
         let config = worker(
             ProbeKind::Liveness,
@@ -726,7 +918,7 @@ mod tests {
                 .any(|l| l == r#"podprobe_probe_errors_total{probe_type="Liveness"} 1"#),
             "{text}"
         );
-        let notes: Vec<_> = std::iter::from_fn(|| queue.queue.try_recv().ok())
+        let notes: Vec<_> = std::iter::from_fn(|| queue.shared.queue().pop())
             .map(|e| e.note)
             .collect();
         assert_eq!(
@@ -740,5 +932,239 @@ mod tests {
 
         telemetry.worker_stopped(&config);
         assert!(!metrics.encode().contains("prober_probe_total{"));
+    }
+
+    /// A write the fake API server received: when, how, about which pod.
+    #[derive(Debug, Clone)]
+    struct Received {
+        at: Instant,
+        method: Method,
+        pod: String,
+        body: serde_json::Value,
+    }
+
+    /// A client of a fake API server for Event writes, and what it
+    /// received. It answers as the API server does: a create with the
+    /// Event, a patch with the Event if `patched_events_exist`, else with
+    /// the `NotFound` status.
+    fn fake_api(patched_events_exist: bool) -> (Client, Arc<Mutex<Vec<Received>>>) {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let log = received.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let log = log.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let body = body.collect().await?.to_bytes();
+                let json: serde_json::Value = serde_json::from_slice(&body)?;
+                let pod = if parts.method == Method::POST {
+                    json["regarding"]["name"].as_str().unwrap_or_default()
+                } else {
+                    // A patch names the Event: `<pod>.<hex nanoseconds>`.
+                    let event = parts.uri.path().rsplit('/').next().unwrap_or_default();
+                    event.rsplit_once('.').map_or(event, |(pod, _)| pod)
+                };
+                log.lock().unwrap().push(Received {
+                    at: Instant::now(),
+                    method: parts.method.clone(),
+                    pod: pod.to_string(),
+                    body: json.clone(),
+                });
+                let (status, answer) = if parts.method == Method::POST {
+                    (StatusCode::CREATED, body)
+                } else if patched_events_exist {
+                    let event = r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{}}"#;
+                    (StatusCode::OK, Bytes::from_static(event.as_bytes()))
+                } else {
+                    let status = r#"{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"NotFound","code":404}"#;
+                    (StatusCode::NOT_FOUND, Bytes::from_static(status.as_bytes()))
+                };
+                let response = http::Response::builder()
+                    .status(status)
+                    .body(Full::new(answer))?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
+            }
+        });
+        (Client::new(service, "default"), received)
+    }
+
+    /// The `Unhealthy` event of a failed run of `config` with `output`.
+    fn failure(config: &WorkerConfig, output: &str) -> PodEvent {
+        let verdict = ProbeVerdict::from_attempt(
+            config.kind(),
+            Ok(Outcome::new(ProbeResult::Failure, output)),
+            1,
+        );
+        PodEvent::probe(
+            config,
+            verdict.event.as_ref().expect("failure has an event"),
+        )
+        .expect("pod has name and namespace")
+    }
+
+    fn liveness_of(uid: &str) -> WorkerConfig {
+        worker(
+            ProbeKind::Liveness,
+            pod(uid, vec![container("app")], vec![]),
+            "app",
+        )
+    }
+
+    /// API writes for 1,000 failing runs, `period` apart, of a probe whose
+    /// output has the client's port in it (a server that resets the
+    /// connection) and of one whose output is always the same.
+    async fn writes_per_1000_failing_probes(period: Duration) -> (usize, usize) {
+        let (client, received) = fake_api(true);
+        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, Metrics::new());
+        let publisher = tokio::spawn(async move { queue.run(client, "node").await });
+        let (reset, refused) = (liveness_of("uid-reset"), liveness_of("uid-refused"));
+        for port in 40_000..41_000 {
+            let reset_output = format!(
+                "Get \"http://10.0.0.2:8080/\": read tcp 10.0.0.1:{port}->10.0.0.2:8080: read: connection reset by peer"
+            );
+            sink.record(failure(&reset, &reset_output));
+            let refused_output = "Get \"http://10.0.0.3:8080/\": dial tcp 10.0.0.3:8080: connect: connection refused";
+            sink.record(failure(&refused, refused_output));
+            // The probe period, on the paused clock.
+            tokio::time::sleep(period).await;
+        }
+        drop(sink);
+        publisher.await.expect("publisher ends");
+        let received = received.lock().unwrap();
+        let writes = |pod: &str| received.iter().filter(|r| r.pod == pod).count();
+        (writes("pod-uid-reset"), writes("pod-uid-refused"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule9_4_api_writes_per_1000_failing_probes() {
+        // Every 10 s (the default period) for 9,990 s: 25 at once, then one
+        // per 5 minutes, whether the notes differ or not.
+        assert_eq!(
+            writes_per_1000_failing_probes(Duration::from_secs(10)).await,
+            (25 + 9_990 / 300, 25 + 9_990 / 300)
+        );
+        // All at once: the pod's burst.
+        assert_eq!(
+            writes_per_1000_failing_probes(Duration::ZERO).await,
+            (25, 25)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule9_5_a_flood_of_one_pod_never_drops_another_pods_killing() {
+        let (client, received) = fake_api(true);
+        let metrics = Metrics::new();
+        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, metrics.clone());
+        let flood = liveness_of("uid-a");
+        let b = pod("uid-b", vec![container("app")], vec![]);
+        // Recorded faster than any publisher could write them.
+        for port in 0..10_000 {
+            sink.record(failure(&flood, &format!("read tcp 10.0.0.1:{port}: reset")));
+            if port == 5_000 {
+                sink.record_opt(PodEvent::killing(
+                    &b,
+                    "app",
+                    "Container app failed liveness probe, will be restarted".into(),
+                ));
+            }
+        }
+        drop(sink);
+        queue.run(client, "node").await;
+
+        let of_b: Vec<_> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.pod == "pod-uid-b")
+            .map(|r| r.body["reason"].clone())
+            .collect();
+        assert_eq!(of_b, ["Killing"], "pod B's Killing was not written");
+        // Pod A lost only its own events: 100 queued, of which the spam
+        // filter let 25 through.
+        let text = metrics.encode();
+        for line in [
+            r#"podprobe_events_total{outcome="dropped"} 9900"#,
+            r#"podprobe_events_total{outcome="filtered"} 75"#,
+            r#"podprobe_events_total{outcome="recorded"} 26"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule9_6_event_writes_keep_to_the_write_rate() {
+        let (client, received) = fake_api(true);
+        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
+        // One event for each of 150 pods: no pod's spam budget is touched.
+        for i in 0..150 {
+            let app = pod(&format!("uid-{i}"), vec![container("app")], vec![]);
+            sink.record_opt(PodEvent::killing(&app, "app", "stopped".into()));
+        }
+        drop(sink);
+        let start = Instant::now();
+        queue.run(client, "node").await;
+
+        let after: Vec<Duration> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.at - start)
+            .collect();
+        assert_eq!(after.len(), 150);
+        // A burst of 100, then one every 20 ms (50 a second).
+        assert!(after[..100].iter().all(Duration::is_zero), "{after:?}");
+        assert_eq!(after[100], Duration::from_millis(20));
+        assert_eq!(after[149], Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule9_4_repeats_update_their_events_series() {
+        let (client, received) = fake_api(true);
+        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, Metrics::new());
+        let config = liveness_of("uid-1");
+        for _ in 0..3 {
+            sink.record(failure(&config, "refused"));
+        }
+        drop(sink);
+        queue.run(client, "node").await;
+
+        let received = received.lock().unwrap();
+        let methods: Vec<_> = received.iter().map(|r| r.method.clone()).collect();
+        assert_eq!(methods, [Method::POST, Method::PATCH, Method::PATCH]);
+        let created = &received[0].body;
+        assert_eq!(created["note"], "Liveness probe failed: refused");
+        assert_eq!(created["reportingController"], "podprobe");
+        assert_eq!(created["reportingInstance"], "node");
+        assert_eq!(created["regarding"]["fieldPath"], "spec.containers{app}");
+        assert!(created["series"].is_null());
+        assert_eq!(received[1].body["series"]["count"], 2);
+        assert_eq!(received[2].body["series"]["count"], 3);
+        // A patch sends the series alone: the API keeps the rest as it was.
+        assert_eq!(received[2].body.as_object().map(|o| o.len()), Some(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule9_4_a_series_whose_event_is_gone_goes_on_in_a_new_one() {
+        let (client, received) = fake_api(false);
+        let metrics = Metrics::new();
+        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, metrics.clone());
+        let config = liveness_of("uid-1");
+        sink.record(failure(&config, "refused"));
+        sink.record(failure(&config, "refused"));
+        drop(sink);
+        queue.run(client, "node").await;
+
+        let received = received.lock().unwrap();
+        let methods: Vec<_> = received.iter().map(|r| r.method.clone()).collect();
+        assert_eq!(methods, [Method::POST, Method::PATCH, Method::POST]);
+        assert_eq!(received[2].body["series"]["count"], 2);
+        assert!(
+            metrics
+                .encode()
+                .lines()
+                .any(|l| l == r#"podprobe_events_total{outcome="recorded"} 2"#)
+        );
     }
 }

@@ -136,6 +136,8 @@ pub enum EventOutcome {
     Failed,
     /// Thrown away because the event queue was full.
     Dropped,
+    /// Not written: its pod's budget of the spam filter was spent.
+    Filtered,
 }
 
 impl EventOutcome {
@@ -145,6 +147,7 @@ impl EventOutcome {
             EventOutcome::Recorded => "recorded",
             EventOutcome::Failed => "failed",
             EventOutcome::Dropped => "dropped",
+            EventOutcome::Filtered => "filtered",
         }
     }
 }
@@ -279,7 +282,7 @@ impl Metrics {
         );
         own.register(
             "podprobe_events",
-            "Kubernetes Events podprobe recorded, failed to record, or dropped because its queue was full",
+            "Kubernetes Events podprobe recorded, failed to record, dropped because its queue was full, or filtered (not written: the pod spent its budget of the spam filter, 25 then one per 5 minutes)",
             events.clone(),
         );
         own.register(
@@ -346,6 +349,7 @@ impl Metrics {
             EventOutcome::Recorded,
             EventOutcome::Failed,
             EventOutcome::Dropped,
+            EventOutcome::Filtered,
         ] {
             events.get_or_create_owned(&EventLabels { outcome });
         }

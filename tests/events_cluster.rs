@@ -221,3 +221,65 @@ async fn p5_k2_events_reach_the_api_with_kubelet_reasons_and_field_paths() {
     );
     assert_eq!(boom_core.reporting_component.as_deref(), Some("podprobe"));
 }
+
+#[tokio::test]
+async fn rule9_4_a_flood_of_different_notes_is_one_combined_event_in_the_api() {
+    let client = cluster().client().await;
+    let namespace = Namespace::create(&format!("podprobe-obs-{}", unique_id()));
+    let pod = create_pod(&client, &namespace.name).await;
+
+    let metrics = Metrics::new();
+    let (sink, queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());
+    let publisher = tokio::spawn({
+        let client = client.clone();
+        async move { queue.run(client, NODE).await }
+    });
+    // A server that resets the connection: the client's port in every note.
+    let config = readiness_worker(&pod);
+    for port in 40_000..40_030 {
+        sink.record(failure_event(
+            &config,
+            &format!("read tcp 10.0.0.1:{port}->10.0.0.2:8080: connection reset by peer"),
+        ));
+    }
+    drop(sink);
+    tokio::time::timeout(Duration::from_secs(30), publisher)
+        .await
+        .expect("publisher drains within 30 s")
+        .unwrap();
+
+    // 9 notes of their own, then one combined Event; the pod's burst of 25
+    // writes covers 16 of the combined ones, the last 5 are not written.
+    let text = metrics.encode();
+    for line in [
+        r#"podprobe_events_total{outcome="recorded"} 25"#,
+        r#"podprobe_events_total{outcome="filtered"} 5"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    let events = events_by_note(&client, &namespace.name).await;
+    assert_eq!(events.len(), 10, "{:#?}", events.keys());
+    let combined = events
+        .iter()
+        .find(|(note, _)| note.starts_with("(combined from similar events): "))
+        .map(|(_, event)| event)
+        .expect("a combined event");
+    assert_eq!(
+        combined.note.as_deref(),
+        Some(
+            "(combined from similar events): Readiness probe failed: \
+             read tcp 10.0.0.1:40009->10.0.0.2:8080: connection reset by peer"
+        )
+    );
+    assert_eq!(combined.series.as_ref().map(|s| s.count), Some(16));
+    assert_eq!(
+        combined
+            .regarding
+            .as_ref()
+            .and_then(|r| r.field_path.as_deref()),
+        Some("spec.containers{app}")
+    );
+}
