@@ -273,6 +273,28 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub kube_api_burst: u32,
+
+    /// Probe runs a second one pod's probes may start, bursts of as many
+    /// (a token bucket); a run over it waits, late rather than failed
+    /// (podprobe_probe_rate_delayed_total). 0: no limit. The kubelet needs
+    /// none: its periods are at least a second.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_POD_PROBE_RATE",
+        value_name = "RUNS",
+        default_value_t = crate::probe_rates::DEFAULT_POD_PROBE_RATE
+    )]
+    pub max_pod_probe_rate: u32,
+
+    /// Probe runs a second all pods' probes may start together, after their
+    /// pod's budget; 0: no limit.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_NODE_PROBE_RATE",
+        value_name = "RUNS",
+        default_value_t = crate::probe_rates::DEFAULT_NODE_PROBE_RATE
+    )]
+    pub max_node_probe_rate: u32,
 }
 
 /// A request rate flag: a finite number, at least 0.
@@ -353,6 +375,9 @@ pub struct Config {
     pub event_rate: RateLimit,
     /// `--kube-api-qps`, `--kube-api-burst`.
     pub api_rate: RateLimit,
+    /// `--max-pod-probe-rate`, `--max-node-probe-rate`.
+    pub pod_probe_rate: u32,
+    pub node_probe_rate: u32,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -436,6 +461,8 @@ impl RunArgs {
 
             secret_ttl: Duration::from_secs(self.secret_ttl_seconds.into()),
             event_rate: RateLimit::new(self.event_qps, self.event_burst),
+            pod_probe_rate: self.max_pod_probe_rate,
+            node_probe_rate: self.max_node_probe_rate,
             api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),

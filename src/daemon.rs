@@ -50,6 +50,7 @@ use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
 use crate::probe::spec::UnknownProbeField;
 use crate::probe::spec::budget::{BudgetLimits, OverBudget};
+use crate::probe_rates::ProbeRates;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::Server;
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
@@ -208,7 +209,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.secret_ttl,
         ));
     let (caches, receivers) = ProbeCaches::new();
-    let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer);
+    let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer)
+        .with_probe_rates(ProbeRates::new(
+            config.pod_probe_rate,
+            config.node_probe_rate,
+        ));
     let patcher = Patcher::new(
         KubeStatusApi::new(client.clone(), cache.clone()),
         clock,

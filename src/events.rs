@@ -690,6 +690,10 @@ impl ProbeObserver for Telemetry {
     fn worker_stopped(&self, config: &WorkerConfig) {
         self.metrics.worker_stopped(config);
     }
+
+    fn probe_delayed(&self, _config: &WorkerConfig, delay: std::time::Duration) {
+        self.metrics.probe_delayed(delay);
+    }
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub mod oneshot;
 pub mod pod_sync;
 pub mod pods;
 pub mod probe;
+pub mod probe_rates;
 pub mod process_stats;
 pub mod results;
 pub mod server;

@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::probe::spec::budget::{BudgetLimits, OverBudget, PodBudget};
 use crate::probe::spec::{UnknownProbeField, container_probe, normalize_accepted};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
+use crate::probe_rates::ProbeRates;
 use crate::results::{CachedResult, ProbeCaches};
 use crate::status::ContainerProbeView;
 use crate::worker::{
@@ -262,6 +263,15 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
             workers: Arc::new(Mutex::new(HashMap::new())),
             next_id: AtomicU64::new(0),
         }
+    }
+
+    /// Every run waits for `rates` (the pod's and node's probe-run
+    /// budgets); without, runs never wait. Before any worker starts.
+    pub fn with_probe_rates(mut self, rates: Arc<ProbeRates>) -> Self {
+        Arc::get_mut(&mut self.context)
+            .expect("no worker shares the context before the first add_pod")
+            .rates = rates;
+        self
     }
 
     /// What the workers share: caches, runner, status source, start time.

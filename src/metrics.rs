@@ -225,6 +225,8 @@ pub struct Metrics {
     watch_idle: Gauge<f64, AtomicU64>,
     probe_errors: Family<ProbeErrorLabels, Counter>,
     budget_refusals: Family<BudgetLabels, Counter>,
+    rate_delayed: Counter,
+    rate_delay_seconds: Counter<f64, AtomicU64>,
     build_info: Family<BuildInfoLabels, Gauge>,
     /// Read on every scrape for `watch_idle`.
     watch: Arc<OnceLock<Arc<WatchActivity>>>,
@@ -258,6 +260,8 @@ impl Metrics {
         let patch_tasks = Gauge::default();
         let exec_in_flight = Gauge::default();
         let budget_refusals = Family::<BudgetLabels, Counter>::default();
+        let rate_delayed = Counter::default();
+        let rate_delay_seconds = Counter::<f64, AtomicU64>::default();
         let watch_idle = Gauge::<f64, AtomicU64>::default();
         let probe_errors = Family::<ProbeErrorLabels, Counter>::default();
         let build_info = Family::<BuildInfoLabels, Gauge>::default();
@@ -331,6 +335,16 @@ impl Metrics {
             "Probes refused because they would take their pod over one of the node's per-pod budgets (--max-pod-regex-bytes, --max-pod-command-bytes), by budget",
             budget_refusals.clone(),
         );
+        own.register(
+            "podprobe_probe_rate_delayed",
+            "Probe runs that waited for their pod's or the node's probe-run budget (--max-pod-probe-rate, --max-node-probe-rate); late, never failed",
+            rate_delayed.clone(),
+        );
+        own.register(
+            "podprobe_probe_rate_delay_seconds",
+            "Seconds probe runs waited for their pod's or the node's probe-run budget, in all",
+            rate_delay_seconds.clone(),
+        );
         for budget in [Budget::RegexBytes, Budget::CommandBytes] {
             budget_refusals.get_or_create_owned(&BudgetLabels {
                 budget: budget.as_str(),
@@ -375,6 +389,8 @@ impl Metrics {
             watch_idle,
             probe_errors,
             budget_refusals,
+            rate_delayed,
+            rate_delay_seconds,
             build_info,
             watch: Arc::default(),
         }
@@ -482,6 +498,12 @@ impl Metrics {
                 budget: budget.as_str(),
             })
             .inc();
+    }
+
+    /// Counts a probe run that waited `delay` for a probe-run budget.
+    pub fn probe_delayed(&self, delay: Duration) {
+        self.rate_delayed.inc();
+        self.rate_delay_seconds.inc_by(delay.as_secs_f64());
     }
 
     /// The `podprobe_exec_in_flight` gauge, for the exec probe path.

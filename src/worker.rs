@@ -32,6 +32,7 @@ use crate::pods::{pod_name, pod_namespace};
 use crate::probe::prober::reasons;
 use crate::probe::spec::extension::MIN_PERIOD_MILLISECONDS;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
+use crate::probe_rates::ProbeRates;
 use crate::results::{CachedResult, ProbeCaches};
 
 /// A container that started this long before the prober is taken to have
@@ -162,6 +163,11 @@ pub trait ProbeObserver: Send + Sync + 'static {
     /// away with it (M5).
     fn worker_stopped(&self, config: &WorkerConfig) {
         let _ = config;
+    }
+
+    /// A run waited `delay` for its pod's or the node's probe-run budget.
+    fn probe_delayed(&self, config: &WorkerConfig, delay: Duration) {
+        let _ = (config, delay);
     }
 }
 
@@ -660,6 +666,8 @@ pub struct WorkerContext<R, S> {
     pub started: Instant,
     /// The same instant on the wall clock (D5, S4).
     pub started_wall: Timestamp,
+    /// The probe-run budgets every run waits for (#25).
+    pub rates: Arc<ProbeRates>,
 }
 
 impl<R: ProbeRunner, S: StatusSource> WorkerContext<R, S> {
@@ -680,6 +688,7 @@ impl<R: ProbeRunner, S: StatusSource> WorkerContext<R, S> {
             observer,
             started: Instant::now(),
             started_wall,
+            rates: ProbeRates::unlimited(),
         }
     }
 }
@@ -878,7 +887,13 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
                     .as_ref()
                     .and_then(|s| s.pod_ip.as_deref())
                     .unwrap_or_default();
-                self.run_probe(pod_ip, began).await
+                // Late rather than failed when the pod or node is over its
+                // probe-run budget; the run's own time starts after.
+                let delay = self.context.rates.admit(self.config.pod_uid()).await;
+                if !delay.is_zero() {
+                    self.context.observer.probe_delayed(&self.config, delay);
+                }
+                self.run_probe(pod_ip, began + delay).await
             }
         }
     }

@@ -175,6 +175,10 @@ fn defaults_are_deploy_base() {
             "--max-pod-regex-bytes=1048576",
             "--max-pod-command-bytes=4194304",
             "--max-annotation-bytes=262144",
+            "--max-pod-probe-rate=50",
+            "--max-node-probe-rate=1000",
+            "--max-concurrent-execs-per-pod=8",
+            "--max-exec-timeout-seconds=60",
         ]
     );
     let (_, volume, mount) = cri(&docs);
