@@ -11,11 +11,19 @@
 //!   JSON cannot hold, unknown fields): each gets an Event or stays within
 //!   its bounds, podprobe's RSS stays under a stated bound, and a pod
 //!   created after them is still probed.
+//! - One pod, one fair share (#25): pods that try to take the node's probing
+//!   for themselves (endless exec probes, a regex that thrashes on its
+//!   body, hundreds of probe runs a second, a flood of unique failure
+//!   notes) beside a bystander whose exec, HTTP and gRPC readiness probes
+//!   must keep their period, whose gate must flip within its thresholds and
+//!   whose `Killing` must be recorded.
 
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/host_podprobe.rs"]
 mod host_podprobe;
+#[path = "support/metrics.rs"]
+mod metrics;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -24,7 +32,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cluster::{BUSYBOX_IMAGE, GATE, Namespace, SLEEP_LOOP, TEST_RUN_LABEL, cluster, unique_id};
+use cluster::{
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, SLEEP_LOOP, TEST_RUN_LABEL, cluster, unique_id,
+};
 use host_podprobe::HostPodprobe;
 use serde_json::{Value, json};
 
@@ -583,4 +593,246 @@ fn hostile_annotations_get_events_and_stay_bounded() {
         longest <= 16 * 1024,
         "a log line of {longest} bytes: pod-controlled text is not bounded"
     );
+}
+
+/// The bystander's probe period and how many of its runs a window of
+/// [`FAIR_WINDOW`] must see at least: 70 % of the periods in it, which
+/// leaves each run 300 ms of lateness on average on a loaded 2-core
+/// machine. Without the fair-share budgets the endless execs leave the
+/// bystander's exec probe no slot at all (every run errors), and the
+/// thrashing regex kept a runtime worker for 0.4-1.4 s per run.
+const FAIR_PERIOD: Duration = Duration::from_secs(1);
+const FAIR_WINDOW: Duration = Duration::from_secs(20);
+const FAIR_MIN_RUNS: f64 = 14.0;
+
+/// podprobe's RSS with the hostile pods and the bystander: the 96 MiB of
+/// the annotation test, whose pods are bigger.
+const FAIR_MAX_RSS_KIB: u64 = 96 * 1024;
+
+fn busybox_running(name: &str, script: &str) -> Value {
+    json!({
+        "name": name,
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", format!("{script}{SLEEP_LOOP}")],
+    })
+}
+
+/// Runs of `container`'s readiness probe of pod `pod` that podprobe counted.
+fn readiness_runs(exposition: &str, pod: &str, container: &str) -> f64 {
+    metrics::metric_sum(
+        exposition,
+        "prober_probe_total",
+        &[
+            &format!("pod=\"{pod}\""),
+            &format!("container=\"{container}\""),
+            "probe_type=\"Readiness\"",
+        ],
+    )
+}
+
+#[test]
+fn a_hostile_pod_cannot_take_a_bystanders_probing() {
+    // Small exec slots so that one pod's endless probes would take them all
+    // without a per-pod share.
+    let rig = Rig::new(&[
+        "--max-concurrent-execs=8",
+        "--max-concurrent-execs-per-pod=4",
+    ]);
+    let addr = rig.podprobe.listen_addr();
+
+    // Endless exec probes: 8 containers, each readiness probe `sleep` for
+    // an hour with an hour's timeout (capped at 60 s).
+    let endless: Vec<Value> = (0..8).map(|i| container(&format!("e{i}"))).collect();
+    let endless_probes: serde_json::Map<String, Value> = (0..8)
+        .map(|i| {
+            (
+                format!("e{i}"),
+                json!({"readinessProbe": {"exec": {"command": ["sleep", "3600"]},
+                                          "timeoutSeconds": 3600, "periodSeconds": 1}}),
+            )
+        })
+        .collect();
+    rig.create(
+        "endless-execs",
+        endless,
+        &Value::Object(endless_probes).to_string(),
+    );
+
+    // A thrashing regex on a 10 KiB body of random a/b, ten probes at 100 ms.
+    let body = "awk 'BEGIN{srand(7); for(i=0;i<10240;i++) printf (rand()<0.5?\"a\":\"b\")}' \
+                > /www/index.html";
+    let mut regex_containers = vec![busybox_running(
+        "web",
+        &format!("mkdir -p /www && {body} && httpd -p 8080 -h /www; "),
+    )];
+    regex_containers.extend((1..10).map(|i| container(&format!("r{i}"))));
+    let regex_probes: serde_json::Map<String, Value> = std::iter::once("web".to_string())
+        .chain((1..10).map(|i| format!("r{i}")))
+        .map(|name| {
+            (
+                name,
+                json!({"readinessProbe": {"httpGet": {"port": 8080, "path": "/index.html"},
+                       "podprobe": {"periodMilliseconds": 100,
+                                    "expect": {"bodyRegex": "[ab]*a[ab]{200}c"}}}}),
+            )
+        })
+        .collect();
+    rig.create(
+        "thrashing-regex",
+        regex_containers,
+        &Value::Object(regex_probes).to_string(),
+    );
+
+    // Hundreds of runs a second: 30 containers, three TCP probes each at
+    // 100 ms, 900 runs a second against a --max-pod-probe-rate of 50.
+    let mut rate_containers = vec![busybox_running("web", "httpd -p 8080 -h /tmp; ")];
+    rate_containers.extend((1..30).map(|i| container(&format!("t{i}"))));
+    let tcp = json!({"tcpSocket": {"port": 8080}, "podprobe": {"periodMilliseconds": 100}});
+    let rate_probes: serde_json::Map<String, Value> = std::iter::once("web".to_string())
+        .chain((1..30).map(|i| format!("t{i}")))
+        .map(|name| {
+            let startup = json!({"tcpSocket": {"port": 8080}, "failureThreshold": 1000,
+                                 "podprobe": {"periodMilliseconds": 100}});
+            (
+                name,
+                json!({"startupProbe": startup, "readinessProbe": tcp, "livenessProbe": tcp}),
+            )
+        })
+        .collect();
+    rig.create(
+        "probe-storm",
+        rate_containers,
+        &Value::Object(rate_probes).to_string(),
+    );
+
+    // A flood of unique failure notes: eight probes failing every 100 ms
+    // with a new UUID each time.
+    let flood: Vec<Value> = (0..8).map(|i| container(&format!("f{i}"))).collect();
+    let flood_probes: serde_json::Map<String, Value> = (0..8)
+        .map(|i| {
+            let exec = json!({"exec": {"command": ["sh", "-c",
+                              "cat /proc/sys/kernel/random/uuid; exit 1"]},
+                              "podprobe": {"periodMilliseconds": 100}});
+            (format!("f{i}"), json!({"readinessProbe": exec}))
+        })
+        .collect();
+    rig.create(
+        "event-flood",
+        flood,
+        &Value::Object(flood_probes).to_string(),
+    );
+
+    // The bystander: exec, HTTP and gRPC readiness at 1 s, and a liveness
+    // probe that kills `exec` once /tmp/alive goes.
+    let period = FAIR_PERIOD.as_secs();
+    let bystander = vec![
+        busybox_running("exec", "touch /tmp/alive; "),
+        busybox_running(
+            "http",
+            "mkdir -p /www && echo ok > /www/index.html && httpd -p 8081 -h /www; ",
+        ),
+        json!({"name": "grpc", "image": AGNHOST_IMAGE, "imagePullPolicy": "Never",
+               "args": ["grpc-health-checking", "--port=5000", "--http-port=8082"]}),
+    ];
+    let bystander_probes = json!({
+        "exec": {
+            "readinessProbe": {"exec": {"command": ["test", "-e", "/tmp/ready"]},
+                               "periodSeconds": period},
+            "livenessProbe": {"exec": {"command": ["test", "-e", "/tmp/alive"]},
+                              "periodSeconds": period, "failureThreshold": 1},
+        },
+        "http": {"readinessProbe": {"httpGet": {"port": 8081, "path": "/index.html"},
+                                    "periodSeconds": period}},
+        "grpc": {"readinessProbe": {"grpc": {"port": 5000}, "periodSeconds": period}},
+    });
+    rig.create("bystander", bystander, &bystander_probes.to_string());
+    rig.ns.wait_for("bystander running", EVENT_WITHIN, || {
+        let pod = rig.ns.pod("bystander")?;
+        ["exec", "http", "grpc"]
+            .iter()
+            .all(|c| cluster::running(&pod, c))
+            .then_some(())
+            .ok_or_else(|| "not running".to_string())
+    });
+    // The hostile pods are at work: their budgets are being spent.
+    cluster::wait_for(
+        "the probe storm delayed by its pod's rate budget",
+        EVENT_WITHIN,
+        || {
+            let exposition = metrics::http_get(&addr, "/metrics")?;
+            let delayed =
+                metrics::metric_sum(&exposition, "podprobe_probe_rate_delayed_total", &[]);
+            (delayed > 0.0)
+                .then_some(())
+                .ok_or(format!("{delayed} delayed"))
+        },
+        || rig.diagnostics(),
+    );
+
+    // Every bystander probe keeps its period over the window.
+    let before = metrics::http_get(&addr, "/metrics/probes").expect("metrics");
+    let started = std::time::Instant::now();
+    std::thread::sleep(FAIR_WINDOW);
+    let after = metrics::http_get(&addr, "/metrics/probes").expect("metrics");
+    let window = started.elapsed();
+    for container in ["exec", "http", "grpc"] {
+        let runs = readiness_runs(&after, "bystander", container)
+            - readiness_runs(&before, "bystander", container);
+        eprintln!("bystander {container}: {runs} readiness runs in {window:.1?}");
+        assert!(
+            runs >= FAIR_MIN_RUNS,
+            "bystander's {container} readiness probe ran {runs} times in {window:?} (period \
+             {FAIR_PERIOD:?}, at least {FAIR_MIN_RUNS})\n{}",
+            rig.diagnostics()
+        );
+    }
+    // Its gate follows the file within its thresholds (one success, one
+    // period, plus 5 s for the patch and a loaded machine), timed on the
+    // node's clock, and its Killing is recorded whatever the flood.
+    let touched = rig.ns.kubectl(&[
+        "exec",
+        "bystander",
+        "-c",
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "touch /tmp/ready; date +%s",
+    ]);
+    let touched: i64 = touched.trim().parse().expect("epoch seconds from date +%s");
+    rig.wait_gate("bystander", "True");
+    let pod = rig.ns.pod("bystander").expect("the bystander");
+    let (_, at) = cluster::condition(&pod, GATE).expect("the gate condition");
+    let ready_in = cluster::epoch_seconds(&at).expect("lastTransitionTime") - touched;
+    assert!(
+        ready_in <= period as i64 + 5,
+        "the bystander's gate turned True {ready_in}s after its readiness file appeared\n{}",
+        rig.diagnostics()
+    );
+    rig.ns
+        .kubectl(&["exec", "bystander", "-c", "exec", "--", "rm", "/tmp/alive"]);
+    cluster::wait_for(
+        "the bystander's Killing",
+        EVENT_WITHIN,
+        || {
+            let events = rig.ns.events_for("bystander");
+            events
+                .iter()
+                .find(|e| e["reason"] == "Killing")
+                .map(|_| ())
+                .ok_or_else(|| format!("events: {events:?}"))
+        },
+        || rig.diagnostics(),
+    );
+
+    let rss = rig.rss_kib();
+    eprintln!("podprobe RSS with the hostile pods: {rss} KiB (bound {FAIR_MAX_RSS_KIB} KiB)");
+    assert!(
+        rss <= FAIR_MAX_RSS_KIB,
+        "RSS {rss} KiB\n{}",
+        rig.podprobe.log_tail(50)
+    );
+    let logs = rig.podprobe.logs();
+    assert!(!logs.contains("panicked"), "{}", rig.podprobe.log_tail(100));
 }
