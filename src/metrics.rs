@@ -152,6 +152,42 @@ impl EventOutcome {
     }
 }
 
+/// What delegated authentication decided for one request of `/metrics` or
+/// `/metrics/probes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthOutcome {
+    /// Served.
+    Allowed,
+    /// 401: no token, or one the API server does not accept.
+    Unauthenticated,
+    /// 403: RBAC does not allow the token's user.
+    Forbidden,
+    /// A review got no verdict (401 or 500).
+    Failed,
+    /// 429: the request would have waited on a review, but its connection
+    /// or the review queue had no room.
+    Throttled,
+}
+
+impl AuthOutcome {
+    /// The `outcome` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthOutcome::Allowed => "allowed",
+            AuthOutcome::Unauthenticated => "unauthenticated",
+            AuthOutcome::Forbidden => "forbidden",
+            AuthOutcome::Failed => "failed",
+            AuthOutcome::Throttled => "throttled",
+        }
+    }
+}
+
+impl EncodeLabelValue for AuthOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
 impl EncodeLabelValue for PatchOutcome {
     fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
         encoder.write_str(self.as_str())
@@ -177,6 +213,11 @@ struct EventLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct BudgetLabels {
     budget: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct AuthLabels {
+    outcome: AuthOutcome,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -217,6 +258,7 @@ pub struct Metrics {
     probe_duration: HistogramFamily<ProbeDurationLabels>,
     status_patches: Family<PatchLabels, Counter>,
     events: Family<EventLabels, Counter>,
+    metrics_auth: Family<AuthLabels, Counter>,
     workers: Gauge,
     pods_watched: Gauge,
     pods_tracked: Gauge,
@@ -254,6 +296,7 @@ impl Metrics {
             Family::new_with_constructor(duration_histogram);
         let status_patches = Family::<PatchLabels, Counter>::default();
         let events = Family::<EventLabels, Counter>::default();
+        let metrics_auth = Family::<AuthLabels, Counter>::default();
         let workers = Gauge::default();
         let pods_watched = Gauge::default();
         let pods_tracked = Gauge::default();
@@ -288,6 +331,11 @@ impl Metrics {
             "podprobe_events",
             "Kubernetes Events podprobe recorded, failed to record, dropped because its queue was full, or filtered (not written: the pod spent its budget of the spam filter, 25 then one per 5 minutes)",
             events.clone(),
+        );
+        own.register(
+            "podprobe_metrics_auth_decisions",
+            "Requests for /metrics and /metrics/probes checked by delegated authentication, by outcome (allowed; unauthenticated: 401; forbidden: 403; failed: a review got no verdict; throttled: 429, too many requests waited on reviews)",
+            metrics_auth.clone(),
         );
         own.register(
             "podprobe_workers",
@@ -367,6 +415,15 @@ impl Metrics {
         ] {
             events.get_or_create_owned(&EventLabels { outcome });
         }
+        for outcome in [
+            AuthOutcome::Allowed,
+            AuthOutcome::Unauthenticated,
+            AuthOutcome::Forbidden,
+            AuthOutcome::Failed,
+            AuthOutcome::Throttled,
+        ] {
+            metrics_auth.get_or_create_owned(&AuthLabels { outcome });
+        }
         for probe_type in [
             ProbeKind::Startup,
             ProbeKind::Readiness,
@@ -381,6 +438,7 @@ impl Metrics {
             probe_duration,
             status_patches,
             events,
+            metrics_auth,
             workers,
             pods_watched,
             pods_tracked,
@@ -462,6 +520,14 @@ impl Metrics {
     /// Counts one Event by what became of it.
     pub fn event(&self, outcome: EventOutcome) {
         self.events.get_or_create(&EventLabels { outcome }).inc();
+    }
+
+    /// Counts one request for the metrics by what delegated authentication
+    /// decided.
+    pub fn metrics_auth(&self, outcome: AuthOutcome) {
+        self.metrics_auth
+            .get_or_create(&AuthLabels { outcome })
+            .inc();
     }
 
     /// Sets the number of probe workers running.
@@ -744,6 +810,7 @@ mod tests {
         metrics.status_patch(PatchOutcome::Failed);
         metrics.status_patch(PatchOutcome::Conflict);
         metrics.event(EventOutcome::Dropped);
+        metrics.metrics_auth(AuthOutcome::Throttled);
         metrics.set_workers(3);
         metrics.set_pods_watched(2);
 
@@ -754,6 +821,8 @@ mod tests {
             r#"podprobe_status_patches_total{outcome="conflict"} 1"#,
             r#"podprobe_events_total{outcome="dropped"} 1"#,
             r#"podprobe_events_total{outcome="recorded"} 0"#,
+            r#"podprobe_metrics_auth_decisions_total{outcome="throttled"} 1"#,
+            r#"podprobe_metrics_auth_decisions_total{outcome="allowed"} 0"#,
             "podprobe_workers 3",
             "podprobe_pods_watched 2",
             "podprobe_exec_in_flight 0",

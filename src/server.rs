@@ -24,6 +24,14 @@
 //! protocol detection of hyper-util's `auto` builder has no timeout of its
 //! own), and open connections are capped, the connection idle the longest
 //! making room for a new one ([`connections`] explains why).
+//!
+//! Nor can a flood of forged tokens for `/metrics`: the requests waiting on
+//! a review of their token are bounded ([`delegated_auth`]: a few in flight,
+//! a few queued, the rest answered 429 at once), a connection may have at
+//! most [`MAX_REVIEWS_PER_CONNECTION`] of them, and a connection whose
+//! requests all wait on reviews makes room for a new connection as an idle
+//! one does, after the idle ones. So `/healthz` and `/readyz`, which wait on
+//! nothing, keep being answered on the same port.
 
 mod connections;
 pub mod delegated_auth;
@@ -48,12 +56,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::connections::{Admission, ConnectionTable, SentBytes, Slot};
+use self::connections::{Admission, Busy, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
 use self::delegated_auth::{Decision, Review};
 use crate::config::{Config, MetricsAuth};
 pub use crate::health::Health;
-use crate::metrics::{self, Metrics};
+use crate::metrics::{self, AuthOutcome, Metrics};
 
 /// How long open connections may take to finish after shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -73,7 +81,18 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 const MAX_HEADERS: usize = 64;
 
 /// Concurrent h2 streams per connection.
-const MAX_CONCURRENT_STREAMS: u32 = 16;
+pub const MAX_CONCURRENT_STREAMS: u32 = 16;
+
+/// Requests of one connection that may wait on a review of their bearer
+/// token at once; more are answered 429. A scraper sends one request at a
+/// time; without this, one h2 connection could fill the whole review queue
+/// with [`MAX_CONCURRENT_STREAMS`] forged tokens.
+pub const MAX_REVIEWS_PER_CONNECTION: usize = 2;
+
+/// `Retry-After` of a 429, in seconds: as the API server's max-in-flight
+/// filter answers. A review takes about a round trip to the API server, so
+/// turns free up within a second unless it is slow.
+const RETRY_AFTER_SECONDS: &str = "1";
 
 /// h2 flow-control windows: request bodies are never read, so a client
 /// cannot make the server buffer more than this per stream and connection.
@@ -405,11 +424,11 @@ async fn serve_connection(
         let slot = slot.clone();
         move |request: Request<Incoming>| {
             // Busy from the request's headers until its response is ready:
-            // neither evicted nor idle meanwhile.
+            // neither evicted nor idle meanwhile, except while it reviews.
             let busy = slot.busy();
             let endpoints = endpoints.clone();
             async move {
-                let response = respond(&endpoints, &request).await;
+                let response = respond(&endpoints, &request, &busy).await;
                 drop(busy);
                 Ok::<_, Infallible>(response)
             }
@@ -447,7 +466,11 @@ async fn serve_connection(
     }
 }
 
-async fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+async fn respond(
+    endpoints: &Endpoints,
+    request: &Request<Incoming>,
+    busy: &Busy,
+) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let known = match path {
         "/healthz" | "/readyz" => endpoints.health_checks,
@@ -477,8 +500,18 @@ async fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response
         "/readyz" => check(endpoints.health.readiness()),
         _ => {
             if let MetricsAccess::Delegated(auth) = &endpoints.access {
-                // HEAD is `get` to the authorizer, as in the kubelet.
-                let decision = auth.authorize(request.headers(), path, "get").await;
+                // Counted as reviewing even when the cache answers: that
+                // takes no time, so only requests a review holds up stay.
+                let decision = match busy.review(MAX_REVIEWS_PER_CONNECTION) {
+                    Some(reviewing) => {
+                        // HEAD is `get` to the authorizer, as in the kubelet.
+                        let decision = auth.authorize(request.headers(), path, "get").await;
+                        drop(reviewing);
+                        decision
+                    }
+                    None => Decision::Throttled,
+                };
+                endpoints.metrics.metrics_auth(outcome(&decision));
                 if let Some(refusal) = refusal(decision, path) {
                     return refusal;
                 }
@@ -492,9 +525,21 @@ async fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response
     }
 }
 
+/// How `decision` is counted.
+fn outcome(decision: &Decision) -> AuthOutcome {
+    match decision {
+        Decision::Allowed { .. } => AuthOutcome::Allowed,
+        Decision::Unauthenticated { .. } => AuthOutcome::Unauthenticated,
+        Decision::Forbidden { .. } => AuthOutcome::Forbidden,
+        Decision::Failed { .. } => AuthOutcome::Failed,
+        Decision::Throttled => AuthOutcome::Throttled,
+    }
+}
+
 /// The answer to a request [`DelegatedAuth`] did not allow, as the
-/// kubelet's: 401, 403, or 500 when the access review failed. Logged at
-/// debug level only: anyone on the network can make these.
+/// kubelet's: 401, 403, or 500 when the access review failed; 429 when it
+/// could not be reviewed now. Logged at debug level only: anyone on the
+/// network can make these.
 fn refusal(decision: Decision, path: &str) -> Option<Response<Full<Bytes>>> {
     match decision {
         Decision::Allowed { .. } => None,
@@ -521,6 +566,18 @@ fn refusal(decision: Decision, path: &str) -> Option<Response<Full<Bytes>>> {
             StatusCode::INTERNAL_SERVER_ERROR,
             "Internal Server Error: the access review failed\n".to_string(),
         )),
+        Decision::Throttled => {
+            tracing::debug!(path, "throttled metrics request: too many reviews waiting");
+            let mut response = text(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many requests, please try again later.\n".to_string(),
+            );
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+            Some(response)
+        }
     }
 }
 

@@ -1,17 +1,18 @@
 //! `/healthz`, `/readyz` and `/metrics` served on 127.0.0.1:0 and read by a
 //! real HTTP client, and the server's hardening: idle-connection floods,
-//! slow and oversized headers, request bodies, and `/metrics`' delegated
-//! authentication and authorisation, with scripted reviews and against the
-//! real API server of the local cluster (`hack/local-cluster.sh`, which must
-//! be up for `metrics_auth_against_the_real_api_server`, as for the other
-//! cluster tests).
+//! slow and oversized headers, request bodies, floods of forged tokens, and
+//! `/metrics`' delegated authentication and authorisation, with scripted
+//! reviews and against the real API server of the local cluster
+//! (`hack/local-cluster.sh`, which must be up for
+//! `metrics_auth_against_the_real_api_server`, as for the other cluster
+//! tests).
 
 #[path = "support/cluster.rs"]
 mod cluster;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,14 +24,18 @@ use podprobe::apiclient::WatchActivity;
 use podprobe::health::Reachability;
 use podprobe::metrics::{self, Metrics};
 use podprobe::server::delegated_auth::{
-    Authentication, Authorization, ReviewError, Reviewer, UserInfo,
+    Authentication, Authorization, MAX_QUEUED_REVIEWS, MAX_REVIEWS_IN_FLIGHT, REVIEW_TIMEOUT,
+    ReviewError, Reviewer, UserInfo,
 };
-use podprobe::server::{DelegatedAuth, Health, Limits, MetricsAccess, Server, ServerConfig};
+use podprobe::server::{
+    DelegatedAuth, Health, Limits, MAX_CONCURRENT_STREAMS, MAX_REVIEWS_PER_CONNECTION,
+    MetricsAccess, Server, ServerConfig,
+};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -84,6 +89,7 @@ struct Reply {
     status: StatusCode,
     content_type: String,
     www_authenticate: String,
+    retry_after: String,
     body: String,
 }
 
@@ -143,11 +149,13 @@ async fn read(response: http::Response<hyper::body::Incoming>) -> Reply {
     };
     let content_type = header(http::header::CONTENT_TYPE);
     let www_authenticate = header(http::header::WWW_AUTHENTICATE);
+    let retry_after = header(http::header::RETRY_AFTER);
     let body = response.into_body().collect().await.unwrap().to_bytes();
     Reply {
         status,
         content_type,
         www_authenticate,
+        retry_after,
         body: String::from_utf8(body.to_vec()).unwrap(),
     }
 }
@@ -341,16 +349,18 @@ async fn shutdown_finishes_open_connections_and_stops_accepting() {
 
 // ---------------------------------------------------------------- limits
 
-/// The kubelet's HTTP probe of `/healthz`: the request written as soon as
-/// the connection is up (`Connection: close`, as the kubelet disables
+/// The kubelet's HTTP probe of `path`: the request written as soon as the
+/// connection is up (`Connection: close`, as the kubelet disables
 /// keep-alive); the response, or why none.
-async fn probe(addr: SocketAddr) -> String {
+async fn probe(addr: SocketAddr, path: &str) -> String {
     let mut stream = match TcpStream::connect(addr).await {
         Ok(stream) => stream,
         Err(e) => return format!("connect: {e}"),
     };
-    let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: kube-probe/1.35\r\nConnection: close\r\n\r\n";
-    if let Err(e) = stream.write_all(request).await {
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: kube-probe/1.35\r\nConnection: close\r\n\r\n"
+    );
+    if let Err(e) = stream.write_all(request.as_bytes()).await {
         return format!("write: {e}");
     }
     let mut response = Vec::new();
@@ -401,7 +411,7 @@ async fn idle_connection_flood_leaves_healthz_answering() {
     let mut failures = Vec::new();
     for round in 0..10 {
         let started = Instant::now();
-        let reply = tokio::time::timeout(PROBE_TIMEOUT, probe(server.addr))
+        let reply = tokio::time::timeout(PROBE_TIMEOUT, probe(server.addr, "/healthz"))
             .await
             .unwrap_or_else(|_| format!("no answer within {PROBE_TIMEOUT:?}"));
         if reply.starts_with("HTTP/1.1 200 OK") {
@@ -493,10 +503,11 @@ async fn connections_over_the_cap_evict_the_longest_idle() {
 }
 
 /// A [`Reviewer`] whose token reviews wait for a permit of `gate`: requests
-/// to `/metrics` stay in flight until the test releases them.
+/// to `/metrics` stay in flight until the test releases them. `sent` counts
+/// the reviews sent.
 struct Gated {
     gate: Arc<Semaphore>,
-    waiting: Arc<AtomicUsize>,
+    sent: watch::Sender<usize>,
 }
 
 impl Reviewer for Gated {
@@ -505,7 +516,7 @@ impl Reviewer for Gated {
         _token: &'a str,
     ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
         Box::pin(async move {
-            self.waiting.fetch_add(1, Ordering::SeqCst);
+            self.sent.send_modify(|n| *n += 1);
             let _permit = self.gate.acquire().await;
             Ok(Authentication::Authenticated(UserInfo {
                 username: "scraper".into(),
@@ -524,47 +535,66 @@ impl Reviewer for Gated {
     }
 }
 
-/// Connections answering a request are never evicted; when every one is,
-/// a new connection is closed at once, and served again once they finish.
+/// Waits until `reviews` counts `expected`, and no more.
+async fn reviews_reach(reviews: &mut watch::Receiver<usize>, expected: usize) {
+    let reached = tokio::time::timeout(SLACK, reviews.wait_for(|n| *n >= expected))
+        .await
+        .is_ok_and(|alive| alive.is_ok());
+    let counted = *reviews.borrow();
+    assert!(reached, "{counted} reviews, not {expected}");
+    assert_eq!(counted, expected, "more reviews than expected");
+}
+
+/// A connection whose requests all wait on a review holds no claim to its
+/// slot: when every connection is reviewing, a new one evicts the one
+/// reviewing the longest (dropping its request) and is answered at once;
+/// the other's request is answered once reviewed. (Busy connections are
+/// never evicted: `connections::tests`; no request of these endpoints stays
+/// busy for long.)
 #[tokio::test]
-async fn busy_connections_are_kept_and_new_ones_closed_when_all_are_busy() {
+async fn reviewing_connections_make_room_for_a_new_one() {
     let gate = Arc::new(Semaphore::new(0));
-    let waiting = Arc::new(AtomicUsize::new(0));
+    let (sent, mut reviews) = watch::channel(0);
     let auth = DelegatedAuth::new(Gated {
         gate: gate.clone(),
-        waiting: waiting.clone(),
+        sent,
     });
     let server = start_with(|config| {
         config.limits.max_connections = 2;
         config.metrics_access = MetricsAccess::Delegated(auth);
     })
     .await;
-    let busy: Vec<_> = ["one", "two"]
-        .into_iter()
-        .map(|token| tokio::spawn(get_with_token(server.addr, "/metrics", token)))
-        .collect();
-    let deadline = Instant::now() + SLACK;
-    while waiting.load(Ordering::SeqCst) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the requests never reached the review"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let reviewed = |token: &'static str| {
+        let addr = server.addr;
+        tokio::spawn(async move {
+            let authorization = format!("Bearer {token}");
+            try_request_with(
+                addr,
+                Method::GET,
+                "/metrics",
+                &[("authorization", &authorization)],
+            )
+            .await
+        })
+    };
+    let first = reviewed("one");
+    reviews_reach(&mut reviews, 1).await;
+    let second = reviewed("two");
+    reviews_reach(&mut reviews, 2).await;
 
-    let mut refused = TcpStream::connect(server.addr).await.unwrap();
-    let _ = refused
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await;
-    let (response, closed) = read_until_closed(&mut refused, SLACK).await;
-    assert!(closed.is_some(), "a connection over the cap stayed open");
-    assert_eq!(response, "", "a connection over the cap was answered");
+    let healthz = tokio::time::timeout(SLACK, get(server.addr, "/healthz"))
+        .await
+        .expect("/healthz answered while every connection reviews");
+    assert_eq!(healthz.status, StatusCode::OK);
+    let evicted = first.await.unwrap();
+    assert!(
+        evicted.is_err(),
+        "the longest reviewing connection was kept"
+    );
 
-    gate.add_permits(2);
-    for request in busy {
-        assert_eq!(request.await.unwrap().status, StatusCode::OK);
-    }
-    assert_eq!(get(server.addr, "/healthz").await.status, StatusCode::OK);
+    gate.add_permits(1);
+    let reviewed = second.await.unwrap().expect("the other connection kept");
+    assert_eq!(reviewed.status, StatusCode::OK);
 }
 
 /// Headers sent a byte at a time (slowloris) are cut off by the header read
@@ -761,6 +791,330 @@ async fn the_plain_metrics_listener_serves_metrics_without_a_token() {
         get(server.addr, "/metrics").await.status,
         StatusCode::UNAUTHORIZED
     );
+}
+
+// ------------------------------------------------------------ review floods
+
+/// A [`Reviewer`] for an API server that never answers a review of a
+/// forged token (each is cut off by the review timeout); `scraper`'s
+/// token is accepted and allowed at once. `stalled` counts the reviews
+/// being sent.
+struct Stalled {
+    stalled: watch::Sender<usize>,
+}
+
+impl Stalled {
+    fn new() -> (Self, watch::Receiver<usize>) {
+        let (stalled, reviews) = watch::channel(0);
+        (Stalled { stalled }, reviews)
+    }
+}
+
+/// One stalled review, counted until it is cut off.
+struct StalledReview<'a>(&'a watch::Sender<usize>);
+
+impl Drop for StalledReview<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Reviewer for Stalled {
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
+        Box::pin(async move {
+            if token == "scraper" {
+                return Ok(Authentication::Authenticated(UserInfo {
+                    username: "scraper".into(),
+                    ..UserInfo::default()
+                }));
+            }
+            self.stalled.send_modify(|n| *n += 1);
+            let _stalled = StalledReview(&self.stalled);
+            std::future::pending().await
+        })
+    }
+
+    fn review_access<'a>(
+        &'a self,
+        _user: &'a UserInfo,
+        _path: &'a str,
+        _verb: &'a str,
+    ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
+        Box::pin(async { Ok(Authorization::Allowed) })
+    }
+}
+
+/// A server whose `/metrics` is reviewed by [`Stalled`], ready.
+async fn start_stalled() -> (Running, watch::Receiver<usize>) {
+    let (reviewer, stalled) = Stalled::new();
+    let server = start_with(|config| {
+        config.metrics_access = MetricsAccess::Delegated(DelegatedAuth::new(reviewer));
+    })
+    .await;
+    server.health.set_pods_synced(true);
+    server.health.set_api(Reachability::Reachable);
+    server.health.set_cri(Reachability::Reachable);
+    (server, stalled)
+}
+
+type H2Sender = hyper::client::conn::http2::SendRequest<Empty<Bytes>>;
+
+/// An h2c connection to `addr`.
+async fn h2c(addr: SocketAddr) -> Result<H2Sender, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("h2c handshake: {e}"))?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// `GET /metrics` with `Authorization: Bearer token`, as one stream of
+/// `sender`'s connection.
+async fn h2_get_metrics(mut sender: H2Sender, token: &str) -> Result<Reply, String> {
+    let request = Request::get("http://podprobe/metrics")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("no response: {e}"))?;
+    Ok(read(response).await)
+}
+
+/// `requests` forged tokens for `/metrics`, all at once on one h2c
+/// connection: each answer and how long it took, on `answers`.
+async fn forged_requests(
+    addr: SocketAddr,
+    requests: usize,
+    answers: &mpsc::UnboundedSender<(Reply, Duration)>,
+) {
+    let sender = h2c(addr).await.expect("h2c connection");
+    for _ in 0..requests {
+        let (sender, answers) = (sender.clone(), answers.clone());
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let token = format!("forged-{}", rand::random::<u64>());
+            let reply = h2_get_metrics(sender, &token).await.expect("an answer");
+            let _ = answers.send((reply, sent.elapsed()));
+        });
+    }
+}
+
+/// Expects `expected` answers on `answers`, each a prompt 429: within
+/// [`SLACK`], where a request waiting for a review turn would wait for the
+/// review timeout.
+async fn expect_throttled(
+    answers: &mut mpsc::UnboundedReceiver<(Reply, Duration)>,
+    expected: usize,
+) {
+    assert!(SLACK < REVIEW_TIMEOUT / 2);
+    for answered in 0..expected {
+        let (reply, took) = tokio::time::timeout(SLACK, answers.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{answered} of {expected} requests answered within {SLACK:?}")
+            })
+            .expect("requests outstanding");
+        assert_eq!(
+            (reply.status, reply.retry_after.as_str()),
+            (StatusCode::TOO_MANY_REQUESTS, "1"),
+            "{}",
+            reply.body
+        );
+        assert!(took < SLACK, "a 429 took {took:?}");
+    }
+}
+
+/// The samples of `podprobe_metrics_auth_decisions_total` by outcome.
+fn auth_decisions(metrics: &Metrics, outcome: &str) -> String {
+    let series = format!(r#"podprobe_metrics_auth_decisions_total{{outcome="{outcome}"}} "#);
+    metrics
+        .encode()
+        .lines()
+        .find_map(|line| line.strip_prefix(&series).map(str::to_string))
+        .unwrap_or_else(|| format!("no {series}"))
+}
+
+/// Forged tokens for `/metrics` as fast as the server answers them, from
+/// `connections` h2c connections with [`MAX_CONCURRENT_STREAMS`] requests in
+/// flight on each: every request sent again once answered, every
+/// connection opened again once closed. From a thread and runtime of its
+/// own, as another process on the network would; stops when dropped.
+struct Flood {
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flood {
+    fn start(addr: SocketAddr, connections: usize) -> Self {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("flood runtime");
+            runtime.block_on(async move {
+                let flood = (0..connections).map(|_| Self::connection(addr));
+                tokio::select! {
+                    _ = stopped => {}
+                    _ = futures::future::join_all(flood) => {}
+                }
+            });
+        });
+        Flood {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    async fn connection(addr: SocketAddr) {
+        loop {
+            let Ok(sender) = h2c(addr).await else {
+                tokio::task::yield_now().await;
+                continue;
+            };
+            let streams = (0..MAX_CONCURRENT_STREAMS).map(|_| {
+                let sender = sender.clone();
+                async move {
+                    loop {
+                        let token = format!("forged-{}", rand::random::<u64>());
+                        if h2_get_metrics(sender.clone(), &token).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+            futures::future::join_all(streams).await;
+        }
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// As many h2c connections as the server takes, each with as many streams
+/// as it allows, ask for `/metrics` with forged tokens, again as soon as
+/// answered, while the API server never answers a review: the DaemonSet's
+/// probes of `/healthz` and `/readyz`, each on a fresh connection as the
+/// kubelet's, and a scraper whose token was reviewed before, keep being
+/// answered, each within the probe timeout, for as long as a review of the
+/// flood's first requests could last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_readyz_and_a_known_scraper_are_answered_under_a_flood_of_forged_tokens() {
+    assert!(
+        PROBE_TIMEOUT < REVIEW_TIMEOUT / 2,
+        "a probe answered once a review timed out must fail"
+    );
+    let (server, mut reviews) = start_stalled().await;
+    let scraper = get_with_token(server.addr, "/metrics", "scraper").await;
+    assert_eq!(scraper.status, StatusCode::OK, "before the flood");
+
+    let _flood = Flood::start(server.addr, Limits::default().max_connections);
+    reviews_reach(&mut reviews, MAX_REVIEWS_IN_FLIGHT).await;
+    let flooded = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut round = 0;
+    while flooded.elapsed() < REVIEW_TIMEOUT / 2 {
+        let path = ["/healthz", "/readyz", "/metrics"][round % 3];
+        let started = Instant::now();
+        let reply = tokio::time::timeout(PROBE_TIMEOUT, async {
+            if path == "/metrics" {
+                match try_request_with(
+                    server.addr,
+                    Method::GET,
+                    path,
+                    &[("authorization", "Bearer scraper")],
+                )
+                .await
+                {
+                    Ok(reply) => format!("{} {}", reply.status, reply.body),
+                    Err(e) => e,
+                }
+            } else {
+                probe(server.addr, path).await
+            }
+        })
+        .await
+        .unwrap_or_else(|_| format!("no answer within {PROBE_TIMEOUT:?}"));
+        assert!(
+            reply.starts_with("HTTP/1.1 200 OK") || reply.starts_with("200 OK"),
+            "{path} (round {round}, {:?} into the flood): {reply:?}",
+            flooded.elapsed()
+        );
+        slowest = slowest.max(started.elapsed());
+        round += 1;
+        // The kubelet probes at a period, not back to back.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "{round} probes and scrapes under the flood, the slowest answered in {slowest:?}; \
+         forged requests answered 429 meanwhile: {}",
+        auth_decisions(&server.metrics, "throttled")
+    );
+}
+
+/// Requests beyond the review turns and the queue for them are answered
+/// 429, with `Retry-After`, at once rather than after waiting for a turn,
+/// and counted; those within wait for their reviews.
+#[tokio::test]
+async fn reviews_beyond_the_queue_are_answered_429_at_once() {
+    let (server, mut reviews) = start_stalled().await;
+    let places = MAX_REVIEWS_IN_FLIGHT + MAX_QUEUED_REVIEWS;
+    let extra = 5;
+    let (answers_tx, mut answers) = mpsc::unbounded_channel();
+    // Within the per-connection limit, so the queue is what refuses.
+    let connections = (places + extra).div_ceil(MAX_REVIEWS_PER_CONNECTION);
+    for _ in 0..connections {
+        forged_requests(server.addr, MAX_REVIEWS_PER_CONNECTION, &answers_tx).await;
+    }
+    let throttled = connections * MAX_REVIEWS_PER_CONNECTION - places;
+    expect_throttled(&mut answers, throttled).await;
+    reviews_reach(&mut reviews, MAX_REVIEWS_IN_FLIGHT).await;
+    assert!(answers.try_recv().is_err(), "the queued requests wait");
+    assert_eq!(
+        auth_decisions(&server.metrics, "throttled"),
+        throttled.to_string()
+    );
+
+    // Still full: a new request too is refused at once.
+    forged_requests(server.addr, 1, &answers_tx).await;
+    expect_throttled(&mut answers, 1).await;
+    // The probes wait on no review.
+    assert_eq!(get(server.addr, "/healthz").await.status, StatusCode::OK);
+}
+
+/// One h2c connection with as many streams as the server allows gets
+/// at most [`MAX_REVIEWS_PER_CONNECTION`] of them reviewed; the others are
+/// answered 429 at once, leaving the review queue to other clients.
+#[tokio::test]
+async fn one_connection_gets_at_most_two_requests_reviewed_at_once() {
+    let (server, mut reviews) = start_stalled().await;
+    let (answers_tx, mut answers) = mpsc::unbounded_channel();
+    let streams = usize::try_from(MAX_CONCURRENT_STREAMS).unwrap();
+    forged_requests(server.addr, streams, &answers_tx).await;
+    expect_throttled(&mut answers, streams - MAX_REVIEWS_PER_CONNECTION).await;
+    reviews_reach(&mut reviews, MAX_REVIEWS_PER_CONNECTION).await;
+    assert!(answers.try_recv().is_err(), "the reviewed requests wait");
+
+    // Another connection still gets its requests reviewed.
+    forged_requests(server.addr, 1, &answers_tx).await;
+    reviews_reach(&mut reviews, MAX_REVIEWS_PER_CONNECTION + 1).await;
 }
 
 // ------------------------------------------------- against the API server

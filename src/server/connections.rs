@@ -4,7 +4,9 @@
 //! Every accepted connection holds a slot in a [`ConnectionTable`] until it
 //! ends. A connection is *idle* while no request of it is being answered
 //! (it has sent nothing yet, is between keep-alive requests, or is still
-//! sending a request's headers), *busy* while one is.
+//! sending a request's headers), *busy* while one is, and *reviewing* while
+//! its only requests in flight wait for the API server to review their
+//! bearer token ([`Busy::review`]).
 //!
 //! At the cap a new connection evicts an idle one rather than being
 //! refused. Refusing new connections would hand the port to whoever opens
@@ -18,17 +20,39 @@
 //! when every slot is busy answering a request, which each request leaves
 //! within its bounded time.
 //!
-//! The victim is a *silent* connection if there is one, the one idle the
-//! longest among them; else the longest idle of the others. Silent means no
-//! request so far and, asked at eviction time ([`SentBytes`]), no bytes
-//! waiting in its socket either. That second question matters under a
-//! flood: the server accepts connections in bursts (a task runs a while
-//! before it yields), so dozens may be accepted after the probe's before the
-//! probe's own task has read its request, which is already in the socket;
-//! oldest first, they would evict it. A flood whose connections each send a
-//! byte is on an equal footing with the probe again: it evicts the probe
-//! only if the probe's request is not read while the server accepts `max`
-//! more connections.
+//! A reviewing connection is not idle (the idle timeout leaves it alone: the
+//! review has a timeout of its own) but holds no claim to its slot either:
+//! anyone can make requests wait on reviews, one forged token each, and
+//! were those connections protected like busy ones, a flood of them would
+//! fill the table for the length of a review, refusing the probe's
+//! connection. They make room after every idle connection; the kubelet's
+//! probe of `/healthz` never waits on a review, so it is never among them.
+//! At most a few requests of a connection review at once
+//! ([`Busy::review`]'s `max`): more would tie up the server's bounded review
+//! queue from one connection.
+//!
+//! The victim is, the longest idle first in each group:
+//!
+//! 1. an *answered* connection, one between keep-alive requests: its client
+//!    has had its answers and pays a handshake for its next request. A new
+//!    connection may be the probe's, its request on the way. Were the
+//!    answered ones not first, a flood that reconnects whenever evicted (its
+//!    connections busy most of the time, answered 429 or from the cache)
+//!    would chain evictions, each new connection of it evicting the oldest
+//!    of the rest: the probe's, in the instant between its connect and its
+//!    request, or while its request waits unread.
+//! 2. a *silent* connection: no request so far and, asked at eviction time
+//!    ([`SentBytes`]), no bytes waiting in its socket either. That second
+//!    question matters under a flood: the server accepts connections in
+//!    bursts (a task runs a while before it yields), so dozens may be
+//!    accepted after the probe's before the probe's own task has read its
+//!    request, which is already in the socket; oldest first, they would
+//!    evict it.
+//! 3. any other idle one: its first request waits unread. A flood whose
+//!    connections each send a byte is on an equal footing with the probe
+//!    here: it evicts the probe only if the probe's request is not read while
+//!    the server accepts `max` more connections.
+//! 4. a reviewing one, the one with no busy request the longest.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -67,13 +91,18 @@ struct Table {
 
 #[derive(Debug)]
 struct Entry {
-    /// Requests being answered.
+    /// Requests being answered, not counting those reviewing.
     in_flight: usize,
-    /// When the last request was answered (or the connection accepted).
+    /// Requests waiting on a review of their bearer token.
+    reviewing: usize,
+    /// When `in_flight` last fell to zero (or the connection was accepted).
     idle_since: Instant,
     /// Whether it has sent a request, or had bytes waiting when a victim
     /// was sought.
     spoken: bool,
+    /// Whether a request of it has been answered: idle, it is between
+    /// keep-alive requests.
+    answered: bool,
     sent_bytes: SentBytes,
     /// Woken when the connection is evicted.
     evicted: Arc<Notify>,
@@ -127,8 +156,10 @@ impl ConnectionTable {
             id,
             Entry {
                 in_flight: 0,
+                reviewing: 0,
                 idle_since: now,
                 spoken: false,
+                answered: false,
                 sent_bytes,
                 evicted: evicted.clone(),
             },
@@ -148,17 +179,21 @@ impl ConnectionTable {
 }
 
 impl Table {
-    /// The idle connection to evict: the longest idle silent one, else the
-    /// longest idle one; `None` when every connection is busy.
+    /// The connection to evict (see the module docs for the order); `None`
+    /// when every connection is busy.
     fn victim(&mut self) -> Option<u64> {
-        let mut idle: Vec<(bool, Instant, u64)> = self
+        let idle = |entry: &Entry| entry.in_flight == 0 && entry.reviewing == 0;
+        if let Some(answered) = self.longest(|entry| idle(entry) && entry.answered) {
+            return Some(answered);
+        }
+        let mut unanswered: Vec<(bool, Instant, u64)> = self
             .open
             .iter()
-            .filter(|(_, entry)| entry.in_flight == 0)
+            .filter(|(_, entry)| idle(entry))
             .map(|(id, entry)| (entry.spoken, entry.idle_since, *id))
             .collect();
-        idle.sort_unstable();
-        for &(spoken, _, id) in &idle {
+        unanswered.sort_unstable();
+        for &(spoken, _, id) in &unanswered {
             if spoken {
                 break;
             }
@@ -171,9 +206,16 @@ impl Table {
                 return Some(id);
             }
         }
+        self.longest(idle)
+            .or_else(|| self.longest(|entry| entry.in_flight == 0))
+    }
+
+    /// The connection `which` picks that has had no busy request the
+    /// longest.
+    fn longest(&self, which: impl Fn(&Entry) -> bool) -> Option<u64> {
         self.open
             .iter()
-            .filter(|(_, entry)| entry.in_flight == 0)
+            .filter(|(_, entry)| which(entry))
             .min_by_key(|(id, entry)| (entry.idle_since, **id))
             .map(|(id, _)| *id)
     }
@@ -198,11 +240,11 @@ impl Slot {
     }
 
     /// Since when the connection has had no request in flight; `None` while
-    /// one is answered, or once it was evicted.
+    /// one is answered or reviewing, or once it was evicted.
     pub(crate) fn idle_since(&self) -> Option<Instant> {
         let table = self.table.lock();
         let entry = table.open.get(&self.id)?;
-        (entry.in_flight == 0).then_some(entry.idle_since)
+        (entry.in_flight == 0 && entry.reviewing == 0).then_some(entry.idle_since)
     }
 
     /// Completes once the connection has been evicted to make room.
@@ -223,13 +265,54 @@ pub(crate) struct Busy {
     slot: Arc<Slot>,
 }
 
+impl Busy {
+    /// Marks the request as reviewing (see the module docs) until the
+    /// returned guard drops; `None`, and the request stays busy, when `max`
+    /// requests of its connection already review or the connection was
+    /// evicted (its answer cannot be sent: it must not take a review's turn).
+    pub(crate) fn review(&self, max: usize) -> Option<Reviewing<'_>> {
+        let mut table = self.slot.table.lock();
+        let entry = table.open.get_mut(&self.slot.id)?;
+        if entry.reviewing >= max {
+            return None;
+        }
+        entry.reviewing += 1;
+        entry.leave_in_flight();
+        Some(Reviewing { busy: self })
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
         if let Some(entry) = self.slot.table.lock().open.get_mut(&self.slot.id) {
-            entry.in_flight = entry.in_flight.saturating_sub(1);
-            if entry.in_flight == 0 {
-                entry.idle_since = Instant::now();
-            }
+            entry.answered = true;
+            entry.leave_in_flight();
+        }
+    }
+}
+
+impl Entry {
+    /// One request fewer being answered; idle from now if it was the last.
+    fn leave_in_flight(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.in_flight == 0 {
+            self.idle_since = Instant::now();
+        }
+    }
+}
+
+/// A request reviewing; see [`Busy::review`]. Busy again once dropped.
+#[derive(Debug)]
+pub(crate) struct Reviewing<'a> {
+    busy: &'a Busy,
+}
+
+impl Drop for Reviewing<'_> {
+    fn drop(&mut self) {
+        let slot = &self.busy.slot;
+        if let Some(entry) = slot.table.lock().open.get_mut(&slot.id) {
+            entry.reviewing = entry.reviewing.saturating_sub(1);
+            entry.in_flight += 1;
         }
     }
 }
@@ -265,14 +348,15 @@ mod tests {
     async fn admits_up_to_the_cap_then_evicts_the_longest_idle() {
         let table = ConnectionTable::new(3);
         let first = admitted(&table);
-        tokio::time::advance(Duration::from_secs(1)).await;
         let second = admitted(&table);
         let third = admitted(&table);
         assert_eq!(table.len(), 3);
 
-        // `first` answers a request and is the most recently idle afterwards.
-        tokio::time::advance(Duration::from_secs(1)).await;
-        drop(first.busy());
+        // Each answers a request, `first` last: the most recently idle.
+        for slot in [&second, &third, &first] {
+            drop(slot.busy());
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
 
         let fourth = admitted(&table);
         assert_eq!(table.len(), 3);
@@ -304,30 +388,88 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn silent_connections_are_evicted_before_those_that_have_spoken() {
+    async fn answered_then_silent_then_unread_connections_make_room() {
         let table = ConnectionTable::new(3);
         // Oldest: its request waits, unread, in the socket.
         let unread_request = admitted_with(&table, Arc::new(AtomicBool::new(true)));
         tokio::time::advance(Duration::from_secs(1)).await;
-        let made_a_request = admitted(&table);
-        drop(made_a_request.busy());
-        tokio::time::advance(Duration::from_secs(1)).await;
         let silent = admitted(&table);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let answered = admitted(&table);
+        drop(answered.busy());
         tokio::time::advance(Duration::from_secs(1)).await;
 
         let flood = admitted(&table);
-        assert!(was_evicted(&silent).await, "the only silent one");
+        assert!(
+            was_evicted(&answered).await,
+            "answered, though idle the shortest"
+        );
         let more = admitted(&table);
+        assert!(was_evicted(&silent).await, "the longest idle silent one");
+        let still_more = admitted(&table);
         assert!(was_evicted(&flood).await, "the next silent one");
         assert!(!was_evicted(&unread_request).await);
-        assert!(!was_evicted(&made_a_request).await);
 
-        // Once none is silent, the longest idle goes, spoken or not.
-        drop(more.busy());
-        let _still_more = admitted(&table);
+        // Once none is answered or silent, the longest idle goes.
+        let _busy = (more.busy(), still_more.busy());
+        let _last = admitted(&table);
         assert!(was_evicted(&unread_request).await);
-        assert!(!was_evicted(&made_a_request).await);
         assert!(!was_evicted(&more).await);
+        assert!(!was_evicted(&still_more).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reviewing_connections_make_room_after_idle_ones_but_are_not_idle() {
+        let table = ConnectionTable::new(2);
+        let reviewing = admitted(&table);
+        let request = reviewing.busy();
+        let review = request.review(2).expect("the connection's first review");
+        assert_eq!(reviewing.idle_since(), None, "not reaped as idle");
+        let second = reviewing.busy();
+        let second_review = second.review(2).expect("its second review");
+        let third = reviewing.busy();
+        assert!(third.review(2).is_none(), "at most 2 reviews a connection");
+        drop(second_review);
+        drop((third, second));
+
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let idle = admitted(&table);
+        drop(idle.busy());
+        let answering = admitted(&table);
+        assert!(was_evicted(&idle).await, "idle, so first to go");
+        assert!(!was_evicted(&reviewing).await);
+
+        let _answering = answering.busy();
+        let newest = admitted(&table);
+        assert!(was_evicted(&reviewing).await, "reviewing, not busy");
+        let _newest = newest.busy();
+        assert!(
+            request.review(2).is_none(),
+            "an evicted connection takes no review's turn"
+        );
+        assert!(matches!(
+            table.admit(SentBytes::new(|| false)),
+            Admission::Full
+        ));
+        drop(review);
+        drop(request);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_is_busy_again_after_its_review() {
+        let table = ConnectionTable::new(1);
+        let slot = admitted(&table);
+        let request = slot.busy();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(request.review(1));
+        assert_eq!(slot.idle_since(), None, "busy again");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(request);
+        assert_eq!(
+            slot.idle_since(),
+            Some(Instant::now()),
+            "idle from the answer on"
+        );
     }
 
     #[tokio::test(start_paused = true)]

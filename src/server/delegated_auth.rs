@@ -16,7 +16,15 @@
 //! reviews are cached for a short time, keyed by a keyed hash of the token
 //! (the token itself is not kept): accepted tokens and allowed requests for
 //! [`AUTHORIZED_TTL`], rejected ones for [`UNAUTHORIZED_TTL`], at most
-//! [`CACHE_CAPACITY`] entries each. A failed review is not cached. The
+//! [`CACHE_CAPACITY`] of each kind in each cache, so that a flood of forged
+//! tokens, whose rejections anyone can make, never pushes the real
+//! scraper's accepted token out. A failed review is not cached.
+//!
+//! At most [`MAX_REVIEWS_IN_FLIGHT`] reviews are sent at once and
+//! [`MAX_QUEUED_REVIEWS`] more wait for a turn; a request that would need
+//! another is [`Decision::Throttled`] at once (429) instead of waiting, so
+//! that a flood of forged tokens holds neither the API server nor the
+//! flooders' connections for longer than those few reviews take. The
 //! reviews go through the [`Reviewer`] trait: [`KubeReviewer`] asks the API
 //! server, tests script the answers.
 
@@ -45,7 +53,8 @@ pub const AUTHORIZED_TTL: Duration = Duration::from_secs(120);
 /// kubelet's webhook authorizer's unauthorized TTL).
 pub const UNAUTHORIZED_TTL: Duration = Duration::from_secs(30);
 
-/// Most tokens and most (token, path, verb) decisions remembered.
+/// Most tokens and most (token, path, verb) decisions remembered, granted
+/// (an accepted token, an allowed request) and refused ones each.
 pub const CACHE_CAPACITY: usize = 1024;
 
 /// How long one review may take, waiting for its turn included.
@@ -54,6 +63,11 @@ pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reviews sent to the API server at once; a flood of distinct tokens waits
 /// for these rather than flooding the API server.
 pub const MAX_REVIEWS_IN_FLIGHT: usize = 8;
+
+/// Reviews that may wait for one of the [`MAX_REVIEWS_IN_FLIGHT`] turns, so
+/// that a burst (several scrapers, both metrics paths) is reviewed rather
+/// than refused; a review beyond these is not waited for but throttled.
+pub const MAX_QUEUED_REVIEWS: usize = 8;
 
 /// Who a token belongs to, as the API server's `TokenReview` said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,6 +113,10 @@ pub enum ReviewError {
     },
     #[error("the API server answered the {kind} without a status")]
     NoStatus { kind: &'static str },
+    #[error(
+        "the {kind} was not sent: {MAX_REVIEWS_IN_FLIGHT} reviews are in flight and {MAX_QUEUED_REVIEWS} waiting"
+    )]
+    Throttled { kind: &'static str },
 }
 
 /// The two questions asked of the API server.
@@ -226,6 +244,10 @@ pub enum Decision {
     /// A review got no verdict: 401 when it was the `TokenReview`, 500 when
     /// the `SubjectAccessReview`, as the kubelet answers.
     Failed { review: Review, reason: String },
+    /// 429: a review is needed but cannot be waited for: every turn is
+    /// taken and the queue for them full (the server answers the same when
+    /// the request's connection has its share of reviews already).
+    Throttled,
 }
 
 /// Which of the two reviews.
@@ -255,8 +277,12 @@ pub struct DelegatedAuth {
 struct Inner {
     reviewer: Box<dyn Reviewer>,
     keys: (RandomState, RandomState),
-    tokens: Mutex<TtlCache<TokenKey, Authentication>>,
-    access: Mutex<TtlCache<(TokenKey, String, String), Authorization>>,
+    tokens: Mutex<Verdicts<TokenKey, Authentication>>,
+    access: Mutex<Verdicts<(TokenKey, String, String), Authorization>>,
+    /// Reviews in flight or waiting for a turn: a request that gets no
+    /// place is throttled.
+    places: Semaphore,
+    /// Turns to send a review.
     reviews: Semaphore,
     last_failure_warning: Mutex<Option<Instant>>,
 }
@@ -279,8 +305,9 @@ impl DelegatedAuth {
             inner: Arc::new(Inner {
                 reviewer: Box::new(reviewer),
                 keys: (RandomState::new(), RandomState::new()),
-                tokens: Mutex::new(TtlCache::new(CACHE_CAPACITY)),
-                access: Mutex::new(TtlCache::new(CACHE_CAPACITY)),
+                tokens: Mutex::new(Verdicts::new(CACHE_CAPACITY)),
+                access: Mutex::new(Verdicts::new(CACHE_CAPACITY)),
+                places: Semaphore::new(MAX_REVIEWS_IN_FLIGHT + MAX_QUEUED_REVIEWS),
                 reviews: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
                 last_failure_warning: Mutex::new(None),
             }),
@@ -301,7 +328,7 @@ impl DelegatedAuth {
             Ok(Authentication::Unauthenticated(reason)) => {
                 return Decision::Unauthenticated { reason };
             }
-            Err(error) => return self.failed(Review::Token, &error),
+            Err(error) => return self.failed(Review::Token, error),
         };
         match self.authorize_user(key, &user, path, verb).await {
             Ok(Authorization::Allowed) => Decision::Allowed {
@@ -311,14 +338,19 @@ impl DelegatedAuth {
                 user: user.username,
                 reason,
             },
-            Err(error) => self.failed(Review::Access, &error),
+            Err(error) => self.failed(Review::Access, error),
         }
     }
 
     /// A failed review: podprobe cannot check anyone's access (the API
     /// server is down, or podprobe's RBAC lacks `create` on the reviews),
-    /// which an operator must hear about, but not once per scrape.
-    fn failed(&self, review: Review, error: &ReviewError) -> Decision {
+    /// which an operator must hear about, but not once per scrape. A
+    /// throttled one is not logged: anyone can cause it, and it is counted
+    /// (`podprobe_metrics_auth_decisions_total`).
+    fn failed(&self, review: Review, error: ReviewError) -> Decision {
+        if let ReviewError::Throttled { .. } = error {
+            return Decision::Throttled;
+        }
         let now = Instant::now();
         let warn = {
             let mut last = lock(&self.inner.last_failure_warning);
@@ -360,11 +392,8 @@ impl DelegatedAuth {
         let verdict = self
             .bounded("TokenReview", self.inner.reviewer.review_token(token))
             .await?;
-        let ttl = match verdict {
-            Authentication::Authenticated(_) => AUTHORIZED_TTL,
-            Authentication::Unauthenticated(_) => UNAUTHORIZED_TTL,
-        };
-        lock(&self.inner.tokens).insert(key, verdict.clone(), ttl, Instant::now());
+        let granted = matches!(verdict, Authentication::Authenticated(_));
+        lock(&self.inner.tokens).insert(key, verdict.clone(), granted, Instant::now());
         Ok(verdict)
     }
 
@@ -385,21 +414,22 @@ impl DelegatedAuth {
                 self.inner.reviewer.review_access(user, path, verb),
             )
             .await?;
-        let ttl = match verdict {
-            Authorization::Allowed => AUTHORIZED_TTL,
-            Authorization::Denied(_) => UNAUTHORIZED_TTL,
-        };
-        lock(&self.inner.access).insert(cache_key, verdict.clone(), ttl, Instant::now());
+        let granted = verdict == Authorization::Allowed;
+        lock(&self.inner.access).insert(cache_key, verdict.clone(), granted, Instant::now());
         Ok(verdict)
     }
 
     /// Runs a review once one of [`MAX_REVIEWS_IN_FLIGHT`] turns is free,
-    /// all within [`REVIEW_TIMEOUT`].
+    /// all within [`REVIEW_TIMEOUT`]; throttled at once when
+    /// [`MAX_QUEUED_REVIEWS`] already wait for one.
     async fn bounded<T>(
         &self,
         kind: &'static str,
         review: BoxFuture<'_, Result<T, ReviewError>>,
     ) -> Result<T, ReviewError> {
+        let Ok(_place) = self.inner.places.try_acquire() else {
+            return Err(ReviewError::Throttled { kind });
+        };
         let timeout = ReviewError::Timeout {
             kind,
             timeout: REVIEW_TIMEOUT,
@@ -429,6 +459,51 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let scheme = parts.next()?;
     let token = parts.next()?;
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Verdicts by key, granted ones (an accepted token, an allowed request) for
+/// [`AUTHORIZED_TTL`] and refused ones for [`UNAUTHORIZED_TTL`], each kind
+/// in a bounded cache of its own: anyone can make refused verdicts, one per
+/// forged token, and in a shared cache those would push out the granted
+/// ones, which only a real client has, once a flood makes them the closest
+/// to expiring.
+#[derive(Debug)]
+struct Verdicts<K, V> {
+    granted: TtlCache<K, V>,
+    refused: TtlCache<K, V>,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Verdicts<K, V> {
+    /// At most `capacity` granted and `capacity` refused verdicts.
+    fn new(capacity: usize) -> Self {
+        Verdicts {
+            granted: TtlCache::new(capacity),
+            refused: TtlCache::new(capacity),
+        }
+    }
+
+    fn get(&mut self, key: &K, now: Instant) -> Option<V> {
+        self.granted
+            .get(key, now)
+            .or_else(|| self.refused.get(key, now))
+    }
+
+    /// Remembers the latest verdict only: two requests with the same key may
+    /// have been reviewed at once, and answered differently.
+    fn insert(&mut self, key: K, value: V, granted: bool, now: Instant) {
+        let (cache, other, ttl) = if granted {
+            (&mut self.granted, &mut self.refused, AUTHORIZED_TTL)
+        } else {
+            (&mut self.refused, &mut self.granted, UNAUTHORIZED_TTL)
+        };
+        other.remove(&key);
+        cache.insert(key, value, ttl, now);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> (usize, usize) {
+        (self.granted.len(), self.refused.len())
+    }
 }
 
 /// A map whose entries expire, of bounded size: when full, expired entries
@@ -473,6 +548,10 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
             }
         }
         self.entries.insert(key, (value, now + ttl));
+    }
+
+    fn remove(&mut self, key: &K) {
+        self.entries.remove(key);
     }
 
     #[cfg(test)]
@@ -723,6 +802,47 @@ mod tests {
         }
     }
 
+    /// Reviews beyond the turns and the queue are not waited for: the
+    /// request is throttled at once, nothing is sent, and an accepted
+    /// token still in the cache is served as before.
+    #[tokio::test(start_paused = true)]
+    async fn reviews_beyond_the_queue_are_throttled_at_once() {
+        let (auth, script) = auth();
+        let scraper = bearer("Bearer good-scraper");
+        let allowed = Decision::Allowed {
+            user: "scraper".into(),
+        };
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+        let mut stuck = tokio::task::JoinSet::new();
+        for _ in 0..MAX_REVIEWS_IN_FLIGHT + MAX_QUEUED_REVIEWS {
+            let auth = auth.clone();
+            stuck.spawn(async move {
+                auth.authorize(&bearer("Bearer slow"), "/metrics", "get")
+                    .await
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(script.counts(), (1 + MAX_REVIEWS_IN_FLIGHT, 1));
+
+        let asked = Instant::now();
+        let decision = auth
+            .authorize(&bearer("Bearer forged"), "/metrics", "get")
+            .await;
+        assert_eq!(decision, Decision::Throttled);
+        assert_eq!(asked.elapsed(), Duration::ZERO, "not waited for");
+        assert_eq!(script.counts(), (1 + MAX_REVIEWS_IN_FLIGHT, 1));
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+
+        while let Some(decision) = stuck.join_next().await {
+            assert!(matches!(decision.unwrap(), Decision::Failed { .. }));
+        }
+        assert!(matches!(
+            auth.authorize(&bearer("Bearer forged"), "/metrics", "get")
+                .await,
+            Decision::Unauthenticated { .. }
+        ));
+    }
+
     #[test]
     fn the_cache_is_bounded_and_drops_the_soonest_to_expire() {
         let now = Instant::now();
@@ -756,7 +876,56 @@ mod tests {
             let headers = bearer(&format!("Bearer good-user{i}"));
             auth.authorize(&headers, "/metrics", "get").await;
         }
-        assert_eq!(lock(&auth.inner.tokens).len(), CACHE_CAPACITY);
-        assert_eq!(lock(&auth.inner.access).len(), CACHE_CAPACITY);
+        assert_eq!(lock(&auth.inner.tokens).len(), (CACHE_CAPACITY, 0));
+        assert_eq!(lock(&auth.inner.access).len(), (CACHE_CAPACITY, 0));
+    }
+
+    /// The flood comes when the scraper's verdicts are the closest to
+    /// expiring, so that a cache evicting the soonest to expire from one
+    /// pool would pick them.
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_forged_tokens_cannot_push_out_an_accepted_one() {
+        let (auth, script) = auth();
+        let scraper = bearer("Bearer good-scraper");
+        let allowed = Decision::Allowed {
+            user: "scraper".into(),
+        };
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+        tokio::time::advance(AUTHORIZED_TTL - UNAUTHORIZED_TTL + Duration::from_secs(1)).await;
+        let flood = 2 * CACHE_CAPACITY;
+        for i in 0..flood {
+            let forged = bearer(&format!("Bearer forged-{i}"));
+            assert!(matches!(
+                auth.authorize(&forged, "/metrics", "get").await,
+                Decision::Unauthenticated { .. }
+            ));
+        }
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+        assert_eq!(
+            script.counts(),
+            (1 + flood, 1),
+            "the scraper's token was reviewed again"
+        );
+        assert_eq!(lock(&auth.inner.tokens).len(), (1, CACHE_CAPACITY));
+    }
+
+    #[test]
+    fn a_new_verdict_replaces_the_other_kind() {
+        let now = Instant::now();
+        let mut verdicts = Verdicts::new(2);
+        verdicts.insert(1, "refused", false, now);
+        verdicts.insert(1, "granted", true, now);
+        assert_eq!(verdicts.len(), (1, 0));
+        assert_eq!(verdicts.get(&1, now), Some("granted"));
+        assert_eq!(
+            verdicts.get(&1, now + AUTHORIZED_TTL),
+            None,
+            "granted verdicts last the authorized TTL"
+        );
+        verdicts.insert(1, "granted", true, now);
+        verdicts.insert(1, "refused", false, now);
+        assert_eq!(verdicts.len(), (0, 1));
+        assert_eq!(verdicts.get(&1, now), Some("refused"));
+        assert_eq!(verdicts.get(&1, now + UNAUTHORIZED_TTL), None);
     }
 }
