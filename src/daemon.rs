@@ -66,6 +66,13 @@ use crate::worker::{Clock, ProbeObserver, SystemClock};
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
 
+/// Gate mode: an annotation edit this soon after the pod's annotation was
+/// last read waits for the next resync (#25). A pod that rewrites its
+/// annotation in a loop then costs one read, worker restart, Event and
+/// patch per resync, not per write; an edit after a quiet spell applies at
+/// once, one in a burst within two resync periods.
+const EDIT_DEBOUNCE: Duration = Duration::from_secs(2);
+
 /// `/healthz` fails when the main loop has not run for this long (it runs
 /// at least every [`RESYNC_PERIOD`]).
 pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(60);
@@ -444,6 +451,8 @@ struct Tracked {
     /// When the kubelet would sync the pod (K6), which is when readiness
     /// workers are nudged.
     sync: SyncSchedule,
+    /// When the annotation was last read (gate mode, [`EDIT_DEBOUNCE`]).
+    read_at: Instant,
 }
 
 /// A pod podprobe probes and writes status for.
@@ -559,6 +568,12 @@ impl Daemon {
         };
         match self.pods.get(uid) {
             Some(tracked) if tracked.annotation == annotation => return,
+            // Left for the next resync, which sees the annotation differ.
+            Some(tracked)
+                if tracked.probes.is_some() && tracked.read_at.elapsed() < EDIT_DEBOUNCE =>
+            {
+                return;
+            }
             Some(tracked) if tracked.probes.is_some() => {
                 self.update_probes(uid, pod, annotation);
                 return;
@@ -601,6 +616,7 @@ impl Daemon {
                 annotation,
                 probes,
                 sync,
+                read_at: Instant::now(),
             },
         );
     }
@@ -620,6 +636,7 @@ impl Daemon {
             return;
         };
         tracked.annotation = annotation;
+        tracked.read_at = Instant::now();
         let (Some(mut next), Some(current)) = (next, tracked.probes.as_mut()) else {
             tracing::warn!(
                 pod = pod_name(pod),
@@ -764,6 +781,7 @@ impl Daemon {
         self.metrics.set_patch_tasks(self.patcher.tasks());
         let now = Instant::now();
         for pod in self.cache.pods() {
+            self.apply_deferred_edit(&pod);
             let Some(tracked) = pod
                 .metadata
                 .uid
@@ -782,6 +800,27 @@ impl Daemon {
                 };
                 self.sync_pod(&pod, nudge);
             }
+        }
+    }
+
+    /// Gate mode: an annotation edit [`EDIT_DEBOUNCE`] held back, applied
+    /// now.
+    fn apply_deferred_edit(&mut self, pod: &Arc<Pod>) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        let annotation = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROBES_ANNOTATION));
+        let deferred = self.mode == Mode::Gate
+            && self
+                .pods
+                .get(uid)
+                .is_some_and(|t| t.probes.is_some() && t.annotation.as_ref() != annotation);
+        if deferred {
+            self.update_probes(uid, pod, annotation.cloned());
         }
     }
 

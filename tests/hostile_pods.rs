@@ -641,11 +641,11 @@ fn a_hostile_pod_cannot_take_a_bystanders_probing() {
     ]);
     let addr = rig.podprobe.listen_addr();
 
-    // Endless exec probes: 6 containers (over the pod's share of 4), each
-    // readiness probe `sleep` for an hour with an hour's timeout (capped at
-    // 60 s).
-    let endless: Vec<Value> = (0..6).map(|i| container(&format!("e{i}"))).collect();
-    let endless_probes: serde_json::Map<String, Value> = (0..6)
+    // Endless exec probes: 10 containers (more than the node's 8 slots,
+    // over the pod's share of 4), each readiness probe `sleep` for an hour
+    // with an hour's timeout (capped at 60 s).
+    let endless: Vec<Value> = (0..10).map(|i| container(&format!("e{i}"))).collect();
+    let endless_probes: serde_json::Map<String, Value> = (0..10)
         .map(|i| {
             (
                 format!("e{i}"),
@@ -660,30 +660,37 @@ fn a_hostile_pod_cannot_take_a_bystanders_probing() {
         &Value::Object(endless_probes).to_string(),
     );
 
-    // A thrashing regex on a 10 KiB body of random a/b, five probes at 100 ms.
+    // Regexes on a 10 KiB body of random a/b, five probes at 100 ms each:
+    // one pod's thrashes its lazy DFA (it must give up), the other's is the
+    // 145 KB program that took 0.4-1.4 s per body (it must be refused).
     let body = "awk 'BEGIN{srand(7); for(i=0;i<10240;i++) printf (rand()<0.5?\"a\":\"b\")}' \
                 > /www/index.html";
-    let mut regex_containers = vec![busybox_running(
-        "web",
-        &format!("mkdir -p /www && {body} && httpd -p 8080 -h /www; "),
-    )];
-    regex_containers.extend((1..5).map(|i| container(&format!("r{i}"))));
-    let regex_probes: serde_json::Map<String, Value> = std::iter::once("web".to_string())
-        .chain((1..5).map(|i| format!("r{i}")))
-        .map(|name| {
-            (
-                name,
-                json!({"readinessProbe": {"httpGet": {"port": 8080, "path": "/index.html"},
-                       "podprobe": {"periodMilliseconds": 100,
-                                    "expect": {"bodyRegex": "[ab]*a[ab]{200}c"}}}}),
-            )
-        })
-        .collect();
-    rig.create(
-        "thrashing-regex",
-        regex_containers,
-        &Value::Object(regex_probes).to_string(),
-    );
+    for (pod, pattern) in [
+        ("thrashing-regex", "[ab]*a[ab]{200}c"),
+        ("heavy-regex", "(?:a*b*){1500}[^ab]"),
+    ] {
+        let mut regex_containers = vec![busybox_running(
+            "web",
+            &format!("mkdir -p /www && {body} && httpd -p 8080 -h /www; "),
+        )];
+        regex_containers.extend((1..5).map(|i| container(&format!("r{i}"))));
+        let regex_probes: serde_json::Map<String, Value> = std::iter::once("web".to_string())
+            .chain((1..5).map(|i| format!("r{i}")))
+            .map(|name| {
+                (
+                    name,
+                    json!({"readinessProbe": {"httpGet": {"port": 8080, "path": "/index.html"},
+                           "podprobe": {"periodMilliseconds": 100,
+                                        "expect": {"bodyRegex": pattern}}}}),
+                )
+            })
+            .collect();
+        rig.create(
+            pod,
+            regex_containers,
+            &Value::Object(regex_probes).to_string(),
+        );
+    }
 
     // Hundreds of runs a second: 10 containers, three TCP probes each at
     // 100 ms, 300 runs a second against a --max-pod-probe-rate of 50.
@@ -748,7 +755,7 @@ fn a_hostile_pod_cannot_take_a_bystanders_probing() {
         "grpc": {"readinessProbe": {"grpc": {"port": 5000}, "periodSeconds": period}},
     });
     rig.create("bystander", bystander, &bystander_probes.to_string());
-    // 28 containers start at once on a loaded node.
+    // 37 containers start at once on a loaded node.
     rig.ns
         .wait_for("bystander running", Duration::from_secs(180), || {
             let pod = rig.ns.pod("bystander")?;
@@ -771,6 +778,12 @@ fn a_hostile_pod_cannot_take_a_bystanders_probing() {
                 .ok_or(format!("{delayed} delayed"))
         },
         || rig.diagnostics(),
+    );
+
+    rig.wait_event(
+        "heavy-regex",
+        "ProbeAnnotationInvalid",
+        "compiles to more than 65536 bytes",
     );
 
     // Every bystander probe keeps its period over the window.
