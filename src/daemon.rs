@@ -48,6 +48,7 @@ use crate::pods::{
 use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
+use crate::probe::netns::{self, NamespaceHelper};
 use crate::probe::spec::UnknownProbeField;
 use crate::probe::spec::budget::{BudgetLimits, OverBudget};
 use crate::probe_rates::ProbeRates;
@@ -92,6 +93,8 @@ pub const EXIT_INVALID_CONFIG: u8 = 64;
 pub enum DaemonError {
     #[error("cannot load the kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error("cannot start the pod network namespace helper (--pod-network): {0}")]
+    NamespaceHelper(String),
     #[error("cannot build the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     #[error(
@@ -126,6 +129,14 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
     };
     init_logging(&config);
+    // Before the runtime's threads exist: capabilities are per thread.
+    let _helper = match config.pod_network.then(start_namespace_helper).transpose() {
+        Ok(helper) => helper,
+        Err(error) => {
+            eprintln!("podprobe run: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -139,6 +150,22 @@ pub fn main(args: RunArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--pod-network`: starts the helper that makes sockets in pods' network
+/// namespaces and drops `CAP_SYS_ADMIN` from this process
+/// ([`netns::helper`]). The helper ends when this process does.
+fn start_namespace_helper() -> Result<std::process::Child, DaemonError> {
+    let failed = |e: std::io::Error| DaemonError::NamespaceHelper(e.to_string());
+    let program = std::env::current_exe().map_err(failed)?;
+    let (helper, child) = NamespaceHelper::spawn(&program).map_err(failed)?;
+    netns::use_helper(helper);
+    netns::helper::drop_sys_admin().map_err(failed)?;
+    tracing::info!(
+        helper_pid = child.id(),
+        "pod network namespaces are entered by a helper process; podprobe run holds no CAP_SYS_ADMIN"
+    );
+    Ok(child)
 }
 
 fn init_logging(config: &Config) {

@@ -28,6 +28,11 @@ enum Command {
     /// annotation without the readiness gate, or the gate without it).
     #[command(after_help = podprobe::lint::AFTER_HELP)]
     Lint(podprobe::lint::LintArgs),
+    /// Internal: the process `podprobe run --pod-network` starts to make
+    /// sockets in pods' network namespaces, so that the daemon itself holds
+    /// no CAP_SYS_ADMIN.
+    #[command(hide = true)]
+    NetnsHelper,
 }
 
 fn main() -> ExitCode {
@@ -37,5 +42,12 @@ fn main() -> ExitCode {
         Command::Run(args) => podprobe::daemon::main(args),
         Command::Simulate(args) => podprobe::simulate::main(args),
         Command::Lint(args) => podprobe::lint::main(args),
+        Command::NetnsHelper => match podprobe::probe::netns::helper::serve() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("podprobe netns-helper: {error}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -194,3 +194,67 @@ fn the_nodes_own_namespace_is_not_taken_for_a_pods() {
         "/proc/self/ns/net is the node's own network namespace, not the pod's"
     );
 }
+
+/// #25: the helper `podprobe run --pod-network` starts (the real binary)
+/// makes a socket in the namespace it is handed, which connects to that
+/// namespace's loopback; it refuses the node's own namespace; it ends when
+/// its daemon closes the control socket.
+#[test]
+fn the_namespace_helper_makes_sockets_in_the_namespace_it_is_handed() {
+    use podprobe::probe::netns::NamespaceHelper;
+    use std::os::fd::OwnedFd;
+
+    let mut pod = TestNamespace::new(1);
+    let listener = pod.listeners.remove(0);
+    let port = listener.local_addr().unwrap().port();
+    let program = std::path::Path::new(env!("CARGO_BIN_EXE_podprobe"));
+    let (helper, mut child) = NamespaceHelper::spawn(program).expect("start the helper");
+
+    let namespace = std::fs::File::open(&pod.path).expect("the test namespace");
+    let socket: OwnedFd = helper.socket_in(&namespace, false).expect("a socket");
+    let stream = std::net::TcpStream::from(socket);
+    stream.set_nonblocking(false).unwrap();
+    let socket = socket2_connect(&stream, port);
+    assert!(
+        socket.is_ok(),
+        "connect to the namespace's loopback: {socket:?}"
+    );
+    let (accepted, _) = listener
+        .accept()
+        .expect("the connection arrives in the namespace");
+    drop(accepted);
+
+    let node = std::fs::File::open("/proc/self/ns/net").unwrap();
+    let refused = helper.socket_in(&node, false).unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "{refused}");
+
+    drop(helper);
+    let status = child.wait().expect("the helper ends");
+    assert!(status.success(), "{status:?}");
+}
+
+/// Connects a socket made elsewhere to `127.0.0.1:port` (std has no
+/// connect for an existing socket).
+fn socket2_connect(stream: &std::net::TcpStream, port: u16) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let address = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a valid sockaddr_in of the right length.
+    let connected = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            (&address as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if connected != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1002,6 +1002,32 @@ fn loopback_probes(network: &str) -> String {
 #[test]
 fn pod_network_probes_reach_a_server_bound_to_the_pods_loopback() {
     let rig = Rig::with_args(&["--pod-network"]);
+    // #25: once up, no thread of the daemon holds CAP_SYS_ADMIN; its
+    // helper does.
+    rig.podprobe.listen_addr();
+    let main = rig.podprobe.pid();
+    let threads: Vec<u32> = std::fs::read_dir(format!("/proc/{main}/task"))
+        .expect("podprobe's threads")
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    assert!(threads.len() > 1, "the runtime's threads: {threads:?}");
+    for thread in threads {
+        assert!(
+            !has_sys_admin(&format!("{main}/task/{thread}")),
+            "podprobe run's thread {thread} holds CAP_SYS_ADMIN"
+        );
+    }
+    let children = std::fs::read_to_string(format!("/proc/{main}/task/{main}/children"))
+        .expect("podprobe's children");
+    let helper: u32 = children
+        .split_whitespace()
+        .next()
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("podprobe run --pod-network started no helper: {children:?}"));
+    assert!(
+        has_sys_admin(&helper.to_string()),
+        "the helper (pid {helper}) lacks CAP_SYS_ADMIN"
+    );
     rig.create_custom_pod("inside", &loopback_probes("pod"), loopback_server());
     rig.create_custom_pod("outside", &loopback_probes("node"), loopback_server());
     rig.wait_condition("inside", GATE, "True", Duration::from_secs(60));
@@ -1049,4 +1075,16 @@ fn pod_network_without_the_flag_is_refused_with_an_event() {
         condition(&pod, "Ready").map(|c| c.0).as_deref(),
         Some("False")
     );
+}
+
+/// Whether `/proc/<task>` (a process or `pid/task/tid`) has CAP_SYS_ADMIN
+/// (bit 21) in its effective set.
+fn has_sys_admin(task: &str) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{task}/status")).expect("/proc status");
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .expect("CapEff");
+    effective & (1 << 21) != 0
 }

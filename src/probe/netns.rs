@@ -18,11 +18,26 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::net::TcpSocket;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::{Instant, timeout_at};
+
+pub mod helper;
+
+pub use self::helper::NamespaceHelper;
+
+/// The helper that makes sockets in pod namespaces for the daemon, which
+/// then holds no `CAP_SYS_ADMIN` (see [`helper`]); without one (tests,
+/// `podprobe probe`) this process enters namespaces itself.
+static HELPER: OnceLock<NamespaceHelper> = OnceLock::new();
+
+/// Makes every later pod-network socket through `helper`; `false` if one
+/// was already set (it stays).
+pub fn use_helper(helper: NamespaceHelper) -> bool {
+    HELPER.set(helper).is_ok()
+}
 
 /// Threads making sockets in pod namespaces at once, node-wide. Each lives
 /// for two system calls, so this bounds bursts, not steady load.
@@ -102,9 +117,19 @@ impl PodNetwork {
     }
 }
 
-/// Runs on a thread of its own, which it leaves in `namespace`: the thread
-/// ends right after.
+/// Runs on a thread of its own: asks the helper, if there is one;
+/// otherwise enters `namespace` itself, and the thread ends right after.
 fn socket_in(namespace: &File, addr: SocketAddr) -> io::Result<OwnedFd> {
+    if let Some(helper) = HELPER.get() {
+        return helper
+            .socket_in(namespace, addr.is_ipv6())
+            .map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!("making a socket in the pod's network namespace: {error}"),
+                )
+            });
+    }
     // SAFETY: setns only reads the descriptor, which `namespace` keeps open.
     if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
         let error = io::Error::last_os_error();
