@@ -267,9 +267,51 @@ impl PodEvent {
         })
     }
 
+    /// The `events.k8s.io/v1` Event that records this event, the `count`th
+    /// of its series, as reported by node `instance` at `now`: what
+    /// podprobe creates (and all that its admission policy lets it create:
+    /// `charts/podprobe/templates/admission-policy.yaml`).
+    pub fn to_api_event(&self, instance: &str, count: u32, now: Timestamp) -> Event {
+        // The kubelet's names: `<object>.<hex nanoseconds>`.
+        let name = format!(
+            "{}.{:x}",
+            self.regarding
+                .name
+                .as_deref()
+                .unwrap_or(REPORTING_CONTROLLER),
+            now.as_nanosecond()
+        );
+        Event {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: self.regarding.namespace.clone(),
+                ..ObjectMeta::default()
+            },
+            action: Some(self.action.to_string()),
+            reason: Some(self.reason.to_string()),
+            note: Some(self.note.clone()),
+            type_: Some(type_name(self.type_).to_string()),
+            regarding: Some(self.regarding.clone()),
+            event_time: Some(MicroTime(now)),
+            reporting_controller: Some(REPORTING_CONTROLLER.to_string()),
+            reporting_instance: Some(instance.to_string()),
+            // A series whose earlier events were not written (the spam
+            // filter, a failed write, a vanished Event) starts with its
+            // count so far.
+            series: (count > 1).then(|| series(count, now)),
+            ..Event::default()
+        }
+    }
+
     fn container(&self) -> &str {
         self.regarding.field_path.as_deref().unwrap_or_default()
     }
+}
+
+/// The merge patch that continues an Event's series: its count is now
+/// `count`, the last time `now`. The only change podprobe makes to an Event.
+pub fn series_patch(count: u32, now: Timestamp) -> serde_json::Value {
+    serde_json::json!({ "series": series(count, now) })
 }
 
 /// Action of a probe event, which also keeps the events of two probe kinds
@@ -594,38 +636,13 @@ impl KubePublisher {
     }
 
     async fn create(&self, write: &EventWrite, now: Timestamp) -> Result<Published, RequestError> {
-        let event = &write.event;
-        // The kubelet's names: `<object>.<hex nanoseconds>`.
-        let name = format!(
-            "{}.{:x}",
-            event
-                .regarding
-                .name
-                .as_deref()
-                .unwrap_or(REPORTING_CONTROLLER),
-            now.as_nanosecond()
-        );
-        let object = Event {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: event.regarding.namespace.clone(),
-                ..ObjectMeta::default()
-            },
-            action: Some(event.action.to_string()),
-            reason: Some(event.reason.to_string()),
-            note: Some(event.note.clone()),
-            type_: Some(type_name(event.type_).to_string()),
-            regarding: Some(event.regarding.clone()),
-            event_time: Some(MicroTime(now)),
-            reporting_controller: Some(REPORTING_CONTROLLER.to_string()),
-            reporting_instance: Some(self.instance.clone()),
-            // A series whose earlier events were not written (the spam
-            // filter, a failed write, a vanished Event) starts with its
-            // count so far.
-            series: (write.count > 1).then(|| series(write.count, now)),
-            ..Event::default()
-        };
-        bounded(self.api(event).create(&PostParams::default(), &object)).await?;
+        let object = write.event.to_api_event(&self.instance, write.count, now);
+        bounded(
+            self.api(&write.event)
+                .create(&PostParams::default(), &object),
+        )
+        .await?;
+        let name = object.metadata.name.unwrap_or_default();
         Ok(Published::Created { name })
     }
 
@@ -635,7 +652,7 @@ impl KubePublisher {
         let Some(name) = &write.name else {
             return self.create(write, now).await;
         };
-        let patch = Patch::Merge(serde_json::json!({ "series": series(write.count, now) }));
+        let patch = Patch::Merge(series_patch(write.count, now));
         let api = self.api(&write.event);
         match bounded(api.patch(name, &PatchParams::default(), &patch)).await {
             Ok(_) => Ok(Published::Updated),

@@ -1,10 +1,11 @@
-//! The ValidatingAdmissionPolicy of `deploy/base/admission-policy.yaml` on
-//! the real API server of the local cluster (`hack/local-cluster.sh`): each
-//! test applies it (idempotently, with podprobe's namespace and RBAC from
-//! `deploy/base`), mints real service-account tokens for podprobe's
-//! ServiceAccounts, and sends the `pods/status` patches podprobe sends
-//! (built by `build_patch`, as `podprobe run` builds them) and ones it must
-//! never send, with those tokens.
+//! The ValidatingAdmissionPolicies of `deploy/base/admission-policy.yaml`
+//! on the real API server of the local cluster (`hack/local-cluster.sh`):
+//! each test applies them (idempotently, with podprobe's namespace and RBAC
+//! from `deploy/base`), mints real service-account tokens for podprobe's
+//! ServiceAccounts, and sends the `pods/status` patches and Event writes
+//! podprobe sends (built by `build_patch` and `PodEvent::to_api_event`, as
+//! `podprobe run` builds them) and ones it must never send, with those
+//! tokens.
 //!
 //! The patches go through kube-rs, not `kubectl patch --subresource=status`:
 //! kubectl reads the subresource first, which podprobe's least-privilege
@@ -24,11 +25,13 @@ use std::time::Duration;
 
 use cluster::{BUSYBOX_IMAGE, GATE, Namespace, TEST_RUN_LABEL, cluster, condition, unique_id};
 use host_podprobe::HostPodprobe;
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
+use podprobe::events::{PodEvent, series_patch};
 use podprobe::status::{ContainerProbeView, Mode, build_patch, desired_authority_status};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -43,6 +46,9 @@ const AUTHORITY_SA: &str = "podprobe-authority";
 const ABSENT_NODE: &str = "podprobe-admission-node-b";
 /// Every refusal names the policy.
 const DENIED: &str = "ValidatingAdmissionPolicy 'podprobe-status-writes'";
+/// The policy of podprobe's Event writes, and what its refusals say.
+const EVENT_POLICY: &str = "podprobe-event-writes";
+const EVENT_DENIED: &str = "ValidatingAdmissionPolicy 'podprobe-event-writes'";
 
 fn repo_file(path: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -55,9 +61,9 @@ fn kubectl(args: &[&str]) -> String {
     cluster().kubectl(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Applies podprobe's namespace, RBAC (both ServiceAccounts) and the policy
-/// from `deploy/base` once per test binary; waits until the API server has
-/// type-checked the policy (no warnings) and enforces it.
+/// Applies podprobe's namespace, RBAC (both ServiceAccounts) and the
+/// policies from `deploy/base` once per test binary; waits until the API
+/// server has type-checked them (no warnings) and enforces them.
 async fn ensure_policy() {
     static ENFORCED: OnceCell<()> = OnceCell::const_new();
     ENFORCED
@@ -71,23 +77,26 @@ async fn ensure_policy() {
                 "-f",
                 &repo_file(POLICY_FILE),
             ]);
-            let policy = cluster::wait_for(
-                "the API server to type-check the policy",
-                Duration::from_secs(30),
-                || {
-                    let policy = cluster().json(&["get", "validatingadmissionpolicy", POLICY])?;
-                    (policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
-                        .then_some(policy)
-                        .ok_or_else(|| "status not observed yet".to_string())
-                },
-                String::new,
-            );
-            let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
-            assert!(
-                warnings.as_array().is_none_or(|w| w.is_empty()),
-                "the policy's expressions do not type-check: {warnings:#}"
-            );
+            for name in [POLICY, EVENT_POLICY] {
+                let policy = cluster::wait_for(
+                    &format!("the API server to type-check {name}"),
+                    Duration::from_secs(30),
+                    || {
+                        let policy = cluster().json(&["get", "validatingadmissionpolicy", name])?;
+                        (policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
+                            .then_some(policy)
+                            .ok_or_else(|| "status not observed yet".to_string())
+                    },
+                    String::new,
+                );
+                let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
+                assert!(
+                    warnings.as_array().is_none_or(|w| w.is_empty()),
+                    "the expressions of {name} do not type-check: {warnings:#}"
+                );
+            }
             wait_until_enforced().await;
+            wait_until_events_enforced().await;
         })
         .await;
 }
@@ -112,6 +121,37 @@ async fn wait_until_enforced() {
                 assert!(
                     tokio::time::Instant::now() < deadline,
                     "the policy is still not enforced 30 s after it was applied: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// [`wait_until_enforced`] for the Event policy: an Event that breaks every
+/// rule (no node claim, another controller, about a ConfigMap of another
+/// namespace, labelled, with a related object).
+async fn wait_until_events_enforced() {
+    let podprobe = Identity::new(&unbound_token(GATE_SA)).await;
+    let mut event = podprobe_event(NAMESPACE, "sentinel", ABSENT_NODE);
+    event.metadata.labels = Some([("podprobe.io/forged".to_string(), "x".to_string())].into());
+    event.reporting_controller = Some("forged".to_string());
+    event.regarding = Some(ObjectReference {
+        api_version: Some("v1".to_string()),
+        kind: Some("ConfigMap".to_string()),
+        namespace: Some("default".to_string()),
+        name: Some("forged".to_string()),
+        ..ObjectReference::default()
+    });
+    event.related = event.regarding.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match create_event(&podprobe.client, &event).await {
+            Err(kube::Error::Api(status)) if status.message.contains(EVENT_DENIED) => break,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{EVENT_POLICY} is still not enforced 30 s after it was applied: {other:?}"
                 );
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
@@ -278,18 +318,29 @@ async fn json_patch(
 }
 
 /// Asserts that the write went through.
-fn assert_allowed(what: &str, result: Result<Pod, kube::Error>) -> Pod {
+fn assert_allowed<T>(what: &str, result: Result<T, kube::Error>) -> T {
     result.unwrap_or_else(|e| panic!("{what}: refused, want allowed: {e}"))
 }
 
-/// Asserts that the policy refused the write with 403 and a message holding
-/// every one of `says`.
-fn assert_refused(what: &str, result: Result<Pod, kube::Error>, says: &[&str]) {
+/// Asserts that the status policy refused the write with 403 and a message
+/// holding every one of `says`.
+fn assert_refused<T>(what: &str, result: Result<T, kube::Error>, says: &[&str]) {
+    assert_refused_by(DENIED, what, result, says)
+}
+
+/// [`assert_refused`] by the Event policy.
+fn assert_event_refused<T>(what: &str, result: Result<T, kube::Error>, says: &[&str]) {
+    assert_refused_by(EVENT_DENIED, what, result, says)
+}
+
+/// Asserts that the policy whose refusals start with `denied` refused the
+/// write with 403 and a message holding every one of `says`.
+fn assert_refused_by<T>(denied: &str, what: &str, result: Result<T, kube::Error>, says: &[&str]) {
     match result {
         Err(kube::Error::Api(status)) => {
             assert_eq!(status.code, 403, "{what}: {status:?}");
             assert!(
-                status.message.contains(DENIED),
+                status.message.contains(denied),
                 "{what}: refused, but not by the policy: {}",
                 status.message
             );
@@ -302,8 +353,50 @@ fn assert_refused(what: &str, result: Result<Pod, kube::Error>, says: &[&str]) {
             }
         }
         Err(e) => panic!("{what}: failed, but not refused by the API server: {e}"),
-        Ok(_) => panic!("{what}: allowed, want refused by {POLICY}"),
+        Ok(_) => panic!("{what}: allowed, want refused ({denied})"),
     }
+}
+
+/// The Event `podprobe run` on `node` records when it stops container
+/// `app` of pod `namespace/pod` (its `Killing`), built as podprobe builds
+/// it. The pod need not exist: the policy cannot look.
+fn podprobe_event(namespace: &str, pod: &str, node: &str) -> Event {
+    let mut target = Pod::default();
+    target.metadata.name = Some(pod.to_string());
+    target.metadata.namespace = Some(namespace.to_string());
+    target.metadata.uid = Some(format!("uid-of-{pod}"));
+    PodEvent::killing(
+        &target,
+        "app",
+        "Container app failed liveness probe, will be restarted".to_string(),
+    )
+    .expect("the pod has a name and namespace")
+    .to_api_event(node, 1, Timestamp::now())
+}
+
+/// Creates `event` in its namespace as `client`.
+async fn create_event(client: &kube::Client, event: &Event) -> Result<Event, kube::Error> {
+    let namespace = event.metadata.namespace.as_deref().expect("a namespace");
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), event)
+        .await
+}
+
+/// A merge patch of Event `namespace/name` as `client` (podprobe patches
+/// only the series, with [`series_patch`]).
+async fn patch_event(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    patch: &Value,
+) -> Result<Event, kube::Error> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
+fn event_name(event: &Event) -> String {
+    event.metadata.name.clone().expect("a name")
 }
 
 /// One test's namespace of target pods and its token holders; node A is the
@@ -670,6 +763,12 @@ async fn other_users_are_not_matched() {
         }
     };
     assert_eq!(gate_status(&pod).as_deref(), Some("True"));
+    let mut forged = podprobe_event(ns, "b", &rig.node_b);
+    forged.reporting_controller = Some("other".to_string());
+    assert_allowed(
+        "another ServiceAccount records an Event reported by another controller as node B",
+        create_event(&other.client, &forged).await,
+    );
 
     let admin = cluster().client().await;
     assert_allowed(
@@ -805,9 +904,210 @@ async fn authority_token_may_write_readiness_only_on_its_nodes_pods() {
     );
 }
 
+#[tokio::test]
+async fn podprobe_token_may_record_its_own_events_about_pods() {
+    let rig = Rig::new().await;
+    let ns = rig.ns.name.as_str();
+    let (token, _holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+
+    let event = podprobe_event(ns, "a", &rig.node_a);
+    let created = assert_allowed(
+        "gate token records its Killing of a pod, reported as its node",
+        create_event(&podprobe.client, &event).await,
+    );
+    assert_eq!(
+        created.reporting_instance.as_deref(),
+        Some(rig.node_a.as_str())
+    );
+    let patched = assert_allowed(
+        "gate token continues its Event's series",
+        patch_event(
+            &podprobe.client,
+            ns,
+            &event_name(&created),
+            &series_patch(2, Timestamp::now()),
+        )
+        .await,
+    );
+    assert_eq!(patched.series.map(|s| s.count), Some(2));
+
+    // Authority mode's account, with a token bound to the Node itself (a
+    // podprobe that runs as a host process).
+    let node_bound = Identity::new(&node_token(AUTHORITY_SA, &rig.node_a)).await;
+    assert_allowed(
+        "node-bound authority token records an Event, reported as its node",
+        create_event(&node_bound.client, &podprobe_event(ns, "a", &rig.node_a)).await,
+    );
+}
+
+#[tokio::test]
+async fn podprobe_events_are_reported_by_podprobe_as_its_own_node() {
+    let rig = Rig::new().await;
+    let ns = rig.ns.name.as_str();
+    let (token, _holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+
+    let as_node_b = podprobe_event(ns, "a", &rig.node_b);
+    let own_node = format!("on node {} may not write Event {ns}/", rig.node_a);
+    let instance = format!(
+        "reported as instance '{}': only as its own node",
+        rig.node_b
+    );
+    assert_event_refused(
+        "gate token of node A records an Event reported as node B",
+        create_event(&podprobe.client, &as_node_b).await,
+        &[&own_node, &instance],
+    );
+
+    let mut as_kubelet = podprobe_event(ns, "a", &rig.node_a);
+    as_kubelet.reporting_controller = Some("kubelet".to_string());
+    assert_event_refused(
+        "gate token records an Event reported by the kubelet",
+        create_event(&podprobe.client, &as_kubelet).await,
+        &["reported by controller 'kubelet': only by podprobe"],
+    );
+}
+
+#[tokio::test]
+async fn podprobe_events_are_about_a_pod_of_their_namespace_and_nothing_else() {
+    let rig = Rig::new().await;
+    let ns = rig.ns.name.as_str();
+    let (token, holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+    let reference = |api_version: &str, kind: &str, namespace: Option<&str>, name: &str| {
+        Some(ObjectReference {
+            api_version: Some(api_version.to_string()),
+            kind: Some(kind.to_string()),
+            namespace: namespace.map(str::to_string),
+            name: Some(name.to_string()),
+            ..ObjectReference::default()
+        })
+    };
+
+    let mut about_config_map = podprobe_event(ns, "a", &rig.node_a);
+    about_config_map.regarding = reference("v1", "ConfigMap", Some(ns), "settings");
+    assert_event_refused(
+        "gate token records an Event about a ConfigMap",
+        create_event(&podprobe.client, &about_config_map).await,
+        &["about v1 ConfigMap settings: only about pods (v1 Pod)"],
+    );
+
+    // Events about cluster-scoped objects go to `default` (the API server
+    // refuses them elsewhere).
+    let mut about_node = podprobe_event("default", "a", &rig.node_a);
+    about_node.regarding = reference("v1", "Node", None, &rig.node_a);
+    let node = format!("about v1 Node {}: only about pods", rig.node_a);
+    assert_event_refused(
+        "gate token records an Event about its Node",
+        create_event(&podprobe.client, &about_node).await,
+        &[&node],
+    );
+
+    // About podprobe's own pod, but filed in the test's namespace.
+    let mut elsewhere = podprobe_event(ns, "a", &rig.node_a);
+    elsewhere.regarding = reference("v1", "Pod", Some(NAMESPACE), &holder.name);
+    let other_namespace = format!(
+        "about pod {NAMESPACE}/{}: only about pods of the Event's own namespace",
+        holder.name
+    );
+    assert_event_refused(
+        "gate token records an Event about a pod of another namespace",
+        create_event(&podprobe.client, &elsewhere).await,
+        &[&other_namespace],
+    );
+
+    let mut related = podprobe_event(ns, "a", &rig.node_a);
+    related.related = reference("v1", "Secret", Some(ns), "credentials");
+    assert_event_refused(
+        "gate token records an Event with a related Secret",
+        create_event(&podprobe.client, &related).await,
+        &["with a related object"],
+    );
+
+    let mut labelled = podprobe_event(ns, "a", &rig.node_a);
+    labelled.metadata.labels = Some([("podprobe.io/forged".to_string(), "x".to_string())].into());
+    labelled.metadata.finalizers = Some(vec!["podprobe.io/forged".to_string()]);
+    assert_event_refused(
+        "gate token records a labelled Event with a finalizer",
+        create_event(&podprobe.client, &labelled).await,
+        &["may not set metadata.labels, metadata.finalizers of Event"],
+    );
+}
+
+#[tokio::test]
+async fn podprobe_may_only_continue_the_series_of_its_own_nodes_events() {
+    let rig = Rig::new().await;
+    let ns = rig.ns.name.as_str();
+    let admin = cluster().client().await;
+    let (token, _holder) = rig.pod_token(GATE_SA, &rig.node_a);
+    let podprobe = Identity::new(&token).await;
+    let own = event_name(&assert_allowed(
+        "gate token records its Event",
+        create_event(&podprobe.client, &podprobe_event(ns, "a", &rig.node_a)).await,
+    ));
+
+    assert_event_refused(
+        "gate token labels its Event",
+        patch_event(
+            &podprobe.client,
+            ns,
+            &own,
+            &json!({"metadata": {"labels": {"podprobe.io/forged": "x"}}}),
+        )
+        .await,
+        &[&format!(
+            "may change only the series of Event {ns}/{own}, not metadata.labels"
+        )],
+    );
+    // The API server itself refuses any change but the series and metadata
+    // of an events.k8s.io/v1 Event: the policy need not check it.
+    match patch_event(&podprobe.client, ns, &own, &json!({"note": "forged"})).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(status.message.contains("immutable"), "{status:?}");
+        }
+        other => panic!("gate token changed its Event's note: {other:?}"),
+    }
+
+    // Another node's Event, and the kubelet's: recorded by the admin here.
+    let of_node_b = event_name(
+        &create_event(&admin, &podprobe_event(ns, "a", &rig.node_b))
+            .await
+            .expect("node B's Event"),
+    );
+    let mut kubelet = podprobe_event(ns, "a", &rig.node_a);
+    kubelet.reporting_controller = Some("kubelet".to_string());
+    let of_kubelet = event_name(&create_event(&admin, &kubelet).await.expect("kubelet Event"));
+    let series = series_patch(2, Timestamp::now());
+    assert_event_refused(
+        "gate token of node A continues the series of node B's Event",
+        patch_event(&podprobe.client, ns, &of_node_b, &series).await,
+        &[&format!("reported as instance '{}'", rig.node_b)],
+    );
+    assert_event_refused(
+        "gate token continues the series of the kubelet's Event",
+        patch_event(&podprobe.client, ns, &of_kubelet, &series).await,
+        &["reported by controller 'kubelet'"],
+    );
+}
+
+#[tokio::test]
+async fn event_token_without_a_node_claim_is_refused() {
+    let rig = Rig::new().await;
+    let ns = rig.ns.name.as_str();
+    let podprobe = Identity::new(&unbound_token(GATE_SA)).await;
+    assert_event_refused(
+        "unbound gate token records an Event",
+        create_event(&podprobe.client, &podprobe_event(ns, "a", &rig.node_a)).await,
+        &["its token names no node"],
+    );
+}
+
 /// The real `podprobe run --mode gate`, with nothing but a token bound to a
 /// pod of its ServiceAccount on its node, turns a gated pod's condition
-/// `True` under the policy.
+/// `True` under the policies, and records a failing pod's `Unhealthy`
+/// Event and continues its series.
 #[tokio::test]
 async fn podprobe_run_in_gate_mode_works_under_the_policy() {
     let rig = Rig::new().await;
@@ -825,6 +1125,17 @@ async fn podprobe_run_in_gate_mode_works_under_the_policy() {
     pod["metadata"]["labels"] = json!({TEST_RUN_LABEL: run_id});
     pod["spec"]["nodeName"] = json!(rig.node_a);
     rig.ns.create_pod(&pod);
+    let mut failing = cluster::gated_pod(
+        "failing",
+        "app",
+        BUSYBOX_IMAGE,
+        &["sleep", "3600"],
+        &[],
+        json!({"readinessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1}}),
+    );
+    failing["metadata"]["labels"] = json!({TEST_RUN_LABEL: run_id});
+    failing["spec"]["nodeName"] = json!(rig.node_a);
+    rig.ns.create_pod(&failing);
     let kubeconfig = podprobe.kubeconfig.display().to_string();
     let host = tokio::task::spawn_blocking({
         let node = rig.node_a.clone();
@@ -842,9 +1153,46 @@ async fn podprobe_run_in_gate_mode_works_under_the_policy() {
         },
         || format!("{}\n--- podprobe\n{}", ns.diagnostics(), host.log_tail(60)),
     );
+    // Created, then patched: both writes went through the Event policy.
+    let admin = cluster().client().await;
+    let events = Api::<Event>::namespaced(admin, &ns.name);
+    let unhealthy = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let list = events.list(&Default::default()).await.expect("list events");
+            let series = list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("Unhealthy")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("failing")
+                    && e.series.as_ref().is_some_and(|s| s.count >= 2)
+            });
+            match series {
+                Some(event) => break event,
+                None => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        let failed: Vec<_> = host
+            .logs()
+            .lines()
+            .filter(|l| l.contains("cannot record event"))
+            .map(str::to_string)
+            .collect();
+        panic!(
+            "no Unhealthy Event of pod failing with a series in 60 s; failed writes:\n{}\n--- podprobe\n{}",
+            failed.join("\n"),
+            host.log_tail(60)
+        )
+    });
+    assert_eq!(unhealthy.reporting_controller.as_deref(), Some("podprobe"));
+    assert_eq!(
+        unhealthy.reporting_instance.as_deref(),
+        Some(rig.node_a.as_str())
+    );
+    let logs = host.logs();
     assert!(
-        !host.logs().contains(DENIED),
-        "podprobe was refused by the policy:\n{}",
+        !logs.contains(DENIED) && !logs.contains(EVENT_DENIED),
+        "podprobe was refused by a policy:\n{}",
         host.log_tail(60)
     );
 }

@@ -159,6 +159,8 @@ fn defaults_are_deploy_base() {
         ("ClusterRoleBinding", "podprobe"),
         ("ValidatingAdmissionPolicy", "podprobe-status-writes"),
         ("ValidatingAdmissionPolicyBinding", "podprobe-status-writes"),
+        ("ValidatingAdmissionPolicy", "podprobe-event-writes"),
+        ("ValidatingAdmissionPolicyBinding", "podprobe-event-writes"),
     ] {
         find(&docs, kind, name);
     }
@@ -425,27 +427,47 @@ fn admission_policy_names_the_release_accounts_and_can_be_left_out() {
     // In another namespace, under another release name, the CEL names the
     // accounts the release creates (kustomize could not rewrite them).
     let docs = template_as("edge", "probes", &[]);
-    let policy = find(
-        &docs,
-        "ValidatingAdmissionPolicy",
-        "edge-podprobe-status-writes",
-    );
-    let text = policy.to_string();
-    assert!(
-        text.contains("system:serviceaccount:probes:edge-podprobe'")
-            && text.contains("system:serviceaccount:probes:edge-podprobe-authority'"),
-        "{text}"
-    );
-    assert!(!text.contains("podprobe-system"), "{text}");
+    for name in ["edge-podprobe-status-writes", "edge-podprobe-event-writes"] {
+        let text = find(&docs, "ValidatingAdmissionPolicy", name).to_string();
+        assert!(
+            text.contains("system:serviceaccount:probes:edge-podprobe'")
+                && text.contains("system:serviceaccount:probes:edge-podprobe-authority'"),
+            "{text}"
+        );
+        assert!(!text.contains("podprobe-system"), "{text}");
+        assert_eq!(
+            find(&docs, "ValidatingAdmissionPolicyBinding", name)["spec"]["policyName"],
+            name
+        );
+    }
     find(&docs, "ServiceAccount", "edge-podprobe");
     find(&docs, "ServiceAccount", "edge-podprobe-authority");
+}
+
+#[test]
+fn events_are_granted_only_through_events_k8s_io() {
+    // podprobe writes events.k8s.io/v1 Events only; the API server checks
+    // no field of a core v1 Event update, so it gets no grant there.
+    let docs = template(&[]);
+    let role = find(&docs, "ClusterRole", "podprobe");
+    let event_rules: Vec<&Value> = role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|rule| {
+            rule["resources"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r == "events"))
+        })
+        .collect();
     assert_eq!(
-        find(
-            &docs,
-            "ValidatingAdmissionPolicyBinding",
-            "edge-podprobe-status-writes"
-        )["spec"]["policyName"],
-        "edge-podprobe-status-writes"
+        event_rules,
+        [&json!({
+            "apiGroups": ["events.k8s.io"],
+            "resources": ["events"],
+            "verbs": ["create", "patch"],
+        })],
+        "{role:#}"
     );
 }
 
