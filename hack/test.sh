@@ -196,6 +196,11 @@ if ! hack/local-cluster.sh status >/dev/null 2>&1; then
   phase cluster-up hack/local-cluster.sh up
 fi
 
+# agnhost (its gRPC health server), imported into the local cluster's
+# containerd: tests/hostile_pods.rs's bystander and the authority-mode
+# end-to-end suites below run it.
+phase images hack/image.sh agnhost
+
 phase tests cargo test --locked --no-fail-fast
 
 # The fault suite (tests/faults.rs, #[ignore]d in a plain `cargo test`): API
@@ -208,8 +213,7 @@ phase faults cargo test --locked --no-fail-fast --test faults -- --ignored --tes
 # Authority mode end to end: the agent node (a CRI node agent without a
 # prober, podprobe --mode authority beside it) on the local cluster, its
 # pods compared with the kubelet's in every run; the kubelet's copies run
-# agnhost, imported into the local cluster's containerd here.
-phase images hack/image.sh agnhost
+# agnhost (imported above).
 if ! hack/agent-node.sh status >/dev/null 2>&1; then
   started_agent=yes
   phase agent-node-up hack/agent-node.sh up

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::apiclient::{self, WatchActivity, bounded};
@@ -297,6 +298,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         &kube_probe_version,
     );
     let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
+    let (readings_sender, readings) = mpsc::unbounded_channel();
     let daemon = Daemon {
         mode: config.mode,
         destinations: config.destinations.clone(),
@@ -310,8 +312,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         health,
         pods: HashMap::new(),
         killer,
+        readings: readings_sender,
     };
-    daemon.run(pod_events, receivers, shutdown).await;
+    daemon.run(pod_events, receivers, readings, shutdown).await;
     let _ = stop.send(true);
     let _ = tokio::join!(server, cri_checks, api_checks);
     // Every event sink is gone with the daemon: the publisher flushes and ends.
@@ -506,6 +509,19 @@ struct Daemon {
     pods: HashMap<String, Tracked>,
     /// Stops containers for failed probes (K2, K3, K7).
     killer: ContainerKiller,
+    /// Where annotations read off the main loop come back ([`Reading`]).
+    readings: mpsc::UnboundedSender<Reading>,
+}
+
+/// Gate mode: a pod's `podprobe.io/probes` annotation, parsed and compiled
+/// on a blocking thread (#25): within the pod's budgets that takes up to
+/// tens of milliseconds, which the main loop, serving every pod of the
+/// node, does not wait for.
+struct Reading {
+    uid: String,
+    pod: Arc<Pod>,
+    annotation: String,
+    probes: Result<AnnotatedProbes, AnnotationError>,
 }
 
 impl Daemon {
@@ -513,6 +529,7 @@ impl Daemon {
         mut self,
         events: impl Stream<Item = PodEvent>,
         mut results: ResultReceivers,
+        mut readings: mpsc::UnboundedReceiver<Reading>,
         shutdown: impl Future<Output = ()>,
     ) {
         let mut events = std::pin::pin!(events);
@@ -524,6 +541,7 @@ impl Daemon {
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(event) = events.next() => self.on_pod_event(event),
+                Some(reading) = readings.recv() => self.on_reading(reading),
                 Some(update) = results.readiness.recv() => self.on_result(&update),
                 Some(update) = results.startup.recv() => self.on_result(&update),
                 Some(update) = results.liveness.recv() => self.on_result(&update),
@@ -619,33 +637,96 @@ impl Daemon {
             self.events
                 .record_opt(events::PodEvent::gate_mismatch(pod, &finding));
         }
-        let probes = match self.mode {
-            Mode::Gate => annotation.as_ref().and_then(|_| self.parse(pod)),
+        let probes = match (self.mode, &annotation) {
+            // Probed once read ([`Self::on_reading`]).
+            (Mode::Gate, Some(value)) => {
+                self.read_annotation(uid, pod, value.clone());
+                None
+            }
+            (Mode::Gate, None) => None,
             // podprobe owns the readiness of every pod on the node, with
             // probes or without.
-            Mode::Authority => Some(self.spec_probes(pod, unknown)),
+            (Mode::Authority, _) => Some(self.spec_probes(pod, unknown)),
         };
-        if let Some(probes) = &probes {
-            tracing::info!(
-                pod = pod_name(pod),
-                namespace = pod_namespace(pod),
-                probes = probes.manager.len(),
-                "probing pod"
-            );
-            self.cache
-                .set_started(uid, takeover::seed_started(pod, self.mode));
-            self.manager.add_pod(pod, &probes.manager);
-        }
         let sync = SyncSchedule::new(Instant::now());
         self.pods.insert(
             uid.to_string(),
             Tracked {
                 annotation,
-                probes,
+                probes: None,
                 sync,
                 read_at: Instant::now(),
             },
         );
+        if let Some(probes) = probes {
+            self.start_probing(uid, pod, probes);
+        }
+    }
+
+    /// Starts the workers of a pod seen for the first time.
+    fn start_probing(&mut self, uid: &str, pod: &Arc<Pod>, probes: Probes) {
+        tracing::info!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            probes = probes.manager.len(),
+            "probing pod"
+        );
+        self.cache
+            .set_started(uid, takeover::seed_started(pod, self.mode));
+        self.manager.add_pod(pod, &probes.manager);
+        if let Some(tracked) = self.pods.get_mut(uid) {
+            tracked.probes = Some(probes);
+        }
+    }
+
+    /// Parses `annotation` of `pod` on a blocking thread; the result comes
+    /// back to [`Self::on_reading`].
+    fn read_annotation(&self, uid: &str, pod: &Arc<Pod>, annotation: String) {
+        let (uid, pod, budget) = (uid.to_string(), pod.clone(), self.budget);
+        let readings = self.readings.clone();
+        tokio::task::spawn_blocking(move || {
+            let probes = pod_probes(&pod, &budget);
+            // The loop is gone only at shutdown.
+            let _ = readings.send(Reading {
+                uid,
+                pod,
+                annotation,
+                probes,
+            });
+        });
+    }
+
+    /// An annotation read: ignored if the pod is gone or its annotation has
+    /// changed since (a newer reading is under way); otherwise the pod's
+    /// first probes start, or its running ones are updated.
+    fn on_reading(&mut self, reading: Reading) {
+        let Reading {
+            uid,
+            pod,
+            annotation,
+            probes,
+        } = reading;
+        let Some(tracked) = self.pods.get(&uid) else {
+            return;
+        };
+        if tracked.annotation.as_deref() != Some(annotation.as_str()) {
+            return;
+        }
+        let running = tracked.probes.is_some();
+        let next = self.checked(&pod, probes);
+        if running {
+            self.apply_probes(&uid, &pod, next);
+            return;
+        }
+        if let Some(probes) = next {
+            self.start_probing(&uid, &pod, probes);
+            let current = self.cache.get(&uid).unwrap_or(pod);
+            if current.metadata.deletion_timestamp.is_some() {
+                // W11, as in `on_pod_applied`.
+                self.manager.stop_liveness_and_startup(&current);
+            }
+            self.sync_pod(&current, Nudge::Yes);
+        }
     }
 
     /// Gate mode, an edited annotation of a pod whose probes run (the
@@ -655,15 +736,23 @@ impl Daemon {
     /// start; a Normal Event says which. An annotation removed altogether
     /// removes every probe. An invalid edit changes nothing but is reported.
     fn update_probes(&mut self, uid: &str, pod: &Arc<Pod>, annotation: Option<String>) {
-        let next = match &annotation {
-            Some(_) => self.parse(pod),
-            None => Some(gate_probes(pod, AnnotatedProbes::default())),
-        };
         let Some(tracked) = self.pods.get_mut(uid) else {
             return;
         };
-        tracked.annotation = annotation;
+        tracked.annotation = annotation.clone();
         tracked.read_at = Instant::now();
+        match annotation {
+            Some(value) => self.read_annotation(uid, pod, value),
+            None => self.apply_probes(uid, pod, Some(gate_probes(pod, AnnotatedProbes::default()))),
+        }
+    }
+
+    /// Replaces a pod's running probes with `next` (see
+    /// [`Self::update_probes`]); `None`, an invalid annotation, keeps them.
+    fn apply_probes(&mut self, uid: &str, pod: &Arc<Pod>, next: Option<Probes>) {
+        let Some(tracked) = self.pods.get_mut(uid) else {
+            return;
+        };
         let (Some(mut next), Some(current)) = (next, tracked.probes.as_mut()) else {
             tracing::warn!(
                 pod = pod_name(pod),
@@ -696,10 +785,12 @@ impl Daemon {
         self.manager.add_pod(pod, &manager);
     }
 
-    fn parse(&self, pod: &Pod) -> Option<Probes> {
+    /// A reading's probes once the node's rules for annotated probes pass
+    /// (hosts, `network: pod`); what is wrong is reported, and is `None`.
+    fn checked(&self, pod: &Pod, read: Result<AnnotatedProbes, AnnotationError>) -> Option<Probes> {
         let no_spec = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&no_spec);
-        let checked = pod_probes(pod, &self.budget).and_then(|annotated| {
+        let checked = read.and_then(|annotated| {
             check_hosts(&annotated, &self.destinations)?;
             check_network(spec, &annotated, self.pod_network)?;
             Ok(annotated)
