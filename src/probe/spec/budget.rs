@@ -198,21 +198,15 @@ fn cost(handler: &Handler) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::spec::{ExecAction, Network};
+    use crate::probe::spec::ExecAction;
+    use crate::worker::testing::probe_spec;
 
     fn exec(bytes: usize) -> ProbeSpec {
         ProbeSpec {
             handler: Handler::Exec(ExecAction {
                 command: vec!["x".repeat(bytes)],
             }),
-            initial_delay_seconds: 0,
-            timeout_seconds: 1,
-            period_seconds: 10,
-            period_milliseconds: None,
-            success_threshold: 1,
-            failure_threshold: 3,
-            termination_grace_period_seconds: None,
-            network: Network::Node,
+            ..probe_spec(10, 0, 1, 3)
         }
     }
 
