@@ -230,6 +230,32 @@ pub struct RunArgs {
     )]
     pub max_annotation_bytes: u64,
 
+    /// Most bytes the compiled `podprobe.expect.bodyRegex` programs of all
+    /// pods on the node may take together. A probe that would go over it is
+    /// refused as for --max-pod-regex-bytes, unless its pod's programs fit
+    /// the share every pod is guaranteed (this value / 110, the kubelet's
+    /// default maxPods).
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_NODE_REGEX_BYTES",
+        value_name = "BYTES",
+        default_value_t = budget::DEFAULT_NODE_REGEX_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub max_node_regex_bytes: u64,
+
+    /// Most bytes the exec probe commands of all pods on the node may take
+    /// together after `$(VAR)` expansion; over it as for
+    /// --max-node-regex-bytes.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_NODE_COMMAND_BYTES",
+        value_name = "BYTES",
+        default_value_t = budget::DEFAULT_NODE_COMMAND_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub max_node_command_bytes: u64,
+
     /// Event writes a second to the API server, node-wide (the kubelet's
     /// eventRecordQPS); 0: no limit.
     #[arg(
@@ -468,6 +494,9 @@ impl RunArgs {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),
                 command_bytes: usize::try_from(self.max_pod_command_bytes).unwrap_or(usize::MAX),
                 annotation_bytes: self.max_annotation_bytes as usize,
+                node_regex_bytes: usize::try_from(self.max_node_regex_bytes).unwrap_or(usize::MAX),
+                node_command_bytes: usize::try_from(self.max_node_command_bytes)
+                    .unwrap_or(usize::MAX),
             },
             node_name: self.node_name,
             mode,

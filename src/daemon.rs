@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::apiclient::{self, WatchActivity, bounded};
@@ -51,7 +51,7 @@ use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
 use crate::probe::netns::{self, NamespaceHelper};
 use crate::probe::spec::UnknownProbeField;
-use crate::probe::spec::budget::{BudgetLimits, OverBudget};
+use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, PodBudget};
 use crate::probe_rates::ProbeRates;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::Server;
@@ -74,6 +74,11 @@ pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
 /// patch per resync, not per write; an edit after a quiet spell applies at
 /// once, one in a burst within two resync periods.
 const EDIT_DEBOUNCE: Duration = Duration::from_secs(2);
+
+/// Annotations parsed at a time, each on a blocking thread: at a restart
+/// every pod of the node is read at once, and each reading may hold up to
+/// its pod's budgets while it runs.
+const READING_THREADS: usize = 2;
 
 /// `/healthz` fails when the main loop has not run for this long (it runs
 /// at least every [`RESYNC_PERIOD`]).
@@ -304,6 +309,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         destinations: config.destinations.clone(),
         pod_network: config.pod_network,
         budget: config.budget,
+        node_budget: NodeBudget::new(),
+        reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
         manager,
         patcher,
         cache,
@@ -490,6 +497,8 @@ struct Probes {
     /// What podprobe owns for the pod.
     owned: Owned,
     manager: PodProbes,
+    /// What the probes hold, given back to the node's budget with them.
+    _budget: PodBudget,
 }
 
 struct Daemon {
@@ -498,8 +507,12 @@ struct Daemon {
     destinations: Destinations,
     /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
     pod_network: bool,
-    /// What one pod's probes may hold (#25).
+    /// What one pod's probes, and every pod's together, may hold (#25).
     budget: BudgetLimits,
+    /// What every pod's probes hold together.
+    node_budget: NodeBudget,
+    /// Annotations read at a time ([`READING_THREADS`]).
+    reading_slots: Arc<Semaphore>,
     manager: Manager,
     patcher: Patcher<KubeStatusApi>,
     cache: Arc<PodCache>,
@@ -522,6 +535,8 @@ struct Reading {
     pod: Arc<Pod>,
     annotation: String,
     probes: Result<AnnotatedProbes, AnnotationError>,
+    /// What `probes` hold, charged to the node's budget.
+    budget: PodBudget,
 }
 
 impl Daemon {
@@ -682,16 +697,25 @@ impl Daemon {
     /// Parses `annotation` of `pod` on a blocking thread; the result comes
     /// back to [`Self::on_reading`].
     fn read_annotation(&self, uid: &str, pod: &Arc<Pod>, annotation: String) {
-        let (uid, pod, budget) = (uid.to_string(), pod.clone(), self.budget);
-        let readings = self.readings.clone();
-        tokio::task::spawn_blocking(move || {
-            let probes = pod_probes(&pod, &budget);
-            // The loop is gone only at shutdown.
-            let _ = readings.send(Reading {
-                uid,
-                pod,
-                annotation,
-                probes,
+        let (uid, pod) = (uid.to_string(), pod.clone());
+        let mut budget = PodBudget::on_node(self.budget, &self.node_budget);
+        let (readings, slots) = (self.readings.clone(), self.reading_slots.clone());
+        tokio::spawn(async move {
+            // Never closed.
+            let Ok(slot) = slots.acquire_owned().await else {
+                return;
+            };
+            tokio::task::spawn_blocking(move || {
+                let probes = pod_probes(&pod, &mut budget);
+                drop(slot);
+                // The loop is gone only at shutdown.
+                let _ = readings.send(Reading {
+                    uid,
+                    pod,
+                    annotation,
+                    probes,
+                    budget,
+                });
             });
         });
     }
@@ -705,6 +729,7 @@ impl Daemon {
             pod,
             annotation,
             probes,
+            budget,
         } = reading;
         let Some(tracked) = self.pods.get(&uid) else {
             return;
@@ -713,7 +738,7 @@ impl Daemon {
             return;
         }
         let running = tracked.probes.is_some();
-        let next = self.checked(&pod, probes);
+        let next = self.checked(&pod, probes, budget);
         if running {
             self.apply_probes(&uid, &pod, next);
             return;
@@ -743,7 +768,10 @@ impl Daemon {
         tracked.read_at = Instant::now();
         match annotation {
             Some(value) => self.read_annotation(uid, pod, value),
-            None => self.apply_probes(uid, pod, Some(gate_probes(pod, AnnotatedProbes::default()))),
+            None => {
+                let none = gate_probes(pod, AnnotatedProbes::default(), PodBudget::default());
+                self.apply_probes(uid, pod, Some(none));
+            }
         }
     }
 
@@ -787,7 +815,12 @@ impl Daemon {
 
     /// A reading's probes once the node's rules for annotated probes pass
     /// (hosts, `network: pod`); what is wrong is reported, and is `None`.
-    fn checked(&self, pod: &Pod, read: Result<AnnotatedProbes, AnnotationError>) -> Option<Probes> {
+    fn checked(
+        &self,
+        pod: &Pod,
+        read: Result<AnnotatedProbes, AnnotationError>,
+        budget: PodBudget,
+    ) -> Option<Probes> {
         let no_spec = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&no_spec);
         let checked = read.and_then(|annotated| {
@@ -796,7 +829,7 @@ impl Daemon {
             Ok(annotated)
         });
         match checked {
-            Ok(annotated) => Some(gate_probes(pod, annotated)),
+            Ok(annotated) => Some(gate_probes(pod, annotated, budget)),
             Err(AnnotationError::OverBudget(over)) => {
                 self.report_over_budget(pod, &over);
                 None
@@ -809,6 +842,9 @@ impl Daemon {
                     %error,
                     "ignoring the pod's probes: invalid annotation"
                 );
+                if let AnnotationError::TooLong { .. } = error {
+                    self.metrics.budget_refused(Budget::AnnotationBytes);
+                }
                 self.events
                     .record_opt(events::PodEvent::invalid_annotation(pod, &error));
                 None
@@ -821,7 +857,8 @@ impl Daemon {
     /// with a field podprobe does not implement (V10) is reported and run
     /// so that every run errors.
     fn spec_probes(&self, pod: &Pod, unknown: &[UnknownProbeField]) -> Probes {
-        let (probes, errors, over_budget) = authority_probes(pod, unknown, &self.budget);
+        let budget = PodBudget::on_node(self.budget, &self.node_budget);
+        let (probes, errors, over_budget) = authority_probes(pod, unknown, budget);
         for over in &over_budget {
             self.report_over_budget(pod, over);
         }
@@ -840,7 +877,8 @@ impl Daemon {
         probes
     }
 
-    /// A probe over the pod's budget: logged, counted and a Warning event.
+    /// A probe over the pod's or the node's budget: logged, counted and a
+    /// Warning event.
     fn report_over_budget(&self, pod: &Pod, over: &OverBudget) {
         tracing::warn!(
             pod = pod_name(pod),
@@ -848,7 +886,7 @@ impl Daemon {
             container = over.container,
             probe = %over.kind,
             error = %over,
-            "refusing the probe: over the pod's budget"
+            "refusing the probe: over a budget"
         );
         self.metrics.budget_refused(over.budget);
         self.events
@@ -1023,7 +1061,7 @@ fn started_by_id(views: &[ContainerProbeView]) -> HashMap<String, bool> {
 }
 
 /// Gate mode's [`Probes`]: the pod's annotated probes.
-fn gate_probes(pod: &Pod, annotated: AnnotatedProbes) -> Probes {
+fn gate_probes(pod: &Pod, annotated: AnnotatedProbes, budget: PodBudget) -> Probes {
     let mut probes = PodProbes::new();
     for probe in annotated.iter() {
         probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
@@ -1031,6 +1069,7 @@ fn gate_probes(pod: &Pod, annotated: AnnotatedProbes) -> Probes {
     Probes {
         owned: Owned::Gate(Arc::new(annotated)),
         manager: takeover::vouched(probes, pod, Mode::Gate),
+        _budget: budget,
     }
 }
 
@@ -1039,12 +1078,13 @@ fn gate_probes(pod: &Pod, annotated: AnnotatedProbes) -> Probes {
 fn authority_probes(
     pod: &Pod,
     unknown: &[UnknownProbeField],
-    budget: &BudgetLimits,
+    mut budget: PodBudget,
 ) -> (Probes, Vec<SpecError>, Vec<OverBudget>) {
-    let (probes, errors, over_budget) = PodProbes::from_spec(pod, unknown, budget);
+    let (probes, errors, over_budget) = PodProbes::from_spec(pod, unknown, &mut budget);
     let probes = Probes {
         owned: Owned::Authority,
         manager: takeover::vouched(probes, pod, Mode::Authority),
+        _budget: budget,
     };
     (probes, errors, over_budget)
 }
@@ -1144,8 +1184,12 @@ mod tests {
     /// podprobe's verdict about `app` right after a restart at `prober_start`.
     fn verdict_after_restart(mode: Mode, pod: &Pod, prober_start: i64) -> ContainerProbeView {
         let probes = match mode {
-            Mode::Gate => gate_probes(pod, pod_probes(pod, &BudgetLimits::default()).unwrap()),
-            Mode::Authority => authority_probes(pod, &[], &BudgetLimits::default()).0,
+            Mode::Gate => {
+                let mut budget = PodBudget::default();
+                let annotated = pod_probes(pod, &mut budget).unwrap();
+                gate_probes(pod, annotated, budget)
+            }
+            Mode::Authority => authority_probes(pod, &[], PodBudget::default()).0,
         };
         assert_eq!(probes.manager.len(), 1);
         let mut status = pod.status.clone().unwrap();
@@ -1246,7 +1290,7 @@ mod tests {
     fn authority_probes_come_from_the_spec() {
         let mut pod = pod(Mode::Authority, 100, None);
         pod.metadata.annotations = None;
-        let (probes, errors, _) = authority_probes(&pod, &[], &BudgetLimits::default());
+        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
         assert!(errors.is_empty(), "{errors:?}");
         assert!(probes.manager.get("app", ProbeKind::Readiness).is_some());
         assert_eq!(probes.owned, Owned::Authority);
@@ -1267,7 +1311,7 @@ mod tests {
             kind: ProbeKind::Readiness,
             field: "readinessProbe.exec.fromTheFuture".into(),
         }];
-        let (probes, errors, _) = authority_probes(&pod, &unknown, &BudgetLimits::default());
+        let (probes, errors, _) = authority_probes(&pod, &unknown, PodBudget::default());
         let reported: Vec<String> = errors
             .iter()
             .map(|e| format!("{} {e}", e.container))
@@ -1290,7 +1334,7 @@ mod tests {
                 spec.handler
             );
         }
-        let (probes, errors, _) = authority_probes(&pod, &[], &BudgetLimits::default());
+        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(matches!(
             probes
@@ -1314,7 +1358,7 @@ mod tests {
             command_bytes: 1000,
             ..BudgetLimits::default()
         };
-        let (probes, errors, over) = authority_probes(&pod, &[], &limits);
+        let (probes, errors, over) = authority_probes(&pod, &[], PodBudget::new(limits));
         assert!(errors.is_empty(), "{errors:?}");
         // Readiness (an exec of a few bytes) comes after liveness in the
         // kubelet's order and still fits; nothing else is charged.
@@ -1327,7 +1371,7 @@ mod tests {
             command_bytes: 500,
             ..BudgetLimits::default()
         };
-        let (probes_over, _, over) = authority_probes(&pod, &[], &limits);
+        let (probes_over, _, over) = authority_probes(&pod, &[], PodBudget::new(limits));
         let refused: Vec<_> = over
             .iter()
             .map(|o| (o.container.as_str(), o.kind))
@@ -1357,7 +1401,7 @@ mod tests {
         let app = &mut pod.spec.as_mut().unwrap().containers[0];
         app.liveness_probe =
             Some(serde_json::from_value(serde_json::json!({"httpGet": {"port": "web"}})).unwrap());
-        let (probes, errors, _) = authority_probes(&pod, &[], &BudgetLimits::default());
+        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
         assert!(errors.is_empty(), "{errors:?}");
         let liveness = probes.manager.get("app", ProbeKind::Liveness).unwrap();
         assert_eq!(

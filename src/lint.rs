@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::oneshot::EXIT_INVALID_INPUT;
 use crate::probe::destinations::{AllowedHost, Destinations};
-use crate::probe::spec::budget::BudgetLimits;
+use crate::probe::spec::budget::PodBudget;
 use crate::status::{PROBES_ANNOTATION, READY_CONDITION, check_hosts, pod_probes};
 
 /// One set-up mistake of a pod (template).
@@ -86,7 +86,7 @@ pub fn gate_mismatch(pod: &Pod) -> Option<Finding> {
 pub fn pod_findings(pod: &Pod, destinations: &Destinations) -> Vec<Finding> {
     let mut findings: Vec<Finding> = gate_mismatch(pod).into_iter().collect();
     if has_annotation(pod) {
-        let checked = pod_probes(pod, &BudgetLimits::default())
+        let checked = pod_probes(pod, &mut PodBudget::default())
             .and_then(|probes| check_hosts(&probes, destinations));
         if let Err(error) = checked {
             findings.push(Finding::AnnotationInvalid(error.to_string()));

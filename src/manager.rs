@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::probe::spec::budget::{BudgetLimits, OverBudget, PodBudget};
+use crate::probe::spec::budget::{OverBudget, PodBudget};
 use crate::probe::spec::{UnknownProbeField, container_probe, normalize_accepted};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 use crate::probe_rates::ProbeRates;
@@ -64,18 +64,17 @@ impl PodProbes {
     /// timing and gets a [`Handler::Unsupported`] that errors every run;
     /// it is also returned as an error, to be reported.
     ///
-    /// The probes are charged to the pod's budget (`limits`) in the
+    /// The probes are charged to the pod's `budget` in the
     /// kubelet's order; one over it (#25) also errors every run, and is
     /// returned in the third list.
     pub fn from_spec(
         pod: &Pod,
         unknown: &[UnknownProbeField],
-        limits: &BudgetLimits,
+        budget: &mut PodBudget,
     ) -> (PodProbes, Vec<SpecError>, Vec<OverBudget>) {
         let mut probes = PodProbes::new();
         let mut errors = Vec::new();
         let mut over_budget = Vec::new();
-        let mut budget = PodBudget::new(*limits);
         for container in probed_containers(pod) {
             for kind in ProbeKind::ALL {
                 let Some(probe) = container_probe(container, kind) else {

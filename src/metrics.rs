@@ -380,7 +380,7 @@ impl Metrics {
         );
         own.register(
             "podprobe_budget_refusals",
-            "Probes refused because they would take their pod over one of the node's per-pod budgets (--max-pod-regex-bytes, --max-pod-command-bytes), by budget",
+            "Probes and annotations refused because they would take their pod or the node over a budget (--max-pod-regex-bytes, --max-pod-command-bytes, --max-annotation-bytes, --max-node-regex-bytes, --max-node-command-bytes), by budget",
             budget_refusals.clone(),
         );
         own.register(
@@ -393,7 +393,7 @@ impl Metrics {
             "Seconds probe runs waited for their pod's or the node's probe-run budget, in all",
             rate_delay_seconds.clone(),
         );
-        for budget in [Budget::RegexBytes, Budget::CommandBytes] {
+        for budget in Budget::ALL {
             budget_refusals.get_or_create_owned(&BudgetLabels {
                 budget: budget.as_str(),
             });

@@ -577,7 +577,7 @@ mod tests {
         let daemon = crate::status::annotation::parse_probes(
             &spec,
             &annotation,
-            &crate::probe::spec::budget::BudgetLimits::default(),
+            &mut crate::probe::spec::budget::PodBudget::default(),
         )
         .unwrap_err();
         assert_eq!(

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use self::script::{Script, ScriptError};
 use crate::manager::PodProbes;
 use crate::oneshot::{EXIT_INVALID_INPUT, parse_document};
-use crate::probe::spec::budget::BudgetLimits;
+use crate::probe::spec::budget::PodBudget;
 use crate::probe::spec::{self, container_probe, validate_container_probes};
 use crate::probe::{ProbeKind, SpecError};
 use crate::status::{AnnotatedProbes, AnnotationError, PROBES_ANNOTATION, pod_probes};
@@ -440,7 +440,7 @@ fn annotation_probes(pod: &Pod) -> Result<AnnotatedProbes, InputError> {
             "required in gate mode, which reads the probes from it (--mode authority reads the spec's probes)",
         ));
     }
-    Ok(pod_probes(pod, &BudgetLimits::default())?)
+    Ok(pod_probes(pod, &mut PodBudget::default())?)
 }
 
 #[cfg(test)]

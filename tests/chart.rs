@@ -177,6 +177,8 @@ fn defaults_are_deploy_base() {
             "--max-pod-regex-bytes=1048576",
             "--max-pod-command-bytes=4194304",
             "--max-annotation-bytes=262144",
+            "--max-node-regex-bytes=16777216",
+            "--max-node-command-bytes=33554432",
             "--max-pod-probe-rate=50",
             "--max-node-probe-rate=1000",
             "--max-concurrent-execs-per-pod=8",

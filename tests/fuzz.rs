@@ -41,7 +41,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use podprobe::cri::{CriClient, ExecSyncResponse};
 use podprobe::probe::destinations::{AllowedHost, Destinations};
 use podprobe::probe::http as http_probe;
-use podprobe::probe::spec::budget::BudgetLimits;
+use podprobe::probe::spec::budget::PodBudget;
 use podprobe::probe::spec::{
     self, Handler, HttpGetAction, Scheme, expand_command, normalize, normalize_accepted,
     resolve_container_port, validate_container_probes,
@@ -805,7 +805,7 @@ proptest! {
         ),
     ) {
         remember(&(&spec, &value, &allowed));
-        match parse_probes(&spec, &value, &BudgetLimits::default()) {
+        match parse_probes(&spec, &value, &mut PodBudget::default()) {
             Ok(probes) => {
                 let allowed = allowed.iter().filter_map(|a| a.parse::<AllowedHost>().ok());
                 let destinations = Destinations::new(allowed.collect(), Vec::new());
@@ -820,7 +820,7 @@ proptest! {
                 let _ = error.to_string();
             }
         }
-        let _ = pod_probes(&pod(spec, Some(value)), &BudgetLimits::default());
+        let _ = pod_probes(&pod(spec, Some(value)), &mut PodBudget::default());
     }
 
     /// Spec normalisation of a pod-spec probe (authority mode) and of an
@@ -2169,7 +2169,7 @@ fn generated_documents_reach_the_deep_paths() {
     for _ in 0..300 {
         let tree = pod_and_annotation().new_tree(&mut runner).expect("a case");
         let (spec, value) = tree.current();
-        if parse_probes(&spec, &value, &BudgetLimits::default()).is_ok_and(|p| !p.is_empty()) {
+        if parse_probes(&spec, &value, &mut PodBudget::default()).is_ok_and(|p| !p.is_empty()) {
             annotated += 1;
         }
     }

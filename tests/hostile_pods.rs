@@ -38,6 +38,14 @@ use cluster::{
 use host_podprobe::HostPodprobe;
 use serde_json::{Value, json};
 
+/// `--max-annotation-bytes` of the annotation test: under its "huge" pod's
+/// annotation (250 KB), over its "oversized" one's (256 KB).
+const MAX_ANNOTATION: usize = 255_000;
+
+/// `--max-node-command-bytes` of the annotation test: over one pod's budget
+/// (4 MiB), under two pods' of 4.16 MB each.
+const NODE_COMMAND_BYTES: usize = 5_000_000;
+
 /// How long podprobe may take to notice a pod and record its Event: the
 /// watch delivers it at once; 60 s covers pod start-up on a loaded node.
 const EVENT_WITHIN: Duration = Duration::from_secs(60);
@@ -105,6 +113,30 @@ impl Rig {
             },
             || self.diagnostics(),
         )
+    }
+
+    /// A pod of `containers` containers, each with one exec readiness probe
+    /// that expands a 20 KB variable 104 times: 2.08 MB, under the 2 MiB per
+    /// probe.
+    fn create_expansions(&self, name: &str, containers: usize) {
+        let var = "x".repeat(20_000);
+        let specs: Vec<Value> = (0..containers)
+            .map(|i| {
+                let mut c = container(&format!("e{i}"));
+                c["env"] = json!([{"name": "A", "value": var}]);
+                c
+            })
+            .collect();
+        let entries: serde_json::Map<String, Value> = (0..containers)
+            .map(|i| {
+                let command = "$(A)".repeat(104);
+                (
+                    format!("e{i}"),
+                    json!({"readinessProbe": {"exec": {"command": ["sh", "-c", command]}}}),
+                )
+            })
+            .collect();
+        self.create(name, specs, &Value::Object(entries).to_string());
     }
 
     fn wait_gate(&self, pod: &str, status: &str) {
@@ -410,7 +442,13 @@ const MAX_RSS_KIB: u64 = 96 * 1024;
 
 #[test]
 fn hostile_annotations_get_events_and_stay_bounded() {
-    let rig = Rig::new(&[]);
+    // The annotation limit under the "huge" pod's 250 KB but over the
+    // "oversized" pod's; the node's command budget over one pod's (4 MiB,
+    // so "expansions" meets its own first) but under two "hold" pods'.
+    let rig = Rig::new(&[
+        &format!("--max-annotation-bytes={MAX_ANNOTATION}"),
+        &format!("--max-node-command-bytes={NODE_COMMAND_BYTES}"),
+    ]);
     rig.podprobe.listen_addr();
     let baseline = rig.rss_kib();
 
@@ -429,6 +467,10 @@ fn hostile_annotations_get_events_and_stay_bounded() {
     let huge_name = "c".repeat(250_000);
     let huge = json!({ huge_name: {"readinessProbe": {"exec": {"command": ["true"]}}} });
     rig.create("huge", vec![container("app")], &huge.to_string());
+    // Longer than --max-annotation-bytes, within the API server's limit.
+    let oversized = json!({ "app": {"readinessProbe": {"exec": {"command": ["true"]}},
+                                    "livenessProbe": {"exec": {"command": ["x".repeat(256_000)]}}} });
+    rig.create("oversized", vec![container("app")], &oversized.to_string());
 
     // 1,002 probes in one pod: 334 containers with three probes each. The
     // image is never pulled, so the kubelet starts none of them; podprobe
@@ -482,28 +524,7 @@ fn hostile_annotations_get_events_and_stay_bounded() {
     );
     // Ten containers whose exec probe expands a 20 KB variable 104 times:
     // 2.08 MB each, under the 2 MiB per probe, 20.8 MB for the pod.
-    let expansion_var = "x".repeat(20_000);
-    let expansion_containers: Vec<Value> = (0..10)
-        .map(|i| {
-            let mut c = container(&format!("e{i}"));
-            c["env"] = json!([{"name": "A", "value": expansion_var}]);
-            c
-        })
-        .collect();
-    let expansion_entries: serde_json::Map<String, Value> = (0..10)
-        .map(|i| {
-            let command = "$(A)".repeat(104);
-            (
-                format!("e{i}"),
-                json!({"readinessProbe": {"exec": {"command": ["sh", "-c", command]}}}),
-            )
-        })
-        .collect();
-    rig.create(
-        "expansions",
-        expansion_containers,
-        &Value::Object(expansion_entries).to_string(),
-    );
+    rig.create_expansions("expansions", 10);
 
     // The largest numbers the schema takes: valid, and must not overflow
     // any clock arithmetic.
@@ -570,12 +591,67 @@ fn hostile_annotations_get_events_and_stay_bounded() {
         expansion_event.contains("more than the node's limit of 4194304 (--max-pod-command-bytes)"),
         "{expansion_event}"
     );
+    let oversized_event = rig.wait_event(
+        "oversized",
+        "ProbeAnnotationInvalid",
+        &format!("podprobe.io/probes: Too long: may not be more than {MAX_ANNOTATION} bytes"),
+    );
+    assert!(oversized_event.len() <= 1024, "{oversized_event}");
+
+    // The node's command budget: two pods of two 2.08 MB commands each
+    // (within their own budget) fit one at a time; whichever is read second
+    // is refused and says the first holds its bytes.
+    rig.create_expansions("hold-a", 2);
+    rig.create_expansions("hold-b", 2);
+    let node_event = cluster::wait_for(
+        "ProbeBudgetExceeded for the node's budget on hold-a or hold-b",
+        EVENT_WITHIN,
+        || {
+            ["hold-a", "hold-b"]
+                .iter()
+                .flat_map(|pod| rig.ns.events_for(pod))
+                .filter(|e| e["reason"] == "ProbeBudgetExceeded")
+                .filter_map(|e| e["message"].as_str().map(str::to_string))
+                .find(|m| m.contains("(--max-node-command-bytes)"))
+                .ok_or_else(|| "no such event yet".to_string())
+        },
+        || rig.diagnostics(),
+    );
+    let needed: usize = node_event
+        .split_once("every pod's probes would take at least ")
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no node-wide total in {node_event:?}"));
+    assert!(
+        needed >= 3 * 2_080_004 && node_event.contains("over the node's budget"),
+        "the other hold pod's two commands and this one's first: {node_event}"
+    );
     let huge_event = rig.wait_event("huge", "ProbeAnnotationInvalid", "is not in the pod");
     assert!(huge_event.len() <= 1024, "{}", huge_event.len());
     for (pod, _, message) in &invalid {
         rig.wait_event(pod, "ProbeAnnotationInvalid", message);
     }
+    // Its commands are within the share every pod is guaranteed, with the
+    // node's command budget full.
     rig.check_a_bystander_is_still_probed();
+    let exposition = metrics::http_get(&rig.podprobe.listen_addr(), "/metrics").expect("metrics");
+    let refusals = |budget: &str| {
+        metrics::metric_sum(
+            &exposition,
+            "podprobe_budget_refusals_total",
+            &[&format!("budget=\"{budget}\"")],
+        )
+    };
+    assert_eq!(
+        [
+            refusals("annotation_bytes"),
+            refusals("pod_regex_bytes"),
+            refusals("pod_command_bytes"),
+            refusals("node_command_bytes"),
+        ],
+        [1.0, 1.0, 1.0, 1.0],
+        "refusals by budget"
+    );
 
     let rss = rig.rss_kib();
     eprintln!(

@@ -24,7 +24,7 @@ use serde_json::Value;
 use super::{is_restartable_init_container, readiness_containers};
 use crate::probe::destinations::Destinations;
 pub use crate::probe::spec::budget::MAX_ANNOTATION_BYTES;
-use crate::probe::spec::budget::{BudgetLimits, OverBudget, PodBudget};
+use crate::probe::spec::budget::{OverBudget, PodBudget};
 use crate::probe::spec::extension::Network;
 use crate::probe::spec::{clipped, decode_probe_object, normalize_object};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
@@ -170,9 +170,9 @@ impl AnnotationError {
     }
 }
 
-/// The probes in `pod`'s `podprobe.io/probes` annotation, within the pod's
-/// budget `limits`; none when the pod has no such annotation.
-pub fn pod_probes(pod: &Pod, limits: &BudgetLimits) -> Result<AnnotatedProbes, AnnotationError> {
+/// The probes in `pod`'s `podprobe.io/probes` annotation, charged to
+/// `budget`; none when the pod has no such annotation.
+pub fn pod_probes(pod: &Pod, budget: &mut PodBudget) -> Result<AnnotatedProbes, AnnotationError> {
     let value = pod
         .metadata
         .annotations
@@ -180,24 +180,24 @@ pub fn pod_probes(pod: &Pod, limits: &BudgetLimits) -> Result<AnnotatedProbes, A
         .and_then(|a| a.get(PROBES_ANNOTATION));
     match value {
         None => Ok(AnnotatedProbes::default()),
-        Some(value) => parse_probes(&pod.spec.clone().unwrap_or_default(), value, limits),
+        Some(value) => parse_probes(&pod.spec.clone().unwrap_or_default(), value, budget),
     }
 }
 
 /// Parses and validates an annotation value against the pod spec it
-/// belongs to, within the pod's budget `limits`.
+/// belongs to, charging its probes to `budget`.
 pub fn parse_probes(
     spec: &PodSpec,
     value: &str,
-    limits: &BudgetLimits,
+    budget: &mut PodBudget,
 ) -> Result<AnnotatedProbes, AnnotationError> {
-    if value.len() > limits.annotation_bytes {
+    let limit = budget.limits().annotation_bytes;
+    if value.len() > limit {
         return Err(AnnotationError::TooLong {
             len: value.len(),
-            limit: limits.annotation_bytes,
+            limit,
         });
     }
-    let mut budget = PodBudget::new(*limits);
     let document: Value =
         serde_json::from_str(value).map_err(|e| AnnotationError::InvalidJson(e.to_string()))?;
     let Value::Object(by_container) = document else {
@@ -212,7 +212,7 @@ pub fn parse_probes(
     // The containers that may carry probes, in the kubelet's worker order.
     for container in readiness_containers(spec) {
         if let Some(entry) = by_container.get(&container.name) {
-            probes.extend(container_probes(container, entry, &mut budget)?);
+            probes.extend(container_probes(container, entry, budget)?);
         }
     }
     Ok(AnnotatedProbes { probes })
@@ -379,23 +379,14 @@ mod tests {
     }
 
     fn error(value: &str) -> String {
-        match parse_probes(
-            &pod_spec(),
-            value,
-            &crate::probe::spec::budget::BudgetLimits::default(),
-        ) {
+        match parse_probes(&pod_spec(), value, &mut PodBudget::default()) {
             Ok(probes) => panic!("expected an error, got {probes:?}"),
             Err(e) => e.to_string(),
         }
     }
 
     fn parsed(value: &str) -> AnnotatedProbes {
-        parse_probes(
-            &pod_spec(),
-            value,
-            &crate::probe::spec::budget::BudgetLimits::default(),
-        )
-        .expect("valid annotation")
+        parse_probes(&pod_spec(), value, &mut PodBudget::default()).expect("valid annotation")
     }
 
     #[test]
@@ -405,12 +396,12 @@ mod tests {
         let value = serde_json::json!({"app": {"readinessProbe": regex, "livenessProbe": regex}})
             .to_string();
         let limits = crate::probe::spec::budget::BudgetLimits::default();
-        assert!(parse_probes(&pod_spec(), &value, &limits).is_ok());
+        assert!(parse_probes(&pod_spec(), &value, &mut PodBudget::new(limits)).is_ok());
         let one_fits = crate::probe::spec::budget::BudgetLimits {
             regex_bytes: 15_000,
             ..limits
         };
-        match parse_probes(&pod_spec(), &value, &one_fits) {
+        match parse_probes(&pod_spec(), &value, &mut PodBudget::new(one_fits)) {
             Err(AnnotationError::OverBudget(over)) => {
                 assert_eq!(
                     (over.container.as_str(), over.kind),
@@ -425,7 +416,7 @@ mod tests {
             ..limits
         };
         assert_eq!(
-            parse_probes(&pod_spec(), &value, &short),
+            parse_probes(&pod_spec(), &value, &mut PodBudget::new(short)),
             Err(AnnotationError::TooLong {
                 len: value.len(),
                 limit: 10
@@ -670,8 +661,7 @@ mod tests {
         let value = r#"{"worker": {"livenessProbe": {"tcpSocket": {"port": 80}}}}"#;
         pod.metadata.annotations =
             Some([(PROBES_ANNOTATION.to_string(), value.to_string())].into());
-        let probes = pod_probes(&pod, &crate::probe::spec::budget::BudgetLimits::default())
-            .expect("valid annotation");
+        let probes = pod_probes(&pod, &mut PodBudget::default()).expect("valid annotation");
         assert!(probes.get("worker", ProbeKind::Liveness).is_some());
     }
 
@@ -691,7 +681,7 @@ mod tests {
     fn annotation_absent_means_no_probes() {
         let pod = pod(vec![], vec![container("app")], &[], Default::default());
         assert_eq!(
-            pod_probes(&pod, &crate::probe::spec::budget::BudgetLimits::default()),
+            pod_probes(&pod, &mut PodBudget::default()),
             Ok(AnnotatedProbes::default())
         );
     }
@@ -699,12 +689,7 @@ mod tests {
     #[test]
     fn annotation_empty_object_means_no_probes() {
         assert!(
-            parse_probes(
-                &pod_spec(),
-                "{}",
-                &crate::probe::spec::budget::BudgetLimits::default()
-            )
-            .is_ok_and(|p| p.is_empty())
+            parse_probes(&pod_spec(), "{}", &mut PodBudget::default()).is_ok_and(|p| p.is_empty())
         );
     }
 

@@ -584,7 +584,7 @@ mod tests {
             crate::status::annotation::parse_probes(
                 &spec,
                 annotation,
-                &crate::probe::spec::budget::BudgetLimits::default(),
+                &mut crate::probe::spec::budget::PodBudget::default(),
             )
             .unwrap(),
         )
