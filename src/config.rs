@@ -348,7 +348,9 @@ pub const DEFAULT_MAX_EXEC_TIMEOUT_SECONDS: u32 = 60;
 /// `--mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
+    /// Probes from the `podprobe.io/probes` annotation.
     Gate,
+    /// Probes from the pod spec.
     Authority,
 }
 

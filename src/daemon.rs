@@ -36,6 +36,7 @@ use crate::client_certificates::{ClientCertificates, KubeSecrets};
 use crate::config::{Config, LogFormat, RunArgs};
 use crate::cri::{CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
+use crate::exit_code;
 use crate::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::kill_container::ContainerKiller;
 use crate::lifecycle::HookRunner;
@@ -44,7 +45,7 @@ use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pod_sync::{self, SyncSchedule};
 use crate::pods::{
-    self, PodCache, PodEvent, all_container_statuses, pod_name, pod_namespace, with_started,
+    self, PodCache, PodUpdate, all_container_statuses, pod_name, pod_namespace, with_started,
 };
 use crate::probe::Prober;
 use crate::probe::SpecError;
@@ -66,7 +67,7 @@ use crate::worker::{Clock, ProbeObserver, SystemClock};
 
 /// How often every pod's desired status and kills are checked again, besides
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
-pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
+pub const STATUS_RESYNC_PERIOD: Duration = Duration::from_secs(10);
 
 /// Gate mode: an annotation edit this soon after the pod's annotation was
 /// last read waits for the next resync (#25). A pod that rewrites its
@@ -81,7 +82,7 @@ const EDIT_DEBOUNCE: Duration = Duration::from_secs(2);
 const READING_THREADS: usize = 2;
 
 /// `/healthz` fails when the main loop has not run for this long (it runs
-/// at least every [`RESYNC_PERIOD`]).
+/// at least every [`STATUS_RESYNC_PERIOD`]).
 pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// How long a runtime check (`Version`) or an API server check (`/version`)
@@ -90,9 +91,6 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long shutdown waits for in-flight status patches.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Exit status for flags podprobe cannot run with (BSD `EX_USAGE`).
-pub const EXIT_INVALID_CONFIG: u8 = 64;
 
 /// Why the daemon cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +129,7 @@ pub fn main(args: RunArgs) -> ExitCode {
         Ok(config) => config,
         Err(error) => {
             eprintln!("podprobe run: {error}");
-            return ExitCode::from(EXIT_INVALID_CONFIG);
+            return ExitCode::from(exit_code::USAGE);
         }
     };
     init_logging(&config);
@@ -354,7 +352,7 @@ async fn kube_client(
     apiclient::build(kube_config, watch, config.api_rate).map_err(DaemonError::Client)
 }
 
-/// Checks every [`RESYNC_PERIOD`] that the runtime answers, for `/readyz`;
+/// Checks every [`STATUS_RESYNC_PERIOD`] that the runtime answers, for `/readyz`;
 /// logs on transitions.
 async fn check_cri(cri: CriClient, health: Health, stop: impl Future<Output = ()>) {
     let endpoint = cri.endpoint().to_string();
@@ -372,7 +370,7 @@ async fn check_cri(cri: CriClient, health: Health, stop: impl Future<Output = ()
     check_periodically("container runtime", &endpoint, check, record, stop).await;
 }
 
-/// Checks every [`RESYNC_PERIOD`] that the API server answers, for
+/// Checks every [`STATUS_RESYNC_PERIOD`] that the API server answers, for
 /// `/readyz`: a stalled connection shows here within seconds, where the
 /// watch would only notice after its silence bound; logs on transitions.
 async fn check_api(client: kube::Client, health: Health, stop: impl Future<Output = ()>) {
@@ -391,7 +389,7 @@ async fn check_api(client: kube::Client, health: Health, stop: impl Future<Outpu
     check_periodically("API server", "", check, record, stop).await;
 }
 
-/// Runs `check` every [`RESYNC_PERIOD`] until `stop`, recording each
+/// Runs `check` every [`STATUS_RESYNC_PERIOD`] until `stop`, recording each
 /// outcome and logging when reachability changes.
 async fn check_periodically<C, F>(
     what: &str,
@@ -404,7 +402,7 @@ async fn check_periodically<C, F>(
     F: Future<Output = Reachability>,
 {
     let mut stop = std::pin::pin!(stop);
-    let mut ticks = tokio::time::interval(RESYNC_PERIOD);
+    let mut ticks = tokio::time::interval(STATUS_RESYNC_PERIOD);
     let mut reachable = None;
     loop {
         tokio::select! {
@@ -542,14 +540,14 @@ struct Reading {
 impl Daemon {
     async fn run(
         mut self,
-        events: impl Stream<Item = PodEvent>,
+        events: impl Stream<Item = PodUpdate>,
         mut results: ResultReceivers,
         mut readings: mpsc::UnboundedReceiver<Reading>,
         shutdown: impl Future<Output = ()>,
     ) {
         let mut events = std::pin::pin!(events);
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut resync = tokio::time::interval(RESYNC_PERIOD);
+        let mut resync = tokio::time::interval(STATUS_RESYNC_PERIOD);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.health.beat();
@@ -580,11 +578,11 @@ impl Daemon {
         tracing::info!("podprobe stopped");
     }
 
-    fn on_pod_event(&mut self, event: PodEvent) {
+    fn on_pod_event(&mut self, event: PodUpdate) {
         match event {
-            PodEvent::Applied(pod, unknown) => self.on_pod_applied(&pod, &unknown),
-            PodEvent::Deleted(pod) => self.on_pod_deleted(&pod),
-            PodEvent::Synced => {
+            PodUpdate::Applied(pod, unknown) => self.on_pod_applied(&pod, &unknown),
+            PodUpdate::Deleted(pod) => self.on_pod_deleted(&pod),
+            PodUpdate::Synced => {
                 self.health.set_pods_synced(true);
                 // W13: workers of pods the relist no longer has.
                 self.manager.cleanup_pods(&self.cache.uids());

@@ -94,7 +94,7 @@ pub const DEFAULT_EVENT_QPS: f64 = 50.0;
 pub const DEFAULT_EVENT_BURST: u32 = 100;
 
 /// Longest note the `events.k8s.io/v1` API accepts, in bytes.
-pub const MAX_NOTE_BYTES: usize = 1024;
+pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
 
 /// Event reasons.
 pub mod reasons {
@@ -356,9 +356,9 @@ pub fn container_field_path(pod: &Pod, name: &str) -> String {
     format!("spec.{list}{{{name}}}")
 }
 
-/// `note` cut to at most [`MAX_NOTE_BYTES`] on a character boundary.
+/// `note` cut to at most [`MAX_EVENT_NOTE_BYTES`] on a character boundary.
 fn truncate_note(mut note: String) -> String {
-    note.truncate(note.floor_char_boundary(MAX_NOTE_BYTES));
+    note.truncate(note.floor_char_boundary(MAX_EVENT_NOTE_BYTES));
     note
 }
 
@@ -863,9 +863,9 @@ mod tests {
 
     #[test]
     fn note_is_cut_to_the_api_limit_on_a_char_boundary() {
-        let note = format!("{}é", "a".repeat(MAX_NOTE_BYTES - 1));
+        let note = format!("{}é", "a".repeat(MAX_EVENT_NOTE_BYTES - 1));
         let cut = truncate_note(note);
-        assert_eq!(cut.len(), MAX_NOTE_BYTES - 1);
+        assert_eq!(cut.len(), MAX_EVENT_NOTE_BYTES - 1);
         assert_eq!(truncate_note("short".into()), "short");
     }
 

@@ -24,6 +24,7 @@ pub mod config;
 pub mod cri;
 pub mod daemon;
 pub mod events;
+pub mod exit_code;
 pub mod health;
 pub mod kill_container;
 pub mod lifecycle;

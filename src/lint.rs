@@ -14,7 +14,7 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::oneshot::EXIT_INVALID_INPUT;
+use crate::exit_code;
 use crate::probe::destinations::{AllowedHost, Destinations};
 use crate::probe::spec::budget::PodBudget;
 use crate::status::{PROBES_ANNOTATION, READY_CONDITION, check_hosts, pod_probes};
@@ -206,7 +206,7 @@ pub fn main(args: LintArgs) -> ExitCode {
         Ok(allowed) => allowed,
         Err(error) => {
             eprintln!("podprobe lint: --allow-probe-hosts: {error}");
-            return ExitCode::from(EXIT_INVALID_INPUT);
+            return ExitCode::from(exit_code::USAGE);
         }
     };
     let destinations = Destinations::new(allowed, Destinations::node_local());
@@ -245,9 +245,9 @@ pub fn main(args: LintArgs) -> ExitCode {
         }
     }
     if !invalid.is_empty() {
-        ExitCode::from(EXIT_INVALID_INPUT)
+        ExitCode::from(exit_code::USAGE)
     } else if findings > 0 {
-        ExitCode::FAILURE
+        ExitCode::from(exit_code::FAILURE)
     } else {
         ExitCode::SUCCESS
     }

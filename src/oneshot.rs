@@ -21,15 +21,13 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use crate::cri::{CriClient, DEFAULT_ENDPOINT};
+use crate::exit_code;
 use crate::probe::spec::extension::{ClientIdentity, Method, Network};
 use crate::probe::spec::{self, Handler, Scheme};
 use crate::probe::{
     ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober, go_quote,
     join_host_port,
 };
-
-/// Exit status for input that cannot be run (BSD `EX_USAGE`).
-pub const EXIT_INVALID_INPUT: u8 = 64;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
@@ -108,7 +106,7 @@ pub enum OutputFormat {
 
 /// Input that cannot be run; the message names what to fix.
 #[derive(Debug, thiserror::Error)]
-pub enum InputError {
+pub enum ProbeInputError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -144,10 +142,10 @@ pub struct Selected {
 fn with_client_certificate(
     mut selected: Selected,
     args: &ProbeArgs,
-) -> Result<Selected, InputError> {
+) -> Result<Selected, ProbeInputError> {
     let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) else {
         return match selected.spec.client_certificate_secret() {
-            Some(secret) => Err(InputError::ClientCertificate(format!(
+            Some(secret) => Err(ProbeInputError::ClientCertificate(format!(
                 "podprobe.tls.clientCertificate.secretName {}: podprobe probe reads no Secrets; give the certificate and key with --client-cert FILE --client-key FILE (kubectl get secret {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d > FILE)",
                 go_quote(secret)
             ))),
@@ -155,20 +153,20 @@ fn with_client_certificate(
         };
     };
     let read = |path: &PathBuf| {
-        std::fs::read(path).map_err(|source| InputError::Read {
+        std::fs::read(path).map_err(|source| ProbeInputError::Read {
             path: path.display().to_string(),
             source,
         })
     };
     let identity = ClientIdentity::from_pem(&read(cert)?, &read(key)?).map_err(|e| {
-        InputError::ClientCertificate(format!(
+        ProbeInputError::ClientCertificate(format!(
             "--client-cert {} / --client-key {}: {e}",
             cert.display(),
             key.display()
         ))
     })?;
     if !selected.spec.present_client_identity(identity) {
-        return Err(InputError::ClientCertificate(
+        return Err(ProbeInputError::ClientCertificate(
             "--client-cert: the probe makes no TLS connection (it needs an httpGet with scheme HTTPS, or a grpc probe with podprobe.tls)".into(),
         ));
     }
@@ -177,7 +175,7 @@ fn with_client_certificate(
 
 /// The JSON report, one object.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct ProbeReport {
     pub kind: ProbeKind,
     pub container: String,
     pub handler: String,
@@ -198,12 +196,12 @@ pub fn main(args: ProbeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("podprobe probe: invalid input: {e}");
-            return ExitCode::from(EXIT_INVALID_INPUT);
+            return ExitCode::from(exit_code::USAGE);
         }
     };
     if matches!(selected.spec.handler, Handler::Exec(_)) && args.container_id.is_none() {
         eprintln!("podprobe probe: invalid input: an exec probe needs --container-id");
-        return ExitCode::from(EXIT_INVALID_INPUT);
+        return ExitCode::from(exit_code::USAGE);
     }
     // `podprobe run` finds a pod's namespace by the pod's UID through the
     // CRI; here there is no pod, and entering a namespace is better left to
@@ -215,13 +213,13 @@ pub fn main(args: ProbeArgs) -> ExitCode {
              nsenter --net=/proc/<PID>/ns/net podprobe probe --pod-ip 127.0.0.1 ...",
             selected.kind.field_name()
         );
-        return ExitCode::from(EXIT_INVALID_INPUT);
+        return ExitCode::from(exit_code::USAGE);
     }
     let cri = match CriClient::new(&args.cri_endpoint) {
         Ok(c) => Some(c),
         Err(e) if matches!(selected.spec.handler, Handler::Exec(_)) => {
             eprintln!("podprobe probe: invalid input: --cri-endpoint: {e}");
-            return ExitCode::from(EXIT_INVALID_INPUT);
+            return ExitCode::from(exit_code::USAGE);
         }
         Err(_) => None,
     };
@@ -232,7 +230,7 @@ pub fn main(args: ProbeArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("podprobe probe: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(exit_code::ERROR);
         }
     };
     let prober = Prober::new(&args.kube_probe_version, cri);
@@ -253,19 +251,20 @@ pub fn main(args: ProbeArgs) -> ExitCode {
         },
         OutputFormat::Text => print!("{}", render_text(&report)),
     }
-    ExitCode::from(exit_code(&report))
+    ExitCode::from(report_exit_code(&report))
 }
 
-/// 0 success or warning, 1 failure, 2 unknown or error.
-pub fn exit_code(report: &Report) -> u8 {
+/// Success or warning: 0; failure: [`exit_code::FAILURE`]; unknown or
+/// error: [`exit_code::ERROR`].
+pub fn report_exit_code(report: &ProbeReport) -> u8 {
     match (report.error.is_some(), report.result) {
-        (true, _) | (false, ProbeResult::Unknown) => 2,
+        (true, _) | (false, ProbeResult::Unknown) => exit_code::ERROR,
         (false, ProbeResult::Success | ProbeResult::Warning) => 0,
-        (false, ProbeResult::Failure) => 1,
+        (false, ProbeResult::Failure) => exit_code::FAILURE,
     }
 }
 
-fn read_input(path: &std::path::Path) -> Result<serde_json::Value, InputError> {
+fn read_input(path: &std::path::Path) -> Result<serde_json::Value, ProbeInputError> {
     let shown = path.display().to_string();
     let mut text = String::new();
     let read = if shown == "-" {
@@ -273,11 +272,11 @@ fn read_input(path: &std::path::Path) -> Result<serde_json::Value, InputError> {
     } else {
         std::fs::read_to_string(path).map(|t| text = t)
     };
-    read.map_err(|source| InputError::Read {
+    read.map_err(|source| ProbeInputError::Read {
         path: shown.clone(),
         source,
     })?;
-    parse_document(&text).map_err(|message| InputError::Parse {
+    parse_document(&text).map_err(|message| ProbeInputError::Parse {
         path: shown,
         message,
     })
@@ -289,7 +288,7 @@ pub fn parse_document(text: &str) -> Result<serde_json::Value, String> {
 }
 
 /// Picks the probe to run from a parsed document.
-pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, InputError> {
+pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, ProbeInputError> {
     let is_pod =
         doc.get("kind").and_then(|k| k.as_str()) == Some("Pod") || doc.get("spec").is_some();
     if !is_pod {
@@ -310,14 +309,14 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Inp
         });
     }
     let pod: Pod = serde_json::from_value(doc.clone())
-        .map_err(|e| InputError::Selection(format!("not a core/v1 Pod: {e}")))?;
+        .map_err(|e| ProbeInputError::Selection(format!("not a core/v1 Pod: {e}")))?;
     let container = pick_container(&pod, args.container.as_deref())?;
     let kind = match args.kind {
         Some(k) => ProbeKind::from(k),
         None => only_probe_kind(container)?,
     };
     if spec::container_probe(container, kind).is_none() {
-        return Err(InputError::Selection(format!(
+        return Err(ProbeInputError::Selection(format!(
             "container {:?} has no {}",
             container.name,
             kind.field_name()
@@ -328,7 +327,7 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Inp
         .unwrap_or_default();
     let object = spec::decode_probe_object(kind, &written)?;
     if object.podprobe.is_some() {
-        return Err(InputError::Decode(spec::DecodeError {
+        return Err(ProbeInputError::Decode(spec::DecodeError {
             field: format!("{}.{}", kind.field_name(), spec::EXTENSIONS_KEY),
             message: "unknown field (not part of core/v1: the API server drops it from a pod \
                       spec; podprobe's extensions go in the podprobe.io/probes annotation)"
@@ -359,9 +358,11 @@ fn written_probe<'d>(
         .get(kind.field_name())
 }
 
-fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container, InputError> {
+fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container, ProbeInputError> {
     let Some(spec) = pod.spec.as_ref() else {
-        return Err(InputError::Selection("the Pod manifest has no spec".into()));
+        return Err(ProbeInputError::Selection(
+            "the Pod manifest has no spec".into(),
+        ));
     };
     let restartable_init = spec
         .init_containers
@@ -382,13 +383,13 @@ fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container,
             .copied()
             .find(|c| c.name == name)
             .ok_or_else(|| {
-                InputError::Selection(format!(
+                ProbeInputError::Selection(format!(
                     "--container {name:?}: no such container in the pod (containers: {})",
                     names()
                 ))
             }),
         None if candidates.len() == 1 => Ok(candidates[0]),
-        None => Err(InputError::Selection(format!(
+        None => Err(ProbeInputError::Selection(format!(
             "--container is required: the pod has {} probeable containers ({})",
             candidates.len(),
             names()
@@ -396,18 +397,18 @@ fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container,
     }
 }
 
-fn only_probe_kind(container: &Container) -> Result<ProbeKind, InputError> {
+fn only_probe_kind(container: &Container) -> Result<ProbeKind, ProbeInputError> {
     let present: Vec<ProbeKind> = ProbeKind::ALL
         .into_iter()
         .filter(|k| spec::container_probe(container, *k).is_some())
         .collect();
     match present.as_slice() {
         [kind] => Ok(*kind),
-        [] => Err(InputError::Selection(format!(
+        [] => Err(ProbeInputError::Selection(format!(
             "container {:?} has no probes",
             container.name
         ))),
-        _ => Err(InputError::Selection(format!(
+        _ => Err(ProbeInputError::Selection(format!(
             "--kind is required: container {:?} has several probes",
             container.name
         ))),
@@ -448,8 +449,8 @@ pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
     }
 }
 
-fn report(selected: &Selected, pod_ip: &str, verdict: ProbeVerdict, took: Duration) -> Report {
-    Report {
+fn report(selected: &Selected, pod_ip: &str, verdict: ProbeVerdict, took: Duration) -> ProbeReport {
+    ProbeReport {
         kind: selected.kind,
         container: selected.container.clone(),
         handler: describe_handler(&selected.spec.handler, pod_ip),
@@ -463,7 +464,7 @@ fn report(selected: &Selected, pod_ip: &str, verdict: ProbeVerdict, took: Durati
 }
 
 /// The human-readable report.
-pub fn render_text(report: &Report) -> String {
+pub fn render_text(report: &ProbeReport) -> String {
     let mut out = format!(
         "{} probe ({}): {}",
         report.kind, report.handler, report.result
@@ -635,7 +636,7 @@ mod tests {
 
     #[test]
     fn exit_codes_follow_the_contract() {
-        let report = |result, error: Option<&str>| Report {
+        let report = |result, error: Option<&str>| ProbeReport {
             kind: ProbeKind::Readiness,
             container: String::new(),
             handler: String::new(),
@@ -646,10 +647,13 @@ mod tests {
             attempts: 1,
             duration_ms: 0.0,
         };
-        assert_eq!(exit_code(&report(ProbeResult::Success, None)), 0);
-        assert_eq!(exit_code(&report(ProbeResult::Warning, None)), 0);
-        assert_eq!(exit_code(&report(ProbeResult::Failure, None)), 1);
-        assert_eq!(exit_code(&report(ProbeResult::Unknown, None)), 2);
-        assert_eq!(exit_code(&report(ProbeResult::Failure, Some("reset"))), 2);
+        assert_eq!(report_exit_code(&report(ProbeResult::Success, None)), 0);
+        assert_eq!(report_exit_code(&report(ProbeResult::Warning, None)), 0);
+        assert_eq!(report_exit_code(&report(ProbeResult::Failure, None)), 1);
+        assert_eq!(report_exit_code(&report(ProbeResult::Unknown, None)), 2);
+        assert_eq!(
+            report_exit_code(&report(ProbeResult::Failure, Some("reset"))),
+            2
+        );
     }
 }

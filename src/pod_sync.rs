@@ -25,7 +25,7 @@ use crate::results::{CachedResult, ResultUpdate};
 /// The pod worker's resync interval (the kubelet's `--sync-frequency`,
 /// default 1 minute); each resync is delayed by up to half of it at random
 /// (`workerResyncIntervalJitterFactor`).
-pub const RESYNC_INTERVAL: Duration = Duration::from_secs(60);
+pub const POD_RESYNC_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What of a pod makes the kubelet sync it when it changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,10 +105,10 @@ impl SyncSchedule {
     }
 
     /// The pod was synced at `now` (for any reason): the pod worker
-    /// requeues it for a resync `RESYNC_INTERVAL` plus up to half of it
+    /// requeues it for a resync `POD_RESYNC_INTERVAL` plus up to half of it
     /// later; `unit` in `[0, 1)` picks where.
     pub fn synced(&mut self, now: Instant, unit: f64) {
-        self.resync_at = now + crate::backoff::with_jitter(RESYNC_INTERVAL, unit);
+        self.resync_at = now + crate::backoff::with_jitter(POD_RESYNC_INTERVAL, unit);
     }
 }
 
@@ -213,11 +213,11 @@ mod tests {
         let mut schedule = SyncSchedule::new(start);
         assert!(schedule.resync_due(start), "a new pod is due at once");
         schedule.synced(start, 0.0);
-        assert!(!schedule.resync_due(start + RESYNC_INTERVAL - Duration::from_millis(1)));
-        assert!(schedule.resync_due(start + RESYNC_INTERVAL));
+        assert!(!schedule.resync_due(start + POD_RESYNC_INTERVAL - Duration::from_millis(1)));
+        assert!(schedule.resync_due(start + POD_RESYNC_INTERVAL));
         schedule.synced(start, 0.999);
-        assert!(!schedule.resync_due(start + RESYNC_INTERVAL.mul_f64(1.49)));
-        assert!(schedule.resync_due(start + RESYNC_INTERVAL.mul_f64(1.5)));
+        assert!(!schedule.resync_due(start + POD_RESYNC_INTERVAL.mul_f64(1.49)));
+        assert!(schedule.resync_due(start + POD_RESYNC_INTERVAL.mul_f64(1.5)));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The node-scoped pod watch: every pod bound to this node (field selector
 //! `spec.nodeName=<node>`, plus the optional label selector), kept in a
-//! [`PodCache`] by UID and turned into a stream of [`PodEvent`]s.
+//! [`PodCache`] by UID and turned into a stream of [`PodUpdate`]s.
 //!
 //! The cache is the workers' view of pod status ([`StatusSource`]): container
 //! IDs, states and the pod IP as the API server last reported them, with
@@ -72,7 +72,7 @@ impl k8s_openapi::Metadata for WatchedPod {
 
 /// A pod appeared or changed, or went away.
 #[derive(Debug, Clone)]
-pub enum PodEvent {
+pub enum PodUpdate {
     /// With the probe fields of the pod that podprobe's types lack (V10).
     Applied(Arc<Pod>, Vec<UnknownProbeField>),
     Deleted(Arc<Pod>),
@@ -212,7 +212,7 @@ struct Applier {
 }
 
 impl Applier {
-    fn apply(&mut self, cache: &PodCache, event: Event<WatchedPod>) -> Vec<PodEvent> {
+    fn apply(&mut self, cache: &PodCache, event: Event<WatchedPod>) -> Vec<PodUpdate> {
         match event {
             Event::Init => {
                 self.listing = Some(HashSet::new());
@@ -226,27 +226,27 @@ impl Applier {
             }
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
-                let mut events: Vec<PodEvent> = cache
+                let mut events: Vec<PodUpdate> = cache
                     .retain_listed(&listed)
                     .into_iter()
-                    .map(PodEvent::Deleted)
+                    .map(PodUpdate::Deleted)
                     .collect();
                 cache.synced.store(true, Ordering::Relaxed);
-                events.push(PodEvent::Synced);
+                events.push(PodUpdate::Synced);
                 events
             }
             Event::Apply(watched) => vec![Self::applied(cache, watched)],
             Event::Delete(WatchedPod { pod, .. }) => {
                 cache.remove(&pod);
-                vec![PodEvent::Deleted(Arc::new(pod))]
+                vec![PodUpdate::Deleted(Arc::new(pod))]
             }
         }
     }
 
-    fn applied(cache: &PodCache, watched: WatchedPod) -> PodEvent {
+    fn applied(cache: &PodCache, watched: WatchedPod) -> PodUpdate {
         let pod = Arc::new(watched.pod);
         cache.insert(pod.clone());
-        PodEvent::Applied(pod, watched.unknown_probe_fields)
+        PodUpdate::Applied(pod, watched.unknown_probe_fields)
     }
 }
 
@@ -258,7 +258,7 @@ pub fn watch(
     api: Api<WatchedPod>,
     config: watcher::Config,
     cache: Arc<PodCache>,
-) -> impl Stream<Item = PodEvent> + Send {
+) -> impl Stream<Item = PodUpdate> + Send {
     let mut applier = Applier::default();
     let mut failing = false;
     watcher::watcher(api, config)
@@ -339,21 +339,21 @@ mod tests {
             &PodCache::new(),
             Event::Apply(serde_json::from_str(json).unwrap()),
         );
-        let Some(PodEvent::Applied(_, unknown)) = events.pop() else {
+        let Some(PodUpdate::Applied(_, unknown)) = events.pop() else {
             panic!("an applied pod");
         };
         assert_eq!(unknown, watched.unknown_probe_fields);
     }
 
-    fn names(events: &[PodEvent]) -> Vec<String> {
+    fn names(events: &[PodUpdate]) -> Vec<String> {
         events
             .iter()
             .map(|e| match e {
-                PodEvent::Applied(p, _) => {
+                PodUpdate::Applied(p, _) => {
                     format!("applied {}", p.metadata.uid.as_deref().unwrap())
                 }
-                PodEvent::Deleted(p) => format!("deleted {}", p.metadata.uid.as_deref().unwrap()),
-                PodEvent::Synced => "synced".to_string(),
+                PodUpdate::Deleted(p) => format!("deleted {}", p.metadata.uid.as_deref().unwrap()),
+                PodUpdate::Synced => "synced".to_string(),
             })
             .collect()
     }

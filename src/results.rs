@@ -24,7 +24,7 @@ pub const UPDATES_CAPACITY: usize = 20;
 
 /// The longest failure note kept per container, in bytes: the condition that
 /// shows it stays small however much a probed server or command writes.
-pub const MAX_NOTE_BYTES: usize = 256;
+pub const MAX_CONDITION_NOTE_BYTES: usize = 256;
 
 /// A cached probe result (`results.Result`). The kubelet's zero value is
 /// `Success`, which matters for a worker's initial `last_result`.
@@ -111,7 +111,7 @@ impl ResultsCache {
     }
 
     /// Keeps `note` as the last failure of `container_id`'s probe, cut to
-    /// [`MAX_NOTE_BYTES`] (`...` marks a cut). Sends no update.
+    /// [`MAX_CONDITION_NOTE_BYTES`] (`...` marks a cut). Sends no update.
     pub fn set_note(&self, container_id: &str, note: &str) {
         let note: Arc<str> = bounded_note(note).into();
         let mut notes = self.notes.write().unwrap_or_else(PoisonError::into_inner);
@@ -147,13 +147,13 @@ impl ResultsCache {
 }
 
 /// `note` cut on a character boundary so that, with `...` appended, it
-/// takes at most [`MAX_NOTE_BYTES`].
+/// takes at most [`MAX_CONDITION_NOTE_BYTES`].
 fn bounded_note(note: &str) -> String {
-    if note.len() <= MAX_NOTE_BYTES {
+    if note.len() <= MAX_CONDITION_NOTE_BYTES {
         return note.to_string();
     }
     const MARK: &str = "...";
-    let end = note.floor_char_boundary(MAX_NOTE_BYTES - MARK.len());
+    let end = note.floor_char_boundary(MAX_CONDITION_NOTE_BYTES - MARK.len());
     format!("{}{MARK}", &note[..end])
 }
 
@@ -281,10 +281,18 @@ mod tests {
             Some("Readiness probe failed: HTTP probe failed with statuscode: 503")
         );
         // A long note with a multi-byte character across the cut.
-        let long = format!("{}é{}", "x".repeat(MAX_NOTE_BYTES - 4), "y".repeat(1000));
+        let long = format!(
+            "{}é{}",
+            "x".repeat(MAX_CONDITION_NOTE_BYTES - 4),
+            "y".repeat(1000)
+        );
         cache.set_note(ID, &long);
         let kept = cache.note(ID).unwrap();
-        assert!(kept.len() <= MAX_NOTE_BYTES, "{} bytes", kept.len());
+        assert!(
+            kept.len() <= MAX_CONDITION_NOTE_BYTES,
+            "{} bytes",
+            kept.len()
+        );
         assert!(kept.ends_with("x..."), "{kept}");
         cache.remove(ID);
         assert_eq!(cache.note(ID), None);

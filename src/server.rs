@@ -58,7 +58,7 @@ use tokio::time::Instant;
 
 use self::connections::{Admission, Busy, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
-use self::delegated_auth::{Decision, Review};
+use self::delegated_auth::{AccessDecision, Review};
 use crate::config::{Config, MetricsAuth};
 pub use crate::health::Health;
 use crate::metrics::{self, AuthOutcome, Metrics};
@@ -509,7 +509,7 @@ async fn respond(
                         drop(reviewing);
                         decision
                     }
-                    None => Decision::Throttled,
+                    None => AccessDecision::Throttled,
                 };
                 endpoints.metrics.metrics_auth(outcome(&decision));
                 if let Some(refusal) = refusal(decision, path) {
@@ -526,13 +526,13 @@ async fn respond(
 }
 
 /// How `decision` is counted.
-fn outcome(decision: &Decision) -> AuthOutcome {
+fn outcome(decision: &AccessDecision) -> AuthOutcome {
     match decision {
-        Decision::Allowed { .. } => AuthOutcome::Allowed,
-        Decision::Unauthenticated { .. } => AuthOutcome::Unauthenticated,
-        Decision::Forbidden { .. } => AuthOutcome::Forbidden,
-        Decision::Failed { .. } => AuthOutcome::Failed,
-        Decision::Throttled => AuthOutcome::Throttled,
+        AccessDecision::Allowed { .. } => AuthOutcome::Allowed,
+        AccessDecision::Unauthenticated { .. } => AuthOutcome::Unauthenticated,
+        AccessDecision::Forbidden { .. } => AuthOutcome::Forbidden,
+        AccessDecision::Failed { .. } => AuthOutcome::Failed,
+        AccessDecision::Throttled => AuthOutcome::Throttled,
     }
 }
 
@@ -540,14 +540,14 @@ fn outcome(decision: &Decision) -> AuthOutcome {
 /// kubelet's: 401, 403, or 500 when the access review failed; 429 when it
 /// could not be reviewed now. Logged at debug level only: anyone on the
 /// network can make these.
-fn refusal(decision: Decision, path: &str) -> Option<Response<Full<Bytes>>> {
+fn refusal(decision: AccessDecision, path: &str) -> Option<Response<Full<Bytes>>> {
     match decision {
-        Decision::Allowed { .. } => None,
-        Decision::Unauthenticated { reason } => {
+        AccessDecision::Allowed { .. } => None,
+        AccessDecision::Unauthenticated { reason } => {
             tracing::debug!(path, reason, "unauthenticated metrics request");
             Some(unauthorized())
         }
-        Decision::Forbidden { user, reason } => {
+        AccessDecision::Forbidden { user, reason } => {
             tracing::debug!(path, user, reason, "forbidden metrics request");
             Some(text(
                 StatusCode::FORBIDDEN,
@@ -555,18 +555,18 @@ fn refusal(decision: Decision, path: &str) -> Option<Response<Full<Bytes>>> {
             ))
         }
         // Logged by `DelegatedAuth`.
-        Decision::Failed {
+        AccessDecision::Failed {
             review: Review::Token,
             ..
         } => Some(unauthorized()),
-        Decision::Failed {
+        AccessDecision::Failed {
             review: Review::Access,
             ..
         } => Some(text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "Internal Server Error: the access review failed\n".to_string(),
         )),
-        Decision::Throttled => {
+        AccessDecision::Throttled => {
             tracing::debug!(path, "throttled metrics request: too many reviews waiting");
             let mut response = text(
                 StatusCode::TOO_MANY_REQUESTS,

@@ -23,8 +23,10 @@ use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use self::script::{Script, ScriptError};
+use crate::config::ModeArg;
+use crate::exit_code;
 use crate::manager::PodProbes;
-use crate::oneshot::{EXIT_INVALID_INPUT, parse_document};
+use crate::oneshot::parse_document;
 use crate::probe::spec::budget::PodBudget;
 use crate::probe::spec::{self, container_probe, validate_container_probes};
 use crate::probe::{ProbeKind, SpecError};
@@ -124,15 +126,6 @@ pub enum OutputArg {
     Html,
 }
 
-/// `--mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// Probes from the `podprobe.io/probes` annotation.
-    Gate,
-    /// Probes from the pod spec.
-    Authority,
-}
-
 /// Everything a run needs, validated.
 #[derive(Debug, Clone)]
 pub struct Simulation {
@@ -148,7 +141,7 @@ pub struct Simulation {
 
 /// Input that cannot be simulated; the message names what to fix.
 #[derive(Debug, thiserror::Error)]
-pub enum InputError {
+pub enum SimulateInputError {
     #[error("{flag} {path}: cannot read: {source}")]
     Read {
         flag: &'static str,
@@ -174,9 +167,9 @@ pub enum InputError {
     Annotation(#[from] AnnotationError),
 }
 
-impl InputError {
+impl SimulateInputError {
     fn pod(field: impl Into<String>, message: impl Into<String>) -> Self {
-        InputError::Pod {
+        SimulateInputError::Pod {
             field: field.into(),
             message: message.into(),
         }
@@ -197,14 +190,14 @@ pub fn main(args: SimulateArgs) -> ExitCode {
         Ok(simulation) => simulation,
         Err(e) => {
             eprintln!("podprobe simulate: invalid input: {e}");
-            return ExitCode::from(EXIT_INVALID_INPUT);
+            return ExitCode::from(exit_code::USAGE);
         }
     };
     let report = match engine::run(&simulation) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("podprobe simulate: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(exit_code::ERROR);
         }
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -221,7 +214,10 @@ pub fn main(args: SimulateArgs) -> ExitCode {
 }
 
 /// Writes the report as JSON lines, the summary last.
-pub fn write_report(out: &mut impl Write, report: &engine::Report) -> std::io::Result<()> {
+pub fn write_report(
+    out: &mut impl Write,
+    report: &engine::SimulationReport,
+) -> std::io::Result<()> {
     for record in &report.records {
         serde_json::to_writer(&mut *out, record)?;
         out.write_all(b"\n")?;
@@ -231,14 +227,16 @@ pub fn write_report(out: &mut impl Write, report: &engine::Report) -> std::io::R
 }
 
 /// Reads and validates the input files.
-pub fn prepare(args: &SimulateArgs) -> Result<Simulation, InputError> {
+pub fn prepare(args: &SimulateArgs) -> Result<Simulation, SimulateInputError> {
     if is_stdin(&args.pod) && is_stdin(&args.script) {
-        return Err(InputError::BothStdin);
+        return Err(SimulateInputError::BothStdin);
     }
     let pod = read_document("--pod", &args.pod)?;
     let script = script::parse(&read_document("--script", &args.script)?)?;
     let duration = match args.duration {
-        Some(seconds) => Some(script::positive_seconds_arg(seconds).map_err(InputError::Duration)?),
+        Some(seconds) => {
+            Some(script::positive_seconds_arg(seconds).map_err(SimulateInputError::Duration)?)
+        }
         None => None,
     };
     build(&pod, script, args.mode, duration)
@@ -251,7 +249,7 @@ pub fn build(
     script: Script,
     mode: Option<ModeArg>,
     duration: Option<Duration>,
-) -> Result<Simulation, InputError> {
+) -> Result<Simulation, SimulateInputError> {
     let pod = load_pod(pod)?;
     let mode = mode.unwrap_or_else(|| default_mode(&pod));
     let (probes, gate) = match mode {
@@ -286,7 +284,7 @@ fn is_stdin(path: &Path) -> bool {
     path.as_os_str() == "-"
 }
 
-fn read_document(flag: &'static str, path: &Path) -> Result<serde_json::Value, InputError> {
+fn read_document(flag: &'static str, path: &Path) -> Result<serde_json::Value, SimulateInputError> {
     let shown = path.display().to_string();
     let mut text = String::new();
     let read = if is_stdin(path) {
@@ -294,12 +292,12 @@ fn read_document(flag: &'static str, path: &Path) -> Result<serde_json::Value, I
     } else {
         std::fs::read_to_string(path).map(|t| text = t)
     };
-    read.map_err(|source| InputError::Read {
+    read.map_err(|source| SimulateInputError::Read {
         flag,
         path: shown.clone(),
         source,
     })?;
-    parse_document(&text).map_err(|message| InputError::Parse {
+    parse_document(&text).map_err(|message| SimulateInputError::Parse {
         flag,
         path: shown,
         message,
@@ -313,21 +311,21 @@ const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
 /// The UID a pod without one gets: workers and statuses are keyed by it.
 const DEFAULT_UID: &str = "00000000-0000-0000-0000-000000000001";
 
-fn load_pod(doc: &serde_json::Value) -> Result<Pod, InputError> {
+fn load_pod(doc: &serde_json::Value) -> Result<Pod, SimulateInputError> {
     if doc
         .get("kind")
         .and_then(|k| k.as_str())
         .is_some_and(|k| k != "Pod")
     {
-        return Err(InputError::pod("kind", "expected a Pod"));
+        return Err(SimulateInputError::pod("kind", "expected a Pod"));
     }
     let mut pod: Pod = serde_json::from_value(doc.clone())
-        .map_err(|e| InputError::pod("", format!("not a core/v1 Pod: {e}")))?;
+        .map_err(|e| SimulateInputError::pod("", format!("not a core/v1 Pod: {e}")))?;
     let Some(spec) = pod.spec.as_ref() else {
-        return Err(InputError::pod("spec", "required"));
+        return Err(SimulateInputError::pod("spec", "required"));
     };
     if spec.containers.is_empty() {
-        return Err(InputError::pod(
+        return Err(SimulateInputError::pod(
             "spec.containers",
             "must have at least one container",
         ));
@@ -349,11 +347,11 @@ fn load_pod(doc: &serde_json::Value) -> Result<Pod, InputError> {
 
 /// Container statuses are matched by name, so names must be unique across
 /// containers and init containers, as the API server requires.
-fn check_unique_names(pod: &Pod) -> Result<(), InputError> {
+fn check_unique_names(pod: &Pod) -> Result<(), SimulateInputError> {
     let mut seen = HashSet::new();
     for (list, index, container) in all_containers(pod) {
         if !seen.insert(container.name.as_str()) {
-            return Err(InputError::pod(
+            return Err(SimulateInputError::pod(
                 format!("{list}[{index}].name"),
                 format!("duplicate container name {:?}", container.name),
             ));
@@ -387,8 +385,10 @@ fn probed_containers(pod: &Pod) -> impl Iterator<Item = (String, &Container)> {
 
 /// Authority mode: the spec's probes, defaulted and validated as the API
 /// server does, ports resolved.
-fn spec_probes(pod: &Pod) -> Result<PodProbes, InputError> {
-    let at = |path: &str, e: SpecError| InputError::pod(format!("{path}.{}", e.field), e.message);
+fn spec_probes(pod: &Pod) -> Result<PodProbes, SimulateInputError> {
+    let at = |path: &str, e: SpecError| {
+        SimulateInputError::pod(format!("{path}.{}", e.field), e.message)
+    };
     for (list, index, container) in all_containers(pod) {
         if list == "spec.initContainers" && !is_restartable_init_container(container) {
             let path = format!("{list}[{index}]");
@@ -433,9 +433,9 @@ fn has_annotation(pod: &Pod) -> bool {
 
 /// Gate mode: the annotation's probes. Asked for explicitly on a pod
 /// without the annotation, this is an error.
-fn annotation_probes(pod: &Pod) -> Result<AnnotatedProbes, InputError> {
+fn annotation_probes(pod: &Pod) -> Result<AnnotatedProbes, SimulateInputError> {
     if !has_annotation(pod) {
-        return Err(InputError::pod(
+        return Err(SimulateInputError::pod(
             format!("metadata.annotations[{PROBES_ANNOTATION:?}]"),
             "required in gate mode, which reads the probes from it (--mode authority reads the spec's probes)",
         ));

@@ -38,6 +38,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, Pod, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use podprobe::config::ModeArg;
 use podprobe::cri::{CriClient, ExecSyncResponse};
 use podprobe::probe::destinations::{AllowedHost, Destinations};
 use podprobe::probe::http as http_probe;
@@ -47,7 +48,7 @@ use podprobe::probe::spec::{
     resolve_container_port, validate_container_probes,
 };
 use podprobe::probe::{ProbeKind, exec, grpc};
-use podprobe::simulate::{self, ModeArg, engine, script};
+use podprobe::simulate::{self, engine, script};
 use podprobe::status::annotation::parse_probes;
 use podprobe::status::{PROBES_ANNOTATION, check_hosts, pod_probes};
 use proptest::collection::vec;

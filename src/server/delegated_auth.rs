@@ -22,7 +22,7 @@
 //!
 //! At most [`MAX_REVIEWS_IN_FLIGHT`] reviews are sent at once and
 //! [`MAX_QUEUED_REVIEWS`] more wait for a turn; a request that would need
-//! another is [`Decision::Throttled`] at once (429) instead of waiting, so
+//! another is [`AccessDecision::Throttled`] at once (429) instead of waiting, so
 //! that a flood of forged tokens holds neither the API server nor the
 //! flooders' connections for longer than those few reviews take. The
 //! reviews go through the [`Reviewer`] trait: [`KubeReviewer`] asks the API
@@ -234,7 +234,7 @@ impl Reviewer for KubeReviewer {
 
 /// What to answer a request for a guarded path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum AccessDecision {
     /// Serve it.
     Allowed { user: String },
     /// 401: no bearer token, or one the API server does not accept.
@@ -316,9 +316,9 @@ impl DelegatedAuth {
 
     /// Decides a request for the non-resource URL `path` with `verb` (`get`
     /// for GET and HEAD) from its `Authorization: Bearer` header.
-    pub async fn authorize(&self, headers: &HeaderMap, path: &str, verb: &str) -> Decision {
+    pub async fn authorize(&self, headers: &HeaderMap, path: &str, verb: &str) -> AccessDecision {
         let Some(token) = bearer_token(headers) else {
-            return Decision::Unauthenticated {
+            return AccessDecision::Unauthenticated {
                 reason: "no bearer token".to_string(),
             };
         };
@@ -326,15 +326,15 @@ impl DelegatedAuth {
         let user = match self.authenticate(key, token).await {
             Ok(Authentication::Authenticated(user)) => user,
             Ok(Authentication::Unauthenticated(reason)) => {
-                return Decision::Unauthenticated { reason };
+                return AccessDecision::Unauthenticated { reason };
             }
             Err(error) => return self.failed(Review::Token, error),
         };
         match self.authorize_user(key, &user, path, verb).await {
-            Ok(Authorization::Allowed) => Decision::Allowed {
+            Ok(Authorization::Allowed) => AccessDecision::Allowed {
                 user: user.username,
             },
-            Ok(Authorization::Denied(reason)) => Decision::Forbidden {
+            Ok(Authorization::Denied(reason)) => AccessDecision::Forbidden {
                 user: user.username,
                 reason,
             },
@@ -347,9 +347,9 @@ impl DelegatedAuth {
     /// which an operator must hear about, but not once per scrape. A
     /// throttled one is not logged: anyone can cause it, and it is counted
     /// (`podprobe_metrics_auth_decisions_total`).
-    fn failed(&self, review: Review, error: ReviewError) -> Decision {
+    fn failed(&self, review: Review, error: ReviewError) -> AccessDecision {
         if let ReviewError::Throttled { .. } = error {
-            return Decision::Throttled;
+            return AccessDecision::Throttled;
         }
         let now = Instant::now();
         let warn = {
@@ -368,7 +368,7 @@ impl DelegatedAuth {
         } else {
             tracing::debug!(%error, "cannot review a /metrics request; refusing it");
         }
-        Decision::Failed {
+        AccessDecision::Failed {
             review,
             reason: error.to_string(),
         }
@@ -668,7 +668,7 @@ mod tests {
         let decision = auth.authorize(&HeaderMap::new(), "/metrics", "get").await;
         assert_eq!(
             decision,
-            Decision::Unauthenticated {
+            AccessDecision::Unauthenticated {
                 reason: "no bearer token".into()
             }
         );
@@ -679,7 +679,7 @@ mod tests {
     async fn an_allowed_token_is_cached_for_the_authorized_ttl() {
         let (auth, script) = auth();
         let headers = bearer("Bearer good-scraper");
-        let allowed = Decision::Allowed {
+        let allowed = AccessDecision::Allowed {
             user: "scraper".into(),
         };
         assert_eq!(auth.authorize(&headers, "/metrics", "get").await, allowed);
@@ -705,7 +705,7 @@ mod tests {
     async fn a_rejected_token_is_401_and_cached_for_the_unauthorized_ttl() {
         let (auth, script) = auth();
         let headers = bearer("Bearer forged");
-        let rejected = Decision::Unauthenticated {
+        let rejected = AccessDecision::Unauthenticated {
             reason: "invalid bearer token".into(),
         };
         assert_eq!(auth.authorize(&headers, "/metrics", "get").await, rejected);
@@ -721,7 +721,7 @@ mod tests {
     async fn a_denied_user_is_403_and_cached_for_the_unauthorized_ttl() {
         let (auth, script) = auth();
         let headers = bearer("Bearer good-stranger");
-        let forbidden = Decision::Forbidden {
+        let forbidden = AccessDecision::Forbidden {
             user: "stranger".into(),
             reason: "stranger may not get /metrics".into(),
         };
@@ -741,7 +741,7 @@ mod tests {
         for _ in 0..2 {
             assert!(matches!(
                 auth.authorize(&flaky, "/metrics", "get").await,
-                Decision::Failed { review: Review::Token, reason } if reason.contains("without a status")
+                AccessDecision::Failed { review: Review::Token, reason } if reason.contains("without a status")
             ));
         }
         assert_eq!(script.counts(), (2, 0));
@@ -751,7 +751,7 @@ mod tests {
         for _ in 0..2 {
             assert!(matches!(
                 auth.authorize(&good, "/metrics", "get").await,
-                Decision::Failed {
+                AccessDecision::Failed {
                     review: Review::Access,
                     ..
                 }
@@ -761,7 +761,7 @@ mod tests {
         script.fail_access.store(false, Ordering::SeqCst);
         assert_eq!(
             auth.authorize(&good, "/metrics", "get").await,
-            Decision::Allowed {
+            AccessDecision::Allowed {
                 user: "scraper".into()
             }
         );
@@ -777,7 +777,7 @@ mod tests {
         assert_eq!(started.elapsed(), REVIEW_TIMEOUT);
         assert_eq!(
             decision,
-            Decision::Failed {
+            AccessDecision::Failed {
                 review: Review::Token,
                 reason: "the TokenReview got no answer within 10s".into()
             }
@@ -798,7 +798,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(script.counts().0, MAX_REVIEWS_IN_FLIGHT);
         while let Some(decision) = stuck.join_next().await {
-            assert!(matches!(decision.unwrap(), Decision::Failed { .. }));
+            assert!(matches!(decision.unwrap(), AccessDecision::Failed { .. }));
         }
     }
 
@@ -809,7 +809,7 @@ mod tests {
     async fn reviews_beyond_the_queue_are_throttled_at_once() {
         let (auth, script) = auth();
         let scraper = bearer("Bearer good-scraper");
-        let allowed = Decision::Allowed {
+        let allowed = AccessDecision::Allowed {
             user: "scraper".into(),
         };
         assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
@@ -828,18 +828,18 @@ mod tests {
         let decision = auth
             .authorize(&bearer("Bearer forged"), "/metrics", "get")
             .await;
-        assert_eq!(decision, Decision::Throttled);
+        assert_eq!(decision, AccessDecision::Throttled);
         assert_eq!(asked.elapsed(), Duration::ZERO, "not waited for");
         assert_eq!(script.counts(), (1 + MAX_REVIEWS_IN_FLIGHT, 1));
         assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
 
         while let Some(decision) = stuck.join_next().await {
-            assert!(matches!(decision.unwrap(), Decision::Failed { .. }));
+            assert!(matches!(decision.unwrap(), AccessDecision::Failed { .. }));
         }
         assert!(matches!(
             auth.authorize(&bearer("Bearer forged"), "/metrics", "get")
                 .await,
-            Decision::Unauthenticated { .. }
+            AccessDecision::Unauthenticated { .. }
         ));
     }
 
@@ -887,7 +887,7 @@ mod tests {
     async fn a_flood_of_forged_tokens_cannot_push_out_an_accepted_one() {
         let (auth, script) = auth();
         let scraper = bearer("Bearer good-scraper");
-        let allowed = Decision::Allowed {
+        let allowed = AccessDecision::Allowed {
             user: "scraper".into(),
         };
         assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
@@ -897,7 +897,7 @@ mod tests {
             let forged = bearer(&format!("Bearer forged-{i}"));
             assert!(matches!(
                 auth.authorize(&forged, "/metrics", "get").await,
-                Decision::Unauthenticated { .. }
+                AccessDecision::Unauthenticated { .. }
             ));
         }
         assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);

@@ -142,7 +142,7 @@ pub struct ContainerSummary {
 
 /// A finished simulation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub struct SimulationReport {
     /// In time order; at equal times by container name, pod-level last.
     pub records: Vec<Record>,
     pub summary: Summary,
@@ -153,7 +153,7 @@ fn as_seconds<S: serde::Serializer>(d: &Duration, serializer: S) -> Result<S::Ok
 }
 
 /// Runs `simulation` on a fresh single-threaded runtime with a paused clock.
-pub fn run(simulation: &Simulation) -> std::io::Result<Report> {
+pub fn run(simulation: &Simulation) -> std::io::Result<SimulationReport> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -161,7 +161,7 @@ pub fn run(simulation: &Simulation) -> std::io::Result<Report> {
     Ok(runtime.block_on(simulate(simulation)))
 }
 
-async fn simulate(simulation: &Simulation) -> Report {
+async fn simulate(simulation: &Simulation) -> SimulationReport {
     let clock = TokioClock::new(Timestamp::from_second(WALL_ORIGIN_SECONDS).unwrap_or_default());
     let containers = SimContainer::all(simulation);
     let first_start = containers
@@ -204,7 +204,7 @@ async fn simulate(simulation: &Simulation) -> Report {
     kubelet.run(receivers, end).await;
     let records = log.take(simulation.duration);
     let summary = summarize(simulation, &kubelet.containers, &records);
-    Report { records, summary }
+    SimulationReport { records, summary }
 }
 
 /// The longest probe period of the pod (at least a second).
@@ -830,8 +830,9 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ModeArg;
+    use crate::simulate::build;
     use crate::simulate::script::Script;
-    use crate::simulate::{ModeArg, build};
 
     /// What the fuzz suite found (tests/fuzz.rs, simulate_script_never_panics,
     /// out of memory): a probe period past 30 years, which tokio's `sleep`

@@ -2,7 +2,7 @@
 //! self-contained HTML page with that timeline and a table of the events
 //! ([`html`]), for `podprobe simulate --output svg|html`.
 //!
-//! Both are pure functions of the [`Report`] that `--output json` prints
+//! Both are pure functions of the [`SimulationReport`] that `--output json` prints
 //! and of the probe specs the simulation ran: nothing is simulated twice,
 //! so the picture shows exactly the JSON lines. Each container (and
 //! restartable init container) gets a lane: a row per probe it has, one
@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::Simulation;
-use super::engine::{Event, Record, Report};
+use super::engine::{Event, Record, SimulationReport};
 use super::script::{ScriptedResult, show_seconds};
 use crate::probe::{ProbeKind, ProbeSpec};
 use crate::status::gate::READY_CONDITION;
@@ -50,7 +50,7 @@ const INSTANCE: &str = "#444444";
 const MUTED: &str = "#666666";
 
 /// The timeline of `report` as an SVG document.
-pub fn svg(simulation: &Simulation, report: &Report) -> String {
+pub fn svg(simulation: &Simulation, report: &SimulationReport) -> String {
     let timeline = Timeline::new(simulation, report);
     let mut svg = SvgWriter::new(timeline.end);
     svg.draw(&timeline, simulation, report);
@@ -59,7 +59,7 @@ pub fn svg(simulation: &Simulation, report: &Report) -> String {
 
 /// One HTML page, needing nothing from outside (no scripts, styles or
 /// images to load): the timeline and a table of every event.
-pub fn html(simulation: &Simulation, report: &Report) -> String {
+pub fn html(simulation: &Simulation, report: &SimulationReport) -> String {
     let mut out = String::new();
     let title = format!("podprobe simulate: pod {}", escape(&pod_name(simulation)));
     let _ = write!(
@@ -309,7 +309,7 @@ impl<'a> Lane<'a> {
 }
 
 impl<'a> Timeline<'a> {
-    fn new(simulation: &'a Simulation, report: &'a Report) -> Self {
+    fn new(simulation: &'a Simulation, report: &'a SimulationReport) -> Self {
         let mut lanes: Vec<Lane<'a>> = super::probed_containers(&simulation.pod)
             .map(|(path, container)| {
                 let init = path.starts_with("spec.initContainers");
@@ -386,7 +386,7 @@ fn mode(simulation: &Simulation) -> &'static str {
     }
 }
 
-fn subtitle(simulation: &Simulation, report: &Report) -> String {
+fn subtitle(simulation: &Simulation, report: &SimulationReport) -> String {
     format!(
         "{}; {} s simulated; t is seconds since the pod's first container started",
         mode(simulation),
@@ -506,7 +506,12 @@ impl SvgWriter {
         }
     }
 
-    fn draw(&mut self, timeline: &Timeline<'_>, simulation: &Simulation, report: &Report) {
+    fn draw(
+        &mut self,
+        timeline: &Timeline<'_>,
+        simulation: &Simulation,
+        report: &SimulationReport,
+    ) {
         self.text(
             16.0,
             26.0,

@@ -37,11 +37,11 @@ pub const READY_CONDITION: &str = "podprobe.io/ready";
 /// container in that order), the reason names its probe
 /// ([`reason::STARTUP_PROBE_FAILED`], [`reason::READINESS_PROBE_FAILED`]) and
 /// the message ends in `; <container>: <note>`, the note being the probe's
-/// last `Unhealthy` event text, at most [`MAX_NOTE_BYTES`] long.
+/// last `Unhealthy` event text, at most [`MAX_CONDITION_NOTE_BYTES`] long.
 ///
 /// The result has no timestamps; see [`desired_gate_status`].
 ///
-/// [`MAX_NOTE_BYTES`]: crate::results::MAX_NOTE_BYTES
+/// [`MAX_CONDITION_NOTE_BYTES`]: crate::results::MAX_CONDITION_NOTE_BYTES
 pub fn gate_condition(
     pod: &Pod,
     probes: &AnnotatedProbes,

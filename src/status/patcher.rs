@@ -86,7 +86,7 @@ impl Owned {
 
 /// What to do for an intent, given the pod as the API server has it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub enum PatchDecision {
     /// Send this patch body.
     Send(Value),
     /// The owned fields already have the desired values.
@@ -99,23 +99,23 @@ pub enum Decision {
 
 /// The pure decision: the patch that takes `pod` to the intent's desired
 /// status at `now`, if any.
-pub fn decide(pod: Option<&Pod>, intent: &Intent, now: &Time) -> Result<Decision, PatchError> {
+pub fn decide(pod: Option<&Pod>, intent: &Intent, now: &Time) -> Result<PatchDecision, PatchError> {
     let Some(pod) = pod else {
-        return Ok(Decision::PodGone);
+        return Ok(PatchDecision::PodGone);
     };
     if pod.metadata.uid.as_deref() != Some(intent.uid.as_str()) {
-        return Ok(Decision::UidChanged);
+        return Ok(PatchDecision::UidChanged);
     }
     let desired = match &intent.owned {
         Owned::Gate(probes) => desired_gate_status(pod, probes, &intent.views, now),
         // Until the node agent reports containers there is nothing to derive
         // from (the kubelet always has its runtime's view of them).
-        Owned::Authority if !has_container_statuses(pod) => return Ok(Decision::Unchanged),
+        Owned::Authority if !has_container_statuses(pod) => return Ok(PatchDecision::Unchanged),
         Owned::Authority => desired_authority_status(pod, &intent.views, now),
     };
     Ok(match build_patch(intent.owned.mode(), pod, &desired)? {
-        Some(patch) => Decision::Send(patch),
-        None => Decision::Unchanged,
+        Some(patch) => PatchDecision::Send(patch),
+        None => PatchDecision::Unchanged,
     })
 }
 
@@ -417,9 +417,9 @@ impl<A: StatusApi> PodPatcher<'_, A> {
         };
         let now = Time(self.shared.clock.now());
         let patch = match decide(pod.as_ref(), intent, &now) {
-            Ok(Decision::Send(patch)) => patch,
-            Ok(Decision::Unchanged) => return Attempt::Done,
-            Ok(decision @ (Decision::PodGone | Decision::UidChanged)) => {
+            Ok(PatchDecision::Send(patch)) => patch,
+            Ok(PatchDecision::Unchanged) => return Attempt::Done,
+            Ok(decision @ (PatchDecision::PodGone | PatchDecision::UidChanged)) => {
                 tracing::debug!(
                     pod = intent.name,
                     namespace = intent.namespace,
@@ -619,7 +619,7 @@ mod tests {
     #[test]
     fn decide_sends_the_gate_with_the_uid_precondition() {
         let pod = gated_pod(Some(FALSE));
-        let Decision::Send(patch) = decide(Some(&pod), &intent(true), &now()).unwrap() else {
+        let PatchDecision::Send(patch) = decide(Some(&pod), &intent(true), &now()).unwrap() else {
             panic!("expected a patch");
         };
         assert_eq!(patch["metadata"]["uid"], UID);
@@ -631,7 +631,7 @@ mod tests {
         let pod = gated_pod(Some(TRUE));
         assert_eq!(
             decide(Some(&pod), &intent(true), &now()).unwrap(),
-            Decision::Unchanged
+            PatchDecision::Unchanged
         );
     }
 
@@ -641,11 +641,11 @@ mod tests {
         pod.metadata.uid = Some("another-uid".into());
         assert_eq!(
             decide(Some(&pod), &intent(true), &now()).unwrap(),
-            Decision::UidChanged
+            PatchDecision::UidChanged
         );
         assert_eq!(
             decide(None, &intent(true), &now()).unwrap(),
-            Decision::PodGone
+            PatchDecision::PodGone
         );
     }
 
@@ -955,9 +955,9 @@ mod tests {
         pod.status.as_mut().unwrap().container_statuses = None;
         assert_eq!(
             decide(Some(&pod), &authority_intent(true), &now()).unwrap(),
-            Decision::Unchanged
+            PatchDecision::Unchanged
         );
-        let Decision::Send(patch) =
+        let PatchDecision::Send(patch) =
             decide(Some(&agent_pod()), &authority_intent(true), &now()).unwrap()
         else {
             panic!("expected a patch");
