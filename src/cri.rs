@@ -15,6 +15,7 @@
 //! runtime request timeout, 2 min, plus what the call itself may take).
 
 use crate::metrics::InFlightGauge;
+use crate::pod::{self, ContainerIdentity};
 use crate::probe::grpc::{WithoutStatusDetails, without_status_details};
 use std::collections::HashMap;
 use std::error::Error as _;
@@ -228,14 +229,6 @@ impl VerifiedContainers {
             ),
         );
     }
-}
-
-/// Which pod and container a runtime container must belong to before
-/// podprobe execs in it or stops it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ContainerIdentity<'a> {
-    pub pod_uid: &'a str,
-    pub container_name: &'a str,
 }
 
 impl CriClient {
@@ -678,7 +671,7 @@ fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
 /// its prefix whatever the runtime name, as the kubelet's `ParseContainerID`
 /// does; a bare ID is used as is.
 pub fn runtime_container_id(id: &str) -> Result<&str, CriError> {
-    let bare = id.split_once("://").map_or(id, |(_, bare)| bare);
+    let bare = pod::runtime_container_id(id);
     if bare.is_empty() || bare.contains('/') {
         return Err(CriError::InvalidContainerId(id.to_string()));
     }

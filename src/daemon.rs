@@ -43,10 +43,9 @@ use crate::lifecycle::HookRunner;
 use crate::lint;
 use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
+use crate::pod::{all_container_statuses, pod_name, pod_namespace};
 use crate::pod_sync::{self, SyncSchedule};
-use crate::pods::{
-    self, PodCache, PodUpdate, all_container_statuses, pod_name, pod_namespace, with_started,
-};
+use crate::pods::{self, PodCache, PodUpdate, with_started};
 use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;

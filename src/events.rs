@@ -66,6 +66,7 @@ use crate::apiclient::{RateLimit, RequestError, bounded};
 use crate::lint::Finding;
 use crate::manager::ProbeChanges;
 use crate::metrics::{EventOutcome, Metrics};
+use crate::pod::container_field_path;
 use crate::probe::prober::EventType;
 use crate::probe::spec::budget::OverBudget;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
@@ -338,22 +339,6 @@ pub fn pod_reference(pod: &Pod, field_path: Option<String>) -> Option<ObjectRefe
         field_path,
         resource_version: None,
     })
-}
-
-/// `spec.containers{name}`, or `spec.initContainers{name}` when `name` is an
-/// init container of `pod` (as [`WorkerConfig::field_path`]).
-pub fn container_field_path(pod: &Pod, name: &str) -> String {
-    let is_init = pod
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.init_containers.as_ref())
-        .is_some_and(|init| init.iter().any(|c| c.name == name));
-    let list = if is_init {
-        "initContainers"
-    } else {
-        "containers"
-    };
-    format!("spec.{list}{{{name}}}")
 }
 
 /// `note` cut to at most [`MAX_EVENT_NOTE_BYTES`] on a character boundary.

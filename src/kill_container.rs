@@ -17,11 +17,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::time::Instant;
 
-use crate::cri::{ContainerIdentity, CriClient, CriError};
+use crate::cri::{CriClient, CriError};
 use crate::events::{self, EventSink, reasons};
 use crate::lifecycle::{HookRunner, HookTarget, grace_left, pre_stop_hook};
 use crate::manager::ProbeKill;
-use crate::pods::{pod_name, pod_namespace};
+use crate::pod::ContainerIdentity;
+use crate::pod::{find_container, pod_name, pod_namespace};
+use crate::restart_policy::RestartPolicy;
 use crate::status::Mode;
 
 /// Stops containers for failed probes, each container instance once.
@@ -97,7 +99,11 @@ impl ContainerKiller {
                 return false;
             }
         }
-        let spec = container_spec(pod, container);
+        let spec = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| find_container(spec, container))
+            .map(|c| c.container);
         let on_failure =
             self.mode == Mode::Gate && spec.is_some_and(|c| restarts_on_failure(pod, c));
         let mut message = kill.message.clone();
@@ -220,19 +226,11 @@ impl ContainerKiller {
     }
 }
 
-/// The spec of the container (regular or init) named `name`.
-fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
-    let spec = pod.spec.as_ref()?;
-    let init = spec.init_containers.iter().flatten();
-    spec.containers.iter().chain(init).find(|c| c.name == name)
-}
-
 /// Whether the kubelet restarts `container` after an exit it did not cause
-/// only if the exit code is non-zero: its own `restartPolicy` if set (a
-/// sidecar's is `Always`), else the pod's.
+/// only if the exit code is non-zero.
 fn restarts_on_failure(pod: &Pod, container: &Container) -> bool {
     let pod_policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
-    container.restart_policy.as_deref().or(pod_policy) == Some("OnFailure")
+    RestartPolicy::of(container, pod_policy) == RestartPolicy::OnFailure
 }
 
 #[cfg(test)]
@@ -255,9 +253,13 @@ mod tests {
     #[test]
     fn k8_only_on_failure_restarts_depend_on_the_exit_code() {
         let on_failure = pod(Some("OnFailure"), None);
-        let app = container_spec(&on_failure, "app").unwrap();
+        let app = find_container(on_failure.spec.as_ref().unwrap(), "app")
+            .unwrap()
+            .container;
         assert!(restarts_on_failure(&on_failure, app));
-        let side = container_spec(&on_failure, "side").unwrap();
+        let side = find_container(on_failure.spec.as_ref().unwrap(), "side")
+            .unwrap()
+            .container;
         assert!(
             !restarts_on_failure(&on_failure, side),
             "a sidecar always restarts"
@@ -265,12 +267,16 @@ mod tests {
         let always = pod(None, None);
         assert!(!restarts_on_failure(
             &always,
-            container_spec(&always, "app").unwrap()
+            find_container(always.spec.as_ref().unwrap(), "app")
+                .unwrap()
+                .container
         ));
         let own = pod(Some("Always"), Some("OnFailure"));
         assert!(restarts_on_failure(
             &own,
-            container_spec(&own, "app").unwrap()
+            find_container(own.spec.as_ref().unwrap(), "app")
+                .unwrap()
+                .container
         ));
     }
 }

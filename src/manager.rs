@@ -16,15 +16,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::pod::{self, is_restartable_init_container};
 use crate::probe::spec::budget::{OverBudget, PodBudget};
 use crate::probe::spec::{UnknownProbeField, container_probe, normalize_accepted};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
 use crate::probe_rates::ProbeRates;
+use crate::restart_policy::RestartPolicy;
 use crate::results::{CachedResult, ProbeCaches};
 use crate::status::ContainerProbeView;
 use crate::worker::{
     self, Clock, ProbeObserver, ProbeRunner, StatusSource, Takeover, WorkerConfig, WorkerContext,
-    WorkerHandle, is_restartable_init_container, predates_prober,
+    WorkerHandle, predates_prober,
 };
 
 /// The probes of one pod, already defaulted and validated, by container
@@ -537,17 +539,12 @@ fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
-/// Containers that may have workers, in the kubelet's order: regular
-/// containers, then restartable init containers (W1).
+/// Containers that may have workers, in the kubelet's order (W1).
 fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let spec = pod.spec.as_ref();
-    let containers = spec.into_iter().flat_map(|s| s.containers.iter());
-    let sidecars = spec
-        .and_then(|s| s.init_containers.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| is_restartable_init_container(c));
-    containers.chain(sidecars)
+    pod.spec
+        .iter()
+        .flat_map(pod::probed_containers)
+        .map(|c| c.container)
 }
 
 /// The workers `add_pod` wants, in creation order: per container, startup,
@@ -770,7 +767,9 @@ pub fn probe_kills(
             container.name,
             kill_reason(kind)
         );
-        if would_restart(container, spec.restart_policy.as_deref()) {
+        // The kubelet restarts a container it kills unless its policy is
+        // `Never`, whatever the exit code.
+        if RestartPolicy::of(container, spec.restart_policy.as_deref()) != RestartPolicy::Never {
             message.push_str(", will be restarted");
         }
         kills.push(probe_kill(pod, probes, container, id, kind, message));
@@ -842,15 +841,6 @@ pub(crate) fn kill_reason(kind: ProbeKind) -> &'static str {
         ProbeKind::Liveness => "liveness",
         ProbeKind::Readiness => "readiness",
         ProbeKind::Startup => "startup",
-    }
-}
-
-/// Whether the kubelet restarts a running container it kills: its own
-/// `restartPolicy` if set, else the pod's; anything but `Never` restarts.
-fn would_restart(container: &Container, pod_restart_policy: Option<&str>) -> bool {
-    match container.restart_policy.as_deref() {
-        Some(policy) => policy != "Never",
-        None => pod_restart_policy != Some("Never"),
     }
 }
 

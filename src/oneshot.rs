@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::cri::{CriClient, DEFAULT_ENDPOINT};
 use crate::exit_code;
+use crate::pod::probed_containers;
 use crate::probe::spec::extension::{ClientIdentity, Method, Network};
 use crate::probe::spec::{self, Handler, Scheme};
 use crate::probe::{
@@ -364,12 +365,7 @@ fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container,
             "the Pod manifest has no spec".into(),
         ));
     };
-    let restartable_init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    let candidates: Vec<&Container> = spec.containers.iter().chain(restartable_init).collect();
+    let candidates: Vec<&Container> = probed_containers(spec).map(|c| c.container).collect();
     let names = || {
         candidates
             .iter()

@@ -18,7 +18,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use crate::pods::all_container_statuses;
+use crate::pod::all_container_statuses;
 use crate::probe::ProbeKind;
 use crate::results::{CachedResult, ResultUpdate};
 

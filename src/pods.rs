@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
@@ -171,26 +171,6 @@ impl StatusSource for PodCache {
         with_started(&mut status, &started);
         Some(status)
     }
-}
-
-/// The pod's name, empty if it has none.
-pub fn pod_name(pod: &Pod) -> &str {
-    pod.metadata.name.as_deref().unwrap_or_default()
-}
-
-/// The pod's namespace, empty if it has none.
-pub fn pod_namespace(pod: &Pod) -> &str {
-    pod.metadata.namespace.as_deref().unwrap_or_default()
-}
-
-/// Every container status of `pod`: init containers', then regular ones.
-pub fn all_container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
-    let status = pod.status.as_ref();
-    let init = status.and_then(|s| s.init_container_statuses.as_ref());
-    let regular = status.and_then(|s| s.container_statuses.as_ref());
-    init.into_iter()
-        .flatten()
-        .chain(regular.into_iter().flatten())
 }
 
 /// Sets `started` of every container status to the verdict about its

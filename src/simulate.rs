@@ -20,18 +20,18 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
 use self::script::{Script, ScriptError};
 use crate::config::ModeArg;
 use crate::exit_code;
 use crate::manager::PodProbes;
 use crate::oneshot::parse_document;
+use crate::pod::{all_containers, probed_containers};
 use crate::probe::spec::budget::PodBudget;
 use crate::probe::spec::{self, container_probe, validate_container_probes};
 use crate::probe::{ProbeKind, SpecError};
 use crate::status::{AnnotatedProbes, AnnotationError, PROBES_ANNOTATION, pod_probes};
-use crate::worker::is_restartable_init_container;
 
 /// `after_help` of `podprobe simulate`: the script format and an example.
 pub const AFTER_HELP: &str = "\
@@ -263,8 +263,11 @@ pub fn build(
             (probes, Some(annotated))
         }
     };
-    let probed: Vec<&str> = probed_containers(&pod)
-        .map(|(_, c)| c.name.as_str())
+    let probed: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(probed_containers)
+        .map(|c| c.container.name.as_str())
         .collect();
     script.check_containers(&probed)?;
     let duration = duration.or(script.duration).ok_or_else(|| ScriptError {
@@ -349,38 +352,16 @@ fn load_pod(doc: &serde_json::Value) -> Result<Pod, SimulateInputError> {
 /// containers and init containers, as the API server requires.
 fn check_unique_names(pod: &Pod) -> Result<(), SimulateInputError> {
     let mut seen = HashSet::new();
-    for (list, index, container) in all_containers(pod) {
+    for placed in pod.spec.iter().flat_map(all_containers) {
+        let container = placed.container;
         if !seen.insert(container.name.as_str()) {
             return Err(SimulateInputError::pod(
-                format!("{list}[{index}].name"),
+                format!("{}.name", placed.path()),
                 format!("duplicate container name {:?}", container.name),
             ));
         }
     }
     Ok(())
-}
-
-/// Every container of the pod with its field path: `spec.containers`, then
-/// `spec.initContainers`.
-fn all_containers(pod: &Pod) -> impl Iterator<Item = (&'static str, usize, &Container)> {
-    let spec = pod.spec.as_ref();
-    let regular = spec
-        .into_iter()
-        .flat_map(|s| s.containers.iter().enumerate())
-        .map(|(i, c)| ("spec.containers", i, c));
-    let init = spec
-        .and_then(|s| s.init_containers.as_ref())
-        .into_iter()
-        .flat_map(|list| list.iter().enumerate())
-        .map(|(i, c)| ("spec.initContainers", i, c));
-    regular.chain(init)
-}
-
-/// Containers that may have probes, with their field path prefix.
-fn probed_containers(pod: &Pod) -> impl Iterator<Item = (String, &Container)> {
-    all_containers(pod)
-        .filter(|(list, _, c)| *list == "spec.containers" || is_restartable_init_container(c))
-        .map(|(list, index, c)| (format!("{list}[{index}]"), c))
 }
 
 /// Authority mode: the spec's probes, defaulted and validated as the API
@@ -389,19 +370,23 @@ fn spec_probes(pod: &Pod) -> Result<PodProbes, SimulateInputError> {
     let at = |path: &str, e: SpecError| {
         SimulateInputError::pod(format!("{path}.{}", e.field), e.message)
     };
-    for (list, index, container) in all_containers(pod) {
-        if list == "spec.initContainers" && !is_restartable_init_container(container) {
-            let path = format!("{list}[{index}]");
-            if let Some(e) = validate_container_probes(container, true)
-                .into_iter()
-                .next()
-            {
-                return Err(at(&path, e));
-            }
+    // Classic init containers may not have probes.
+    for placed in pod
+        .spec
+        .iter()
+        .flat_map(all_containers)
+        .filter(|c| !c.is_probed())
+    {
+        if let Some(e) = validate_container_probes(placed.container, true)
+            .into_iter()
+            .next()
+        {
+            return Err(at(&placed.path(), e));
         }
     }
     let mut probes = PodProbes::new();
-    for (path, container) in probed_containers(pod) {
+    for placed in pod.spec.iter().flat_map(probed_containers) {
+        let (path, container) = (placed.path(), placed.container);
         for kind in ProbeKind::ALL {
             let Some(probe) = container_probe(container, kind) else {
                 continue;

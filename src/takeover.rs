@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::manager::PodProbes;
-use crate::pods::all_container_statuses;
+use crate::pod::all_container_statuses;
 use crate::status::conditions::{CONTAINERS_READY, TRUE};
 use crate::status::{Mode, READY_CONDITION};
 

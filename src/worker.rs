@@ -27,12 +27,15 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::cri::ContainerIdentity;
-use crate::pods::{pod_name, pod_namespace};
+use crate::pod::{
+    ContainerIdentity, ContainerList, is_restartable_init_container, pod_name, pod_namespace,
+    runtime_container_id,
+};
 use crate::probe::prober::reasons;
 use crate::probe::spec::extension::MIN_PERIOD_MILLISECONDS;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::probe_rates::ProbeRates;
+use crate::restart_policy::container_should_restart;
 use crate::results::{CachedResult, ProbeCaches};
 
 /// A container that started this long before the prober is taken to have
@@ -293,68 +296,12 @@ impl WorkerConfig {
     /// `fieldPath` of the container, for events (P5).
     pub fn field_path(&self) -> String {
         let list = if self.is_init_container() {
-            "initContainers"
+            ContainerList::InitContainers
         } else {
-            "containers"
+            ContainerList::Containers
         };
-        format!("spec.{list}{{{}}}", self.container_name())
+        list.field_path(self.container_name())
     }
-}
-
-/// Whether `container` has `restartPolicy: Always`, which in
-/// `spec.initContainers` makes it a restartable init container (sidecar).
-pub fn is_restartable_init_container(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
-}
-
-/// Whether the kubelet would restart `container` after it exited with
-/// `exit_code` (`podutil.ContainerShouldRestart`): the container's first
-/// matching restart rule with action `Restart`, else its own `restartPolicy`,
-/// else the pod's `restartPolicy` (default `Always`). Rules are only read
-/// when the container sets a `restartPolicy`, as upstream does.
-pub fn container_should_restart(
-    container: &Container,
-    pod_restart_policy: Option<&str>,
-    exit_code: i32,
-) -> bool {
-    if let Some(policy) = container.restart_policy.as_deref() {
-        if matching_restart_rule_action(container, exit_code) == Some("Restart") {
-            return true;
-        }
-        match policy {
-            "Always" => return true,
-            "OnFailure" => return exit_code != 0,
-            "Never" => return false,
-            _ => {}
-        }
-    }
-    match pod_restart_policy {
-        Some("OnFailure") => exit_code != 0,
-        Some("Never") => false,
-        _ => true,
-    }
-}
-
-/// Action of the first `restartPolicyRules` entry matching `exit_code`.
-fn matching_restart_rule_action(container: &Container, exit_code: i32) -> Option<&str> {
-    let rules = container
-        .restart_policy_rules
-        .as_deref()
-        .unwrap_or_default();
-    rules.iter().find_map(|rule| {
-        let exit_codes = rule.exit_codes.as_ref()?;
-        let listed = exit_codes
-            .values
-            .as_deref()
-            .unwrap_or_default()
-            .contains(&exit_code);
-        let matched = match exit_codes.operator.as_str() {
-            "In" => listed,
-            "NotIn" => !listed,
-            _ => false,
-        };
-        matched.then_some(rule.action.as_str())
-    })
 }
 
 /// Which running container instances survived a restart of the prober and
@@ -400,13 +347,6 @@ pub fn predates_prober(
             .as_ref()
             .is_some_and(|id| ids.contains(id)),
     }
-}
-
-/// The runtime's own ID of a container: `abc` for `containerd://abc`.
-pub fn runtime_container_id(container_id: &str) -> &str {
-    container_id
-        .split_once("://")
-        .map_or(container_id, |(_, id)| id)
 }
 
 /// One change to the worker's results cache.

@@ -9,7 +9,8 @@ mod cri_support;
 use std::time::{Duration, Instant};
 
 use cri_support::{CONTAINER_NAME, TestPod, client, containerd_sh, containerd_up, strings};
-use podprobe::cri::{ContainerFilter, ContainerIdentity, ContainerState, CriClient, CriError};
+use podprobe::cri::{ContainerFilter, ContainerState, CriClient, CriError};
+use podprobe::pod::ContainerIdentity;
 use podprobe::probe::spec::ExecAction;
 use podprobe::probe::{
     Handler, MAX_OUTPUT_BYTES, Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,

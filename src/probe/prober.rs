@@ -13,7 +13,8 @@ use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK};
 use super::spec::{Handler, ProbeSpec};
 use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, go_quote, grpc, http, tcp};
 use crate::client_certificates::ClientCertificates;
-use crate::cri::{ContainerIdentity, CriClient};
+use crate::cri::CriClient;
+use crate::pod::ContainerIdentity;
 
 /// Attempts per probe run; only errors are retried (`maxProbeRetries`).
 pub const MAX_PROBE_RETRIES: u32 = 3;

@@ -36,6 +36,7 @@ use self::extension::{ClientIdentity, HttpExtensions, Network, TlsSettings};
 use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
 use super::go_quote;
+use crate::pod::is_restartable_init_container;
 
 pub use self::decode::{DecodeError, EXTENSIONS_KEY, ProbeObject, clipped, decode_probe_object};
 pub use self::expand::{
@@ -370,7 +371,7 @@ pub fn normalize_accepted(
 /// containers have each probe validated as [`normalize`] validates it.
 /// Ports are not resolved here: the API server does not resolve them either.
 pub fn validate_container_probes(container: &Container, is_init: bool) -> Vec<SpecError> {
-    let may_have_probes = !is_init || container.restart_policy.as_deref() == Some("Always");
+    let may_have_probes = !is_init || is_restartable_init_container(container);
     let mut errs = Vec::new();
     for kind in [
         ProbeKind::Liveness,

@@ -50,17 +50,16 @@ use tokio::time::Instant;
 use super::Simulation;
 use super::script::{ContainerScript, ScriptedResult};
 use crate::manager::{ProbeKill, ProberManager, probe_kills};
+use crate::pod::{ContainerList, is_restartable_init_container, probed_containers};
 use crate::probe::prober::probe_with_retries;
 use crate::probe::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
+use crate::restart_policy::container_should_restart;
 use crate::results::{CachedResult, ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::status::ContainerProbeView;
 use crate::status::gate::{READY_CONDITION, gate_condition};
-use crate::worker::{
-    Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock, container_should_restart,
-    is_restartable_init_container,
-};
+use crate::worker::{Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock};
 
 /// Exit code of a container stopped by a probe failure: it was killed
 /// (SIGKILL), having ignored SIGTERM.
@@ -506,16 +505,13 @@ struct SimContainer {
 impl SimContainer {
     /// The pod's probed containers in the kubelet's order.
     fn all(simulation: &Simulation) -> Vec<SimContainer> {
-        let spec = simulation.pod.spec.clone().unwrap_or_default();
-        let sidecars = spec
-            .init_containers
-            .unwrap_or_default()
-            .into_iter()
-            .filter(is_restartable_init_container)
-            .map(|c| (c, true));
-        let regular = spec.containers.into_iter().map(|c| (c, false));
-        regular
-            .chain(sidecars)
+        let spec = simulation.pod.spec.as_ref();
+        spec.into_iter()
+            .flat_map(probed_containers)
+            .map(|placed| {
+                let init = placed.list == ContainerList::InitContainers;
+                (placed.container.clone(), init)
+            })
             .map(|(spec, init)| SimContainer {
                 name: spec.name.clone(),
                 script: simulation

@@ -23,6 +23,7 @@ use std::time::Duration;
 use super::Simulation;
 use super::engine::{Event, Record, SimulationReport};
 use super::script::{ScriptedResult, show_seconds};
+use crate::pod::{ContainerList, probed_containers};
 use crate::probe::{ProbeKind, ProbeSpec};
 use crate::status::gate::READY_CONDITION;
 
@@ -310,10 +311,13 @@ impl<'a> Lane<'a> {
 
 impl<'a> Timeline<'a> {
     fn new(simulation: &'a Simulation, report: &'a SimulationReport) -> Self {
-        let mut lanes: Vec<Lane<'a>> = super::probed_containers(&simulation.pod)
-            .map(|(path, container)| {
-                let init = path.starts_with("spec.initContainers");
-                Lane::new(&container.name, init, simulation)
+        let spec = simulation.pod.spec.as_ref();
+        let mut lanes: Vec<Lane<'a>> = spec
+            .into_iter()
+            .flat_map(probed_containers)
+            .map(|placed| {
+                let init = placed.list == ContainerList::InitContainers;
+                Lane::new(&placed.container.name, init, simulation)
             })
             .collect();
         let mut condition = simulation.gate.as_ref().map(|_| Vec::new());

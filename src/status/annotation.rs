@@ -21,7 +21,8 @@
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde_json::Value;
 
-use super::{is_restartable_init_container, readiness_containers};
+use super::readiness_containers;
+use crate::pod::find_container;
 use crate::probe::destinations::Destinations;
 pub use crate::probe::spec::budget::MAX_ANNOTATION_BYTES;
 use crate::probe::spec::budget::{OverBudget, PodBudget};
@@ -272,16 +273,8 @@ fn probeable_container<'a>(
     spec: &'a PodSpec,
     name: &str,
 ) -> Result<&'a Container, AnnotationError> {
-    if let Some(container) = spec.containers.iter().find(|c| c.name == name) {
-        return Ok(container);
-    }
-    match spec
-        .init_containers
-        .iter()
-        .flatten()
-        .find(|c| c.name == name)
-    {
-        Some(container) if is_restartable_init_container(container) => Ok(container),
+    match find_container(spec, name) {
+        Some(placed) if placed.is_probed() => Ok(placed.container),
         Some(_) => Err(AnnotationError::InitContainer {
             container: name.to_string(),
         }),

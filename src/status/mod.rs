@@ -35,6 +35,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
 
+use crate::pod::is_restartable_init_container;
+
 pub use annotation::{
     AnnotatedProbe, AnnotatedProbes, AnnotationError, MAX_ANNOTATION_BYTES, PROBES_ANNOTATION,
     check_hosts, check_network, pod_probes,
@@ -112,11 +114,6 @@ fn view_for<'a>(
     status: &ContainerStatus,
 ) -> Option<&'a ContainerProbeView> {
     views.iter().find(|view| view.describes(status))
-}
-
-/// A sidecar: an init container with `restartPolicy: Always`.
-fn is_restartable_init_container(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
 }
 
 /// The containers whose readiness makes up `ContainersReady`, in the order the
