@@ -244,7 +244,8 @@ fn defaults_are_deploy_base() {
 #[test]
 fn no_cluster_role_grants_secrets() {
     // Client certificates are read where a namespace's owner grants `get`
-    // on one Secret (README: Client certificates), never cluster-wide.
+    // on one Secret (docs/extensions.md: Client certificates), never
+    // cluster-wide.
     let docs = template(&[
         "--set",
         "podMonitor.enabled=true",

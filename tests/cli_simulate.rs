@@ -717,20 +717,20 @@ fn assert_svg_matches_json(svg: &str, json: &[Value], gate: bool) {
     assert_renders(svg);
 }
 
-/// The heredoc `cat > {file} <<'YAML'` of the README's simulate section.
-fn readme_heredoc(file: &str) -> String {
-    let readme = include_str!("../README.md");
+/// The heredoc `cat > {file} <<'YAML'` of docs/cli.md's simulate section.
+fn cli_doc_heredoc(file: &str) -> String {
+    let doc = include_str!("../docs/cli.md");
     let opening = format!("cat > {file} <<'YAML'\n");
-    let start = readme.find(&opening).expect("README writes the file") + opening.len();
-    let length = readme[start..].find("\nYAML\n").expect("heredoc ends");
-    readme[start..=start + length].to_string()
+    let start = doc.find(&opening).expect("docs/cli.md writes the file") + opening.len();
+    let length = doc[start..].find("\nYAML\n").expect("heredoc ends");
+    doc[start..=start + length].to_string()
 }
 
 #[test]
-fn svg_draws_the_readme_example_event_for_event() {
+fn svg_draws_the_docs_example_event_for_event() {
     let (pod, script) = (
-        readme_heredoc("pod.yaml"),
-        readme_heredoc("/tmp/script.yaml"),
+        cli_doc_heredoc("pod.yaml"),
+        cli_doc_heredoc("/tmp/script.yaml"),
     );
     let json = lines(&simulate(&pod, &script, &[]));
     let svg = stdout(&simulate(&pod, &script, &["--output", "svg"]));
@@ -952,13 +952,13 @@ fn svg_size_follows_the_events_not_the_duration() {
     assert!(per_run < 200.0, "{per_run} bytes per probe run");
 }
 
-/// docs/simulate-timeline.svg is the README example drawn by the binary;
+/// docs/simulate-timeline.svg is docs/cli.md's example drawn by the binary;
 /// `PODPROBE_UPDATE_DOCS=1` rewrites it.
 #[test]
-fn docs_timeline_is_what_the_readme_example_draws() {
+fn docs_timeline_is_what_the_docs_example_draws() {
     let (pod, script) = (
-        readme_heredoc("pod.yaml"),
-        readme_heredoc("/tmp/script.yaml"),
+        cli_doc_heredoc("pod.yaml"),
+        cli_doc_heredoc("/tmp/script.yaml"),
     );
     let svg = stdout(&simulate(&pod, &script, &["--output", "svg"]));
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/simulate-timeline.svg");
@@ -968,7 +968,7 @@ fn docs_timeline_is_what_the_readme_example_draws() {
     let committed = std::fs::read_to_string(&path).expect("docs/simulate-timeline.svg");
     assert!(
         committed == svg,
-        "docs/simulate-timeline.svg is not what the README example draws now; \
+        "docs/simulate-timeline.svg is not what docs/cli.md's example draws now; \
          regenerate it with PODPROBE_UPDATE_DOCS=1 cargo test --test cli_simulate docs_timeline"
     );
 }

@@ -456,6 +456,71 @@ fn annotation_and_gate_without_each_other_are_warned_about() {
     );
 }
 
+/// docs/install.md's Uninstall: its query (run as written, with bash and
+/// kubectl) lists the pods that still use the gate as `namespace/name`, and
+/// no pod without it. No podprobe is needed: only the pods' specs count.
+#[test]
+fn the_uninstall_query_lists_the_pods_that_use_the_gate() {
+    let query = include_str!("../docs/install.md")
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("kubectl get pods -A -o jsonpath="))
+        .expect("docs/install.md's Uninstall query");
+    let run_id = unique_id();
+    let ns = Namespace::create(&format!("podprobe-uninstall-{run_id}"));
+    for (name, gated) in [("gated", true), ("ungated", false)] {
+        let mut pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {TEST_RUN_LABEL: run_id}},
+            "spec": {
+                "containers": [{
+                    "name": "app",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                }],
+            },
+        });
+        if gated {
+            pod["spec"]["readinessGates"] = json!([{"conditionType": GATE}]);
+        }
+        ns.create_pod(&pod);
+    }
+    let kubectl_dir = cluster()
+        .kubectl
+        .parent()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", query])
+        .env("KUBECONFIG", &cluster().kubeconfig)
+        .env(
+            "PATH",
+            format!(
+                "{kubectl_dir}:{}",
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .expect("bash runs");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{query}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(
+        lines.contains(&format!("{}/gated", ns.name).as_str()),
+        "{listed}"
+    );
+    assert!(
+        !lines.contains(&format!("{}/ungated", ns.name).as_str()),
+        "{listed}"
+    );
+}
+
 /// K6: a readiness probe that keeps failing runs on its period while the
 /// container is not ready, plus one run per kubelet pod sync (the pod's
 /// start, its initial result and the pod worker's resync, 60-90 s apart),

@@ -5,7 +5,8 @@
 //! policy lets it write), probing an HTTPS server on loopback that requires
 //! a client certificate from the test's own CA. The probe's certificate is
 //! a `kubernetes.io/tls` Secret of the test's namespace, readable only once
-//! the README's Role and RoleBinding exist.
+//! the Role and RoleBinding of docs/extensions.md (Client certificates)
+//! exist.
 
 mod support {
     pub mod cluster;
@@ -57,8 +58,8 @@ fn pem_files(dir: &Path, name: &str, leaf: &Leaf) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
-/// The README's `kubectl create secret tls`, as an object to apply (so that
-/// the same call both creates and rotates it).
+/// docs/extensions.md's `kubectl create secret tls`, as an object to apply
+/// (so that the same call both creates and rotates it).
 fn tls_secret(ns: &Namespace, cert: &Path, key: &Path) -> String {
     ns.kubectl(&[
         "create",
@@ -217,7 +218,7 @@ fn a_client_certificate_secret_is_read_only_once_granted_and_rotation_is_followe
         assert!(logged.contains(&field), "{field} not in {logged}");
     }
 
-    // The namespace's owner runs the README's two lines.
+    // The namespace's owner runs docs/extensions.md's two lines.
     ns.kubectl(&[
         "create",
         "role",
