@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use crate::apiclient::{self, WatchActivity, bounded};
 use crate::client_certificates::{ClientCertificates, KubeSecrets};
-use crate::config::{Config, LogFormat, RunArgs};
+use crate::config::{Config, LogFormat, MetricsAuth, RunArgs};
 use crate::cri::{CriClient, CriError};
 use crate::events::{self, EventSink, Telemetry};
 use crate::exit_code;
@@ -54,7 +54,8 @@ use crate::probe::spec::UnknownProbeField;
 use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, PodBudget};
 use crate::probe_rates::ProbeRates;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
-use crate::server::Server;
+use crate::server::delegated_auth::DelegatedAuth;
+use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
     AnnotatedProbes, AnnotationError, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts,
@@ -258,7 +259,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         RetryPolicy::default(),
     );
     let health = Health::new(HEALTH_STALE_AFTER, watch_activity);
-    let server_config = crate::server::ServerConfig::from_config(&config, &client);
+    let server_config = server_config(&config, &client);
     let server = Server::bind(server_config, metrics.clone(), health.clone())
         .await
         .map_err(|e| DaemonError::Listen {
@@ -1090,6 +1091,24 @@ fn container_ids(pod: &Pod) -> HashSet<String> {
     all_container_statuses(pod)
         .filter_map(|c| c.container_id.clone())
         .collect()
+}
+
+/// What `podprobe run`'s flags ask of the server; delegated auth reviews
+/// through `client`.
+fn server_config(config: &Config, client: &kube::Client) -> ServerConfig {
+    let metrics_access = match config.metrics_auth {
+        MetricsAuth::Delegated => MetricsAccess::Delegated(DelegatedAuth::kube(client.clone())),
+        MetricsAuth::None => MetricsAccess::Open,
+    };
+    ServerConfig {
+        listen: config.listen,
+        metrics_access,
+        plain_metrics_listen: config.plain_metrics_listen,
+        limits: Limits {
+            max_connections: config.max_connections,
+            ..Limits::default()
+        },
+    }
 }
 
 #[cfg(test)]

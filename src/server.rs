@@ -59,7 +59,7 @@ use tokio::time::Instant;
 use self::connections::{Admission, Busy, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
 use self::delegated_auth::{AccessDecision, Review};
-use crate::config::{Config, MetricsAuth};
+
 pub use crate::health::Health;
 use crate::metrics::{self, AuthOutcome, Metrics};
 
@@ -162,24 +162,6 @@ impl ServerConfig {
             metrics_access,
             plain_metrics_listen: None,
             limits: Limits::default(),
-        }
-    }
-
-    /// What `podprobe run`'s flags ask for; delegated auth reviews through
-    /// `client`.
-    pub fn from_config(config: &Config, client: &kube::Client) -> Self {
-        let metrics_access = match config.metrics_auth {
-            MetricsAuth::Delegated => MetricsAccess::Delegated(DelegatedAuth::kube(client.clone())),
-            MetricsAuth::None => MetricsAccess::Open,
-        };
-        ServerConfig {
-            listen: config.listen,
-            metrics_access,
-            plain_metrics_listen: config.plain_metrics_listen,
-            limits: Limits {
-                max_connections: config.max_connections,
-                ..Limits::default()
-            },
         }
     }
 }
