@@ -9,14 +9,18 @@ mod host_podprobe;
 #[path = "support/metrics.rs"]
 mod metrics;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cluster::{
-    BUSYBOX_IMAGE, Namespace, TEST_RUN_LABEL, cluster, condition, restart_count, unique_id,
-    wait_for,
+    BUSYBOX_IMAGE, Namespace, PodWatch, TEST_RUN_LABEL, cluster, condition, restart_count,
+    unique_id, wait_for,
 };
 use host_podprobe::HostPodprobe;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use metrics::{http_get, metric_sum};
+use podprobe::daemon::STATUS_RESYNC_PERIOD;
 use serde_json::{Value, json};
 
 const GATE: &str = "podprobe.io/ready";
@@ -420,6 +424,245 @@ fn editing_the_annotation_updates_the_probes_without_a_restart() {
     let pod = rig.pod("web").expect("pod");
     assert_eq!(condition(&pod, GATE).map(|c| c.0).as_deref(), Some("True"));
     assert_eq!(restart_count(&pod, "app"), Some(0), "{}", rig.diagnostics());
+}
+
+/// src/daemon.rs's `EDIT_DEBOUNCE` (private there): an annotation edit this
+/// soon after the pod's annotation was last read waits for the next resync.
+const EDIT_DEBOUNCE: Duration = Duration::from_secs(2);
+
+/// How long the storm of [`an_annotation_edit_storm_is_debounced_and_its_last_edit_wins`]
+/// goes on, at the least: one resync period, so that it spans a resync
+/// and several debounce windows and each term of [`most_applied_edits`]
+/// is exercised.
+const STORM_FOR: Duration = STATUS_RESYNC_PERIOD;
+
+/// Edits in the storm, at the least.
+const STORM_EDITS: usize = 40;
+
+/// How much later than the test's own patch returned podprobe's watch may
+/// deliver an edit on a loaded two-core machine: the span over which
+/// podprobe sees the storm is at most the storm's plus this.
+const WATCH_LAG: Duration = Duration::from_secs(2);
+
+/// `periodSeconds` and `timeoutSeconds` of the storm's last probe, which
+/// passes (`successThreshold` 1).
+const LAST_PERIOD: Duration = Duration::from_secs(1);
+const LAST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Slack for the status patch, the API server and the test's watch on a
+/// loaded two-core machine, as [`GATE_FALSE_WITHIN`]'s.
+const SLACK: Duration = Duration::from_secs(5);
+
+/// How long after the storm's last edit was accepted its probe must have
+/// turned the gate True: podprobe's watch delivers it within
+/// [`WATCH_LAG`]; arriving within [`EDIT_DEBOUNCE`] of the last read it
+/// waits for the next resync, at most one [`STATUS_RESYNC_PERIOD`] away (the
+/// debounce adds nothing to that: a deferred edit waits for the resync,
+/// not for its window to end); then the new worker's first run, within one
+/// period (× `successThreshold` 1) plus the exec's timeout, passes; plus
+/// [`SLACK`].
+const LAST_EDIT_WITHIN: Duration = Duration::from_secs(
+    WATCH_LAG.as_secs()
+        + STATUS_RESYNC_PERIOD.as_secs()
+        + LAST_PERIOD.as_secs()
+        + LAST_TIMEOUT.as_secs()
+        + SLACK.as_secs(),
+);
+
+/// Events the correlator lets one pod write at once (`SPAM_BURST` of
+/// src/events/correlator.rs, private there): more `ProbesChanged` than this
+/// would not all be visible as Events.
+const SPAM_BURST: u32 = 25;
+
+/// The most edits podprobe can apply (and record a `ProbesChanged` for)
+/// when a storm's edits reach it over `span`: one read triggered by a watch
+/// event per [`EDIT_DEBOUNCE`] (each read restarts the window, whatever
+/// triggered it), at most `span / EDIT_DEBOUNCE + 1` of them; one per
+/// resync tick within the span, at most `span / STATUS_RESYNC_PERIOD + 1`; and
+/// one after it, the deferred last edit, at the first resync or watch event
+/// after the storm (once applied, the annotation no longer differs).
+fn most_applied_edits(span: Duration) -> u32 {
+    let within = |period: Duration| (span.as_secs_f64() / period.as_secs_f64()).floor() as u32 + 1;
+    within(EDIT_DEBOUNCE) + within(STATUS_RESYNC_PERIOD) + 1
+}
+
+/// A readiness probe that passes but is held back by an initial delay no
+/// test outlives: it never runs, and its worker keeps the initial Failure.
+/// `n` makes each edit a different probe.
+fn held_back(n: usize) -> String {
+    json!({"app": {"readinessProbe": {
+        "exec": {"command": ["true"]},
+        "periodSeconds": LAST_PERIOD.as_secs(),
+        "initialDelaySeconds": 3600 + n,
+    }}})
+    .to_string()
+}
+
+/// `ProbesChanged` Events about `pod`, as `events.k8s.io/v1` has them: the
+/// occurrences each Event's series counts (an Event without a series is
+/// one), the largest count of each note (a series whose Event vanished
+/// goes on in a new Event that starts from the count so far), summed over
+/// notes (a combined Event is a note of its own).
+fn probes_changed_events(ns: &str, pod: &str) -> Result<u32, String> {
+    let list = cluster().json(&["-n", ns, "get", "events.events.k8s.io"])?;
+    let mut by_note = std::collections::BTreeMap::<String, u32>::new();
+    for event in list["items"].as_array().into_iter().flatten() {
+        if event["reason"] != "ProbesChanged" || event["regarding"]["name"] != pod {
+            continue;
+        }
+        let count = event["series"]["count"].as_u64().unwrap_or(1) as u32;
+        let note = event["note"].as_str().unwrap_or_default().to_string();
+        let seen = by_note.entry(note).or_default();
+        *seen = (*seen).max(count);
+    }
+    Ok(by_note.values().sum())
+}
+
+/// #25: a storm of `podprobe.io/probes` edits, as fast as the API server
+/// takes them, costs at most one read (worker restart, `ProbesChanged`
+/// Event) per [`EDIT_DEBOUNCE`] plus one per resync, not one per edit; the
+/// last edit still wins within a resync; and the gate never shows what no
+/// edit could cause. Every edit but the last is a probe held back by its
+/// initial delay (the gate stays False); the last one passes at once, so
+/// the gate can turn True only once the last edit is applied.
+#[test]
+fn an_annotation_edit_storm_is_debounced_and_its_last_edit_wins() {
+    let rig = Rig::new();
+    rig.create_pod("storm", &held_back(0));
+    rig.wait_running("storm");
+    // Podprobe's False: it tracks the pod and runs its (held back) probe.
+    rig.wait_condition("storm", GATE, "False", Duration::from_secs(30));
+    let watch = PodWatch::start(&rig.ns.name);
+    let last = json!({"app": {"readinessProbe": {
+        "exec": {"command": ["true"]},
+        "periodSeconds": LAST_PERIOD.as_secs(),
+        "timeoutSeconds": LAST_TIMEOUT.as_secs(),
+    }}})
+    .to_string();
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (started, ended, edits) = runtime.block_on(async {
+        let pods: Api<Pod> = Api::namespaced(cluster().client().await, &rig.ns.name);
+        let annotate = |probes: String| {
+            let pods = pods.clone();
+            async move {
+                let patch = json!({"metadata": {"annotations": {"podprobe.io/probes": probes}}});
+                pods.patch("storm", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .unwrap_or_else(|e| panic!("annotation edit: {e}"));
+            }
+        };
+        let started = Instant::now();
+        let mut edits = 0;
+        while edits + 1 < STORM_EDITS || started.elapsed() < STORM_FOR {
+            edits += 1;
+            annotate(held_back(edits)).await;
+        }
+        annotate(last.clone()).await;
+        (started, Instant::now(), edits + 1)
+    });
+    let storm = ended - started;
+
+    // (b) and (c), from every version of the pod in the API server's order.
+    let deadline = ended + LAST_EDIT_WITHIN;
+    let mut last_seen = false;
+    let ready_at = loop {
+        let version = match watch.next_until(deadline) {
+            Ok(Some(version)) => version,
+            Ok(None) => panic!(
+                "the gate did not turn True within {LAST_EDIT_WITHIN:?} of the storm's last \
+                 edit ({edits} edits over {storm:?})\n{}",
+                rig.diagnostics()
+            ),
+            Err(e) => panic!("{e}"),
+        };
+        if version.pod["metadata"]["name"] != "storm" {
+            continue;
+        }
+        let annotation = &version.pod["metadata"]["annotations"]["podprobe.io/probes"];
+        last_seen |= annotation.as_str() == Some(last.as_str());
+        let gate = condition(&version.pod, GATE).map(|c| c.0);
+        if gate.as_deref() == Some("True") {
+            assert!(
+                last_seen,
+                "the gate turned True while every edit so far held the probe back: \
+                 annotation {annotation}\n{}",
+                rig.diagnostics()
+            );
+            break version.at;
+        }
+    };
+    // Nothing is left to apply: the gate stays True through another resync.
+    let settled = Instant::now() + STATUS_RESYNC_PERIOD + SLACK;
+    while let Some(version) = watch.next_until(settled).unwrap_or_else(|e| panic!("{e}")) {
+        let gate = condition(&version.pod, GATE).map(|c| c.0);
+        assert_eq!(
+            gate.as_deref(),
+            Some("True"),
+            "the gate left True after the last edit was applied\n{}",
+            rig.diagnostics()
+        );
+    }
+
+    // (a): podprobe's log says each edit it applied; each has its Event,
+    // written at the event queue's rate (50 a second).
+    let applied = || {
+        rig.podprobe
+            .logs()
+            .lines()
+            .filter(|l| {
+                l.contains("podprobe.io/probes changed; updating the pod's probes")
+                    && l.contains(r#"pod="storm""#)
+            })
+            .count() as u32
+    };
+    let mut recorded = 0;
+    let _ = wait_for_optional(Duration::from_secs(30), || {
+        recorded = probes_changed_events(&rig.ns.name, "storm")?;
+        (recorded >= applied())
+            .then_some(())
+            .ok_or_else(|| format!("{recorded} ProbesChanged recorded, {} applied", applied()))
+    });
+    let applied = applied();
+    let bound = most_applied_edits(storm + WATCH_LAG);
+    eprintln!(
+        "{edits} edits in {storm:?} ({:.0}/s); {applied} applied, {recorded} ProbesChanged \
+         recorded (at most {bound}); gate True {:?} after the last edit (at most {LAST_EDIT_WITHIN:?})",
+        edits as f64 / storm.as_secs_f64(),
+        ready_at.saturating_duration_since(ended),
+    );
+    assert!(
+        bound < SPAM_BURST,
+        "the bound must stay below what the spam filter lets through, or Events could not show a breach"
+    );
+    assert!(
+        recorded <= bound && applied <= bound,
+        "{edits} edits over {storm:?}: {applied} applied and {recorded} ProbesChanged recorded, \
+         where debouncing allows at most {bound}\n{}",
+        rig.diagnostics()
+    );
+    assert_eq!(
+        recorded,
+        applied,
+        "each applied edit records one ProbesChanged\n{}",
+        rig.diagnostics()
+    );
+}
+
+/// Polls `check` until it returns `Ok` or `timeout` passes: its last
+/// answer, for waits whose outcome the caller asserts on itself.
+fn wait_for_optional(
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<(), String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = check();
+        if last.is_ok() || Instant::now() >= deadline {
+            return last;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// A pod with the probes annotation but without the readiness gate (its

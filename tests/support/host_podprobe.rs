@@ -44,7 +44,9 @@ impl HostPodprobe {
     }
 
     /// `podprobe run` with `kubeconfig` and `extra` flags; the cluster's CRI
-    /// socket unless `extra` names one.
+    /// socket, `--log-level info,podprobe=debug` and `--metrics-auth none`
+    /// unless `extra` sets the flag (as an argument of its own, its value
+    /// next).
     pub fn start_with(
         mode: &str,
         node: &str,
@@ -57,6 +59,17 @@ impl HostPodprobe {
         } else {
             vec!["--cri-endpoint".to_string(), cluster().cri_endpoint()]
         };
+        let defaults = [
+            ("--log-level", "info,podprobe=debug"),
+            // The tests read /metrics on loopback; delegated metrics
+            // authentication is tested in tests/server.rs and
+            // tests/server_cluster.rs.
+            ("--metrics-auth", "none"),
+        ];
+        let defaults = defaults
+            .into_iter()
+            .filter(|(flag, _)| !extra.contains(flag))
+            .flat_map(|(flag, value)| [flag, value]);
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("podprobe.log");
         let stderr = File::create(&log).expect("log file");
@@ -72,10 +85,7 @@ impl HostPodprobe {
             .args(&cri)
             .args(["--pod-selector", &format!("{TEST_RUN_LABEL}={run_id}")])
             .args(["--listen", "127.0.0.1:0"])
-            .args(["--log-level", "info,podprobe=debug"])
-            // The tests read /metrics on loopback; delegated metrics
-            // authentication is tested in tests/server.rs.
-            .args(["--metrics-auth", "none"])
+            .args(defaults)
             .args(extra)
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
