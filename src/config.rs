@@ -9,12 +9,13 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
-use crate::apiclient::{self, RateLimit};
+use crate::apiclient;
 use crate::cri::DEFAULT_ENDPOINT;
 use crate::events;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
 use crate::probe::spec::budget::{self, BudgetLimits};
 use crate::probe::spec::is_dns_subdomain;
+use crate::rate_limit::RateLimit;
 use crate::server::DEFAULT_MAX_CONNECTIONS;
 use crate::status::Mode;
 

@@ -14,9 +14,8 @@
 //! as it does for the kubelet). Every call has the kubelet's deadline (the
 //! runtime request timeout, 2 min, plus what the call itself may take).
 
-use crate::metrics::InFlightGauge;
+use crate::grpc_status::{GrpcStatus, WithoutStatusDetails, without_status_details};
 use crate::pod::{self, ContainerIdentity};
-use crate::probe::grpc::{WithoutStatusDetails, without_status_details};
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::future::Future;
@@ -30,11 +29,13 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-/// Code generated from `proto/api.proto` by `build.rs`.
 mod exec_slots;
+mod in_flight;
 
 pub use self::exec_slots::{ExecSlot, ExecSlots, SlotsBusy};
+pub use self::in_flight::{InFlightGauge, InFlightGuard};
 
+/// Code generated from `proto/api.proto` by `build.rs`.
 mod v1 {
     tonic::include_proto!("runtime.v1");
 }
@@ -152,26 +153,6 @@ impl CriError {
             CriError::Status(status) | CriError::NotCriRuntime { status, .. } => Some(status.code),
             _ => None,
         }
-    }
-}
-
-/// A gRPC status, displayed as Go's gRPC renders errors
-/// (`rpc error: code = NotFound desc = ...`) because the kubelet's probe
-/// events embed that text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrpcStatus {
-    pub code: Code,
-    pub message: String,
-}
-
-impl std::fmt::Display for GrpcStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "rpc error: code = {} desc = {}",
-            crate::probe::gofmt::go_code_name(self.code),
-            self.message
-        )
     }
 }
 
@@ -922,7 +903,7 @@ mod tests {
             "rpc error: code = NotFound desc = container \"x\" not found"
         );
         assert_eq!(
-            crate::probe::gofmt::go_code_name(Code::Cancelled),
+            crate::grpc_status::go_code_name(Code::Cancelled),
             "Canceled"
         );
     }

@@ -31,7 +31,7 @@ use kube::runtime::watcher;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use crate::apiclient::{self, WatchActivity, bounded};
+use crate::apiclient::{self, bounded};
 use crate::client_certificates::{ClientCertificates, KubeSecrets};
 use crate::config::{Config, LogFormat, MetricsAuth, RunArgs};
 use crate::cri::{CriClient, CriError};
@@ -63,6 +63,7 @@ use crate::status::{
 };
 use crate::takeover;
 use crate::user_agent;
+use crate::watch_activity::WatchActivity;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
 
 /// How often every pod's desired status and kills are checked again, besides

@@ -62,7 +62,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::apiclient::{RateLimit, RequestError, bounded};
+use crate::apiclient::{RequestError, bounded};
 use crate::lint::Finding;
 use crate::manager::ProbeChanges;
 use crate::metrics::{EventOutcome, Metrics};
@@ -70,6 +70,7 @@ use crate::pod::container_field_path;
 use crate::probe::prober::EventType;
 use crate::probe::spec::budget::OverBudget;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
+use crate::rate_limit::RateLimit;
 use crate::status::annotation::AnnotationError;
 use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
 use correlator::{Correlation, Correlator, EventWrite};

@@ -25,6 +25,7 @@ pub mod cri;
 pub mod daemon;
 pub mod events;
 pub mod exit_code;
+pub mod grpc_status;
 pub mod health;
 pub mod kill_container;
 pub mod lifecycle;
@@ -38,6 +39,7 @@ pub mod pods;
 pub mod probe;
 pub mod probe_rates;
 pub mod process_stats;
+pub mod rate_limit;
 pub mod restart_policy;
 pub mod results;
 pub mod server;
@@ -45,6 +47,7 @@ pub mod simulate;
 pub mod status;
 pub mod takeover;
 pub mod user_agent;
+pub mod watch_activity;
 pub mod worker;
 
 /// The Kubernetes release whose API types and kubelet podprobe follows:

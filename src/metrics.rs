@@ -29,11 +29,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::apiclient::WatchActivity;
+use crate::cri::InFlightGauge;
 use crate::probe::ProbeKind;
 use crate::probe::spec::budget::Budget;
 use crate::process_stats::ProcessCollector;
 use crate::results::CachedResult;
+use crate::watch_activity::WatchActivity;
 use crate::worker::WorkerConfig;
 
 /// Content type of [`Metrics::encode`]'s output.
@@ -574,7 +575,7 @@ impl Metrics {
 
     /// The `podprobe_exec_in_flight` gauge, for the exec probe path.
     pub fn exec_in_flight(&self) -> InFlightGauge {
-        InFlightGauge(self.exec_in_flight.clone())
+        InFlightGauge::new(self.exec_in_flight.clone())
     }
 
     /// The OpenMetrics text exposition of every metric, `# EOF` included
@@ -607,30 +608,6 @@ fn encode_all(registries: &[&Registry]) -> String {
 
 fn gauge_value(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
-}
-
-/// A gauge of operations in flight; [`InFlightGauge::enter`] counts one until
-/// its guard drops, so an early return or a cancelled future cannot leak it.
-#[derive(Debug, Clone, Default)]
-pub struct InFlightGauge(Gauge);
-
-impl InFlightGauge {
-    /// Counts one operation until the returned guard is dropped.
-    #[must_use = "the operation counts only while the guard is alive"]
-    pub fn enter(&self) -> InFlightGuard {
-        self.0.inc();
-        InFlightGuard(self.0.clone())
-    }
-}
-
-/// Counts one operation in flight while alive (see [`InFlightGauge`]).
-#[derive(Debug)]
-pub struct InFlightGuard(Gauge);
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 #[cfg(test)]

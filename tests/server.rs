@@ -20,7 +20,6 @@ use futures::future::BoxFuture;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use podprobe::apiclient::WatchActivity;
 use podprobe::health::Reachability;
 use podprobe::metrics::{self, Metrics};
 use podprobe::server::delegated_auth::{
@@ -31,6 +30,7 @@ use podprobe::server::{
     DelegatedAuth, Health, Limits, MAX_CONCURRENT_STREAMS, MAX_REVIEWS_PER_CONNECTION,
     MetricsAccess, Server, ServerConfig,
 };
+use podprobe::watch_activity::WatchActivity;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::lru::Lru;
 use super::{PodEvent, reasons, truncate_note, type_name};
-use crate::apiclient::TokenBucket;
+use crate::rate_limit::TokenBucket;
 
 /// Entries each cache of the correlator keeps (client-go's
 /// `maxLruCacheEntries`).

@@ -128,30 +128,6 @@ fn trim_fraction(value: u128, unit: u128) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
-/// grpc-go's `codes.Code` names (`codes.Code.String()`), which appear in
-/// its status error text.
-pub(crate) fn go_code_name(code: tonic::Code) -> &'static str {
-    match code {
-        tonic::Code::Ok => "OK",
-        tonic::Code::Cancelled => "Canceled",
-        tonic::Code::Unknown => "Unknown",
-        tonic::Code::InvalidArgument => "InvalidArgument",
-        tonic::Code::DeadlineExceeded => "DeadlineExceeded",
-        tonic::Code::NotFound => "NotFound",
-        tonic::Code::AlreadyExists => "AlreadyExists",
-        tonic::Code::PermissionDenied => "PermissionDenied",
-        tonic::Code::ResourceExhausted => "ResourceExhausted",
-        tonic::Code::FailedPrecondition => "FailedPrecondition",
-        tonic::Code::Aborted => "Aborted",
-        tonic::Code::OutOfRange => "OutOfRange",
-        tonic::Code::Unimplemented => "Unimplemented",
-        tonic::Code::Internal => "Internal",
-        tonic::Code::Unavailable => "Unavailable",
-        tonic::Code::DataLoss => "DataLoss",
-        tonic::Code::Unauthenticated => "Unauthenticated",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
-use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
@@ -33,7 +32,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 use tonic::Code;
-use tonic::body::Body;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -45,6 +43,7 @@ use super::spec::extension::TlsSettings;
 use super::tap::{ReadObserver, ReadTap};
 use super::tls;
 use super::{Attempt, Outcome, ProbeResult, go_duration, join_host_port};
+use crate::grpc_status::{GrpcStatus, without_status_details};
 
 /// grpc-go's connection backoff: first delay, growth factor, jitter, ceiling.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -350,9 +349,8 @@ fn check_outcome(check: Check, timeout: Duration) -> Outcome {
         Check::Failed(status) if status.code() == Code::DeadlineExceeded => rpc_timeout(timeout),
         Check::TimedOut => rpc_timeout(timeout),
         Check::Failed(status) => failure(format!(
-            "error: health rpc probe failed: rpc error: code = {} desc = {}",
-            crate::probe::gofmt::go_code_name(status.code()),
-            status.message()
+            "error: health rpc probe failed: {}",
+            GrpcStatus::from(&status)
         )),
     }
 }
@@ -382,34 +380,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// A gRPC client service whose responses carry no `grpc-status-details-bin`.
-pub(crate) type WithoutStatusDetails<S> =
-    tower::util::MapResponse<S, fn(http::Response<Body>) -> http::Response<Body>>;
-
-/// `service` with `grpc-status-details-bin` removed from every response's
-/// headers and trailers before tonic reads them: tonic panics on a value
-/// that is not base64 (`Status::from_header_map`, grpc/grpc-rust#2618), and
-/// any server a pod runs can send one. podprobe never reads status details;
-/// the RPC's result is still `grpc-status` and `grpc-message`.
-pub(crate) fn without_status_details<S>(service: S) -> WithoutStatusDetails<S> {
-    tower::util::MapResponse::new(service, strip_status_details)
-}
-
-const GRPC_STATUS_DETAILS: &str = "grpc-status-details-bin";
-
-fn strip_status_details(response: http::Response<Body>) -> http::Response<Body> {
-    let (mut parts, body) = response.into_parts();
-    parts.headers.remove(GRPC_STATUS_DETAILS);
-    let body = body.map_frame(|frame| match frame.into_trailers() {
-        Ok(mut trailers) => {
-            trailers.remove(GRPC_STATUS_DETAILS);
-            hyper::body::Frame::trailers(trailers)
-        }
-        Err(frame) => frame,
-    });
-    http::Response::from_parts(parts, Body::new(body))
 }
 
 /// Dials with the probe dialer (T3) and reports, once, whether the server's
@@ -670,42 +640,6 @@ mod tests {
             outcome.output,
             r#"timeout: failed to connect service "[::1]:9" within 500ms: context deadline exceeded"#
         );
-    }
-
-    /// What the fuzz suite found (tests/fuzz.rs,
-    /// grpc_health_response_never_panics): a status-details value that is
-    /// not base64 panicked the probe inside tonic.
-    #[tokio::test]
-    async fn status_details_that_are_not_base64_never_reach_tonic() {
-        let mut status = http::HeaderMap::new();
-        status.insert("grpc-status", http::HeaderValue::from_static("5"));
-        status.insert(
-            GRPC_STATUS_DETAILS,
-            http::HeaderValue::from_static("'#]%2F*"),
-        );
-        // tonic's own decoding panics on it (grpc/grpc-rust#2618); once it
-        // no longer does, without_status_details can go.
-        let upstream = std::panic::catch_unwind(|| tonic::Status::from_header_map(&status));
-        assert!(upstream.is_err(), "tonic no longer panics on bad details");
-        let trailers = status.clone();
-        let frames: Vec<Result<_, tonic::Status>> = vec![
-            Ok(hyper::body::Frame::data(bytes::Bytes::from_static(b"x"))),
-            Ok(hyper::body::Frame::trailers(trailers)),
-        ];
-        let body = Body::new(http_body_util::StreamBody::new(futures::stream::iter(
-            frames,
-        )));
-        let mut response = http::Response::new(body);
-        *response.headers_mut() = status;
-
-        let (parts, body) = strip_status_details(response).into_parts();
-        assert!(!parts.headers.contains_key(GRPC_STATUS_DETAILS));
-        let trailers = body.collect().await.unwrap().trailers().cloned().unwrap();
-        assert!(!trailers.contains_key(GRPC_STATUS_DETAILS));
-        for headers in [&parts.headers, &trailers] {
-            let status = tonic::Status::from_header_map(headers).expect("a status");
-            assert_eq!(status.code(), Code::NotFound);
-        }
     }
 
     #[test]
