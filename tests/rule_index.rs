@@ -1,7 +1,11 @@
 //! The rule index stays complete: every kubelet rule ID cited in a comment
-//! or a test name under `src/` and `tests/` (and in `tests/*.md`) has its
-//! heading in `docs/kubelet-semantics.md`, so a maintainer can follow any
-//! citation from the repository alone.
+//! or a test name under `src/`, `tests/` and `crates/` (and in `tests/*.md`)
+//! has its heading in `docs/kubelet-semantics.md`, so a maintainer can
+//! follow any citation from the repository alone. And the docs' file paths
+//! stay true: every `src/...`, `tests/...` or `crates/...` path cited in a
+//! Markdown file (the README, SECURITY.md, RELIABILITY.md, CHANGELOG.md,
+//! `docs/`, `tests/`, `bench/`, `hack/`, `charts/`) exists, so a file that
+//! moves cannot silently break a citation.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -12,13 +16,21 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every file under `dir` whose name ends in one of `extensions`.
+/// The folders of Rust sources whose rule citations count.
+const SOURCES: [&str; 3] = ["src", "tests", "crates"];
+
+/// Every file under `dir` whose name ends in one of `extensions` (build
+/// output and hidden folders left out).
 fn files(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
         if path.is_dir() {
             files(&path, extensions, out);
         } else if extensions
@@ -87,8 +99,9 @@ fn test_name_citations(name: &str, out: &mut BTreeSet<String>) {
 
 fn cited() -> BTreeSet<String> {
     let mut sources = Vec::new();
-    files(&root().join("src"), &["rs"], &mut sources);
-    files(&root().join("tests"), &["rs"], &mut sources);
+    for dir in SOURCES {
+        files(&root().join(dir), &["rs"], &mut sources);
+    }
     let mut ids = BTreeSet::new();
     for path in sources {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -141,6 +154,149 @@ fn every_cited_rule_id_is_defined_in_the_index() {
         missing.is_empty(),
         "rule IDs cited under src/ or tests/ without a heading in {INDEX}: {missing:?}"
     );
+}
+
+/// The Markdown files whose path citations are checked: those at the top
+/// and those under these folders.
+const DOC_FOLDERS: [&str; 6] = ["docs", "tests", "bench", "hack", "charts", "crates"];
+
+fn markdown_files() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root()).expect("the repository").flatten() {
+        let path = entry.path();
+        if path.is_file() && path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+    for dir in DOC_FOLDERS {
+        files(&root().join(dir), &["md"], &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// The repository paths cited in one line of Markdown: words that start
+/// with `src/`, `tests/` or `crates/` (or `../src/`, ... from a file in a
+/// folder), not inside another path or a URL (`kube-runtime/src/lib.rs`,
+/// `https://.../src/x.rs` are someone else's), up to the first character
+/// that cannot be in a path (`:` of `file.rs:12`, a backtick, a space).
+/// Returns each as written and as a path (`dir` is the Markdown file's
+/// folder).
+fn cited_paths(line: &str, dir: &Path) -> Vec<(String, PathBuf)> {
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "_-./*".contains(c);
+    let mut out = Vec::new();
+    for (start, _) in line.char_indices() {
+        let rest = &line[start..];
+        if !SOURCES.iter().any(|s| rest.starts_with(&format!("{s}/"))) {
+            continue;
+        }
+        let before = &line[..start];
+        let mut base = dir.to_path_buf();
+        let mut lead = before;
+        while let Some(up) = lead.strip_suffix("../") {
+            base.push("..");
+            lead = up;
+        }
+        if lead.len() == before.len() {
+            // Not after `../`: from the repository's root, unless it is the
+            // tail of a longer path.
+            if before.ends_with(|c: char| path_char(c) || c == '/') {
+                continue;
+            }
+            base = root();
+        } else if lead.ends_with(|c: char| path_char(c) || c == '/') {
+            continue;
+        }
+        let end = rest.find(|c: char| !path_char(c)).unwrap_or(rest.len());
+        // A sentence may end right after a path.
+        let cited = rest[..end].trim_end_matches('.');
+        out.push((cited.to_string(), base.join(cited)));
+    }
+    out
+}
+
+/// Files the docs cite that exist only after some event, not in a clean
+/// checkout.
+const MAY_BE_ABSENT: [&str; 1] = [
+    // proptest writes it when a fuzz target fails (tests/FUZZ.md)
+    "tests/fuzz.proptest-regressions",
+];
+
+/// Whether the path `cited` (as written) exists at `path`: a folder if it
+/// ends in `/`; a `*` in its last part must match something.
+fn exists(cited: &str, path: &Path) -> bool {
+    if MAY_BE_ABSENT.contains(&cited) {
+        return true;
+    }
+    if cited.ends_with('/') {
+        return path.is_dir();
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let Some((prefix, suffix)) = name.split_once('*') else {
+        return path.exists();
+    };
+    let dir = path.parent().unwrap_or(path);
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.len() >= prefix.len() + suffix.len() && n.starts_with(prefix) && n.ends_with(suffix)
+        })
+    })
+}
+
+#[test]
+fn every_cited_path_exists() {
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for doc in markdown_files() {
+        let text = std::fs::read_to_string(&doc).expect("a Markdown file");
+        let dir = doc.parent().expect("a folder");
+        for (n, line) in text.lines().enumerate() {
+            for (cited, path) in cited_paths(line, dir) {
+                checked += 1;
+                if !exists(&cited, &path) {
+                    let doc = doc.strip_prefix(root()).unwrap_or(&doc);
+                    missing.push(format!("{}:{}: {cited}", doc.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "no path citations found: is the scanner broken?"
+    );
+    assert!(
+        missing.is_empty(),
+        "paths cited in the docs that do not exist (a file moved? fix the citation):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn cited_paths_are_found_in_prose_tables_and_links() {
+    let docs = root().join("docs");
+    let found = |line: &str| -> Vec<String> {
+        cited_paths(line, &docs)
+            .into_iter()
+            .map(|(cited, _)| cited)
+            .collect()
+    };
+    assert_eq!(
+        found("see `src/worker.rs:58` and src/status/, then tests/fuzz.rs."),
+        ["src/worker.rs", "src/status/", "tests/fuzz.rs"]
+    );
+    assert_eq!(
+        found("[FUZZ](../tests/FUZZ.md), crates/podprobe-core/src/lib.rs|"),
+        ["tests/FUZZ.md", "crates/podprobe-core/src/lib.rs"]
+    );
+    // From docs/, `../tests/FUZZ.md` is the repository's tests/FUZZ.md.
+    let (cited, path) = &cited_paths("[FUZZ](../tests/FUZZ.md)", &docs)[0];
+    assert!(exists(cited, path), "{}", path.display());
+    // Someone else's files, and a URL.
+    assert!(found("kube-runtime/src/watcher.rs, https://x.io/a/src/b.rs, ./src/c.rs").is_empty());
+    let at = |cited: &str| exists(cited, &root().join(cited));
+    assert!(at("tests/e2e_*.rs") && at("src/status/") && at("src/status/mod.rs"));
+    assert!(!at("tests/no_such_*.rs") && !at("src/no_such.rs") && !at("src/worker.rs/"));
 }
 
 #[test]
