@@ -46,12 +46,12 @@ use crate::metrics::{Metrics, PatchOutcome};
 use crate::pod::{all_container_statuses, pod_name, pod_namespace};
 use crate::pod_sync::{self, SyncSchedule};
 use crate::pods::{self, PodCache, PodUpdate, with_started};
-use crate::probe::Prober;
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
 use crate::probe::netns::{self, NamespaceHelper};
 use crate::probe::spec::UnknownProbeField;
 use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, PodBudget};
+use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::probe_rates::ProbeRates;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::delegated_auth::DelegatedAuth;
@@ -64,6 +64,7 @@ use crate::status::{
 use crate::takeover;
 use crate::user_agent;
 use crate::watch_activity::WatchActivity;
+use crate::worker::ProbeRunner;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
 
 /// How often every pod's desired status and kills are checked again, besides
@@ -1092,6 +1093,18 @@ fn container_ids(pod: &Pod) -> HashSet<String> {
     all_container_statuses(pod)
         .filter_map(|c| c.container_id.clone())
         .collect()
+}
+
+/// The workers run the real handlers.
+impl ProbeRunner for Prober {
+    fn probe(
+        &self,
+        kind: ProbeKind,
+        spec: &ProbeSpec,
+        target: ProbeTarget<'_>,
+    ) -> impl Future<Output = ProbeVerdict> + Send {
+        Prober::probe(self, kind, spec, target)
+    }
 }
 
 /// What `podprobe run`'s flags ask of the server; delegated auth reviews

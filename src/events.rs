@@ -67,8 +67,8 @@ use crate::lint::Finding;
 use crate::manager::ProbeChanges;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::pod::container_field_path;
-use crate::probe::prober::EventType;
 use crate::probe::spec::budget::OverBudget;
+use crate::probe::verdict::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
 use crate::rate_limit::RateLimit;
 use crate::status::annotation::AnnotationError;
@@ -100,7 +100,7 @@ pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
 
 /// Event reasons.
 pub mod reasons {
-    pub use crate::probe::prober::reasons::{
+    pub use crate::probe::verdict::reasons::{
         CLIENT_CERTIFICATE_UNAVAILABLE, PROBE_WARNING, UNHEALTHY,
     };
 

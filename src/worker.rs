@@ -31,9 +31,9 @@ use crate::pod::{
     ContainerIdentity, ContainerList, is_restartable_init_container, pod_name, pod_namespace,
     runtime_container_id,
 };
-use crate::probe::prober::reasons;
 use crate::probe::spec::extension::MIN_PERIOD_MILLISECONDS;
-use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
+use crate::probe::verdict::reasons;
+use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict};
 use crate::probe_rates::ProbeRates;
 use crate::restart_policy::container_should_restart;
 use crate::results::{CachedResult, ProbeCaches};
@@ -56,17 +56,6 @@ pub trait ProbeRunner: Send + Sync + 'static {
         spec: &ProbeSpec,
         target: ProbeTarget<'_>,
     ) -> impl Future<Output = ProbeVerdict> + Send;
-}
-
-impl ProbeRunner for Prober {
-    fn probe(
-        &self,
-        kind: ProbeKind,
-        spec: &ProbeSpec,
-        target: ProbeTarget<'_>,
-    ) -> impl Future<Output = ProbeVerdict> + Send {
-        Prober::probe(self, kind, spec, target)
-    }
 }
 
 impl<T: ProbeRunner> ProbeRunner for Arc<T> {

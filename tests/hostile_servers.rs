@@ -26,8 +26,8 @@ use http_body_util::StreamBody;
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
-use podprobe::probe::prober::MAX_PROBE_RETRIES;
 use podprobe::probe::spec::{GrpcAction, Handler, HttpGetAction, Scheme};
+use podprobe::probe::verdict::MAX_PROBE_RETRIES;
 use podprobe::probe::{
     MAX_OUTPUT_BYTES, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
 };

@@ -60,7 +60,7 @@ layer server   server health metrics process_stats
 layer actuator kill_container lifecycle
 layer core     worker manager results pod_sync takeover probe_rates
 layer status   status
-layer spec     probe probe::spec probe::destinations restart_policy
+layer spec     probe probe::spec probe::destinations probe::verdict restart_policy
 layer handlers probe::prober probe::exec probe::grpc probe::http probe::tcp probe::dial probe::tls probe::tap probe::netns
 layer runtime  cri grpc_status
 layer util     crate backoff probe::gofmt exit_code pod rate_limit watch_activity
@@ -105,8 +105,6 @@ const KNOWN_UPWARD: &[&str] = &[
     "events -> lint",
     // kube -> server: EventOutcome, Metrics
     "events -> metrics",
-    // kube -> handlers: CLIENT_CERTIFICATE_UNAVAILABLE, EventType …
-    "events -> probe::prober",
     // actuator -> kube: EventSink, FAILED_PRE_STOP_HOOK …
     "kill_container -> events",
     // server -> runtime: InFlightGauge
@@ -115,8 +113,6 @@ const KNOWN_UPWARD: &[&str] = &[
     "probe::destinations -> probe::netns",
     // handlers -> kube: ClientCertificates
     "probe::prober -> client_certificates",
-    // core -> handlers: ProbeTarget, ProbeVerdict, Prober, UNHEALTHY …
-    "worker -> probe::prober",
 ];
 // END KNOWN
 

@@ -267,7 +267,7 @@ mod tests {
     use k8s_openapi::api::core::v1::ObjectReference;
 
     use super::*;
-    use crate::probe::prober::EventType;
+    use crate::probe::verdict::EventType;
 
     /// An `Unhealthy` of `container` in pod `pod` noted `note`.
     fn unhealthy(pod: &str, container: &str, note: &str) -> PodEvent {

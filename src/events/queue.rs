@@ -126,7 +126,7 @@ mod tests {
     use k8s_openapi::api::core::v1::ObjectReference;
 
     use super::*;
-    use crate::probe::prober::EventType;
+    use crate::probe::verdict::EventType;
 
     fn event(pod: &str, reason: &'static str, note: &str) -> PodEvent {
         PodEvent {

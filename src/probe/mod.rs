@@ -19,13 +19,15 @@ pub mod spec;
 mod tap;
 pub mod tcp;
 pub mod tls;
+pub mod verdict;
 
 use std::fmt;
 
 pub use gofmt::go_duration;
 pub(crate) use gofmt::{go_quote, go_quote_bytes};
-pub use prober::{ProbeEvent, ProbeTarget, ProbeVerdict, Prober};
+pub use prober::Prober;
 pub use spec::{Handler, ProbeSpec, SpecError};
+pub use verdict::{ProbeEvent, ProbeTarget, ProbeVerdict};
 
 /// The three probe kinds; `Display` gives the capitalised form the kubelet
 /// uses in events and metrics (`Liveness`, `Readiness`, `Startup`).

@@ -11,137 +11,10 @@ use super::destinations::Destinations;
 use super::netns::PodNetwork;
 use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK};
 use super::spec::{Handler, ProbeSpec};
-use super::{Attempt, ProbeError, ProbeKind, ProbeResult, exec, go_quote, grpc, http, tcp};
+use super::verdict::{ProbeTarget, ProbeVerdict, probe_with_retries};
+use super::{Attempt, ProbeError, ProbeKind, exec, go_quote, grpc, http, tcp};
 use crate::client_certificates::ClientCertificates;
 use crate::cri::CriClient;
-use crate::pod::ContainerIdentity;
-
-/// Attempts per probe run; only errors are retried (`maxProbeRetries`).
-pub const MAX_PROBE_RETRIES: u32 = 3;
-
-/// Where a probe runs: the pod IP for network probes, the runtime container
-/// ID for exec probes.
-#[derive(Debug, Clone, Copy)]
-pub struct ProbeTarget<'a> {
-    pub pod_ip: &'a str,
-    pub container_id: Option<&'a str>,
-    /// When set, an exec probe first checks with the runtime that the
-    /// container is this one: its ID comes from the pod's status, which
-    /// anyone allowed to patch `pods/status` could point elsewhere.
-    pub identity: Option<ContainerIdentity<'a>>,
-    /// The pod's namespace, where a `clientCertificate` Secret is read;
-    /// `None` where there is no pod (`podprobe probe`).
-    pub namespace: Option<&'a str>,
-}
-
-/// Kubernetes Event type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// An Event the kubelet would record on the container for this run.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ProbeEvent {
-    #[serde(rename = "type")]
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// Event reasons the prober records (`pkg/kubelet/events`).
-pub mod reasons {
-    pub const UNHEALTHY: &str = "Unhealthy";
-    pub const PROBE_WARNING: &str = "ProbeWarning";
-    /// podprobe's own: the probe's `clientCertificate` Secret cannot be
-    /// read or used, so the probe fails without connecting.
-    pub const CLIENT_CERTIFICATE_UNAVAILABLE: &str = "ClientCertificateUnavailable";
-}
-
-/// What one probe run concluded, after retries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeVerdict {
-    /// Low-level result of the last attempt.
-    pub result: ProbeResult,
-    /// Output of the last attempt (empty when it errored).
-    pub output: String,
-    /// Set when every attempt errored: the worker throws such a run away.
-    pub error: Option<String>,
-    pub event: Option<ProbeEvent>,
-    pub attempts: u32,
-}
-
-impl ProbeVerdict {
-    /// The cached result the kubelet derives: `success` and `warning` pass,
-    /// everything else (including errors) fails.
-    pub fn is_success(&self) -> bool {
-        self.error.is_none() && matches!(self.result, ProbeResult::Success | ProbeResult::Warning)
-    }
-
-    /// The verdict of a run whose client certificate could not be had
-    /// (`message` says why): a failure, not an error, so that it counts
-    /// towards the failure threshold; an errored run would be thrown away
-    /// (D11), and a Secret that became unreadable would leave a ready pod
-    /// ready. No attempt was made.
-    pub fn client_certificate_unavailable(kind: ProbeKind, message: String) -> Self {
-        ProbeVerdict {
-            result: ProbeResult::Failure,
-            event: Some(ProbeEvent {
-                type_: EventType::Warning,
-                reason: reasons::CLIENT_CERTIFICATE_UNAVAILABLE,
-                message: format!("{kind} probe failed: {message}"),
-            }),
-            output: message,
-            error: None,
-            attempts: 0,
-        }
-    }
-
-    /// Builds the verdict of a run from its last attempt, with the event the
-    /// kubelet would record for it.
-    pub fn from_attempt(kind: ProbeKind, attempt: Attempt, attempts: u32) -> Self {
-        let warning = |reason, message| {
-            Some(ProbeEvent {
-                type_: EventType::Warning,
-                reason,
-                message,
-            })
-        };
-        match attempt {
-            Err(ProbeError { result, message }) => ProbeVerdict {
-                result,
-                output: String::new(),
-                event: warning(
-                    reasons::UNHEALTHY,
-                    format!("{kind} probe errored and resulted in {result} state: {message}"),
-                ),
-                error: Some(message),
-                attempts,
-            },
-            Ok(outcome) => {
-                let event = match outcome.result {
-                    ProbeResult::Success | ProbeResult::Unknown => None,
-                    ProbeResult::Warning => warning(
-                        reasons::PROBE_WARNING,
-                        format!("{kind} probe warning: {}", outcome.output),
-                    ),
-                    ProbeResult::Failure => warning(
-                        reasons::UNHEALTHY,
-                        format!("{kind} probe failed: {}", outcome.output),
-                    ),
-                };
-                ProbeVerdict {
-                    result: outcome.result,
-                    output: outcome.output,
-                    error: None,
-                    event,
-                    attempts,
-                }
-            }
-        }
-    }
-}
 
 /// Runs probes; shared by every worker.
 #[derive(Clone, Debug)]
@@ -322,25 +195,6 @@ impl Prober {
     }
 }
 
-/// The wrapper's retry policy (P2): runs `attempt` until it returns no error,
-/// at most [`MAX_PROBE_RETRIES`] times back to back, and builds the verdict
-/// from the last attempt. Shared by [`Prober`] and the simulator's scripted
-/// probes, so both retry exactly alike.
-pub async fn probe_with_retries<F, Fut>(kind: ProbeKind, mut attempt: F) -> ProbeVerdict
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Attempt>,
-{
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let outcome = attempt().await;
-        if outcome.is_ok() || attempts >= MAX_PROBE_RETRIES {
-            return ProbeVerdict::from_attempt(kind, outcome, attempts);
-        }
-    }
-}
-
 /// Exec probes pass the timeout to the runtime in whole seconds.
 fn exec_timeout(timeout: Duration) -> Duration {
     Duration::from_secs(timeout.as_secs())
@@ -350,9 +204,11 @@ fn exec_timeout(timeout: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::probe::Outcome;
+    use crate::probe::ProbeResult;
     use crate::probe::spec::{
         AtoiFailure, ExecAction, HttpGetAction, PortError, Scheme, TcpSocketAction,
     };
+    use crate::probe::verdict::{EventType, MAX_PROBE_RETRIES, ProbeEvent, reasons};
 
     fn spec(handler: Handler) -> ProbeSpec {
         ProbeSpec {

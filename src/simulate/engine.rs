@@ -51,7 +51,7 @@ use super::Simulation;
 use super::script::{ContainerScript, ScriptedResult};
 use crate::manager::{ProbeKill, ProberManager, probe_kills};
 use crate::pod::{ContainerList, is_restartable_init_container, probed_containers};
-use crate::probe::prober::probe_with_retries;
+use crate::probe::verdict::probe_with_retries;
 use crate::probe::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
