@@ -40,7 +40,6 @@ use crate::exit_code;
 use crate::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::kill_container::ContainerKiller;
 use crate::lifecycle::HookRunner;
-use crate::lint;
 use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pod::{all_container_statuses, pod_name, pod_namespace};
@@ -56,6 +55,7 @@ use crate::probe_rates::ProbeRates;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
+use crate::status::gate_setup;
 use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
 use crate::status::{
     AnnotatedProbes, AnnotationError, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts,
@@ -642,7 +642,7 @@ impl Daemon {
         }
         if self.mode == Mode::Gate
             && !self.pods.contains_key(uid)
-            && let Some(finding) = lint::gate_mismatch(pod)
+            && let Some(finding) = gate_setup::gate_mismatch(pod)
         {
             tracing::warn!(
                 pod = pod_name(pod),

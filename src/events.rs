@@ -63,7 +63,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::apiclient::{RequestError, bounded};
-use crate::lint::Finding;
 use crate::manager::ProbeChanges;
 use crate::metrics::{EventOutcome, Metrics};
 use crate::pod::container_field_path;
@@ -72,6 +71,7 @@ use crate::probe::verdict::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
 use crate::rate_limit::RateLimit;
 use crate::status::annotation::AnnotationError;
+use crate::status::gate_setup::Finding;
 use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
 use correlator::{Correlation, Correlator, EventWrite};
 use queue::FairQueue;
@@ -197,7 +197,7 @@ impl PodEvent {
     }
 
     /// A Warning on the pod: its annotation and readiness gate do not go
-    /// together (see [`crate::lint::gate_mismatch`]).
+    /// together (see [`crate::status::gate_setup::gate_mismatch`]).
     pub fn gate_mismatch(pod: &Pod, finding: &Finding) -> Option<Self> {
         let reason = match finding {
             Finding::GateMissing => reasons::READINESS_GATE_MISSING,

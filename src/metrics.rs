@@ -29,7 +29,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::cri::InFlightGauge;
 use crate::probe::ProbeKind;
 use crate::probe::spec::budget::Budget;
 use crate::process_stats::ProcessCollector;
@@ -573,9 +572,10 @@ impl Metrics {
         self.rate_delay_seconds.inc_by(delay.as_secs_f64());
     }
 
-    /// The `podprobe_exec_in_flight` gauge, for the exec probe path.
-    pub fn exec_in_flight(&self) -> InFlightGauge {
-        InFlightGauge::new(self.exec_in_flight.clone())
+    /// The `podprobe_exec_in_flight` gauge, which the CRI client counts
+    /// its exec calls into.
+    pub fn exec_in_flight(&self) -> Gauge {
+        self.exec_in_flight.clone()
     }
 
     /// The OpenMetrics text exposition of every metric, `# EOF` included
@@ -854,7 +854,7 @@ mod tests {
     #[test]
     fn exec_in_flight_counts_live_guards() {
         let metrics = Metrics::new();
-        let gauge = metrics.exec_in_flight();
+        let gauge = crate::cri::InFlightGauge::new(metrics.exec_in_flight());
         let first = gauge.enter();
         let second = gauge.enter();
         assert!(

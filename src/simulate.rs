@@ -31,6 +31,7 @@ use crate::pod::{all_containers, probed_containers};
 use crate::probe::spec::budget::PodBudget;
 use crate::probe::spec::{self, container_probe, validate_container_probes};
 use crate::probe::{ProbeKind, SpecError};
+use crate::status::gate_setup::has_annotation;
 use crate::status::{AnnotatedProbes, AnnotationError, PROBES_ANNOTATION, pod_probes};
 
 /// `after_help` of `podprobe simulate`: the script format and an example.
@@ -407,13 +408,6 @@ fn default_mode(pod: &Pod) -> ModeArg {
     } else {
         ModeArg::Authority
     }
-}
-
-fn has_annotation(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(PROBES_ANNOTATION))
 }
 
 /// Gate mode: the annotation's probes. Asked for explicitly on a pod

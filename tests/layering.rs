@@ -99,16 +99,10 @@ const KNOWN_FILE_CYCLES: &[&str] = &[
 const KNOWN_UPWARD: &[&str] = &[
     // daemon -> cli: Config, LogFormat, MetricsAuth, RunArgs
     "daemon -> config",
-    // daemon -> cli: gate_mismatch, mod lint
-    "daemon -> lint",
-    // kube -> cli: Finding
-    "events -> lint",
     // kube -> server: EventOutcome, Metrics
     "events -> metrics",
     // actuator -> kube: EventSink, FAILED_PRE_STOP_HOOK …
     "kill_container -> events",
-    // server -> runtime: InFlightGauge
-    "metrics -> cri::in_flight",
     // spec -> handlers: PodNetwork
     "probe::destinations -> probe::netns",
     // handlers -> kube: ClientCertificates

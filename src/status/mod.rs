@@ -23,6 +23,7 @@ pub mod annotation;
 pub mod authority;
 pub mod conditions;
 pub mod gate;
+pub mod gate_setup;
 pub mod patch;
 pub mod patcher;
 
