@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use crate::apiclient::{RequestError, bounded};
 use crate::backoff::RetryPolicy;
+use crate::probe::client_identity::ClientIdentitySource;
 use crate::probe::go_quote;
 use crate::probe::spec::extension::ClientIdentity;
 
@@ -152,6 +153,12 @@ struct Entry {
     cached: Option<(Lookup, Instant)>,
     /// Failed reads since the last success, for the backoff.
     failures: u32,
+}
+
+impl ClientIdentitySource for ClientCertificates {
+    fn client_identity<'a>(&'a self, namespace: &'a str, secret: &'a str) -> BoxFuture<'a, Lookup> {
+        Box::pin(self.get(namespace, secret))
+    }
 }
 
 impl std::fmt::Debug for ClientCertificates {

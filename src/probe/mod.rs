@@ -7,6 +7,7 @@
 //! from failures because the kubelet retries only errors and throws an errored
 //! run away, while a failure counts towards the failure threshold.
 
+pub mod client_identity;
 pub mod destinations;
 pub mod dial;
 pub mod exec;

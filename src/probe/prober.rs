@@ -13,7 +13,9 @@ use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK};
 use super::spec::{Handler, ProbeSpec};
 use super::verdict::{ProbeTarget, ProbeVerdict, probe_with_retries};
 use super::{Attempt, ProbeError, ProbeKind, exec, go_quote, grpc, http, tcp};
-use crate::client_certificates::ClientCertificates;
+use std::sync::Arc;
+
+use super::client_identity::ClientIdentitySource;
 use crate::cri::CriClient;
 
 /// Runs probes; shared by every worker.
@@ -22,7 +24,7 @@ pub struct Prober {
     user_agent: String,
     cri: Option<CriClient>,
     destinations: Destinations,
-    client_certificates: Option<ClientCertificates>,
+    client_certificates: Option<Arc<dyn ClientIdentitySource>>,
 }
 
 impl Prober {
@@ -39,9 +41,9 @@ impl Prober {
 
     /// Probes naming a `clientCertificate` Secret read it through
     /// `certificates`; without, such probes fail.
-    pub fn with_client_certificates(self, certificates: ClientCertificates) -> Self {
+    pub fn with_client_certificates(self, certificates: impl ClientIdentitySource) -> Self {
         Prober {
-            client_certificates: Some(certificates),
+            client_certificates: Some(Arc::new(certificates)),
             ..self
         }
     }
@@ -91,7 +93,9 @@ impl Prober {
         target: ProbeTarget<'_>,
     ) -> Result<ClientIdentity, String> {
         match (&self.client_certificates, target.namespace) {
-            (Some(certificates), Some(namespace)) => certificates.get(namespace, secret).await,
+            (Some(certificates), Some(namespace)) => {
+                certificates.client_identity(namespace, secret).await
+            }
             _ => Err(format!(
                 "client certificate: Secret {}: this prober reads no Secrets",
                 go_quote(secret)
@@ -300,6 +304,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreadable_client_certificate_fails_the_run_without_connecting() {
+        use crate::client_certificates::ClientCertificates;
         use crate::client_certificates::testing::Fake;
         use crate::client_certificates::{ReadError, SECRET_TTL};
         let mut https = spec(Handler::HttpGet(HttpGetAction {
