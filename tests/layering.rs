@@ -58,7 +58,7 @@ layer daemon   daemon
 layer kube     apiclient pods events client_certificates user_agent status::patcher
 layer server   server health metrics process_stats
 layer actuator kill_container lifecycle
-layer core     worker manager results pod_sync takeover probe_rates
+layer core     worker manager results pod_sync takeover probe_rates events::record
 layer status   status
 layer spec     probe probe::spec probe::destinations probe::verdict probe::client_identity restart_policy
 layer handlers probe::prober probe::exec probe::grpc probe::http probe::tcp probe::dial probe::tls probe::tap probe::netns
@@ -71,14 +71,6 @@ layer util     crate backoff probe::gofmt exit_code pod rate_limit watch_activit
 const KNOWN_TOP_CYCLES: &[&str] = &[];
 /// Imports that close a cycle between files (modules, "from -> to").
 const KNOWN_FILE_CYCLES: &[&str] = &[
-    // Correlation, Correlator, EventWrite
-    "events -> events::correlator",
-    // FairQueue
-    "events -> events::queue",
-    // KILLING, PodEvent, mod events::reasons, truncate_note …
-    "events::correlator -> events",
-    // KILLING, PodEvent, mod events::reasons
-    "events::queue -> events",
     // SimulationReport, run
     "simulate -> simulate::engine",
     // html, svg
@@ -96,7 +88,7 @@ const KNOWN_UPWARD: &[&str] = &[
     "daemon -> config",
     // kube -> server: EventOutcome, Metrics
     "events -> metrics",
-    // actuator -> kube: EventSink, FAILED_PRE_STOP_HOOK …
+    // actuator -> kube: EventSink, mod events
     "kill_container -> events",
     // spec -> handlers: PodNetwork
     "probe::destinations -> probe::netns",

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::lru::Lru;
-use super::{PodEvent, reasons, truncate_note, type_name};
+use super::record::{PodEvent, reasons, truncate_note, type_name};
 use crate::rate_limit::TokenBucket;
 
 /// Entries each cache of the correlator keeps (client-go's
