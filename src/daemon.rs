@@ -35,7 +35,8 @@ use crate::apiclient::{self, bounded};
 use crate::client_certificates::{ClientCertificates, KubeSecrets};
 use crate::config::{Config, LogFormat, MetricsAuth, RunArgs};
 use crate::cri::{CriClient, CriError};
-use crate::events::{self, EventSink, Telemetry};
+use crate::events::recorder::EventRecorder;
+use crate::events::{self, EventSink};
 use crate::exit_code;
 use crate::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::kill_container::ContainerKiller;
@@ -62,6 +63,7 @@ use crate::status::{
     check_network, pod_probes,
 };
 use crate::takeover;
+use crate::telemetry::Telemetry;
 use crate::user_agent;
 use crate::watch_activity::WatchActivity;
 use crate::worker::ProbeRunner;

@@ -49,7 +49,8 @@
 mod correlator;
 mod lru;
 mod queue;
-mod record;
+pub mod record;
+pub mod recorder;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -61,10 +62,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use self::recorder::{EventObserver, EventOutcome, EventRecorder};
 use crate::apiclient::{RequestError, bounded};
-use crate::metrics::{EventOutcome, Metrics};
 use crate::rate_limit::RateLimit;
-use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
 use correlator::{Correlation, Correlator, EventWrite};
 use queue::FairQueue;
 
@@ -133,7 +133,7 @@ impl Shared {
 #[derive(Debug)]
 pub struct EventSink {
     shared: Arc<Shared>,
-    metrics: Metrics,
+    metrics: Arc<dyn EventObserver>,
     /// Set while events are being dropped, so a full queue logs once per
     /// episode instead of once per event.
     dropping: Arc<AtomicBool>,
@@ -143,13 +143,13 @@ pub struct EventSink {
 #[derive(Debug)]
 pub struct EventQueue {
     shared: Arc<Shared>,
-    metrics: Metrics,
+    metrics: Arc<dyn EventObserver>,
     writes: RateLimit,
 }
 
 /// A queue of `capacity` events ([`QueueConfig`]'s other defaults): the
 /// sink for producers, the queue for the task that publishes them.
-pub fn channel(capacity: usize, metrics: Metrics) -> (EventSink, EventQueue) {
+pub fn channel(capacity: usize, metrics: impl EventObserver) -> (EventSink, EventQueue) {
     channel_with(
         QueueConfig {
             capacity,
@@ -161,7 +161,8 @@ pub fn channel(capacity: usize, metrics: Metrics) -> (EventSink, EventQueue) {
 
 /// A queue as `config` says: the sink for producers, the queue for the
 /// task that publishes them.
-pub fn channel_with(config: QueueConfig, metrics: Metrics) -> (EventSink, EventQueue) {
+pub fn channel_with(config: QueueConfig, metrics: impl EventObserver) -> (EventSink, EventQueue) {
+    let metrics: Arc<dyn EventObserver> = Arc::new(metrics);
     let shared = Arc::new(Shared {
         queue: Mutex::new(FairQueue::new(config.capacity, config.pod_capacity)),
         wake: Notify::new(),
@@ -221,7 +222,7 @@ impl EventSink {
                 }
             }
             Some(dropped) => {
-                self.metrics.event(EventOutcome::Dropped);
+                self.metrics.event_done(EventOutcome::Dropped);
                 if !self.dropping.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         namespace = dropped.regarding.namespace.as_deref().unwrap_or_default(),
@@ -234,14 +235,11 @@ impl EventSink {
             }
         }
     }
+}
 
-    /// Queues `event` if there is one; see [`PodEvent`]'s constructors.
-    pub fn record_opt(&self, event: Option<PodEvent>) {
-        match event {
-            Some(event) => self.record(event),
-            // P5: the kubelet drops an event whose reference cannot be built.
-            None => tracing::warn!("event for a pod without name or namespace not recorded"),
-        }
+impl EventRecorder for EventSink {
+    fn record(&self, event: PodEvent) {
+        EventSink::record(self, event);
     }
 }
 
@@ -277,7 +275,7 @@ impl EventQueue {
                         reason = event.reason,
                         "event refused by the spam filter"
                     );
-                    self.metrics.event(EventOutcome::Filtered);
+                    self.metrics.event_done(EventOutcome::Filtered);
                     continue;
                 }
             };
@@ -308,7 +306,7 @@ impl EventQueue {
                     EventOutcome::Failed
                 }
             };
-            self.metrics.event(outcome);
+            self.metrics.event_done(outcome);
         }
     }
 
@@ -385,44 +383,6 @@ impl KubePublisher {
     }
 }
 
-/// The [`ProbeObserver`] of `podprobe run`: probe metrics (M2, M3, M5) and
-/// the events of probe runs (P3-P5).
-#[derive(Debug, Clone)]
-pub struct Telemetry {
-    metrics: Metrics,
-    events: EventSink,
-}
-
-impl Telemetry {
-    /// Feeds `metrics` and queues events on `events`.
-    pub fn new(metrics: Metrics, events: EventSink) -> Self {
-        Telemetry { metrics, events }
-    }
-}
-
-impl ProbeObserver for Telemetry {
-    fn probe_ran(&self, run: &ProbeRun<'_>) {
-        match run.result {
-            Some(result) => self
-                .metrics
-                .probe_completed(run.config, result, run.duration),
-            None => self.metrics.probe_errored(run.config.kind()),
-        }
-        // Errored runs have their event too (P3).
-        if let Some(event) = &run.verdict.event {
-            self.events.record_opt(PodEvent::probe(run.config, event));
-        }
-    }
-
-    fn worker_stopped(&self, config: &WorkerConfig) {
-        self.metrics.worker_stopped(config);
-    }
-
-    fn probe_delayed(&self, _config: &WorkerConfig, delay: std::time::Duration) {
-        self.metrics.probe_delayed(delay);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -435,13 +395,14 @@ mod tests {
     use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
     use super::record::truncate_note;
+    use crate::metrics::Metrics;
     use crate::probe::verdict::EventType;
     use crate::probe::{ProbeEvent, ProbeKind};
     use crate::status::annotation::AnnotationError;
 
     use crate::probe::ProbeVerdict;
-    use crate::probe::{Outcome, ProbeError, ProbeResult};
-    use crate::results::CachedResult;
+    use crate::probe::{Outcome, ProbeResult};
+    use crate::worker::WorkerConfig;
     use crate::worker::testing::{container, pod, probe_spec, sidecar};
 
     fn worker(kind: ProbeKind, pod: Pod, name: &str) -> WorkerConfig {
@@ -600,75 +561,6 @@ mod tests {
                 .lines()
                 .any(|l| l == r#"podprobe_events_total{outcome="dropped"} 2"#)
         );
-    }
-
-    #[test]
-    fn telemetry_counts_and_queues_the_verdict_event() {
-        let metrics = Metrics::new();
-        let (sink, queue) = channel(8, metrics.clone());
-        let telemetry = Telemetry::new(metrics.clone(), sink);
-        let config = worker(
-            ProbeKind::Liveness,
-            pod("uid-1", vec![container("app")], vec![]),
-            "app",
-        );
-        let failed = ProbeVerdict::from_attempt(
-            ProbeKind::Liveness,
-            Ok(Outcome::new(ProbeResult::Failure, "")),
-            1,
-        );
-        telemetry.probe_ran(&ProbeRun {
-            config: &config,
-            container_id: "containerd://abc",
-            verdict: &failed,
-            result: Some(CachedResult::Failure),
-            duration: Duration::from_millis(5),
-        });
-        // D11/M2: an errored run is not counted but its event is recorded (P3).
-        let errored = ProbeVerdict::from_attempt(
-            ProbeKind::Liveness,
-            Err(ProbeError::unknown("connection refused")),
-            3,
-        );
-        telemetry.probe_ran(&ProbeRun {
-            config: &config,
-            container_id: "containerd://abc",
-            verdict: &errored,
-            result: None,
-            duration: Duration::from_millis(5),
-        });
-
-        let text = metrics.encode();
-        let total: Vec<_> = text
-            .lines()
-            .filter(|l| l.starts_with("prober_probe_total"))
-            .collect();
-        assert_eq!(
-            total,
-            [
-                r#"prober_probe_total{container="app",namespace="default",pod="pod-uid-1",pod_uid="uid-1",probe_type="Liveness",result="failed"} 1"#
-            ]
-        );
-        // ... but counted as an error, by probe type.
-        assert!(
-            text.lines()
-                .any(|l| l == r#"podprobe_probe_errors_total{probe_type="Liveness"} 1"#),
-            "{text}"
-        );
-        let notes: Vec<_> = std::iter::from_fn(|| queue.shared.queue().pop())
-            .map(|e| e.note)
-            .collect();
-        assert_eq!(
-            notes,
-            [
-                "Liveness probe failed: ".to_string(),
-                "Liveness probe errored and resulted in unknown state: connection refused"
-                    .to_string(),
-            ]
-        );
-
-        telemetry.worker_stopped(&config);
-        assert!(!metrics.encode().contains("prober_probe_total{"));
     }
 
     /// A write the fake API server received: when, how, about which pod.

@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::time::Instant;
 
 use crate::cri::{CriClient, CriError};
-use crate::events::{self, EventSink, reasons};
+use crate::events::record::{PodEvent, reasons};
+use crate::events::recorder::EventRecorder;
 use crate::lifecycle::{HookRunner, HookTarget, grace_left, pre_stop_hook};
 use crate::manager::ProbeKill;
 use crate::pod::ContainerIdentity;
@@ -32,18 +33,18 @@ pub struct ContainerKiller {
     mode: Mode,
     cri: CriClient,
     hooks: HookRunner,
-    events: EventSink,
+    events: Arc<dyn EventRecorder>,
     /// Container IDs being (or already) stopped for a probe failure.
     killing: Arc<Mutex<HashSet<String>>>,
 }
 
 impl ContainerKiller {
-    pub fn new(mode: Mode, cri: CriClient, hooks: HookRunner, events: EventSink) -> Self {
+    pub fn new(mode: Mode, cri: CriClient, hooks: HookRunner, events: impl EventRecorder) -> Self {
         ContainerKiller {
             mode,
             cri,
             hooks,
-            events,
+            events: Arc::new(events),
             killing: Arc::default(),
         }
     }
@@ -86,11 +87,8 @@ impl ContainerKiller {
             Err(error @ CriError::ForeignContainer { .. }) => {
                 tracing::warn!(pod = name, namespace, container, %error,
                     "not stopping the container: it is not this pod's");
-                self.events.record_opt(events::PodEvent::kill_refused(
-                    pod,
-                    container,
-                    error.to_string(),
-                ));
+                self.events
+                    .record_opt(PodEvent::kill_refused(pod, container, error.to_string()));
                 return true;
             }
             Err(error) => {
@@ -113,7 +111,7 @@ impl ContainerKiller {
         tracing::info!(pod = name, namespace, container, probe = %kill.kind,
             grace_period_seconds = kill.grace_period_seconds, message, "killing container");
         self.events
-            .record_opt(events::PodEvent::killing(pod, container, message.clone()));
+            .record_opt(PodEvent::killing(pod, container, message.clone()));
         let hook_seconds = match spec {
             Some(spec) => self.run_pre_stop_hook(pod, spec, kill).await,
             None => 0,
@@ -156,7 +154,7 @@ impl ContainerKiller {
             Ok(Ok(ran)) => {
                 tracing::info!(pod = name, namespace, container, "preStop hook completed");
                 if let Some(host) = ran.http_fallback {
-                    self.events.record_opt(events::PodEvent::kill_warning(
+                    self.events.record_opt(PodEvent::kill_warning(
                         pod,
                         None,
                         reasons::LIFECYCLE_HTTP_FALLBACK,
@@ -169,7 +167,7 @@ impl ContainerKiller {
                 tracing::warn!(pod = name, namespace, container, error = %failed, "preStop hook failed");
                 // As the kubelet: the hook's output may hold secrets, so the
                 // Event does not carry it; the log does.
-                self.events.record_opt(events::PodEvent::kill_warning(
+                self.events.record_opt(PodEvent::kill_warning(
                     pod,
                     Some(container),
                     reasons::FAILED_PRE_STOP_HOOK,
@@ -212,7 +210,7 @@ impl ContainerKiller {
             container,
             "{note}"
         );
-        self.events.record_opt(events::PodEvent::kill_warning(
+        self.events.record_opt(PodEvent::kill_warning(
             pod,
             Some(container),
             reasons::PROBE_KILL_NOT_RESTARTED,

@@ -46,6 +46,7 @@ pub mod server;
 pub mod simulate;
 pub mod status;
 pub mod takeover;
+pub mod telemetry;
 pub mod user_agent;
 pub mod watch_activity;
 pub mod worker;

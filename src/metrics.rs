@@ -29,6 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::events::recorder::{EventObserver, EventOutcome};
 use crate::probe::ProbeKind;
 use crate::probe::spec::budget::Budget;
 use crate::process_stats::ProcessCollector;
@@ -123,31 +124,6 @@ impl PatchOutcome {
             PatchOutcome::Sent => "sent",
             PatchOutcome::Failed => "failed",
             PatchOutcome::Conflict => "conflict",
-        }
-    }
-}
-
-/// What became of one Event podprobe wanted to record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventOutcome {
-    /// Accepted by the API server.
-    Recorded,
-    /// Rejected by the API server or not sent because of a transport error.
-    Failed,
-    /// Thrown away because the event queue was full.
-    Dropped,
-    /// Not written: its pod's budget of the spam filter was spent.
-    Filtered,
-}
-
-impl EventOutcome {
-    /// The `outcome` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventOutcome::Recorded => "recorded",
-            EventOutcome::Failed => "failed",
-            EventOutcome::Dropped => "dropped",
-            EventOutcome::Filtered => "filtered",
         }
     }
 }
@@ -608,6 +584,12 @@ fn encode_all(registries: &[&Registry]) -> String {
 
 fn gauge_value(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+impl EventObserver for Metrics {
+    fn event_done(&self, outcome: EventOutcome) {
+        self.event(outcome);
+    }
 }
 
 #[cfg(test)]

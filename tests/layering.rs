@@ -54,11 +54,11 @@ allow actuator core status spec handlers runtime util
 allow daemon   kube server actuator core status spec handlers runtime util
 allow cli      daemon kube server actuator core status spec handlers runtime util
 layer cli      main oneshot lint simulate config
-layer daemon   daemon
+layer daemon   daemon telemetry
 layer kube     apiclient pods events client_certificates user_agent status::patcher
 layer server   server health metrics process_stats
 layer actuator kill_container lifecycle
-layer core     worker manager results pod_sync takeover probe_rates events::record
+layer core     worker manager results pod_sync takeover probe_rates events::record events::recorder
 layer status   status
 layer spec     probe probe::spec probe::destinations probe::verdict probe::client_identity restart_policy
 layer handlers probe::prober probe::exec probe::grpc probe::http probe::tcp probe::dial probe::tls probe::tap probe::netns
@@ -86,10 +86,6 @@ const KNOWN_FILE_CYCLES: &[&str] = &[
 const KNOWN_UPWARD: &[&str] = &[
     // daemon -> cli: Config, LogFormat, MetricsAuth, RunArgs
     "daemon -> config",
-    // kube -> server: EventOutcome, Metrics
-    "events -> metrics",
-    // actuator -> kube: EventSink, mod events
-    "kill_container -> events",
     // spec -> handlers: PodNetwork
     "probe::destinations -> probe::netns",
 ];

@@ -1,0 +1,147 @@
+//! The [`ProbeObserver`] of `podprobe run`: every probe run feeds the
+//! metrics and records the Event the kubelet would.
+
+use crate::events::recorder::EventRecorder;
+use std::sync::Arc;
+
+use crate::events::PodEvent;
+use crate::metrics::Metrics;
+use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
+
+/// The [`ProbeObserver`] of `podprobe run`: probe metrics (M2, M3, M5) and
+/// the events of probe runs (P3-P5).
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    metrics: Metrics,
+    events: Arc<dyn EventRecorder>,
+}
+
+impl Telemetry {
+    /// Feeds `metrics` and queues events on `events`.
+    pub fn new(metrics: Metrics, events: impl EventRecorder) -> Self {
+        Telemetry {
+            metrics,
+            events: Arc::new(events),
+        }
+    }
+}
+
+impl ProbeObserver for Telemetry {
+    fn probe_ran(&self, run: &ProbeRun<'_>) {
+        match run.result {
+            Some(result) => self
+                .metrics
+                .probe_completed(run.config, result, run.duration),
+            None => self.metrics.probe_errored(run.config.kind()),
+        }
+        // Errored runs have their event too (P3).
+        if let Some(event) = &run.verdict.event {
+            self.events.record_opt(PodEvent::probe(run.config, event));
+        }
+    }
+
+    fn worker_stopped(&self, config: &WorkerConfig) {
+        self.metrics.worker_stopped(config);
+    }
+
+    fn probe_delayed(&self, _config: &WorkerConfig, delay: std::time::Duration) {
+        self.metrics.probe_delayed(delay);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::probe::{Outcome, ProbeError, ProbeKind, ProbeResult, ProbeVerdict};
+    use crate::results::CachedResult;
+    use crate::worker::testing::{container, pod, probe_spec};
+
+    #[test]
+    fn telemetry_counts_and_queues_the_verdict_event() {
+        let metrics = Metrics::new();
+        let recorded = Recorded::default();
+        let telemetry = Telemetry::new(metrics.clone(), recorded.clone());
+        let app = container("app");
+        let pod = pod("uid-1", vec![app.clone()], vec![]);
+        let config = WorkerConfig::new(
+            ProbeKind::Liveness,
+            probe_spec(10, 0, 1, 3),
+            Arc::new(pod),
+            &app,
+        );
+        let failed = ProbeVerdict::from_attempt(
+            ProbeKind::Liveness,
+            Ok(Outcome::new(ProbeResult::Failure, "")),
+            1,
+        );
+        telemetry.probe_ran(&ProbeRun {
+            config: &config,
+            container_id: "containerd://abc",
+            verdict: &failed,
+            result: Some(CachedResult::Failure),
+            duration: Duration::from_millis(5),
+        });
+        // D11/M2: an errored run is not counted but its event is recorded (P3).
+        let errored = ProbeVerdict::from_attempt(
+            ProbeKind::Liveness,
+            Err(ProbeError::unknown("connection refused")),
+            3,
+        );
+        telemetry.probe_ran(&ProbeRun {
+            config: &config,
+            container_id: "containerd://abc",
+            verdict: &errored,
+            result: None,
+            duration: Duration::from_millis(5),
+        });
+
+        let text = metrics.encode();
+        let total: Vec<_> = text
+            .lines()
+            .filter(|l| l.starts_with("prober_probe_total"))
+            .collect();
+        assert_eq!(
+            total,
+            [
+                r#"prober_probe_total{container="app",namespace="default",pod="pod-uid-1",pod_uid="uid-1",probe_type="Liveness",result="failed"} 1"#
+            ]
+        );
+        // ... but counted as an error, by probe type.
+        assert!(
+            text.lines()
+                .any(|l| l == r#"podprobe_probe_errors_total{probe_type="Liveness"} 1"#),
+            "{text}"
+        );
+        let notes: Vec<_> = recorded
+            .0
+            .lock()
+            .unwrap()
+            .drain(..)
+            .map(|e| e.note)
+            .collect();
+        assert_eq!(
+            notes,
+            [
+                "Liveness probe failed: ".to_string(),
+                "Liveness probe errored and resulted in unknown state: connection refused"
+                    .to_string(),
+            ]
+        );
+
+        telemetry.worker_stopped(&config);
+        assert!(!metrics.encode().contains("prober_probe_total{"));
+    }
+
+    /// The Events recorded, in order.
+    #[derive(Debug, Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<PodEvent>>>);
+
+    impl EventRecorder for Recorded {
+        fn record(&self, event: PodEvent) {
+            self.0.lock().unwrap().push(event);
+        }
+    }
+}
