@@ -12,6 +12,7 @@
 pub mod engine;
 pub mod render;
 pub mod script;
+mod simulation;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -23,6 +24,7 @@ use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::Pod;
 
 use self::script::{Script, ScriptError};
+pub use self::simulation::Simulation;
 use crate::config::ModeArg;
 use crate::exit_code;
 use crate::manager::PodProbes;
@@ -125,19 +127,6 @@ pub enum OutputArg {
     Svg,
     /// An HTML page: the SVG timeline and a table of the events.
     Html,
-}
-
-/// Everything a run needs, validated.
-#[derive(Debug, Clone)]
-pub struct Simulation {
-    /// The pod, with a UID.
-    pub pod: Pod,
-    /// The probes that run, by container and kind.
-    pub probes: PodProbes,
-    /// Gate mode: the annotation's probes, which decide the condition.
-    pub gate: Option<AnnotatedProbes>,
-    pub script: Script,
-    pub duration: Duration,
 }
 
 /// Input that cannot be simulated; the message names what to fix.

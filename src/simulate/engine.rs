@@ -47,8 +47,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::Simulation;
 use super::script::{ContainerScript, ScriptedResult};
+use super::simulation::Simulation;
 use crate::manager::{ProbeKill, ProberManager, probe_kills};
 use crate::pod::{ContainerList, is_restartable_init_container, probed_containers};
 use crate::probe::verdict::probe_with_retries;

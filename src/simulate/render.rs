@@ -20,9 +20,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::Simulation;
 use super::engine::{Event, Record, SimulationReport};
 use super::script::{ScriptedResult, show_seconds};
+use super::simulation::Simulation;
 use crate::pod::{ContainerList, probed_containers};
 use crate::probe::{ProbeKind, ProbeSpec};
 use crate::status::gate::READY_CONDITION;
