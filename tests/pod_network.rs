@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use podprobe::probe::destinations::Destinations;
 use podprobe::probe::dial::{PROBE_LINGER, dial};
-use podprobe::probe::netns::PodNetwork;
+use podprobe::probe::pod_network::PodNetwork;
 use podprobe::probe::spec::extension::HttpExtensions;
 use podprobe::probe::spec::{HttpGetAction, Scheme};
 use podprobe::probe::{Outcome, ProbeResult, grpc, http, tcp};

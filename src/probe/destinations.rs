@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::netns::PodNetwork;
+use super::pod_network::PodNetwork;
 
 /// An IP network in CIDR notation (`10.0.0.0/8`, `fe80::/10`); a bare
 /// address is a network of one.

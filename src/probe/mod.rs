@@ -15,6 +15,7 @@ pub(crate) mod gofmt;
 pub mod grpc;
 pub mod http;
 pub mod netns;
+pub mod pod_network;
 pub mod prober;
 pub mod spec;
 mod tap;

@@ -16,13 +16,13 @@ use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use tokio::net::TcpSocket;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::{Instant, timeout_at};
+
+use super::pod_network::PodNetwork;
 
 pub mod helper;
 
@@ -45,52 +45,7 @@ pub const MAX_NAMESPACE_THREADS: usize = 16;
 
 static NAMESPACE_THREADS: Semaphore = Semaphore::const_new(MAX_NAMESPACE_THREADS);
 
-/// An open network namespace of a pod. Holding it keeps the namespace
-/// alive, so it is opened for one probe run and dropped with it: a pod whose
-/// sandbox is replaced gets the new namespace on its next run.
-#[derive(Debug, Clone)]
-pub struct PodNetwork {
-    namespace: Arc<File>,
-}
-
-/// Two are equal when they are the same open namespace.
-impl PartialEq for PodNetwork {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.namespace, &other.namespace)
-    }
-}
-
-impl Eq for PodNetwork {}
-
 impl PodNetwork {
-    /// Opens the network namespace at `path` (`/var/run/netns/cni-...`,
-    /// `/proc/<pid>/ns/net`). The node's own namespace is refused: probing
-    /// from it as if from the pod would let the pod's loopback rule (see
-    /// [`super::destinations`]) reach the node's loopback.
-    pub fn open(path: &Path) -> io::Result<PodNetwork> {
-        let namespace = File::open(path)?;
-        let own = std::fs::metadata("/proc/thread-self/ns/net")?;
-        let opened = namespace.metadata()?;
-        if (opened.dev(), opened.ino()) == (own.dev(), own.ino()) {
-            return Err(io::Error::other(format!(
-                "{} is the node's own network namespace, not the pod's",
-                path.display()
-            )));
-        }
-        Ok(PodNetwork {
-            namespace: Arc::new(namespace),
-        })
-    }
-
-    /// `file` taken for a namespace without a look: for tests of what
-    /// depends only on a probe being in a pod's network.
-    #[cfg(test)]
-    pub(crate) fn unchecked(file: File) -> PodNetwork {
-        PodNetwork {
-            namespace: Arc::new(file),
-        }
-    }
-
     /// A non-blocking TCP socket for `addr`'s family, made inside the
     /// namespace, before `deadline`.
     pub async fn socket(&self, addr: SocketAddr, deadline: Instant) -> io::Result<TcpSocket> {
@@ -99,7 +54,7 @@ impl PodNetwork {
             .await
             .map_err(|_| timed_out())?
             .map_err(io::Error::other)?;
-        let namespace = Arc::clone(&self.namespace);
+        let namespace = Arc::clone(self.namespace());
         let (made, socket) = oneshot::channel();
         std::thread::Builder::new()
             .name("podprobe-netns".into())

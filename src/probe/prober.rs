@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
 use super::destinations::Destinations;
-use super::netns::PodNetwork;
+use super::pod_network::PodNetwork;
 use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK};
 use super::spec::{Handler, ProbeSpec};
 use super::verdict::{ProbeTarget, ProbeVerdict, probe_with_retries};
