@@ -28,8 +28,9 @@
 //!   of [`DEFAULT_EVENT_BURST`] (the kubelet's `eventRecordQPS` and
 //!   `eventBurst`).
 //!
-//! [`Telemetry`] is the [`ProbeObserver`] that turns worker reports into
-//! metrics and events.
+//! The sink is the [`recorder::EventRecorder`] the daemon and the killer
+//! record through; `telemetry` turns worker reports into metrics and
+//! Events.
 //!
 //! Differences from the kubelet's `core/v1` recorder:
 //! - A note is cut to 1024 bytes: `events.k8s.io/v1` rejects longer ones

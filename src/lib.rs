@@ -1,21 +1,25 @@
 //! podprobe: the kubelet's prober and the probe half of its status manager,
 //! as a node-local sidecar.
 //!
-//! Layout, from the edges in:
-//! - [`probe`]: one probe's spec and the exec/HTTP/TCP/gRPC handlers, with the
-//!   kubelet's common wrapper (retries, result mapping, events);
-//!   [`client_certificates`], the `clientCertificate` Secrets probes present;
-//! - [`cri`]: the container runtime client (ExecSync, StopContainer, ...);
-//! - [`oneshot`]: `podprobe probe`, one probe run once from the command line;
-//! - [`results`], [`worker`], [`manager`]: the kubelet's prober state machines;
-//! - [`status`]: desired pod status and the patches that reach it;
-//! - [`daemon`]: `podprobe run` (gate or authority mode), and [`takeover`],
-//!   what a restarted daemon takes over from the API; [`apiclient`] (request
-//!   timeouts, watch activity), [`backoff`] and [`health`] keep it current
-//!   through API server faults;
-//! - [`simulate`]: `podprobe simulate`, the prober on a virtual clock
-//!   against scripted containers; [`lint`]: gate set-up mistakes, for the
-//!   daemon's warnings and `podprobe lint`.
+//! Layout, in layers; an import only points down (docs/architecture.md,
+//! checked by `tests/layering.rs`):
+//! - the CLI: [`oneshot`] (`podprobe probe`), [`lint`], [`simulate`];
+//! - the daemon: [`daemon`] (`podprobe run`: wiring and the sync loop),
+//!   [`config`] (its flags), [`telemetry`] (probe runs to metrics and Events);
+//! - the edges: the API ([`apiclient`], [`pods`], [`events`],
+//!   [`status::patcher`], [`client_certificates`], [`user_agent`]), the
+//!   server ([`server`], [`health`], [`metrics`], [`process_stats`]) and the
+//!   actuator ([`kill_container`], [`lifecycle`]);
+//! - the core: the kubelet's prober state machines ([`worker`], [`manager`],
+//!   [`results`]), [`pod_sync`], [`takeover`], [`probe_rates`] and the Event
+//!   records ([`events::record`], [`events::recorder`]);
+//! - [`status`]: pure desired status, conditions and patches;
+//! - the probe: what a probe is and concludes ([`probe::spec`],
+//!   [`probe::verdict`], [`restart_policy`]) and the handlers that run one
+//!   ([`probe::prober`] and its siblings);
+//! - the runtime: [`cri`] and [`grpc_status`];
+//! - utilities: [`pod`], [`rate_limit`], [`watch_activity`], [`backoff`],
+//!   [`exit_code`].
 
 pub mod apiclient;
 pub mod backoff;

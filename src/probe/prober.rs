@@ -61,7 +61,7 @@ impl Prober {
         &self.user_agent
     }
 
-    /// Runs `spec` once, retrying errors up to [`MAX_PROBE_RETRIES`] times.
+    /// Runs `spec` once, retrying errors up to [`super::verdict::MAX_PROBE_RETRIES`] times.
     /// A `clientCertificate` Secret is read (or taken from the cache) once
     /// per run, before the first attempt and outside `timeoutSeconds`: a
     /// read is bounded by the API request timeout instead, and cancelling

@@ -137,7 +137,7 @@ impl ProbeVerdict {
 
 /// The wrapper's retry policy (P2): runs `attempt` until it returns no error,
 /// at most [`MAX_PROBE_RETRIES`] times back to back, and builds the verdict
-/// from the last attempt. Shared by [`Prober`] and the simulator's scripted
+/// from the last attempt. Shared by [`super::Prober`] and the simulator's scripted
 /// probes, so both retry exactly alike.
 pub async fn probe_with_retries<F, Fut>(kind: ProbeKind, mut attempt: F) -> ProbeVerdict
 where
