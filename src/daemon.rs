@@ -57,7 +57,9 @@ use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use crate::status::gate_setup;
-use crate::status::patcher::{Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy};
+use crate::status::patcher::{
+    Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy, StatusApi,
+};
 use crate::status::{
     AnnotatedProbes, AnnotationError, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts,
     check_network, pod_probes,
@@ -463,8 +465,6 @@ async fn check_selectors(pods: &Api<Pod>, config: &Config) -> Result<(), DaemonE
     }
 }
 
-type Manager = ProberManager<Prober, Arc<PodCache>>;
-
 /// Counts status patches in the metrics.
 struct PatchMetrics(Metrics);
 
@@ -503,7 +503,9 @@ struct Probes {
     _budget: PodBudget,
 }
 
-struct Daemon {
+/// The sync loop's state: generic over the probe runner and the status API,
+/// so that unit tests drive it with scripted probes and a fake API server.
+struct Daemon<R: ProbeRunner, A: StatusApi> {
     mode: Mode,
     /// Gate mode checks annotated probe hosts against it.
     destinations: Destinations,
@@ -515,8 +517,8 @@ struct Daemon {
     node_budget: NodeBudget,
     /// Annotations read at a time ([`READING_THREADS`]).
     reading_slots: Arc<Semaphore>,
-    manager: Manager,
-    patcher: Patcher<KubeStatusApi>,
+    manager: ProberManager<R, Arc<PodCache>>,
+    patcher: Patcher<A>,
     cache: Arc<PodCache>,
     events: EventSink,
     metrics: Metrics,
@@ -541,7 +543,7 @@ struct Reading {
     budget: PodBudget,
 }
 
-impl Daemon {
+impl<R: ProbeRunner, A: StatusApi> Daemon<R, A> {
     async fn run(
         mut self,
         events: impl Stream<Item = PodUpdate>,
