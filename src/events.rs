@@ -442,7 +442,7 @@ mod tests {
     use crate::probe::ProbeVerdict;
     use crate::probe::{Outcome, ProbeError, ProbeResult};
     use crate::results::CachedResult;
-    use crate::worker::testing::{container, pod, probe_spec, sidecar};
+    use crate::testing::{container, pod, probe_spec, sidecar};
 
     fn worker(kind: ProbeKind, pod: Pod, name: &str) -> WorkerConfig {
         let container = pod

@@ -46,6 +46,8 @@ pub mod server;
 pub mod simulate;
 pub mod status;
 pub mod takeover;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod user_agent;
 pub mod watch_activity;
 pub mod worker;

@@ -873,8 +873,8 @@ mod tests {
 
     use super::*;
     use crate::probe::ProbeResult;
+    use crate::testing::*;
     use crate::worker::TokioClock;
-    use crate::worker::testing::*;
 
     type Manager = ProberManager<Arc<ScriptedRunner>, Arc<FakeStatuses>>;
 
