@@ -147,18 +147,6 @@ pub struct EventQueue {
     writes: RateLimit,
 }
 
-/// A queue of `capacity` events ([`QueueConfig`]'s other defaults): the
-/// sink for producers, the queue for the task that publishes them.
-pub fn channel(capacity: usize, metrics: Metrics) -> (EventSink, EventQueue) {
-    channel_with(
-        QueueConfig {
-            capacity,
-            ..QueueConfig::default()
-        },
-        metrics,
-    )
-}
-
 /// A queue as `config` says: the sink for producers, the queue for the
 /// task that publishes them.
 pub fn channel_with(config: QueueConfig, metrics: Metrics) -> (EventSink, EventQueue) {
@@ -588,7 +576,13 @@ mod tests {
     #[test]
     fn full_queue_drops_and_counts() {
         let metrics = Metrics::new();
-        let (sink, _queue) = channel(1, metrics.clone());
+        let (sink, _queue) = channel_with(
+            QueueConfig {
+                capacity: 1,
+                ..QueueConfig::default()
+            },
+            metrics.clone(),
+        );
         let app = pod("uid-1", vec![container("app")], vec![]);
         let event = PodEvent::killing(&app, "app", "m".into()).unwrap();
         sink.record(event.clone());
@@ -605,7 +599,13 @@ mod tests {
     #[test]
     fn telemetry_counts_and_queues_the_verdict_event() {
         let metrics = Metrics::new();
-        let (sink, queue) = channel(8, metrics.clone());
+        let (sink, queue) = channel_with(
+            QueueConfig {
+                capacity: 8,
+                ..QueueConfig::default()
+            },
+            metrics.clone(),
+        );
         let telemetry = Telemetry::new(metrics.clone(), sink);
         let config = worker(
             ProbeKind::Liveness,
@@ -751,7 +751,7 @@ mod tests {
     /// connection) and of one whose output is always the same.
     async fn writes_per_1000_failing_probes(period: Duration) -> (usize, usize) {
         let (client, received) = fake_api(true);
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, Metrics::new());
+        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
         let publisher = tokio::spawn(async move { queue.run(client, "node").await });
         let (reset, refused) = (liveness_of("uid-reset"), liveness_of("uid-refused"));
         for port in 40_000..41_000 {
@@ -790,7 +790,7 @@ mod tests {
     async fn rule9_5_a_flood_of_one_pod_never_drops_another_pods_killing() {
         let (client, received) = fake_api(true);
         let metrics = Metrics::new();
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, metrics.clone());
+        let (sink, queue) = channel_with(QueueConfig::default(), metrics.clone());
         let flood = liveness_of("uid-a");
         let b = pod("uid-b", vec![container("app")], vec![]);
         // Recorded faster than any publisher could write them.
@@ -859,7 +859,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn rule9_4_repeats_update_their_events_series() {
         let (client, received) = fake_api(true);
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, Metrics::new());
+        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
         let config = liveness_of("uid-1");
         for _ in 0..3 {
             sink.record(failure(&config, "refused"));
@@ -886,7 +886,7 @@ mod tests {
     async fn rule9_4_a_series_whose_event_is_gone_goes_on_in_a_new_one() {
         let (client, received) = fake_api(false);
         let metrics = Metrics::new();
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, metrics.clone());
+        let (sink, queue) = channel_with(QueueConfig::default(), metrics.clone());
         let config = liveness_of("uid-1");
         sink.record(failure(&config, "refused"));
         sink.record(failure(&config, "refused"));
