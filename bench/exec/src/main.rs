@@ -28,11 +28,12 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use podprobe::cri::{
-    CONTAINER_NAME_LABEL, ContainerConfig, ContainerFilter, ContainerIdentity, ContainerMetadata,
-    ContainerState, ContainerStateValue, CriClient, ImageSpec, POD_UID_LABEL, PodSandboxConfig,
-    PodSandboxFilter, PodSandboxMetadata,
+    CONTAINER_NAME_LABEL, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState,
+    ContainerStateValue, CriClient, ImageSpec, POD_UID_LABEL, PodSandboxConfig, PodSandboxFilter,
+    PodSandboxMetadata,
 };
 use podprobe::metrics::Metrics;
+use podprobe::pod::ContainerIdentity;
 use podprobe::probe::spec::ExecAction;
 use podprobe::probe::spec::extension::Network;
 use podprobe::probe::{Handler, ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
