@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A second node for the local cluster (hack/local-cluster.sh), run by the test
-# node agent (tests/node_agent, `cargo build --example node-agent`) instead of
-# a kubelet, with podprobe in authority mode as its prober:
+# node agent (tests/node_agent, `cargo build --features testing --example
+# node-agent`) instead of a kubelet, with podprobe in authority mode as its
+# prober:
 #
 #   hack/agent-node.sh up        private containerd + agnhost image, build, start the
 #                                agent (Node podprobe-agent Ready), start podprobe
@@ -168,8 +169,8 @@ CHANGED=()
 # its image ships; hack/test.sh has built it already) and copies to $BIN what
 # changed.
 build() {
-    log "cargo build --example node-agent; cargo build --release --bin podprobe"
-    (cd "$ROOT" && cargo build --locked --example node-agent >&2 &&
+    log "cargo build --features testing --example node-agent; cargo build --release --bin podprobe"
+    (cd "$ROOT" && cargo build --locked --features testing --example node-agent >&2 &&
         cargo build --locked --release --bin podprobe >&2)
     mkdir -p "$BIN"
     local name built

@@ -155,11 +155,13 @@ up() {
 
 # The gate-mode end-to-end suites: e2e_upstream's authority:: scenarios need
 # the local cluster's agent node (hack/test.sh runs them there), its
-# kubelet:: ones test the kubelet itself (tests/UPSTREAM_E2E.md).
+# kubelet:: ones test the kubelet itself (tests/UPSTREAM_E2E.md). With
+# hack/test.sh's `--features testing`, so that its test build is reused.
 run_tests() {
     cd "$ROOT"
     KUBECONFIG="$KUBECONFIG_PATH" PODPROBE_E2E_DEPLOYED=1 PODPROBE_KIND_ENGINE="$ENGINE" \
-        cargo test --locked --no-fail-fast --test e2e_gate --test e2e_upstream --test e2e_kind \
+        cargo test --locked --features testing --no-fail-fast \
+        --test e2e_gate --test e2e_upstream --test e2e_kind \
         -- --ignored --skip kubelet:: --skip authority:: --test-threads=12
 }
 

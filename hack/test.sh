@@ -168,9 +168,21 @@ go_pids=("$!")
 go_chain go-tools hack/helm.sh hack/promtool.sh hack/containerd-build.sh hack/kind.sh &
 go_pids+=("$!")
 
+# Every cargo test and clippy here passes `--features testing` (Cargo.toml):
+# the CRI lifecycle calls that tests/cri_exec.rs, tests/faults.rs, the CRI
+# test of tests/cli_probe.rs and the node-agent example make pods with. The
+# same features everywhere, so the targets are built once. Clippy also runs
+# without it, as the product is built (Dockerfile, hack/image.sh), which
+# skips the targets that need it.
+clippy_both() {
+  local rc=0
+  cargo clippy --locked --all-targets --features testing -- -D warnings || rc=1
+  cargo clippy --locked --all-targets -- -D warnings || rc=1
+  return "$rc"
+}
 phase fmt cargo fmt --check
-phase clippy cargo clippy --locked --all-targets -- -D warnings
-phase build-tests cargo test --locked --no-fail-fast --no-run
+phase clippy clippy_both
+phase build-tests cargo test --locked --features testing --no-fail-fast --no-run
 phase build-release cargo build --locked --release --bin podprobe
 
 # Each chain's own time, though they ran beside the phases above.
@@ -201,14 +213,14 @@ fi
 # end-to-end suites below run it.
 phase images hack/image.sh agnhost
 
-phase tests cargo test --locked --no-fail-fast
+phase tests cargo test --locked --features testing --no-fail-fast
 
 # The fault suite (tests/faults.rs, #[ignore]d in a plain `cargo test`): API
 # server stopped and stalled, containerd and podprobe SIGKILLed, churn,
 # outside writes, refused Events. Its scenarios mostly wait out their
 # faults, each with its own API server, proxy, containerd or node: side by
 # side, in their own phase so that nothing else runs on the cluster then.
-phase faults cargo test --locked --no-fail-fast --test faults -- --ignored --test-threads=8
+phase faults cargo test --locked --features testing --no-fail-fast --test faults -- --ignored --test-threads=8
 
 # Authority mode end to end: the agent node (a CRI node agent without a
 # prober, podprobe --mode authority beside it) on the local cluster, its
@@ -222,8 +234,8 @@ fi
 # authority:: tests; its gate-mode ones run on kind below).
 e2e_authority() {
   local rc=0
-  cargo test --locked --no-fail-fast --test e2e_authority -- --ignored --test-threads=12 || rc=1
-  cargo test --locked --no-fail-fast --test e2e_upstream -- --ignored authority:: --test-threads=12 || rc=1
+  cargo test --locked --features testing --no-fail-fast --test e2e_authority -- --ignored --test-threads=12 || rc=1
+  cargo test --locked --features testing --no-fail-fast --test e2e_upstream -- --ignored authority:: --test-threads=12 || rc=1
   return "$rc"
 }
 PODPROBE_AGENT_NODE_UP=1 phase e2e-authority e2e_authority

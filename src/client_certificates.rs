@@ -315,13 +315,6 @@ pub(crate) mod testing {
 
     use super::*;
 
-    /// A client certificate and its key, PEM.
-    pub fn pem_pair() -> (String, String) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params = rcgen::CertificateParams::new(vec!["client".to_string()]).unwrap();
-        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
-    }
-
     pub fn tls_secret(crt: &str, key: &str) -> Secret {
         Secret {
             type_: Some(TLS_SECRET_TYPE.into()),
@@ -379,8 +372,9 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{Fake, pem_pair, tls_secret};
+    use super::testing::{Fake, tls_secret};
     use super::*;
+    use crate::testing::pem_pair;
 
     fn identity_of(crt: &str, key: &str) -> ClientIdentity {
         ClientIdentity::from_pem(crt.as_bytes(), key.as_bytes()).unwrap()

@@ -3,10 +3,12 @@
 //! The kubelet talks to containerd or CRI-O through the CRI v1 gRPC API; so
 //! does podprobe, with the subset in `proto/api.proto`: `ExecSync` for exec
 //! probes, `StopContainer` to act on liveness and startup failures,
-//! `ContainerStatus`/`ListContainers` to look containers up,
+//! `ContainerStatus` to look a container up,
 //! `ListPodSandbox`/`PodSandboxStatus` to find a pod's network namespace
-//! (probes with `podprobe.network: pod`), and the sandbox and container
-//! lifecycle calls a node agent (and the tests) need.
+//! (probes with `podprobe.network: pod`). The sandbox and container
+//! lifecycle calls that the test node agent (`tests/node_agent`), the CRI
+//! tests and `bench/exec` need are test support, not product: they are in
+//! `node_agent.rs`, behind the `testing` feature.
 //!
 //! The connection is made on first use and re-made by itself after the
 //! runtime restarts: once the client has seen the old connection close, the
@@ -31,6 +33,8 @@ use tonic::{Code, Status};
 
 mod exec_slots;
 mod in_flight;
+#[cfg(feature = "testing")]
+mod node_agent;
 
 pub use self::exec_slots::{ExecSlot, ExecSlots, SlotsBusy};
 pub use self::in_flight::{InFlightGauge, InFlightGuard};
@@ -40,10 +44,15 @@ mod v1 {
     tonic::include_proto!("runtime.v1");
 }
 
+/// The messages of the lifecycle calls in `node_agent.rs`.
+#[cfg(feature = "testing")]
 pub use v1::{
     Container, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState,
-    ContainerStateValue, ContainerStatus, ExecSyncResponse, ImageSpec, KeyValue, PodSandbox,
-    PodSandboxConfig, PodSandboxFilter, PodSandboxMetadata, PodSandboxState, PodSandboxStatus,
+    ContainerStateValue, ImageSpec, KeyValue, PodSandboxConfig, PodSandboxMetadata,
+    PodSandboxStatus,
+};
+pub use v1::{
+    ContainerStatus, ExecSyncResponse, PodSandbox, PodSandboxFilter, PodSandboxState,
     VersionResponse,
 };
 
@@ -394,87 +403,6 @@ impl CriClient {
             .ok_or_else(|| self.incomplete("ContainerStatus", "status"))
     }
 
-    /// `ListContainers` matching `filter` (`ContainerFilter::default()` for all).
-    pub async fn list_containers(
-        &self,
-        filter: ContainerFilter,
-    ) -> Result<Vec<Container>, CriError> {
-        let request = v1::ListContainersRequest {
-            filter: Some(filter),
-        };
-        let response = self
-            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-                c.list_containers(request).await
-            })
-            .await?;
-        Ok(response.containers)
-    }
-
-    /// `RunPodSandbox` with the runtime's default handler when
-    /// `runtime_handler` is empty; returns the sandbox ID.
-    pub async fn run_pod_sandbox(
-        &self,
-        config: PodSandboxConfig,
-        runtime_handler: &str,
-    ) -> Result<String, CriError> {
-        let request = v1::RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: runtime_handler.to_string(),
-        };
-        // Sandboxes get twice the usual deadline, as in the kubelet.
-        let response = self
-            .call(Some(2 * RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-                c.run_pod_sandbox(request).await
-            })
-            .await?;
-        non_empty(response.pod_sandbox_id)
-            .ok_or_else(|| self.incomplete("RunPodSandbox", "pod_sandbox_id"))
-    }
-
-    /// `StopPodSandbox`: kills the sandbox's containers and frees its network.
-    pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let request = v1::StopPodSandboxRequest {
-            pod_sandbox_id: pod_sandbox_id.to_string(),
-        };
-        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-            c.stop_pod_sandbox(request).await
-        })
-        .await
-        .map(drop)
-    }
-
-    /// `RemovePodSandbox`: removes the sandbox and its containers.
-    pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let request = v1::RemovePodSandboxRequest {
-            pod_sandbox_id: pod_sandbox_id.to_string(),
-        };
-        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-            c.remove_pod_sandbox(request).await
-        })
-        .await
-        .map(drop)
-    }
-
-    /// `PodSandboxStatus` (not verbose): the sandbox's state and its IP
-    /// (`network.ip`).
-    pub async fn pod_sandbox_status(
-        &self,
-        pod_sandbox_id: &str,
-    ) -> Result<PodSandboxStatus, CriError> {
-        let request = v1::PodSandboxStatusRequest {
-            pod_sandbox_id: pod_sandbox_id.to_string(),
-            verbose: false,
-        };
-        let response = self
-            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-                c.pod_sandbox_status(request).await
-            })
-            .await?;
-        response
-            .status
-            .ok_or_else(|| self.incomplete("PodSandboxStatus", "status"))
-    }
-
     /// Where the network namespace of pod `pod_uid` can be opened: the
     /// namespace of its ready sandbox (the newest, should a replacement be
     /// starting), from the sandbox's verbose status
@@ -524,52 +452,6 @@ impl CriClient {
             })
             .await?;
         Ok(response.items)
-    }
-
-    /// `CreateContainer` in a sandbox started with `sandbox_config`; returns
-    /// the container ID.
-    pub async fn create_container(
-        &self,
-        pod_sandbox_id: &str,
-        config: ContainerConfig,
-        sandbox_config: PodSandboxConfig,
-    ) -> Result<String, CriError> {
-        let request = v1::CreateContainerRequest {
-            pod_sandbox_id: pod_sandbox_id.to_string(),
-            config: Some(config),
-            sandbox_config: Some(sandbox_config),
-        };
-        let response = self
-            .call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-                c.create_container(request).await
-            })
-            .await?;
-        non_empty(response.container_id)
-            .ok_or_else(|| self.incomplete("CreateContainer", "container_id"))
-    }
-
-    /// `StartContainer`.
-    pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
-        let request = v1::StartContainerRequest {
-            container_id: runtime_container_id(container_id)?.to_string(),
-        };
-        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-            c.start_container(request).await
-        })
-        .await
-        .map(drop)
-    }
-
-    /// `RemoveContainer`, killing it first if it runs.
-    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
-        let request = v1::RemoveContainerRequest {
-            container_id: runtime_container_id(container_id)?.to_string(),
-        };
-        self.call(Some(RUNTIME_REQUEST_TIMEOUT), |mut c| async move {
-            c.remove_container(request).await
-        })
-        .await
-        .map(drop)
     }
 
     /// Runs one RPC with `deadline` (none: wait as long as it takes) and
@@ -743,10 +625,6 @@ pub fn network_namespace_path(info: &HashMap<String, String>) -> Option<PathBuf>
             .filter(|&pid| pid > 1)
             .map(|pid| PathBuf::from(format!("/proc/{pid}/ns/net"))),
     }
-}
-
-fn non_empty(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
 }
 
 /// Whole seconds of `d` as the CRI's int64, saturating.

@@ -1143,7 +1143,7 @@ mod tests {
     use crate::probe::spec::{AtoiFailure, PortError};
     use crate::probe::{Handler, ProbeKind};
     use crate::results::CachedResult;
-    use crate::status::testutil::first_container_status;
+    use crate::testing::first_container_status;
 
     const ID: &str = "containerd://app-1";
     const ANNOTATION: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;

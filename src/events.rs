@@ -148,18 +148,6 @@ pub struct EventQueue {
     writes: RateLimit,
 }
 
-/// A queue of `capacity` events ([`QueueConfig`]'s other defaults): the
-/// sink for producers, the queue for the task that publishes them.
-pub fn channel(capacity: usize, metrics: impl EventObserver) -> (EventSink, EventQueue) {
-    channel_with(
-        QueueConfig {
-            capacity,
-            ..QueueConfig::default()
-        },
-        metrics,
-    )
-}
-
 /// A queue as `config` says: the sink for producers, the queue for the
 /// task that publishes them.
 pub fn channel_with(config: QueueConfig, metrics: impl EventObserver) -> (EventSink, EventQueue) {
@@ -403,8 +391,8 @@ mod tests {
 
     use crate::probe::ProbeVerdict;
     use crate::probe::{Outcome, ProbeResult};
+    use crate::testing::{container, pod, probe_spec, sidecar};
     use crate::worker::WorkerConfig;
-    use crate::worker::testing::{container, pod, probe_spec, sidecar};
 
     fn worker(kind: ProbeKind, pod: Pod, name: &str) -> WorkerConfig {
         let container = pod
@@ -550,7 +538,13 @@ mod tests {
     #[test]
     fn full_queue_drops_and_counts() {
         let metrics = Metrics::new();
-        let (sink, _queue) = channel(1, metrics.clone());
+        let (sink, _queue) = channel_with(
+            QueueConfig {
+                capacity: 1,
+                ..QueueConfig::default()
+            },
+            metrics.clone(),
+        );
         let app = pod("uid-1", vec![container("app")], vec![]);
         let event = PodEvent::killing(&app, "app", "m".into()).unwrap();
         sink.record(event.clone());
@@ -644,7 +638,7 @@ mod tests {
     /// connection) and of one whose output is always the same.
     async fn writes_per_1000_failing_probes(period: Duration) -> (usize, usize) {
         let (client, received) = fake_api(true);
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, Metrics::new());
+        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
         let publisher = tokio::spawn(async move { queue.run(client, "node").await });
         let (reset, refused) = (liveness_of("uid-reset"), liveness_of("uid-refused"));
         for port in 40_000..41_000 {
@@ -683,7 +677,7 @@ mod tests {
     async fn rule9_5_a_flood_of_one_pod_never_drops_another_pods_killing() {
         let (client, received) = fake_api(true);
         let metrics = Metrics::new();
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, metrics.clone());
+        let (sink, queue) = channel_with(QueueConfig::default(), metrics.clone());
         let flood = liveness_of("uid-a");
         let b = pod("uid-b", vec![container("app")], vec![]);
         // Recorded faster than any publisher could write them.
@@ -752,7 +746,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn rule9_4_repeats_update_their_events_series() {
         let (client, received) = fake_api(true);
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, Metrics::new());
+        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
         let config = liveness_of("uid-1");
         for _ in 0..3 {
             sink.record(failure(&config, "refused"));
@@ -779,7 +773,7 @@ mod tests {
     async fn rule9_4_a_series_whose_event_is_gone_goes_on_in_a_new_one() {
         let (client, received) = fake_api(false);
         let metrics = Metrics::new();
-        let (sink, queue) = channel(DEFAULT_QUEUE_CAPACITY, metrics.clone());
+        let (sink, queue) = channel_with(QueueConfig::default(), metrics.clone());
         let config = liveness_of("uid-1");
         sink.record(failure(&config, "refused"));
         sink.record(failure(&config, "refused"));

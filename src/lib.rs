@@ -51,6 +51,8 @@ pub mod simulate;
 pub mod status;
 pub mod takeover;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod user_agent;
 pub mod watch_activity;
 pub mod worker;

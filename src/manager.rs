@@ -377,13 +377,6 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
         self.lock().len()
     }
 
-    /// Keys of all workers, sorted.
-    pub fn worker_keys(&self) -> Vec<WorkerKey> {
-        let mut keys: Vec<_> = self.lock().keys().cloned().collect();
-        keys.sort();
-        keys
-    }
-
     /// The prober's state as seen from one pod.
     pub fn view<'a>(&'a self, pod_uid: &'a str) -> impl ProbeStateView + 'a {
         ManagerView {
@@ -873,10 +866,19 @@ mod tests {
 
     use super::*;
     use crate::probe::ProbeResult;
+    use crate::testing::*;
     use crate::worker::TokioClock;
-    use crate::worker::testing::*;
 
     type Manager = ProberManager<Arc<ScriptedRunner>, Arc<FakeStatuses>>;
+
+    impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
+        /// Keys of all workers, sorted.
+        fn worker_keys(&self) -> Vec<WorkerKey> {
+            let mut keys: Vec<_> = self.lock().keys().cloned().collect();
+            keys.sort();
+            keys
+        }
+    }
 
     struct Rig {
         manager: Manager,

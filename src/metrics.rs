@@ -597,7 +597,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::worker::testing::{container, pod, probe_spec};
+    use crate::testing::{container, pod, probe_spec};
 
     fn readiness_worker() -> WorkerConfig {
         let pod = pod("uid-1", vec![container("app")], vec![]);

@@ -12,7 +12,6 @@
 //! contains a pod reports it as deleted, so no worker outlives its pod.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::{Stream, StreamExt};
@@ -86,7 +85,6 @@ pub struct PodCache {
     pods: RwLock<HashMap<String, Arc<Pod>>>,
     /// podprobe's `started` by pod UID and container ID.
     started: RwLock<HashMap<String, HashMap<String, bool>>>,
-    synced: AtomicBool,
 }
 
 impl PodCache {
@@ -125,11 +123,6 @@ impl PodCache {
     pub fn forget_started(&self, uid: &str) {
         let mut started = self.started.write().unwrap_or_else(PoisonError::into_inner);
         started.remove(uid);
-    }
-
-    /// Whether the watch has listed the node's pods at least once.
-    pub fn has_synced(&self) -> bool {
-        self.synced.load(Ordering::Relaxed)
     }
 
     fn insert(&self, pod: Arc<Pod>) {
@@ -211,7 +204,6 @@ impl Applier {
                     .into_iter()
                     .map(PodUpdate::Deleted)
                     .collect();
-                cache.synced.store(true, Ordering::Relaxed);
                 events.push(PodUpdate::Synced);
                 events
             }
@@ -383,9 +375,9 @@ mod tests {
     fn relist_reports_pods_missing_from_it_as_deleted() {
         let cache = PodCache::new();
         let mut applier = Applier::default();
-        applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
-        applier.apply(&cache, Event::Apply(watched(pod("b", "10.0.0.2"))));
-        assert!(!cache.has_synced());
+        let mut before = applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
+        before.extend(applier.apply(&cache, Event::Apply(watched(pod("b", "10.0.0.2")))));
+        assert_eq!(names(&before), ["applied a", "applied b"], "not synced yet");
         let mut events = applier.apply(&cache, Event::Init);
         events.extend(applier.apply(&cache, Event::InitApply(watched(pod("b", "10.0.0.2")))));
         events.extend(applier.apply(&cache, Event::InitApply(watched(pod("c", "10.0.0.3")))));
@@ -395,6 +387,5 @@ mod tests {
             ["applied b", "applied c", "deleted a", "synced"]
         );
         assert_eq!(cache.uids(), HashSet::from(["b".into(), "c".into()]));
-        assert!(cache.has_synced());
     }
 }

@@ -99,8 +99,8 @@ mod tests {
     use k8s_openapi::api::core::v1::PodStatus;
 
     use super::*;
-    use crate::status::testutil::{
-        container, container_status, first_container_status, pod, timed,
+    use crate::testing::{
+        container, container_status, first_container_status, running_pod as pod, timed,
     };
 
     const ID: &str = "containerd://app";

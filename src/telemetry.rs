@@ -57,7 +57,7 @@ mod tests {
     use super::*;
     use crate::probe::{Outcome, ProbeError, ProbeKind, ProbeResult, ProbeVerdict};
     use crate::results::CachedResult;
-    use crate::worker::testing::{container, pod, probe_spec};
+    use crate::testing::{container, pod, probe_spec};
 
     #[test]
     fn telemetry_counts_and_queues_the_verdict_event() {

@@ -13,7 +13,9 @@ use serde_json::Value;
 #[path = "support/pki.rs"]
 mod pki;
 
-// Shared with the CRI tests; this file uses only part of it.
+// Shared with the CRI tests; this file uses only part of it. It makes its
+// pods with the CRI lifecycle calls of the `testing` feature.
+#[cfg(feature = "testing")]
 #[allow(dead_code)]
 #[path = "support/cri.rs"]
 mod cri_support;
@@ -364,6 +366,7 @@ fn help_explains_every_flag() {
     }
 }
 
+#[cfg(feature = "testing")]
 #[tokio::test]
 async fn exec_probe_runs_in_a_real_container_with_env_expansion() {
     let cri = cri_support::client();

@@ -122,7 +122,13 @@ async fn p5_k2_events_reach_the_api_with_kubelet_reasons_and_field_paths() {
     let uid = pod.metadata.uid.clone().expect("created pod has a UID");
 
     let metrics = Metrics::new();
-    let (sink, queue) = events::channel(16, metrics.clone());
+    let (sink, queue) = events::channel_with(
+        events::QueueConfig {
+            capacity: 16,
+            ..Default::default()
+        },
+        metrics.clone(),
+    );
     let publisher = tokio::spawn({
         let client = client.clone();
         async move { queue.run(client, NODE).await }
@@ -229,7 +235,7 @@ async fn rule9_4_a_flood_of_different_notes_is_one_combined_event_in_the_api() {
     let pod = create_pod(&client, &namespace.name).await;
 
     let metrics = Metrics::new();
-    let (sink, queue) = events::channel(events::DEFAULT_QUEUE_CAPACITY, metrics.clone());
+    let (sink, queue) = events::channel_with(events::QueueConfig::default(), metrics.clone());
     let publisher = tokio::spawn({
         let client = client.clone();
         async move { queue.run(client, NODE).await }

@@ -18,8 +18,10 @@
 //! podprobe's condition, and an API server that refuses Events.
 //!
 //! `#[ignore]`d in a plain `cargo test`: `hack/test.sh` runs the suite in
-//! its own phase with every scenario side by side (`--ignored
-//! --test-threads=8`); they need root, the local cluster, and minutes.
+//! its own phase with every scenario side by side (`--features testing
+//! --ignored --test-threads=8`); they need root, the local cluster, and
+//! minutes. The suite builds only with the `testing` feature (its
+//! containerd's pods are made with the CRI lifecycle calls).
 
 mod support {
     pub mod api_proxy;

@@ -352,7 +352,7 @@ fn json_type(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::testutil::*;
+    use crate::testing::{container, running_pod as pod, sidecar};
     use k8s_openapi::api::core::v1::ContainerPort;
 
     fn pod_spec() -> PodSpec {

@@ -87,7 +87,9 @@ fn all_statuses(status: &PodStatus) -> Option<Vec<ContainerStatus>> {
 mod tests {
     use super::*;
     use crate::status::conditions::{CONTAINERS_READY, FALSE, POD_READY, TRUE, reason};
-    use crate::status::testutil::*;
+    use crate::testing::{
+        container, container_status, running_pod as pod, sidecar, time, timed, view,
+    };
     use k8s_openapi::api::core::v1::PodCondition;
 
     fn condition<'a>(status: &'a PodStatus, type_: &str) -> &'a PodCondition {

@@ -223,7 +223,7 @@ fn go_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::testutil::*;
+    use crate::testing::{container, container_status, time};
     use k8s_openapi::api::core::v1::{Container, PodReadinessGate};
 
     fn spec(init: &[(&str, bool)], containers: &[&str], gates: &[&str]) -> PodSpec {

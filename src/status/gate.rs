@@ -131,7 +131,10 @@ mod tests {
     use crate::probe::{ProbeKind, ProbeSpec};
     use crate::status::annotation::AnnotatedProbe;
     use crate::status::conditions::{FALSE, TRUE, reason};
-    use crate::status::testutil::*;
+    use crate::testing::{
+        container, container_status, first_container_status, running_pod as pod, sidecar, time,
+        timed, view,
+    };
     use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated};
 
     fn probes(entries: &[(&str, ProbeKind)]) -> AnnotatedProbes {

@@ -29,8 +29,6 @@ pub mod patcher;
 
 #[cfg(test)]
 mod proptests;
-#[cfg(test)]
-pub(crate) mod testutil;
 
 use std::sync::Arc;
 

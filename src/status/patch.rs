@@ -226,8 +226,8 @@ mod tests {
     use super::*;
     use crate::status::annotation::AnnotatedProbes;
     use crate::status::conditions::{FALSE, TRUE, reason};
-    use crate::status::testutil::*;
     use crate::status::{ContainerProbeView, desired_authority_status, desired_gate_status};
+    use crate::testing::{UID, container, container_status, running_pod as pod, time, timed, view};
     use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning};
 
     const AT: &str = "2025-03-01T10:00:31Z";

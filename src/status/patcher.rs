@@ -551,7 +551,7 @@ mod tests {
 
     use super::*;
     use crate::status::conditions::{FALSE, POD_READY, TRUE};
-    use crate::status::testutil::{UID, container, container_status, pod, view};
+    use crate::testing::{UID, container, container_status, running_pod as pod, view};
     use crate::worker::TokioClock;
 
     fn gated_pod(gate: Option<&str>) -> Pod {

@@ -14,13 +14,13 @@ use super::annotation::{AnnotatedProbe, AnnotatedProbes};
 use super::conditions::{CONTAINERS_READY, POD_READY, TRUE, condition};
 use super::gate::{READY_CONDITION, gate_condition};
 use super::patch::owned_conditions;
-use super::testutil::{container, container_status, pod, sidecar, time};
 use super::{
     ContainerProbeView, Mode, build_patch, desired_authority_status, desired_gate_status,
     readiness_containers, status_named,
 };
 use crate::probe::spec::{Handler, TcpSocketAction};
 use crate::probe::{ProbeKind, ProbeSpec};
+use crate::testing::{container, container_status, running_pod as pod, sidecar, time};
 
 const CONDITION_TYPES: [&str; 6] = [
     "PodScheduled",

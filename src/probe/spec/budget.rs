@@ -363,7 +363,7 @@ fn cost(handler: &Handler) -> Held {
 mod tests {
     use super::*;
     use crate::probe::spec::ExecAction;
-    use crate::worker::testing::probe_spec;
+    use crate::testing::probe_spec;
 
     fn exec(bytes: usize) -> ProbeSpec {
         ProbeSpec {

@@ -918,7 +918,7 @@ fn ok_object(value: Value) -> ProbeSpec {
 #[test]
 fn a_client_identity_stands_in_for_the_secret_on_either_tls_handler() {
     let identity = || {
-        let (cert, key) = crate::client_certificates::testing::pem_pair();
+        let (cert, key) = crate::testing::pem_pair();
         ClientIdentity::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()
     };
     let secret = json!({"tls": {"clientCertificate": {"secretName": "app-client"}}});
