@@ -1140,10 +1140,13 @@ mod tests {
 
     use super::*;
     use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
+    use crate::probe::ProbeResult;
     use crate::probe::spec::{AtoiFailure, PortError};
     use crate::probe::{Handler, ProbeKind};
     use crate::results::CachedResult;
-    use crate::testing::first_container_status;
+    use crate::status::patcher::NoopPatchObserver;
+    use crate::testing::{FakeApi, ScriptedRunner, first_container_status};
+    use crate::worker::{NoopObserver, TokioClock};
 
     const ID: &str = "containerd://app-1";
     const ANNOTATION: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
@@ -1449,5 +1452,192 @@ mod tests {
             (liveness.period_seconds, liveness.failure_threshold),
             (10, 3)
         );
+    }
+
+    /// The sync loop as `run` wires it, over a scripted prober and a fake
+    /// API server holding the pod; the tests play the watch, the annotation
+    /// readings and the workers' results into it (its `select!`) by hand.
+    struct SyncLoop {
+        daemon: Daemon<Arc<ScriptedRunner>, Arc<FakeApi>>,
+        api: Arc<FakeApi>,
+        cache: Arc<PodCache>,
+        results: ResultReceivers,
+        readings: mpsc::UnboundedReceiver<Reading>,
+        /// Keeps the Event sink open.
+        _events: events::EventQueue,
+    }
+
+    fn sync_loop(mode: Mode, pod: &Pod, runner: Arc<ScriptedRunner>) -> SyncLoop {
+        let cache = PodCache::new();
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(crate::testing::epoch()));
+        let (caches, results) = ProbeCaches::new();
+        let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);
+        let manager = ProberManager::new(runner, cache.clone(), caches, clock.clone(), observer);
+        let api = FakeApi::new(pod.clone(), false);
+        let patcher = Patcher::new(
+            api.clone(),
+            clock,
+            Arc::new(NoopPatchObserver),
+            RetryPolicy::default(),
+        );
+        let metrics = Metrics::new();
+        let (events, queue) = events::channel_with(events::QueueConfig::default(), metrics.clone());
+        // No runtime answers here: no test of this loop kills a container.
+        let cri = CriClient::new("unix:///nonexistent/podprobe-test.sock").unwrap();
+        let hooks = HookRunner::new(cri.clone(), Destinations::default(), "1.37");
+        let killer = ContainerKiller::new(mode, cri, hooks, events.clone());
+        let (readings_sender, readings) = mpsc::unbounded_channel();
+        let daemon = Daemon {
+            mode,
+            destinations: Destinations::default(),
+            pod_network: false,
+            budget: BudgetLimits::default(),
+            node_budget: NodeBudget::new(),
+            reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
+            manager,
+            patcher,
+            cache: cache.clone(),
+            events,
+            metrics,
+            health: Health::new(HEALTH_STALE_AFTER, WatchActivity::new()),
+            pods: HashMap::new(),
+            killer,
+            readings: readings_sender,
+        };
+        SyncLoop {
+            daemon,
+            api,
+            cache,
+            results,
+            readings,
+            _events: queue,
+        }
+    }
+
+    impl SyncLoop {
+        /// The watch delivers `pod`.
+        fn applied(&mut self, pod: &Pod) {
+            let pod = Arc::new(pod.clone());
+            self.cache.insert(pod.clone());
+            self.daemon
+                .on_pod_event(PodUpdate::Applied(pod, Vec::new()));
+        }
+
+        /// The watch says `pod` is gone.
+        fn deleted(&mut self, pod: &Pod) {
+            self.cache.remove(pod);
+            self.daemon
+                .on_pod_event(PodUpdate::Deleted(Arc::new(pod.clone())));
+        }
+
+        /// The annotation reading the loop asked for comes back to it.
+        async fn read(&mut self) {
+            let reading = self.readings.recv().await.expect("a reading");
+            self.daemon.on_reading(reading);
+        }
+
+        /// Every readiness result the workers reported so far goes to the loop.
+        fn feed_results(&mut self) {
+            while let Ok(update) = self.results.readiness.try_recv() {
+                self.daemon.on_result(&update);
+            }
+        }
+
+        fn annotation(&self, uid: &str) -> Option<String> {
+            self.daemon.pods.get(uid)?.annotation.clone()
+        }
+    }
+
+    /// `pod` as the API has it: named, in a namespace.
+    fn named(mode: Mode) -> Pod {
+        let mut pod = pod(mode, 100, None);
+        pod.metadata.name = Some("web-0".into());
+        pod.metadata.namespace = Some("shop".into());
+        pod
+    }
+
+    /// Lets spawned tasks (workers, patches) run without advancing the clock.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gate_a_new_pod_is_read_then_probed_and_its_gate_patched() {
+        let pod = named(Mode::Gate);
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        assert_eq!(
+            sync.daemon.manager.worker_count(),
+            0,
+            "no worker before the annotation is read"
+        );
+        sync.read().await;
+        assert_eq!(sync.daemon.manager.worker_count(), 1);
+        // The readiness worker's first run, within its first period (W5),
+        // then its result reaches the loop.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        sync.feed_results();
+        settle().await;
+        assert!(
+            sync.api.requests().contains(&"patch True".to_string()),
+            "{:?}",
+            sync.api.requests()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn w13_a_deleted_pod_stops_its_workers_and_is_forgotten() {
+        let pod = named(Mode::Authority);
+        let mut sync = sync_loop(
+            Mode::Authority,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        assert_eq!(
+            sync.daemon.manager.worker_count(),
+            1,
+            "authority reads the spec"
+        );
+        sync.deleted(&pod);
+        // A stopped worker is registered until its loop has ended: after
+        // its start-up jitter at the latest, within one period (W5).
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(sync.daemon.manager.worker_count(), 0);
+        assert!(sync.daemon.pods.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_edit_within_the_debounce_waits_for_the_resync() {
+        let pod = named(Mode::Gate);
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        sync.read().await;
+        let edited_value =
+            r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 5}}}"#;
+        let mut edited = pod.clone();
+        edited.metadata.annotations =
+            Some([(PROBES_ANNOTATION.to_string(), edited_value.to_string())].into());
+        sync.applied(&edited);
+        settle().await;
+        assert!(
+            sync.readings.try_recv().is_err(),
+            "read within the debounce"
+        );
+        assert_eq!(sync.annotation("uid").as_deref(), Some(ANNOTATION));
+        tokio::time::advance(EDIT_DEBOUNCE).await;
+        sync.daemon.resync();
+        sync.read().await;
+        assert_eq!(sync.annotation("uid").as_deref(), Some(edited_value));
     }
 }

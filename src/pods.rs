@@ -125,13 +125,13 @@ impl PodCache {
         started.remove(uid);
     }
 
-    fn insert(&self, pod: Arc<Pod>) {
+    pub(crate) fn insert(&self, pod: Arc<Pod>) {
         if let Some(uid) = pod.metadata.uid.clone() {
             self.write().insert(uid, pod);
         }
     }
 
-    fn remove(&self, pod: &Pod) {
+    pub(crate) fn remove(&self, pod: &Pod) {
         if let Some(uid) = &pod.metadata.uid {
             self.write().remove(uid);
         }

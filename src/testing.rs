@@ -25,8 +25,11 @@ use crate::probe::{
 };
 use crate::results::CachedResult;
 use crate::status::ContainerProbeView;
-use crate::status::conditions::condition;
+use crate::status::READY_CONDITION;
+use crate::status::conditions::{POD_READY, condition};
+use crate::status::patcher::{ApiError, StatusApi};
 use crate::worker::{ProbeObserver, ProbeRun, ProbeRunner, StatusSource, WorkerConfig};
+use serde_json::Value;
 
 // The prober: workers, the manager, and what observes them.
 
@@ -408,4 +411,130 @@ pub fn pem_pair() -> (String, String) {
     let key = rcgen::KeyPair::generate().unwrap();
     let params = rcgen::CertificateParams::new(vec!["client".to_string()]).unwrap();
     (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
+
+// The status API: a fake API server for the status patcher.
+
+/// An API server fake: a pod, scripted patch failures, a gate to hold
+/// patches in flight, and a log of requests.
+pub struct FakeApi {
+    pub state: Mutex<FakeState>,
+    /// Patches wait for a permit: a test holds them in flight.
+    pub hold: tokio::sync::Semaphore,
+}
+
+#[derive(Default)]
+pub struct FakeState {
+    /// The pod as the API server has it.
+    pub server: Option<Pod>,
+    /// The pod as the watch has it (may lag).
+    pub cached: Option<Pod>,
+    pub failures: VecDeque<ApiError>,
+    pub requests: Vec<String>,
+}
+
+impl FakeApi {
+    pub fn new(pod: Pod, held: bool) -> Arc<FakeApi> {
+        let permits = if held { 0 } else { 1000 };
+        let api = FakeApi {
+            state: Mutex::default(),
+            hold: tokio::sync::Semaphore::new(permits),
+        };
+        let mut state = api.state.lock().unwrap();
+        state.server = Some(pod.clone());
+        state.cached = Some(pod);
+        drop(state);
+        Arc::new(api)
+    }
+
+    pub fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap()
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.state().requests.clone()
+    }
+}
+
+impl StatusApi for Arc<FakeApi> {
+    fn cached(&self, uid: &str) -> Option<Arc<Pod>> {
+        let state = self.state();
+        let pod = state.cached.as_ref()?;
+        (pod.metadata.uid.as_deref() == Some(uid)).then(|| Arc::new(pod.clone()))
+    }
+
+    async fn get(&self, _: &str, _: &str) -> Result<Option<Pod>, ApiError> {
+        let mut state = self.state();
+        state.requests.push("get".into());
+        Ok(state.server.clone())
+    }
+
+    /// Applies the patch as the API server would, for the fields
+    /// podprobe's patches carry: preconditions, whole container status
+    /// lists, conditions merged by type; bumps the resourceVersion.
+    async fn patch_status(&self, _: &str, _: &str, patch: &Value) -> Result<Pod, ApiError> {
+        self.hold.acquire().await.unwrap().forget();
+        let mut state = self.state();
+        let summary = [READY_CONDITION, POD_READY]
+            .iter()
+            .find_map(|type_| condition_in(patch, type_))
+            .unwrap_or("-")
+            .to_string();
+        state.requests.push(format!("patch {summary}"));
+        if let Some(error) = state.failures.pop_front() {
+            return Err(error);
+        }
+        let server = state
+            .server
+            .as_mut()
+            .ok_or(ApiError::NotFound("pod".into()))?;
+        if patch["metadata"]["uid"].as_str() != server.metadata.uid.as_deref() {
+            return Err(ApiError::Conflict("Precondition failed: UID".into()));
+        }
+        let version = patch["metadata"]["resourceVersion"].as_str();
+        if version.is_some() && version != server.metadata.resource_version.as_deref() {
+            return Err(ApiError::Conflict("the object has been modified".into()));
+        }
+        let mut status = serde_json::to_value(server.status.take()).unwrap();
+        for list in ["containerStatuses", "initContainerStatuses"] {
+            if let Some(whole) = patch["status"].get(list) {
+                status[list] = whole.clone();
+            }
+        }
+        for change in patch["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if !status["conditions"].is_array() {
+                status["conditions"] = Value::Array(Vec::new());
+            }
+            let conditions = status["conditions"].as_array_mut().unwrap();
+            match conditions.iter_mut().find(|c| c["type"] == change["type"]) {
+                Some(existing) => {
+                    for (key, value) in change.as_object().unwrap() {
+                        existing[key] = value.clone();
+                    }
+                }
+                None => conditions.push(change.clone()),
+            }
+        }
+        server.status = serde_json::from_value(status).unwrap();
+        server.metadata.resource_version = server
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|v| (v + 1).to_string());
+        Ok(server.clone())
+    }
+}
+
+/// The status of condition `type_` in a status patch.
+pub fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
+    patch["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?["status"]
+        .as_str()
 }

@@ -544,14 +544,15 @@ fn owned_summary(mode: Mode, pod: &Pod) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
 
     use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
     use crate::status::conditions::{FALSE, POD_READY, TRUE};
-    use crate::testing::{UID, container, container_status, running_pod as pod, view};
+    use crate::testing::{
+        FakeApi, UID, condition_in, container, container_status, running_pod as pod, view,
+    };
     use crate::worker::TokioClock;
 
     fn gated_pod(gate: Option<&str>) -> Pod {
@@ -604,14 +605,6 @@ mod tests {
         Time(Timestamp::from_second(1_740_823_231).unwrap())
     }
 
-    fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
-        patch["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == type_)?["status"]
-            .as_str()
-    }
-
     fn gate_in(patch: &Value) -> Option<&str> {
         condition_in(patch, READY_CONDITION)
     }
@@ -647,117 +640,6 @@ mod tests {
             decide(None, &intent(true), &now()).unwrap(),
             PatchDecision::PodGone
         );
-    }
-
-    /// An API server fake: a pod, scripted patch failures, a gate to hold
-    /// patches in flight, and a log of requests.
-    struct FakeApi {
-        state: Mutex<FakeState>,
-        hold: tokio::sync::Semaphore,
-    }
-
-    #[derive(Default)]
-    struct FakeState {
-        /// The pod as the API server has it.
-        server: Option<Pod>,
-        /// The pod as the watch has it (may lag).
-        cached: Option<Pod>,
-        failures: VecDeque<ApiError>,
-        requests: Vec<String>,
-    }
-
-    impl FakeApi {
-        fn new(pod: Pod, held: bool) -> Arc<FakeApi> {
-            let permits = if held { 0 } else { 1000 };
-            let api = FakeApi {
-                state: Mutex::default(),
-                hold: tokio::sync::Semaphore::new(permits),
-            };
-            let mut state = api.state.lock().unwrap();
-            state.server = Some(pod.clone());
-            state.cached = Some(pod);
-            drop(state);
-            Arc::new(api)
-        }
-
-        fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
-            self.state.lock().unwrap()
-        }
-
-        fn requests(&self) -> Vec<String> {
-            self.state().requests.clone()
-        }
-    }
-
-    impl StatusApi for Arc<FakeApi> {
-        fn cached(&self, uid: &str) -> Option<Arc<Pod>> {
-            let state = self.state();
-            let pod = state.cached.as_ref()?;
-            (pod.metadata.uid.as_deref() == Some(uid)).then(|| Arc::new(pod.clone()))
-        }
-
-        async fn get(&self, _: &str, _: &str) -> Result<Option<Pod>, ApiError> {
-            let mut state = self.state();
-            state.requests.push("get".into());
-            Ok(state.server.clone())
-        }
-
-        /// Applies the patch as the API server would, for the fields
-        /// podprobe's patches carry: preconditions, whole container status
-        /// lists, conditions merged by type; bumps the resourceVersion.
-        async fn patch_status(&self, _: &str, _: &str, patch: &Value) -> Result<Pod, ApiError> {
-            self.hold.acquire().await.unwrap().forget();
-            let mut state = self.state();
-            let summary = [READY_CONDITION, POD_READY]
-                .iter()
-                .find_map(|type_| condition_in(patch, type_))
-                .unwrap_or("-")
-                .to_string();
-            state.requests.push(format!("patch {summary}"));
-            if let Some(error) = state.failures.pop_front() {
-                return Err(error);
-            }
-            let server = state
-                .server
-                .as_mut()
-                .ok_or(ApiError::NotFound("pod".into()))?;
-            if patch["metadata"]["uid"].as_str() != server.metadata.uid.as_deref() {
-                return Err(ApiError::Conflict("Precondition failed: UID".into()));
-            }
-            let version = patch["metadata"]["resourceVersion"].as_str();
-            if version.is_some() && version != server.metadata.resource_version.as_deref() {
-                return Err(ApiError::Conflict("the object has been modified".into()));
-            }
-            let mut status = serde_json::to_value(server.status.take()).unwrap();
-            for list in ["containerStatuses", "initContainerStatuses"] {
-                if let Some(whole) = patch["status"].get(list) {
-                    status[list] = whole.clone();
-                }
-            }
-            for change in patch["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                let conditions = status["conditions"].as_array_mut().unwrap();
-                match conditions.iter_mut().find(|c| c["type"] == change["type"]) {
-                    Some(existing) => {
-                        for (key, value) in change.as_object().unwrap() {
-                            existing[key] = value.clone();
-                        }
-                    }
-                    None => conditions.push(change.clone()),
-                }
-            }
-            server.status = serde_json::from_value(status).unwrap();
-            server.metadata.resource_version = server
-                .metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(|v| (v + 1).to_string());
-            Ok(server.clone())
-        }
     }
 
     fn patcher(api: &Arc<FakeApi>) -> Patcher<Arc<FakeApi>> {
