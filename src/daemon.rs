@@ -1640,4 +1640,45 @@ mod tests {
         sync.read().await;
         assert_eq!(sync.annotation("uid").as_deref(), Some(edited_value));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_resync_repairs_a_gate_someone_else_reset() {
+        let pod = named(Mode::Gate);
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        sync.read().await;
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        sync.feed_results();
+        settle().await;
+        let patched = sync.api.requests().len();
+        // Another writer puts the gate back to False, and the watch says so.
+        {
+            let mut state = sync.api.state();
+            let state = &mut *state;
+            state.cached = state.server.clone();
+            for copy in [state.server.as_mut(), state.cached.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                let conditions = copy.status.as_mut().unwrap().conditions.as_mut().unwrap();
+                let gate = conditions
+                    .iter_mut()
+                    .find(|c| c.type_ == crate::status::READY_CONDITION)
+                    .unwrap();
+                gate.status = "False".into();
+            }
+        }
+        sync.daemon.resync();
+        settle().await;
+        assert_eq!(
+            sync.api.requests()[patched..],
+            ["patch True".to_string()],
+            "{:?}",
+            sync.api.requests()
+        );
+    }
 }
