@@ -436,10 +436,15 @@ fn annotated_probes_cannot_reach_the_node_or_link_local_addresses() {
     wait_count("the link-local canary counts", 1, || link_local.accepted());
 }
 
-/// Largest RSS podprobe may reach with every hostile pod below on its node.
-/// Measured at 20-30 MiB on this project's machines (debug build); the
-/// expansion bomb alone reached 215-595 MiB before the expansion cap.
-const MAX_RSS_KIB: u64 = 96 * 1024;
+/// How much podprobe's RSS may grow over its start with every hostile pod
+/// below on its node. Measured at 45-70 MiB (debug build, this project's
+/// 2-core machines): "hold-a" keeps most of the node's command budget
+/// (5 MB here), and each pod parsed up to one of its budgets before being
+/// refused leaves its peak in the malloc arena of the reading thread that
+/// parsed it (two of them), which glibc does not give back to the system
+/// (with `MALLOC_ARENA_MAX=1` the growth was 45 MiB). Before the expansion
+/// cap the expansion bomb alone grew it by 215-595 MiB.
+const MAX_RSS_GROWTH_KIB: u64 = 96 * 1024;
 
 #[test]
 fn hostile_annotations_get_events_and_stay_bounded() {
@@ -655,12 +660,13 @@ fn hostile_annotations_get_events_and_stay_bounded() {
     );
 
     let rss = rig.rss_kib();
+    let growth = rss.saturating_sub(baseline);
     eprintln!(
-        "podprobe RSS: {baseline} KiB at start, {rss} KiB with every hostile pod (bound {MAX_RSS_KIB} KiB)"
+        "podprobe RSS: {baseline} KiB at start, {rss} KiB with every hostile pod (growth bound {MAX_RSS_GROWTH_KIB} KiB)"
     );
     assert!(
-        rss <= MAX_RSS_KIB,
-        "podprobe's RSS is {rss} KiB, over {MAX_RSS_KIB} KiB\n{}",
+        growth <= MAX_RSS_GROWTH_KIB,
+        "podprobe's RSS grew by {growth} KiB to {rss} KiB, over {MAX_RSS_GROWTH_KIB} KiB\n{}",
         rig.podprobe.log_tail(50)
     );
     let logs = rig.podprobe.logs();
@@ -682,9 +688,9 @@ const FAIR_PERIOD: Duration = Duration::from_secs(1);
 const FAIR_WINDOW: Duration = Duration::from_secs(20);
 const FAIR_MIN_RUNS: f64 = 14.0;
 
-/// podprobe's RSS with the hostile pods and the bystander: the 96 MiB of
-/// the annotation test, whose pods are bigger.
-const FAIR_MAX_RSS_KIB: u64 = 96 * 1024;
+/// How much podprobe's RSS may grow with the hostile pods and the
+/// bystander: the bound of the annotation test, whose pods are bigger.
+const FAIR_MAX_RSS_GROWTH_KIB: u64 = MAX_RSS_GROWTH_KIB;
 
 fn busybox_running(name: &str, script: &str) -> Value {
     json!({
@@ -717,6 +723,7 @@ fn a_hostile_pod_cannot_take_a_bystanders_probing() {
         "--max-concurrent-execs-per-pod=4",
     ]);
     let addr = rig.podprobe.listen_addr();
+    let baseline = rig.rss_kib();
 
     // Endless exec probes: 10 containers (more than the node's 8 slots,
     // over the pod's share of 4), each readiness probe `sleep` for an hour
@@ -920,10 +927,13 @@ fn a_hostile_pod_cannot_take_a_bystanders_probing() {
     );
 
     let rss = rig.rss_kib();
-    eprintln!("podprobe RSS with the hostile pods: {rss} KiB (bound {FAIR_MAX_RSS_KIB} KiB)");
+    let growth = rss.saturating_sub(baseline);
+    eprintln!(
+        "podprobe RSS: {baseline} KiB at start, {rss} KiB with the hostile pods (growth bound {FAIR_MAX_RSS_GROWTH_KIB} KiB)"
+    );
     assert!(
-        rss <= FAIR_MAX_RSS_KIB,
-        "RSS {rss} KiB\n{}",
+        growth <= FAIR_MAX_RSS_GROWTH_KIB,
+        "RSS grew by {growth} KiB to {rss} KiB\n{}",
         rig.podprobe.log_tail(50)
     );
     let logs = rig.podprobe.logs();
