@@ -70,7 +70,12 @@ suites() {
     function flush() { if (suite != "" && !done) print suite, "-", "?", "-", "-"; suite = ""; done = 0 }
     /^ *Running / {
       flush()
-      suite = prefix (($2 == "unittests") ? $3 : $2)
+      # A crate's unit tests: "podprobe_core:src/lib.rs" (the binary's
+      # name without its hash, then the file).
+      if ($2 == "unittests") {
+        bin = $4; sub(/^.*\//, "", bin); sub(/-[0-9a-f]+\)$/, "", bin)
+        suite = prefix bin ":" $3
+      } else suite = prefix $2
       next
     }
     /^ *Doc-tests / { flush(); suite = prefix "doc:" $2; next }
@@ -176,13 +181,27 @@ go_pids+=("$!")
 # skips the targets that need it.
 clippy_both() {
   local rc=0
-  cargo clippy --locked --all-targets --features testing -- -D warnings || rc=1
-  cargo clippy --locked --all-targets -- -D warnings || rc=1
+  cargo clippy --locked --workspace --all-targets --features testing -- -D warnings || rc=1
+  cargo clippy --locked --workspace --all-targets -- -D warnings || rc=1
   return "$rc"
 }
-phase fmt cargo fmt --check
+# The pure core (crates/podprobe-core) builds without an API client,
+# server, TLS stack or CRI client (issue #26): none of them in its tree.
+core_deps() {
+  local tree found
+  tree=$(cargo tree --locked -p podprobe-core -e normal --prefix none) || return 1
+  found=$(awk '{print $1}' <<<"$tree" |
+    grep -xE 'kube.*|tonic.*|hyper.*|rustls|tokio-rustls|prost.*|tower.*|h2' | sort -u || true)
+  if [ -n "$found" ]; then
+    echo "podprobe-core depends on: $found" >&2
+    return 1
+  fi
+  echo "podprobe-core: no kube, tonic, hyper, rustls, prost or tower in its dependency tree"
+}
+phase fmt cargo fmt --all --check
+phase core-deps core_deps
 phase clippy clippy_both
-phase build-tests cargo test --locked --features testing --no-fail-fast --no-run
+phase build-tests cargo test --locked --workspace --features testing --no-fail-fast --no-run
 phase build-release cargo build --locked --release --bin podprobe
 
 # Each chain's own time, though they ran beside the phases above.
@@ -213,7 +232,7 @@ fi
 # end-to-end suites below run it.
 phase images hack/image.sh agnhost
 
-phase tests cargo test --locked --features testing --no-fail-fast
+phase tests cargo test --locked --workspace --features testing --no-fail-fast
 
 # The fault suite (tests/faults.rs, #[ignore]d in a plain `cargo test`): API
 # server stopped and stalled, containerd and podprobe SIGKILLed, churn,

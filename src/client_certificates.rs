@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use crate::apiclient::{RequestError, bounded};
 use crate::backoff::RetryPolicy;
 use crate::probe::client_identity::ClientIdentitySource;
+use crate::probe::client_pem::client_identity_from_pem;
 use crate::probe::go_quote;
 use crate::probe::spec::extension::ClientIdentity;
 
@@ -301,7 +302,7 @@ pub fn identity(secret: &Secret) -> Result<ClientIdentity, String> {
         }
         Ok(&value.0)
     };
-    ClientIdentity::from_pem(field("tls.crt")?, field("tls.key")?)
+    client_identity_from_pem(field("tls.crt")?, field("tls.key")?)
 }
 
 /// A scripted [`SecretReader`] and Secrets for it, shared by the unit
@@ -377,7 +378,7 @@ mod tests {
     use crate::testing::pem_pair;
 
     fn identity_of(crt: &str, key: &str) -> ClientIdentity {
-        ClientIdentity::from_pem(crt.as_bytes(), key.as_bytes()).unwrap()
+        client_identity_from_pem(crt.as_bytes(), key.as_bytes()).unwrap()
     }
 
     #[tokio::test(start_paused = true)]

@@ -50,8 +50,7 @@
 mod correlator;
 mod lru;
 mod queue;
-pub mod record;
-pub mod recorder;
+pub use podprobe_core::events::{record, recorder};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

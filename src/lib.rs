@@ -22,42 +22,31 @@
 //!   [`exit_code`].
 
 pub mod apiclient;
-pub mod backoff;
 pub mod client_certificates;
 pub mod config;
 pub mod cri;
 pub mod daemon;
 pub mod events;
-pub mod exit_code;
 pub mod grpc_status;
 pub mod health;
 pub mod kill_container;
 pub mod lifecycle;
 pub mod lint;
-pub mod manager;
 pub mod metrics;
 pub mod oneshot;
-pub mod pod;
-pub mod pod_sync;
 pub mod pods;
 pub mod probe;
-pub mod probe_rates;
 pub mod process_stats;
-pub mod rate_limit;
-pub mod restart_policy;
-pub mod results;
 pub mod server;
 pub mod simulate;
 pub mod status;
-pub mod takeover;
 pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod user_agent;
-pub mod watch_activity;
-pub mod worker;
 
-/// The Kubernetes release whose API types and kubelet podprobe follows:
-/// `MAJOR.MINOR` in `User-Agent: kube-probe/...` when the node's kubelet
-/// version is not known (`podprobe probe`, or a Node podprobe cannot read).
-pub const KUBE_PROBE_VERSION: &str = "1.37";
+/// The pure core's modules, at the paths they had before the split.
+pub use podprobe_core::{
+    KUBE_PROBE_VERSION, backoff, exit_code, manager, pod, pod_sync, probe_rates, rate_limit,
+    restart_policy, results, takeover, watch_activity, worker,
+};

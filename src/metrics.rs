@@ -53,7 +53,8 @@ struct ProbeTotalLabels {
     namespace: String,
     pod: String,
     pod_uid: String,
-    probe_type: ProbeKind,
+    /// The kubelet's `probeType.String()` ([`ProbeKind::as_str`]).
+    probe_type: &'static str,
     result: &'static str,
 }
 
@@ -63,7 +64,8 @@ struct ProbeDurationLabels {
     container: String,
     namespace: String,
     pod: String,
-    probe_type: ProbeKind,
+    /// The kubelet's `probeType.String()` ([`ProbeKind::as_str`]).
+    probe_type: &'static str,
 }
 
 impl ProbeDurationLabels {
@@ -73,7 +75,7 @@ impl ProbeDurationLabels {
             container: config.container_name().to_string(),
             namespace: meta.namespace.clone().unwrap_or_default(),
             pod: meta.name.clone().unwrap_or_default(),
-            probe_type: config.kind(),
+            probe_type: config.kind().as_str(),
         }
     }
 
@@ -86,13 +88,6 @@ impl ProbeDurationLabels {
             probe_type: self.probe_type,
             result: result_label(result),
         }
-    }
-}
-
-/// `probe_type` is the kubelet's `probeType.String()`: ProbeKind's Display.
-impl EncodeLabelValue for ProbeKind {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        write!(encoder, "{self}")
     }
 }
 
@@ -170,12 +165,6 @@ impl EncodeLabelValue for PatchOutcome {
     }
 }
 
-impl EncodeLabelValue for EventOutcome {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        encoder.write_str(self.as_str())
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PatchLabels {
     outcome: PatchOutcome,
@@ -183,7 +172,7 @@ struct PatchLabels {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct EventLabels {
-    outcome: EventOutcome,
+    outcome: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -198,7 +187,8 @@ struct AuthLabels {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ProbeErrorLabels {
-    probe_type: ProbeKind,
+    /// The kubelet's `probeType.String()` ([`ProbeKind::as_str`]).
+    probe_type: &'static str,
 }
 
 /// Labels of `podprobe_build_info`.
@@ -389,7 +379,9 @@ impl Metrics {
             EventOutcome::Dropped,
             EventOutcome::Filtered,
         ] {
-            events.get_or_create_owned(&EventLabels { outcome });
+            events.get_or_create_owned(&EventLabels {
+                outcome: outcome.as_str(),
+            });
         }
         for outcome in [
             AuthOutcome::Allowed,
@@ -405,7 +397,9 @@ impl Metrics {
             ProbeKind::Readiness,
             ProbeKind::Liveness,
         ] {
-            probe_errors.get_or_create_owned(&ProbeErrorLabels { probe_type });
+            probe_errors.get_or_create_owned(&ProbeErrorLabels {
+                probe_type: probe_type.as_str(),
+            });
         }
         Metrics {
             prober: Arc::new(prober),
@@ -455,7 +449,9 @@ impl Metrics {
     /// so not in `prober_probe_total`).
     pub fn probe_errored(&self, kind: ProbeKind) {
         self.probe_errors
-            .get_or_create(&ProbeErrorLabels { probe_type: kind })
+            .get_or_create(&ProbeErrorLabels {
+                probe_type: kind.as_str(),
+            })
             .inc();
     }
 
@@ -495,7 +491,11 @@ impl Metrics {
 
     /// Counts one Event by what became of it.
     pub fn event(&self, outcome: EventOutcome) {
-        self.events.get_or_create(&EventLabels { outcome }).inc();
+        self.events
+            .get_or_create(&EventLabels {
+                outcome: outcome.as_str(),
+            })
+            .inc();
     }
 
     /// Counts one request for the metrics by what delegated authentication

@@ -23,7 +23,8 @@ use serde::Serialize;
 use crate::cri::{CriClient, DEFAULT_ENDPOINT};
 use crate::exit_code;
 use crate::pod::probed_containers;
-use crate::probe::spec::extension::{ClientIdentity, Method, Network};
+use crate::probe::client_pem::client_identity_from_pem;
+use crate::probe::spec::extension::{Method, Network};
 use crate::probe::spec::{self, Handler, Scheme};
 use crate::probe::{
     ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober, go_quote,
@@ -159,7 +160,7 @@ fn with_client_certificate(
             source,
         })
     };
-    let identity = ClientIdentity::from_pem(&read(cert)?, &read(key)?).map_err(|e| {
+    let identity = client_identity_from_pem(&read(cert)?, &read(key)?).map_err(|e| {
         ProbeInputError::ClientCertificate(format!(
             "--client-cert {} / --client-key {}: {e}",
             cert.display(),

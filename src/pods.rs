@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -23,7 +24,7 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
-use crate::backoff::{RetryPolicy, WatchBackoff};
+use crate::backoff::RetryPolicy;
 use crate::probe::spec::{UnknownProbeField, unknown_probe_fields};
 use crate::worker::StatusSource;
 
@@ -258,6 +259,38 @@ pub fn watch(
         })
 }
 
+/// [`RetryPolicy`] as kube-runtime's watcher backoff: the delays of
+/// consecutive failures, reset by the watcher once it receives again.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    policy: RetryPolicy,
+    failures: u32,
+}
+
+impl WatchBackoff {
+    pub fn new(policy: RetryPolicy) -> Self {
+        WatchBackoff {
+            policy,
+            failures: 0,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        Some(self.policy.jittered(self.failures))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -387,5 +420,19 @@ mod tests {
             ["applied b", "applied c", "deleted a", "synced"]
         );
         assert_eq!(cache.uids(), HashSet::from(["b".into(), "c".into()]));
+    }
+
+    #[test]
+    fn watch_backoff_grows_to_five_seconds_and_resets() {
+        use kube::runtime::utils::Backoff;
+
+        let mut backoff = WatchBackoff::new(RetryPolicy::WATCH);
+        let delays: Vec<_> = backoff.by_ref().take(5).collect();
+        assert!(
+            delays[0] >= Duration::from_millis(800) && delays[0] <= Duration::from_millis(1200)
+        );
+        assert!(delays[4] >= Duration::from_secs(5) && delays[4] <= Duration::from_millis(7500));
+        backoff.reset();
+        assert!(backoff.next().unwrap() <= Duration::from_millis(1200));
     }
 }

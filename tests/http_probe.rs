@@ -1080,7 +1080,7 @@ async fn tls_client_certificate_is_presented_or_refused() {
     );
     let client = clients.leaf(&["probe.client"]);
     action.extensions.tls.client_identity = Some(
-        podprobe::probe::spec::extension::ClientIdentity::from_pem(
+        podprobe::probe::client_pem::client_identity_from_pem(
             client.cert_pem.as_bytes(),
             client.key_pem.as_bytes(),
         )
@@ -1092,7 +1092,7 @@ async fn tls_client_certificate_is_presented_or_refused() {
     );
     let stranger = TestCa::new("stranger").leaf(&["probe.client"]);
     action.extensions.tls.client_identity = Some(
-        podprobe::probe::spec::extension::ClientIdentity::from_pem(
+        podprobe::probe::client_pem::client_identity_from_pem(
             stranger.cert_pem.as_bytes(),
             stranger.key_pem.as_bytes(),
         )

@@ -58,7 +58,7 @@ layer daemon   daemon telemetry config
 layer kube     apiclient pods events client_certificates user_agent status::patcher
 layer server   server health metrics process_stats
 layer actuator kill_container lifecycle
-layer core     worker manager results pod_sync takeover probe_rates events::record events::recorder
+layer core     worker manager results pod_sync takeover probe_rates events::record events::recorder testing
 layer status   status
 layer spec     probe probe::spec probe::destinations probe::verdict probe::client_identity probe::pod_network restart_policy
 layer handlers probe::prober probe::exec probe::grpc probe::http probe::tcp probe::dial probe::tls probe::tap probe::netns
@@ -620,8 +620,20 @@ fn split(module: &str) -> Vec<String> {
     }
 }
 
-/// The name a module has in messages, KNOWN entries and `LAYERS`.
+/// The pure core crate (`crates/podprobe-core`), whose modules the
+/// `podprobe` crate re-exports at the same paths: one module namespace, in
+/// which the core's modules are named `podprobe_core::...` inside the
+/// analysis and without that prefix everywhere else.
+const CORE: &str = "podprobe_core";
+
+/// The name a module has in messages, KNOWN entries and `LAYERS`: a core
+/// module's without its crate's name, as the root crate re-exports it.
 fn display(module: &str) -> &str {
+    let module = match module.strip_prefix(CORE) {
+        Some(rest) if rest.is_empty() => rest,
+        Some(rest) => rest.strip_prefix("::").unwrap_or(module),
+        None => module,
+    };
     if module.is_empty() { "crate" } else { module }
 }
 
@@ -631,13 +643,17 @@ fn top(module: &str) -> &str {
 }
 
 /// Reads the crate under `src` (its `lib.rs` and `main.rs`, following `mod`
-/// declarations that are not `#[cfg(test)]`) and computes its graph.
-fn analyse(repo: &Path, src: &Path) -> Analysis {
+/// declarations that are not `#[cfg(test)]`), and the core crate under
+/// `core` if given, and computes their graph.
+fn analyse(repo: &Path, src: &Path, core: Option<&Path>) -> Analysis {
     // module -> (file relative to repo, scan)
     let mut scans: BTreeMap<String, (String, FileScan)> = BTreeMap::new();
     let mut queue = VecDeque::from([(String::new(), src.join("lib.rs"), false)]);
     if src.join("main.rs").exists() {
         queue.push_back(("main".to_string(), src.join("main.rs"), true));
+    }
+    if let Some(core) = core {
+        queue.push_back((CORE.to_string(), core.join("lib.rs"), false));
     }
     while let Some((module, path, binary)) = queue.pop_front() {
         let source = std::fs::read_to_string(&path)
@@ -648,7 +664,7 @@ fn analyse(repo: &Path, src: &Path) -> Analysis {
         }
         let dir = path.parent().expect("a file has a folder");
         let stem = path.file_stem().unwrap_or_default();
-        let dir = if module.is_empty() || binary || stem == "mod" {
+        let dir = if module.is_empty() || module == CORE || binary || stem == "mod" {
             dir.to_path_buf()
         } else {
             dir.join(stem)
@@ -689,7 +705,11 @@ fn analyse(repo: &Path, src: &Path) -> Analysis {
     // `None` for another crate's path.
     let absolute = |here: &[String], segs: &[String]| -> Option<Vec<String>> {
         match segs[0].as_str() {
+            "crate" if here.first().is_some_and(|c| c == CORE) => {
+                Some([&[CORE.to_string()], &segs[1..]].concat())
+            }
             "crate" => Some(segs[1..].to_vec()),
+            CORE if modules.contains(CORE) => Some(segs.to_vec()),
             "self" => Some([here, &segs[1..]].concat()),
             "super" => {
                 let supers = segs.iter().take_while(|s| *s == "super").count();
@@ -1005,7 +1025,11 @@ impl Layers {
 // ---------------------------------------------------------------- results --
 
 static SRC: LazyLock<Analysis> = LazyLock::new(|| {
-    let analysis = analyse(&root(), &root().join("src"));
+    let analysis = analyse(
+        &root(),
+        &root().join("src"),
+        Some(&root().join("crates/podprobe-core/src")),
+    );
     if std::env::var_os(BLESS_VAR).is_some() {
         bless(&known_block(&analysis));
     }
@@ -1373,7 +1397,7 @@ use crate::c::AlsoTestOnly;
         "use crate::b::{self, g as gee};\npub fn h() {\n    b::g();\n    gee();\n}\n\
          #[cfg(test)]\nmod proptests;\nuse crate::a::*;\n",
     );
-    let analysis = analyse(dir.path(), &src);
+    let analysis = analyse(dir.path(), &src, None);
     let mut got: Vec<String> = Vec::new();
     for (from, tos) in &analysis.edges {
         for (to, list) in tos {

@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout_at};
 
 use super::destinations::{DestinationDenied, Destinations};
+use super::netns;
 
 /// The linger time the kubelet sets on probe sockets (T3): long enough for a
 /// clean FIN, short enough that the socket does not hold a port for 60 s.
@@ -175,7 +176,7 @@ async fn connect(
         source,
     };
     let socket = match (destinations.pod_network(), addr) {
-        (Some(network), _) => network.socket(addr, deadline).await,
+        (Some(network), _) => netns::socket(network, addr, deadline).await,
         (None, SocketAddr::V4(_)) => TcpSocket::new_v4(),
         (None, SocketAddr::V6(_)) => TcpSocket::new_v6(),
     }

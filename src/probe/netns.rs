@@ -45,31 +45,33 @@ pub const MAX_NAMESPACE_THREADS: usize = 16;
 
 static NAMESPACE_THREADS: Semaphore = Semaphore::const_new(MAX_NAMESPACE_THREADS);
 
-impl PodNetwork {
-    /// A non-blocking TCP socket for `addr`'s family, made inside the
-    /// namespace, before `deadline`.
-    pub async fn socket(&self, addr: SocketAddr, deadline: Instant) -> io::Result<TcpSocket> {
-        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "i/o timeout");
-        let slot = timeout_at(deadline, NAMESPACE_THREADS.acquire())
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(io::Error::other)?;
-        let namespace = Arc::clone(self.namespace());
-        let (made, socket) = oneshot::channel();
-        std::thread::Builder::new()
-            .name("podprobe-netns".into())
-            .spawn(move || {
-                let _slot = slot;
-                // The receiver is gone only if the probe gave up; the
-                // socket then closes here.
-                let _ = made.send(socket_in(&namespace, addr));
-            })?;
-        let socket = timeout_at(deadline, socket)
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(io::Error::other)??;
-        Ok(TcpSocket::from_std_stream(socket.into()))
-    }
+/// A non-blocking TCP socket for `addr`'s family, made inside `network`'s
+/// namespace, before `deadline`.
+pub async fn socket(
+    network: &PodNetwork,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> io::Result<TcpSocket> {
+    let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "i/o timeout");
+    let slot = timeout_at(deadline, NAMESPACE_THREADS.acquire())
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(io::Error::other)?;
+    let namespace = Arc::clone(network.namespace());
+    let (made, socket) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("podprobe-netns".into())
+        .spawn(move || {
+            let _slot = slot;
+            // The receiver is gone only if the probe gave up; the
+            // socket then closes here.
+            let _ = made.send(socket_in(&namespace, addr));
+        })?;
+    let socket = timeout_at(deadline, socket)
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(io::Error::other)??;
+    Ok(TcpSocket::from_std_stream(socket.into()))
 }
 
 /// Runs on a thread of its own: asks the helper, if there is one;

@@ -10,10 +10,13 @@
 
 use std::sync::{Arc, OnceLock};
 
+use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 
 use super::spec::extension::TlsSettings;
 
@@ -23,7 +26,18 @@ use super::spec::extension::TlsSettings;
 pub fn client_config(settings: &TlsSettings, alpn: &[&[u8]]) -> Arc<ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier: Arc<dyn ServerCertVerifier> = match &settings.ca_bundle {
-        Some(bundle) => bundle.verifier(),
+        Some(bundle) => {
+            // Trusting only the bundle, never the system roots.
+            let mut roots = RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(bundle.certificates().iter().cloned());
+            assert!(
+                added > 0,
+                "a caBundle's certificates were checked when read"
+            );
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .expect("a root store with certificates builds a verifier")
+        }
         None => Arc::new(AcceptAnyCertificate(
             provider.signature_verification_algorithms,
         )),

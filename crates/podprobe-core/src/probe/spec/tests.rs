@@ -919,7 +919,15 @@ fn ok_object(value: Value) -> ProbeSpec {
 fn a_client_identity_stands_in_for_the_secret_on_either_tls_handler() {
     let identity = || {
         let (cert, key) = crate::testing::pem_pair();
-        ClientIdentity::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        ClientIdentity::new(
+            chain,
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
     };
     let secret = json!({"tls": {"clientCertificate": {"secretName": "app-client"}}});
     for handler in [

@@ -55,7 +55,7 @@ impl PodNetwork {
     }
 
     /// The open namespace file.
-    pub(crate) fn namespace(&self) -> &Arc<File> {
+    pub fn namespace(&self) -> &Arc<File> {
         &self.namespace
     }
 }

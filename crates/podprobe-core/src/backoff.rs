@@ -60,42 +60,8 @@ pub(crate) fn with_jitter(delay: Duration, unit: f64) -> Duration {
     delay + delay.mul_f64(JITTER * unit.clamp(0.0, 1.0))
 }
 
-/// [`RetryPolicy`] as kube-runtime's watcher backoff: the delays of
-/// consecutive failures, reset by the watcher once it receives again.
-#[derive(Debug, Clone)]
-pub struct WatchBackoff {
-    policy: RetryPolicy,
-    failures: u32,
-}
-
-impl WatchBackoff {
-    pub fn new(policy: RetryPolicy) -> Self {
-        WatchBackoff {
-            policy,
-            failures: 0,
-        }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        self.failures = self.failures.saturating_add(1);
-        Some(self.policy.jittered(self.failures))
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.failures = 0;
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use kube::runtime::utils::Backoff;
-
     use super::*;
 
     #[test]
@@ -120,17 +86,5 @@ mod tests {
                 "{jittered:?}"
             );
         }
-    }
-
-    #[test]
-    fn watch_backoff_grows_to_five_seconds_and_resets() {
-        let mut backoff = WatchBackoff::new(RetryPolicy::WATCH);
-        let delays: Vec<_> = backoff.by_ref().take(5).collect();
-        assert!(
-            delays[0] >= Duration::from_millis(800) && delays[0] <= Duration::from_millis(1200)
-        );
-        assert!(delays[4] >= Duration::from_secs(5) && delays[4] <= Duration::from_millis(7500));
-        backoff.reset();
-        assert!(backoff.next().unwrap() <= Duration::from_millis(1200));
     }
 }

@@ -229,7 +229,7 @@ impl PodEvent {
         }
     }
 
-    pub(super) fn container(&self) -> &str {
+    pub fn container(&self) -> &str {
         self.regarding.field_path.as_deref().unwrap_or_default()
     }
 }
@@ -267,13 +267,13 @@ pub fn pod_reference(pod: &Pod, field_path: Option<String>) -> Option<ObjectRefe
 }
 
 /// `note` cut to at most [`MAX_EVENT_NOTE_BYTES`] on a character boundary.
-pub(super) fn truncate_note(mut note: String) -> String {
+pub fn truncate_note(mut note: String) -> String {
     note.truncate(note.floor_char_boundary(MAX_EVENT_NOTE_BYTES));
     note
 }
 
 /// The API's name of an event type.
-pub(super) fn type_name(type_: EventType) -> &'static str {
+pub fn type_name(type_: EventType) -> &'static str {
     match type_ {
         EventType::Normal => "Normal",
         EventType::Warning => "Warning",

@@ -829,7 +829,7 @@ fn probe_kill(
     }
 }
 
-pub(crate) fn kill_reason(kind: ProbeKind) -> &'static str {
+pub fn kill_reason(kind: ProbeKind) -> &'static str {
     match kind {
         ProbeKind::Liveness => "liveness",
         ProbeKind::Readiness => "readiness",

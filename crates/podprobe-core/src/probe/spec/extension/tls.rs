@@ -14,16 +14,16 @@
 //!
 //! [`TlsFields`] is the key as written; [`tls_settings`] validates it and
 //! builds the [`TlsSettings`] a probe connects with, the bundle parsed and
-//! its verifier built once, here. Without the key an HTTPS probe is the
-//! kubelet's (no verification) and a gRPC probe is plain text.
+//! each of its certificates checked to be a trust anchor once, here (with
+//! webpki, as rustls's root store does; the TLS handlers build the
+//! verifier). Without the key an HTTPS probe is the kubelet's (no
+//! verification) and a gRPC probe is plain text.
 
 use std::fmt;
 use std::sync::Arc;
 
-use rustls::RootCertStore;
-use rustls::client::WebPkiServerVerifier;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 
 use super::super::validation::{FieldError, is_dns_subdomain};
@@ -71,28 +71,20 @@ pub struct TlsSettings {
     pub client_certificate_secret: Option<String>,
 }
 
-/// `caBundle`, parsed: its certificates and the verifier that trusts
-/// exactly them. Two are equal when their certificates are.
-#[derive(Clone)]
+/// `caBundle`, parsed: at least one certificate, each a usable trust
+/// anchor.
+#[derive(Clone, PartialEq, Eq)]
 pub struct CaBundle {
     certificates: Vec<CertificateDer<'static>>,
-    verifier: Arc<WebPkiServerVerifier>,
 }
 
 impl CaBundle {
-    /// The verifier trusting only this bundle (not the system roots).
-    pub fn verifier(&self) -> Arc<WebPkiServerVerifier> {
-        self.verifier.clone()
+    /// The certificates a server's chain is verified against (not the
+    /// system roots).
+    pub fn certificates(&self) -> &[CertificateDer<'static>] {
+        &self.certificates
     }
 }
-
-impl PartialEq for CaBundle {
-    fn eq(&self, other: &Self) -> bool {
-        self.certificates == other.certificates
-    }
-}
-
-impl Eq for CaBundle {}
 
 impl fmt::Debug for CaBundle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -101,7 +93,8 @@ impl fmt::Debug for CaBundle {
 }
 
 /// A client certificate chain and its private key (`podprobe probe
-/// --client-cert/--client-key`). Two are equal when their chains are.
+/// --client-cert/--client-key`, a `clientCertificate` Secret). Two are
+/// equal when their chains are.
 #[derive(Clone)]
 pub struct ClientIdentity {
     chain: Vec<CertificateDer<'static>>,
@@ -109,25 +102,13 @@ pub struct ClientIdentity {
 }
 
 impl ClientIdentity {
-    /// Reads a PEM certificate chain (leaf first) and a PEM private key
-    /// (PKCS#8, PKCS#1 or SEC1); the error says which of the two is wrong.
-    pub fn from_pem(chain: &[u8], key: &[u8]) -> Result<ClientIdentity, String> {
-        let chain = CertificateDer::pem_slice_iter(chain)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("client certificate: not valid PEM: {e}"))?;
-        if chain.is_empty() {
-            return Err(
-                "client certificate: no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
-            );
-        }
-        let key = PrivateKeyDer::from_pem_slice(key)
-            .map_err(|e| format!("client key: no PEM private key: {e}"))?;
-        rustls::crypto::ring::sign::any_supported_type(&key)
-            .map_err(|e| format!("client key: not a usable private key: {e}"))?;
-        Ok(ClientIdentity {
+    /// A chain (leaf first) and its key, already checked to be usable by
+    /// whoever read them (the TLS handlers' `client_identity_from_pem`).
+    pub fn new(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> Self {
+        ClientIdentity {
             chain,
             key: Arc::new(key),
-        })
+        }
     }
 
     pub fn chain(&self) -> Vec<CertificateDer<'static>> {
@@ -236,23 +217,16 @@ fn ca_bundle(field: String, pem: &str) -> Result<CaBundle, FieldError> {
             "at least one PEM certificate (-----BEGIN CERTIFICATE-----)",
         ));
     }
-    let mut roots = RootCertStore::empty();
     for (i, certificate) in certificates.iter().enumerate() {
-        roots.add(certificate.clone()).map_err(|e| {
+        // What rustls's root store checks when a certificate is added.
+        webpki::anchor_from_trusted_cert(certificate).map_err(|e| {
             invalid(format!(
-                "certificate {} is not a usable CA certificate: {e}",
+                "certificate {} is not a usable CA certificate: {e:?}",
                 i + 1
             ))
         })?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| invalid(format!("no usable CA certificate: {e}")))?;
-    Ok(CaBundle {
-        certificates,
-        verifier,
-    })
+    Ok(CaBundle { certificates })
 }
 
 fn server_name(field: String, name: &str) -> Result<ServerName<'static>, FieldError> {

@@ -9,13 +9,13 @@ use std::time::Duration;
 /// `s` in double quotes with Go's escapes: `\"`, `\\`, the C escapes
 /// (`\a \b \f \n \r \t \v`), `\xNN` for other ASCII control bytes, and
 /// `\uNNNN` / `\UNNNNNNNN` for other characters Go does not print.
-pub(crate) fn go_quote(s: &str) -> String {
+pub fn go_quote(s: &str) -> String {
     go_quote_bytes(s.as_bytes())
 }
 
 /// [`go_quote`] of bytes that need not be UTF-8, as Go quotes a string
 /// holding any bytes: each byte of an invalid sequence as `\xNN`.
-pub(crate) fn go_quote_bytes(bytes: &[u8]) -> String {
+pub fn go_quote_bytes(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() + 2);
     out.push('"');
     for chunk in bytes.utf8_chunks() {

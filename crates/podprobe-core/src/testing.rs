@@ -1,0 +1,412 @@
+//! Fakes and builders shared by the unit tests (this crate's, and the
+//! `podprobe` crate's through the `testing` feature): the
+//! prober's (a scripted probe runner, a status cache the test sets, an
+//! observer that records what workers report, pods and container statuses
+//! of the worker tests), the desired status's (the running pod `shop/web-0`
+//! and its container statuses, probe views and conditions), and a client
+//! certificate.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodReadinessGate, PodSpec,
+    PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
+
+use crate::probe::spec::{Handler, TcpSocketAction};
+use crate::probe::{
+    Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
+};
+use crate::results::CachedResult;
+use crate::status::ContainerProbeView;
+use crate::status::conditions::condition;
+use crate::worker::{ProbeObserver, ProbeRun, ProbeRunner, StatusSource, WorkerConfig};
+
+// The prober: workers, the manager, and what observes them.
+
+/// 2027-01-15T08:00:00Z, the wall clock's origin in tests.
+pub fn epoch() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap()
+}
+
+pub fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(epoch().as_second() + seconds).unwrap()
+}
+
+/// A TCP probe with the API defaults except the given numbers.
+pub fn probe_spec(period: i32, initial_delay: i32, success: i32, failure: i32) -> ProbeSpec {
+    ProbeSpec {
+        handler: Handler::TcpSocket(TcpSocketAction {
+            host: None,
+            port: 8080,
+        }),
+        initial_delay_seconds: initial_delay,
+        timeout_seconds: 1,
+        period_seconds: period,
+        period_milliseconds: None,
+        success_threshold: success,
+        failure_threshold: failure,
+        termination_grace_period_seconds: None,
+        network: Default::default(),
+    }
+}
+
+pub fn container(name: &str) -> Container {
+    Container {
+        name: name.to_string(),
+        ..Container::default()
+    }
+}
+
+pub fn sidecar(name: &str) -> Container {
+    Container {
+        restart_policy: Some("Always".to_string()),
+        ..container(name)
+    }
+}
+
+pub fn pod(uid: &str, containers: Vec<Container>, init_containers: Vec<Container>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("pod-{uid}")),
+            namespace: Some("default".to_string()),
+            uid: Some(uid.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            init_containers: Some(init_containers),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn running(
+    name: &str,
+    id: &str,
+    started_at: Timestamp,
+    started: Option<bool>,
+) -> ContainerStatus {
+    ContainerStatus {
+        name: name.to_string(),
+        container_id: Some(id.to_string()),
+        started,
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(Time(started_at)),
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+pub fn waiting(name: &str, id: &str) -> ContainerStatus {
+    ContainerStatus {
+        name: name.to_string(),
+        container_id: Some(id.to_string()),
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+pub fn terminated(name: &str, id: &str, exit_code: i32) -> ContainerStatus {
+    ContainerStatus {
+        name: name.to_string(),
+        container_id: Some(id.to_string()),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code,
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+pub fn pod_status(containers: Vec<ContainerStatus>, init: Vec<ContainerStatus>) -> PodStatus {
+    PodStatus {
+        phase: Some("Running".to_string()),
+        pod_ip: Some("10.0.0.7".to_string()),
+        container_statuses: Some(containers),
+        init_container_statuses: Some(init),
+        ..PodStatus::default()
+    }
+}
+
+pub fn verdict(kind: ProbeKind, result: ProbeResult) -> ProbeVerdict {
+    ProbeVerdict::from_attempt(kind, Ok(Outcome::new(result, "")), 1)
+}
+
+pub fn errored(kind: ProbeKind) -> ProbeVerdict {
+    ProbeVerdict::from_attempt(kind, Err(ProbeError::unknown("boom")), 3)
+}
+
+/// What a [`ScriptedRunner`] does on one call.
+#[derive(Debug, Clone)]
+pub enum Scripted {
+    Return(ProbeResult),
+    Error,
+    /// Takes this long, then returns the result.
+    Slow(Duration, ProbeResult),
+    Panic,
+}
+
+/// One call seen by a [`ScriptedRunner`].
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub at: Instant,
+    pub kind: ProbeKind,
+    pub pod_ip: String,
+    pub container_id: Option<String>,
+}
+
+/// A probe runner playing a script, then `Return(fallback)` forever.
+#[derive(Debug)]
+pub struct ScriptedRunner {
+    script: Mutex<VecDeque<Scripted>>,
+    fallback: ProbeResult,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl ScriptedRunner {
+    pub fn new(script: impl IntoIterator<Item = Scripted>, fallback: ProbeResult) -> Arc<Self> {
+        Arc::new(ScriptedRunner {
+            script: Mutex::new(script.into_iter().collect()),
+            fallback,
+            calls: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn always(result: ProbeResult) -> Arc<Self> {
+        Self::new([], result)
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// Seconds since `origin` of every call.
+    pub fn call_times(&self, origin: Instant) -> Vec<f64> {
+        self.calls()
+            .iter()
+            .map(|call| (call.at - origin).as_secs_f64())
+            .collect()
+    }
+
+    fn next(&self, kind: ProbeKind, target: ProbeTarget<'_>) -> Scripted {
+        self.calls.lock().unwrap().push(Call {
+            at: Instant::now(),
+            kind,
+            pod_ip: target.pod_ip.to_string(),
+            container_id: target.container_id.map(str::to_string),
+        });
+        let next = self.script.lock().unwrap().pop_front();
+        next.unwrap_or(Scripted::Return(self.fallback))
+    }
+}
+
+impl ProbeRunner for ScriptedRunner {
+    fn probe(
+        &self,
+        kind: ProbeKind,
+        _spec: &ProbeSpec,
+        target: ProbeTarget<'_>,
+    ) -> impl Future<Output = ProbeVerdict> + Send {
+        let step = self.next(kind, target);
+        async move {
+            match step {
+                Scripted::Return(result) => verdict(kind, result),
+                Scripted::Error => errored(kind),
+                Scripted::Slow(duration, result) => {
+                    tokio::time::sleep(duration).await;
+                    verdict(kind, result)
+                }
+                Scripted::Panic => panic!("scripted probe panic"),
+            }
+        }
+    }
+}
+
+/// A status manager cache the test sets directly.
+#[derive(Debug, Default)]
+pub struct FakeStatuses {
+    statuses: Mutex<HashMap<String, PodStatus>>,
+}
+
+impl FakeStatuses {
+    pub fn new() -> Arc<Self> {
+        Arc::new(FakeStatuses::default())
+    }
+
+    pub fn set(&self, pod_uid: &str, status: PodStatus) {
+        self.statuses
+            .lock()
+            .unwrap()
+            .insert(pod_uid.to_string(), status);
+    }
+}
+
+impl StatusSource for FakeStatuses {
+    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
+        self.statuses.lock().unwrap().get(pod_uid).cloned()
+    }
+}
+
+/// One [`ProbeRun`], owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRun {
+    pub container: String,
+    pub kind: ProbeKind,
+    pub container_id: String,
+    pub result: Option<CachedResult>,
+    pub event_reason: Option<&'static str>,
+    pub duration: Duration,
+}
+
+/// Records what workers report.
+#[derive(Debug, Default)]
+pub struct RecordingObserver {
+    pub runs: Mutex<Vec<RecordedRun>>,
+    pub stopped: Mutex<Vec<(String, String, ProbeKind)>>,
+}
+
+impl ProbeObserver for RecordingObserver {
+    fn probe_ran(&self, run: &ProbeRun<'_>) {
+        self.runs.lock().unwrap().push(RecordedRun {
+            container: run.config.container_name().to_string(),
+            kind: run.config.kind(),
+            container_id: run.container_id.to_string(),
+            result: run.result,
+            event_reason: run.verdict.event.as_ref().map(|e| e.reason),
+            duration: run.duration,
+        });
+    }
+
+    fn worker_stopped(&self, config: &WorkerConfig) {
+        self.stopped.lock().unwrap().push((
+            config.pod_uid().to_string(),
+            config.container_name().to_string(),
+            config.kind(),
+        ));
+    }
+}
+
+// Desired status: the status module's tests, takeover and the daemon.
+
+pub const UID: &str = "5f0c1a2e-8b7d-4c3e-9a41-2f6d7e8c9b10";
+
+pub fn time(rfc3339: &str) -> Time {
+    Time(rfc3339.parse().expect("test timestamp"))
+}
+
+/// A running container's status with ID `containerd://<name>`.
+pub fn container_status(name: &str, ready: bool) -> ContainerStatus {
+    ContainerStatus {
+        name: name.to_string(),
+        container_id: Some(format!("containerd://{name}")),
+        image: format!("docker.io/local/{name}:1"),
+        image_id: format!("docker.io/local/{name}@sha256:00"),
+        ready,
+        started: Some(ready),
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(time("2025-03-01T10:00:03Z")),
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+/// The verdict about the instance [`container_status`] describes.
+pub fn view(name: &str, started: bool, ready: bool) -> ContainerProbeView {
+    ContainerProbeView {
+        name: name.to_string(),
+        container_id: Some(format!("containerd://{name}")),
+        started,
+        ready,
+        note: None,
+    }
+}
+
+/// A condition with a transition time.
+pub fn timed(
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+    message: Option<&str>,
+    at: &str,
+) -> PodCondition {
+    PodCondition {
+        last_transition_time: Some(time(at)),
+        ..condition(type_, status, reason, message.map(str::to_string))
+    }
+}
+
+/// A running pod `shop/web-0` with UID [`UID`] and resourceVersion `42`
+/// (the status tests import it as `pod`).
+pub fn running_pod(
+    init_containers: Vec<Container>,
+    containers: Vec<Container>,
+    gates: &[&str],
+    status: PodStatus,
+) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            namespace: Some("shop".to_string()),
+            name: Some("web-0".to_string()),
+            uid: Some(UID.to_string()),
+            resource_version: Some("42".to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            init_containers: (!init_containers.is_empty()).then_some(init_containers),
+            containers,
+            readiness_gates: (!gates.is_empty()).then(|| {
+                gates
+                    .iter()
+                    .map(|g| PodReadinessGate {
+                        condition_type: g.to_string(),
+                    })
+                    .collect()
+            }),
+            ..PodSpec::default()
+        }),
+        status: Some(PodStatus {
+            phase: status.phase.clone().or_else(|| Some("Running".to_string())),
+            ..status
+        }),
+    }
+}
+
+/// The first container status of `pod`, to change in a test.
+pub fn first_container_status(pod: &mut Pod) -> &mut ContainerStatus {
+    let status = pod.status.as_mut().expect("pod status");
+    let statuses = status
+        .container_statuses
+        .as_mut()
+        .expect("container statuses");
+    &mut statuses[0]
+}
+
+// Client certificates: the Secret cache's tests and the probe spec's.
+
+/// A client certificate and its key, PEM.
+pub fn pem_pair() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["client".to_string()]).unwrap();
+    (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
