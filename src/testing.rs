@@ -2,10 +2,11 @@
 //! prober's (a scripted probe runner, a status cache the test sets, an
 //! observer that records what workers report, pods and container statuses
 //! of the worker tests), the desired status's (the running pod `shop/web-0`
-//! and its container statuses, probe views and conditions), and a client
-//! certificate.
+//! and its container statuses, probe views and conditions), a client
+//! certificate, a fake API server for the status patcher and a killer that
+//! records what the daemon's loop asks of it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
+use crate::manager::{Killer, ProbeKill};
 use crate::probe::spec::{Handler, TcpSocketAction};
 use crate::probe::{
     Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
@@ -537,4 +539,27 @@ pub fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
         .iter()
         .find(|c| c["type"] == type_)?["status"]
         .as_str()
+}
+
+// The actuator: the kills the daemon's loop asks for.
+
+/// A [`Killer`] that stops nothing and records every kill it is asked for,
+/// repeats included (the real one stops each instance once).
+#[derive(Debug, Clone, Default)]
+pub struct RecordingKiller {
+    kills: Arc<Mutex<Vec<ProbeKill>>>,
+}
+
+impl RecordingKiller {
+    pub fn kills(&self) -> Vec<ProbeKill> {
+        self.kills.lock().unwrap().clone()
+    }
+}
+
+impl Killer for RecordingKiller {
+    fn kill(&self, _: &Pod, kill: ProbeKill) {
+        self.kills.lock().unwrap().push(kill);
+    }
+
+    fn retain(&self, _: &HashSet<String>) {}
 }
