@@ -41,7 +41,7 @@ use crate::exit_code;
 use crate::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::kill_container::ContainerKiller;
 use crate::lifecycle::HookRunner;
-use crate::manager::{Nudge, PodProbes, ProberManager, probe_kills};
+use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
 use crate::metrics::{Metrics, PatchOutcome};
 use crate::pod::{all_container_statuses, pod_name, pod_namespace};
 use crate::pod_sync::{self, SyncSchedule};
@@ -503,9 +503,10 @@ struct Probes {
     _budget: PodBudget,
 }
 
-/// The sync loop's state: generic over the probe runner and the status API,
-/// so that unit tests drive it with scripted probes and a fake API server.
-struct Daemon<R: ProbeRunner, A: StatusApi> {
+/// The sync loop's state: generic over the probe runner, the status API and
+/// the container killer, so that unit tests drive it with scripted probes, a
+/// fake API server and a killer that records what it is asked.
+struct Daemon<R: ProbeRunner, A: StatusApi, K: Killer> {
     mode: Mode,
     /// Gate mode checks annotated probe hosts against it.
     destinations: Destinations,
@@ -525,7 +526,7 @@ struct Daemon<R: ProbeRunner, A: StatusApi> {
     health: Health,
     pods: HashMap<String, Tracked>,
     /// Stops containers for failed probes (K2, K3, K7).
-    killer: ContainerKiller,
+    killer: K,
     /// Where annotations read off the main loop come back ([`Reading`]).
     readings: mpsc::UnboundedSender<Reading>,
 }
@@ -543,7 +544,7 @@ struct Reading {
     budget: PodBudget,
 }
 
-impl<R: ProbeRunner, A: StatusApi> Daemon<R, A> {
+impl<R: ProbeRunner, A: StatusApi, K: Killer> Daemon<R, A, K> {
     async fn run(
         mut self,
         events: impl Stream<Item = PodUpdate>,
@@ -1144,8 +1145,11 @@ mod tests {
     use crate::probe::spec::{AtoiFailure, PortError};
     use crate::probe::{Handler, ProbeKind};
     use crate::results::CachedResult;
+    use crate::status::conditions::{CONTAINERS_READY, POD_READY};
     use crate::status::patcher::NoopPatchObserver;
-    use crate::testing::{FakeApi, ScriptedRunner, first_container_status};
+    use crate::testing::{
+        FakeApi, RecordingKiller, Scripted, ScriptedRunner, first_container_status,
+    };
     use crate::worker::{NoopObserver, TokioClock};
 
     const ID: &str = "containerd://app-1";
@@ -1454,12 +1458,15 @@ mod tests {
         );
     }
 
-    /// The sync loop as `run` wires it, over a scripted prober and a fake
-    /// API server holding the pod; the tests play the watch, the annotation
-    /// readings and the workers' results into it (its `select!`) by hand.
+    /// The sync loop as `run` wires it, over a scripted prober, a fake API
+    /// server holding the pod and a killer that records; the tests play the
+    /// watch, the annotation readings and the workers' results into it (its
+    /// `select!`) by hand.
     struct SyncLoop {
-        daemon: Daemon<Arc<ScriptedRunner>, Arc<FakeApi>>,
+        daemon: Daemon<Arc<ScriptedRunner>, Arc<FakeApi>, RecordingKiller>,
+        runner: Arc<ScriptedRunner>,
         api: Arc<FakeApi>,
+        killer: RecordingKiller,
         cache: Arc<PodCache>,
         results: ResultReceivers,
         readings: mpsc::UnboundedReceiver<Reading>,
@@ -1472,7 +1479,13 @@ mod tests {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(crate::testing::epoch()));
         let (caches, results) = ProbeCaches::new();
         let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);
-        let manager = ProberManager::new(runner, cache.clone(), caches, clock.clone(), observer);
+        let manager = ProberManager::new(
+            runner.clone(),
+            cache.clone(),
+            caches,
+            clock.clone(),
+            observer,
+        );
         let api = FakeApi::new(pod.clone(), false);
         let patcher = Patcher::new(
             api.clone(),
@@ -1482,10 +1495,7 @@ mod tests {
         );
         let metrics = Metrics::new();
         let (events, queue) = events::channel_with(events::QueueConfig::default(), metrics.clone());
-        // No runtime answers here: no test of this loop kills a container.
-        let cri = CriClient::new("unix:///nonexistent/podprobe-test.sock").unwrap();
-        let hooks = HookRunner::new(cri.clone(), Destinations::default(), "1.37");
-        let killer = ContainerKiller::new(mode, cri, hooks, events.clone());
+        let killer = RecordingKiller::default();
         let (readings_sender, readings) = mpsc::unbounded_channel();
         let daemon = Daemon {
             mode,
@@ -1501,12 +1511,14 @@ mod tests {
             metrics,
             health: Health::new(HEALTH_STALE_AFTER, WatchActivity::new()),
             pods: HashMap::new(),
-            killer,
+            killer: killer.clone(),
             readings: readings_sender,
         };
         SyncLoop {
             daemon,
+            runner,
             api,
+            killer,
             cache,
             results,
             readings,
@@ -1536,11 +1548,70 @@ mod tests {
             self.daemon.on_reading(reading);
         }
 
-        /// Every readiness result the workers reported so far goes to the loop.
-        fn feed_results(&mut self) {
-            while let Ok(update) = self.results.readiness.try_recv() {
-                self.daemon.on_result(&update);
+        /// The watch delivers a new pod, and in gate mode the reading of its
+        /// annotation comes back.
+        async fn start(&mut self, pod: &Pod) {
+            self.applied(pod);
+            if self.daemon.mode == Mode::Gate {
+                self.read().await;
             }
+        }
+
+        /// Every result the workers reported so far goes to the loop.
+        fn feed_results(&mut self) {
+            let results = &mut self.results;
+            for updates in [
+                &mut results.readiness,
+                &mut results.startup,
+                &mut results.liveness,
+            ] {
+                while let Ok(update) = updates.try_recv() {
+                    self.daemon.on_result(&update);
+                }
+            }
+        }
+
+        /// W5: workers of a prober that has run for a period start without
+        /// jitter, so that their runs fall on known instants, the first at
+        /// once.
+        async fn past_start_jitter(&self) {
+            tokio::time::advance(PERIOD).await;
+        }
+
+        /// Seconds since `origin` of every probe run.
+        fn probe_times(&self, origin: Instant) -> Vec<f64> {
+            self.runner.call_times(origin)
+        }
+
+        /// The pod as the fake API server has it.
+        fn server_pod(&self) -> Pod {
+            self.api.state().server.clone().expect("the pod")
+        }
+
+        /// Authority mode's fields as the API server has them: `app`'s
+        /// `ready` and `started`, `Ready` and `ContainersReady`.
+        fn authority_fields(&self) -> (bool, Option<bool>, String, String) {
+            let mut pod = self.server_pod();
+            let conditions = pod.status.as_ref().and_then(|s| s.conditions.clone());
+            let condition = |type_: &str| {
+                let found = conditions.iter().flatten().find(|c| c.type_ == type_);
+                found.map_or("-".into(), |c| c.status.clone())
+            };
+            let app = first_container_status(&mut pod);
+            (
+                app.ready,
+                app.started,
+                condition(POD_READY),
+                condition(CONTAINERS_READY),
+            )
+        }
+
+        /// (container, container ID, probe) of every kill asked for.
+        fn kills(&self) -> Vec<(String, String, ProbeKind)> {
+            let kills = self.killer.kills().into_iter();
+            kills
+                .map(|k| (k.container, k.container_id, k.kind))
+                .collect()
         }
 
         fn annotation(&self, uid: &str) -> Option<String> {
@@ -1548,11 +1619,40 @@ mod tests {
         }
     }
 
-    /// `pod` as the API has it: named, in a namespace.
+    /// `pod` as the API has it: named, in a namespace, at a resourceVersion
+    /// (authority mode patches container status lists only under that
+    /// precondition, and builds no patch for a pod without one).
     fn named(mode: Mode) -> Pod {
         let mut pod = pod(mode, 100, None);
         pod.metadata.name = Some("web-0".into());
         pod.metadata.namespace = Some("shop".into());
+        pod.metadata.resource_version = Some("1".into());
+        pod
+    }
+
+    /// [`SyncLoop::authority_fields`] of a started `app` whose readiness is
+    /// `ready`, as is every container of the pod.
+    fn started_and_ready(ready: bool) -> (bool, Option<bool>, String, String) {
+        let condition = if ready { "True" } else { "False" };
+        (ready, Some(true), condition.into(), condition.into())
+    }
+
+    /// The fixture's probes leave `periodSeconds`, `timeoutSeconds` and
+    /// `failureThreshold` at the API's defaults.
+    const PERIOD: Duration = Duration::from_secs(10);
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    const FAILURE_THRESHOLD: u32 = 3;
+
+    /// `pod` with `app`'s probe of `kind` in its spec (authority mode) as
+    /// `probe` says.
+    fn with_spec_probe(mut pod: Pod, kind: ProbeKind, probe: serde_json::Value) -> Pod {
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        let probe = Some(serde_json::from_value(probe).unwrap());
+        match kind {
+            ProbeKind::Readiness => app.readiness_probe = probe,
+            ProbeKind::Liveness => app.liveness_probe = probe,
+            ProbeKind::Startup => app.startup_probe = probe,
+        }
         pod
     }
 
@@ -1581,7 +1681,7 @@ mod tests {
         assert_eq!(sync.daemon.manager.worker_count(), 1);
         // The readiness worker's first run, within its first period (W5),
         // then its result reaches the loop.
-        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
         sync.feed_results();
         settle().await;
         assert!(
@@ -1608,7 +1708,7 @@ mod tests {
         sync.deleted(&pod);
         // A stopped worker is registered until its loop has ended: after
         // its start-up jitter at the latest, within one period (W5).
-        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
         assert_eq!(sync.daemon.manager.worker_count(), 0);
         assert!(sync.daemon.pods.is_empty());
     }
@@ -1651,7 +1751,7 @@ mod tests {
         );
         sync.applied(&pod);
         sync.read().await;
-        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
         sync.feed_results();
         settle().await;
         let patched = sync.api.requests().len();
@@ -1680,5 +1780,217 @@ mod tests {
             "{:?}",
             sync.api.requests()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn authority_a_new_pod_gets_started_then_ready_and_both_conditions_patched() {
+        let pod = named(Mode::Authority);
+        let mut sync = sync_loop(
+            Mode::Authority,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        settle().await;
+        // S1: no startup probe, so started at once; S3: not ready before a
+        // readiness Success.
+        assert_eq!(sync.authority_fields(), started_and_ready(false));
+        // The first run within a period of the prober's start (W5), the
+        // first sync's trigger right after it (W8), each within its timeout.
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        sync.feed_results();
+        settle().await;
+        let requests = sync.api.requests();
+        assert_eq!(
+            sync.authority_fields(),
+            started_and_ready(true),
+            "{requests:?}"
+        );
+    }
+
+    /// A loop whose not-ready `app` fails every readiness run, with its
+    /// first sight of `pod` `PERIOD / 2` behind it; returns when that was.
+    async fn probing_a_not_ready_pod(pod: &Pod) -> (SyncLoop, Instant) {
+        let mut sync = sync_loop(
+            Mode::Authority,
+            pod,
+            ScriptedRunner::always(ProbeResult::Failure),
+        );
+        sync.past_start_jitter().await;
+        sync.applied(pod);
+        settle().await;
+        let start = Instant::now();
+        // The first run, then the first sync's trigger (W8).
+        assert_eq!(sync.probe_times(start), [0.0, 0.0]);
+        tokio::time::advance(PERIOD / 2).await;
+        settle().await;
+        (sync, start)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k6_w8_a_changed_pod_nudges_its_not_ready_readiness_worker() {
+        let pod = named(Mode::Authority);
+        let (mut sync, start) = probing_a_not_ready_pod(&pod).await;
+        let mut labelled = pod.clone();
+        labelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
+        sync.applied(&labelled);
+        settle().await;
+        let half = PERIOD.as_secs_f64() / 2.0;
+        assert_eq!(
+            sync.probe_times(start),
+            [0.0, 0.0, half],
+            "probed at once, not at its next period"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k6_a_status_write_does_not_nudge() {
+        let pod = named(Mode::Authority);
+        let (mut sync, start) = probing_a_not_ready_pod(&pod).await;
+        // podprobe's own write (started, the conditions) comes back through
+        // the watch at a new resourceVersion.
+        let written = sync.server_pod();
+        assert_ne!(written.status, pod.status, "{:?}", sync.api.requests());
+        sync.applied(&written);
+        settle().await;
+        tokio::time::advance(PERIOD / 2).await;
+        settle().await;
+        assert_eq!(
+            sync.probe_times(start),
+            [0.0, 0.0, PERIOD.as_secs_f64()],
+            "probed on its period only"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k1_a_readiness_change_is_patched_as_it_reaches_the_loop() {
+        // One failure turns the result: the third run (the first periodic
+        // one) flips it.
+        let probe = serde_json::json!({"exec": {"command": ["true"]}, "failureThreshold": 1});
+        let pod = with_spec_probe(named(Mode::Authority), ProbeKind::Readiness, probe);
+        let runner = ScriptedRunner::new(
+            [
+                Scripted::Return(ProbeResult::Success),
+                Scripted::Return(ProbeResult::Success),
+            ],
+            ProbeResult::Failure,
+        );
+        let mut sync = sync_loop(Mode::Authority, &pod, runner);
+        sync.past_start_jitter().await;
+        sync.applied(&pod);
+        settle().await;
+        let before = "not before the result reaches the loop";
+        assert_eq!(
+            sync.authority_fields(),
+            started_and_ready(false),
+            "{before}"
+        );
+        sync.feed_results();
+        settle().await;
+        assert_eq!(sync.authority_fields(), started_and_ready(true));
+        tokio::time::advance(PERIOD).await;
+        settle().await;
+        assert_eq!(sync.authority_fields(), started_and_ready(true), "{before}");
+        sync.feed_results();
+        settle().await;
+        assert_eq!(sync.authority_fields(), started_and_ready(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k2_a_liveness_failure_kills_the_container() {
+        let probe = serde_json::json!({"exec": {"command": ["true"]}});
+        let pod = with_spec_probe(named(Mode::Authority), ProbeKind::Liveness, probe);
+        let mut sync = sync_loop(
+            Mode::Authority,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Failure),
+        );
+        sync.past_start_jitter().await;
+        sync.applied(&pod);
+        // One liveness run at once, then one a period; the result turns
+        // Failure at the last of FAILURE_THRESHOLD runs, and a failing
+        // readiness probe kills nothing (K5).
+        for _ in 1..FAILURE_THRESHOLD {
+            settle().await;
+            sync.feed_results();
+            assert_eq!(sync.kills(), []);
+            tokio::time::advance(PERIOD).await;
+        }
+        settle().await;
+        sync.feed_results();
+        let kill = ("app".to_string(), ID.to_string(), ProbeKind::Liveness);
+        assert_eq!(sync.kills(), [kill]);
+    }
+
+    /// [`named`] with a startup probe besides the readiness probe, in its
+    /// spec and in its annotation.
+    fn with_startup_probe(mode: Mode) -> Pod {
+        let exec = serde_json::json!({"exec": {"command": ["true"]}});
+        let mut pod = with_spec_probe(named(mode), ProbeKind::Startup, exec.clone());
+        let both = serde_json::json!({"app": {"startupProbe": exec, "readinessProbe": exec}});
+        pod.metadata.annotations = Some([(PROBES_ANNOTATION.to_string(), both.to_string())].into());
+        pod
+    }
+
+    /// `pod` as a podprobe that probed it until it was ready left it.
+    async fn reported_ready(mode: Mode, pod: &Pod) -> Pod {
+        let mut first = sync_loop(mode, pod, ScriptedRunner::always(ProbeResult::Success));
+        first.start(pod).await;
+        // Every first run within a period of the start (W5). A startup
+        // Success reaches the loop, which nudges readiness (K1, W8), whose
+        // Success then reaches it in turn.
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        for _ in 0..2 {
+            first.feed_results();
+            settle().await;
+        }
+        let reported = first.server_pod();
+        let requests = first.api.requests();
+        assert!(
+            takeover::own_condition_is_true(&reported, mode),
+            "{mode:?}: {requests:?}"
+        );
+        reported
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn d5_s6_a_restarted_podprobe_patches_nothing_on_a_pod_it_reported_ready() {
+        for mode in MODES {
+            let reported = reported_ready(mode, &with_startup_probe(mode)).await;
+            // The first run takes its whole timeout: what the loop hears
+            // before its result is what the workers seeded.
+            let slow = Scripted::Slow(TIMEOUT, ProbeResult::Success);
+            let runner = ScriptedRunner::new([slow], ProbeResult::Success);
+            let mut restarted = sync_loop(mode, &reported, runner);
+            restarted.past_start_jitter().await;
+            restarted.start(&reported).await;
+            settle().await;
+            // `started` is taken over, so the startup probe is done (D10).
+            let kinds: Vec<_> = restarted.runner.calls().iter().map(|c| c.kind).collect();
+            assert_eq!(kinds, [ProbeKind::Readiness], "{mode:?}");
+            restarted.feed_results();
+            settle().await;
+            tokio::time::sleep(TIMEOUT).await;
+            settle().await;
+            restarted.feed_results();
+            settle().await;
+            let requests = restarted.api.requests();
+            assert!(requests.is_empty(), "{mode:?}: {requests:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn s6_a_restarted_podprobe_starts_a_replacement_container_over() {
+        let mut replaced = reported_ready(Mode::Authority, &named(Mode::Authority)).await;
+        // The node agent replaced `app` while no podprobe watched.
+        let app = first_container_status(&mut replaced);
+        app.container_id = Some("containerd://app-2".into());
+        app.ready = false;
+        app.started = Some(false);
+        let runner = ScriptedRunner::always(ProbeResult::Success);
+        let mut restarted = sync_loop(Mode::Authority, &replaced, runner);
+        restarted.applied(&replaced);
+        settle().await;
+        assert_eq!(restarted.authority_fields(), started_and_ready(false));
     }
 }

@@ -21,7 +21,7 @@ use crate::cri::{CriClient, CriError};
 use crate::events::record::{PodEvent, reasons};
 use crate::events::recorder::EventRecorder;
 use crate::lifecycle::{HookRunner, HookTarget, grace_left, pre_stop_hook};
-use crate::manager::ProbeKill;
+use crate::manager::{Killer, ProbeKill};
 use crate::pod::ContainerIdentity;
 use crate::pod::{find_container, pod_name, pod_namespace};
 use crate::restart_policy::RestartPolicy;
@@ -47,28 +47,6 @@ impl ContainerKiller {
             events: Arc::new(events),
             killing: Arc::default(),
         }
-    }
-
-    /// Starts killing `kill`'s container of `pod` unless it is already being
-    /// killed; returns at once.
-    pub fn kill(&self, pod: &Pod, kill: ProbeKill) {
-        if !self.lock().insert(kill.container_id.clone()) {
-            return;
-        }
-        let killer = self.clone();
-        let pod = pod.clone();
-        tokio::spawn(async move {
-            if !killer.kill_container(&pod, &kill).await {
-                // Not stopped: the next pod sync tries again.
-                killer.lock().remove(&kill.container_id);
-            }
-        });
-    }
-
-    /// Forgets every killed ID but those in `listed` (the IDs pod statuses
-    /// still name): a container killed again and again must not grow the set.
-    pub fn retain(&self, listed: &HashSet<String>) {
-        self.lock().retain(|id| listed.contains(id));
     }
 
     /// Whether the container was stopped (or is known not to be this pod's,
@@ -221,6 +199,32 @@ impl ContainerKiller {
 
     fn lock(&self) -> MutexGuard<'_, HashSet<String>> {
         self.killing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Each container instance once: one that failed to stop is tried again at
+/// the next pod sync.
+impl Killer for ContainerKiller {
+    /// Starts killing `kill`'s container of `pod` unless it is already being
+    /// killed; returns at once.
+    fn kill(&self, pod: &Pod, kill: ProbeKill) {
+        if !self.lock().insert(kill.container_id.clone()) {
+            return;
+        }
+        let killer = self.clone();
+        let pod = pod.clone();
+        tokio::spawn(async move {
+            if !killer.kill_container(&pod, &kill).await {
+                // Not stopped: the next pod sync tries again.
+                killer.lock().remove(&kill.container_id);
+            }
+        });
+    }
+
+    /// Forgets every killed ID but those in `listed` (the IDs pod statuses
+    /// still name): a container killed again and again must not grow the set.
+    fn retain(&self, listed: &HashSet<String>) {
+        self.lock().retain(|id| listed.contains(id));
     }
 }
 

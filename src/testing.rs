@@ -1,14 +1,16 @@
-//! The root crate's test fixtures: the core's (`podprobe_core::testing`)
-//! and a fake API server for the status patcher.
+//! The root crate's test fixtures: the core's (`podprobe_core::testing`),
+//! a fake API server for the status patcher and a killer that records what
+//! the daemon's loop asks of it.
 
 pub use podprobe_core::testing::*;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+use crate::manager::{Killer, ProbeKill};
 use crate::status::READY_CONDITION;
 use crate::status::conditions::POD_READY;
 use crate::status::patcher::{ApiError, StatusApi};
@@ -137,4 +139,27 @@ pub fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
         .iter()
         .find(|c| c["type"] == type_)?["status"]
         .as_str()
+}
+
+// The actuator: the kills the daemon's loop asks for.
+
+/// A [`Killer`] that stops nothing and records every kill it is asked for,
+/// repeats included (the real one stops each instance once).
+#[derive(Debug, Clone, Default)]
+pub struct RecordingKiller {
+    kills: Arc<Mutex<Vec<ProbeKill>>>,
+}
+
+impl RecordingKiller {
+    pub fn kills(&self) -> Vec<ProbeKill> {
+        self.kills.lock().unwrap().clone()
+    }
+}
+
+impl Killer for RecordingKiller {
+    fn kill(&self, _: &Pod, kill: ProbeKill) {
+        self.kills.lock().unwrap().push(kill);
+    }
+
+    fn retain(&self, _: &HashSet<String>) {}
 }

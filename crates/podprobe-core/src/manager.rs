@@ -721,6 +721,21 @@ pub struct ProbeKill {
     pub grace_period_seconds: i64,
 }
 
+/// Carries out the kills [`probe_kills`] decides (K2). The daemon's sync
+/// loop asks again on every pod sync while the container runs with the
+/// failure cached, so an implementation returns at once and stops each
+/// container instance once. `kill_container::ContainerKiller` stops it
+/// through the runtime; the loop's unit tests record what it is asked.
+pub trait Killer {
+    /// Starts stopping `kill`'s container of `pod` unless it is already
+    /// being stopped; never waits.
+    fn kill(&self, pod: &Pod, kill: ProbeKill);
+
+    /// Forgets every stopped container ID but those in `listed` (the IDs
+    /// pod statuses still name).
+    fn retain(&self, listed: &HashSet<String>);
+}
+
 /// Which running containers of `pod` the kubelet's pod sync would kill
 /// because of a cached liveness or startup `Failure` (K2), in spec order.
 ///
