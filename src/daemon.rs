@@ -17,6 +17,9 @@
 //! `started` is taken over from the API, and S4 reads podprobe's own
 //! condition as "the pod was Ready".
 
+pub mod config;
+pub mod telemetry;
+
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::process::ExitCode;
@@ -31,21 +34,21 @@ use kube::runtime::watcher;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use crate::apiclient::{self, bounded};
-use crate::client_certificates::{ClientCertificates, KubeSecrets};
-use crate::config::{Config, LogFormat, MetricsAuth, RunArgs};
-use crate::cri::{CriClient, CriError};
+use crate::actuator::kill_container::ContainerKiller;
+use crate::actuator::lifecycle::HookRunner;
+use crate::daemon::config::{Config, LogFormat, MetricsAuth, RunArgs};
+use crate::daemon::telemetry::Telemetry;
 use crate::events::recorder::EventRecorder;
-use crate::events::{self, EventSink};
-use crate::exit_code;
-use crate::health::{Health, Reachability, WATCH_TIMEOUT};
-use crate::kill_container::ContainerKiller;
-use crate::lifecycle::HookRunner;
+use crate::kube::apiclient::{self, bounded};
+use crate::kube::client_certificates::{ClientCertificates, KubeSecrets};
+use crate::kube::events::{self, EventSink};
+use crate::kube::patcher::{
+    Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy, StatusApi,
+};
+use crate::kube::pods::{self, PodCache, PodUpdate, with_started};
+use crate::kube::user_agent;
 use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
-use crate::metrics::{Metrics, PatchOutcome};
-use crate::pod::{all_container_statuses, pod_name, pod_namespace};
 use crate::pod_sync::{self, SyncSchedule};
-use crate::pods::{self, PodCache, PodUpdate, with_started};
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
 use crate::probe::netns::{self, NamespaceHelper};
@@ -54,20 +57,20 @@ use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, P
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::probe_rates::ProbeRates;
 use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
+use crate::runtime::cri::{CriClient, CriError};
 use crate::server::delegated_auth::DelegatedAuth;
+use crate::server::health::{Health, Reachability, WATCH_TIMEOUT};
+use crate::server::metrics::{Metrics, PatchOutcome};
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use crate::status::gate_setup;
-use crate::status::patcher::{
-    Intent, KubeStatusApi, Owned, PatchObserver, Patcher, RetryPolicy, StatusApi,
-};
 use crate::status::{
     AnnotatedProbes, AnnotationError, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts,
     check_network, pod_probes,
 };
 use crate::takeover;
-use crate::telemetry::Telemetry;
-use crate::user_agent;
-use crate::watch_activity::WatchActivity;
+use crate::util::exit_code;
+use crate::util::pod::{all_container_statuses, pod_name, pod_namespace};
+use crate::util::watch_activity::WatchActivity;
 use crate::worker::ProbeRunner;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
 
@@ -1140,13 +1143,13 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+    use crate::kube::patcher::NoopPatchObserver;
     use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
     use crate::probe::ProbeResult;
     use crate::probe::spec::{AtoiFailure, PortError};
     use crate::probe::{Handler, ProbeKind};
     use crate::results::CachedResult;
     use crate::status::conditions::{CONTAINERS_READY, POD_READY};
-    use crate::status::patcher::NoopPatchObserver;
     use crate::testing::{
         FakeApi, RecordingKiller, Scripted, ScriptedRunner, first_container_status,
     };

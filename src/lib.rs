@@ -1,52 +1,38 @@
 //! podprobe: the kubelet's prober and the probe half of its status manager,
 //! as a node-local sidecar.
 //!
-//! Layout, in layers; an import only points down (docs/architecture.md,
-//! checked by `tests/layering.rs`):
-//! - the CLI: [`oneshot`] (`podprobe probe`), [`lint`], [`simulate`];
-//! - the daemon: [`daemon`] (`podprobe run`: wiring and the sync loop),
-//!   [`config`] (its flags), [`telemetry`] (probe runs to metrics and Events);
-//! - the edges: the API ([`apiclient`], [`pods`], [`events`],
-//!   [`status::patcher`], [`client_certificates`], [`user_agent`]), the
-//!   server ([`server`], [`health`], [`metrics`], [`process_stats`]) and the
-//!   actuator ([`kill_container`], [`lifecycle`]);
-//! - the core: the kubelet's prober state machines ([`worker`], [`manager`],
-//!   [`results`]), [`pod_sync`], [`takeover`], [`probe_rates`] and the Event
-//!   records ([`events::record`], [`events::recorder`]);
-//! - [`status`]: pure desired status, conditions and patches;
-//! - the probe: what a probe is and concludes ([`probe::spec`],
-//!   [`probe::verdict`], [`restart_policy`]) and the handlers that run one
-//!   ([`probe::prober`] and its siblings);
-//! - the runtime: [`cri`] and [`grpc_status`];
-//! - utilities: [`pod`], [`rate_limit`], [`watch_activity`], [`backoff`],
-//!   [`exit_code`].
+//! Two crates. `podprobe_core` (crates/podprobe-core) is the pure core: the
+//! prober's state machines, the status decisions, the probe spec and the
+//! utilities, with no API client, server, TLS stack or CRI client; this
+//! crate re-exports its modules ([`worker`], [`manager`], [`status`],
+//! [`util`], ...) and wires them to the world. Layout, in layers; an import
+//! only points down (docs/architecture.md, checked by `tests/layering.rs`):
+//! - [`cli`]: `podprobe probe`, `lint` and `simulate` (`main.rs` parses);
+//! - [`daemon`]: `podprobe run`: its flags, the wiring and the sync loop,
+//!   and the telemetry of probe runs;
+//! - the edges: [`kube`] (the API client, the pod watch and store, the
+//!   status patcher, Events, client-certificate Secrets, the User-Agent),
+//!   [`server`] (health, metrics and their authentication) and [`actuator`]
+//!   (kills and their preStop hooks);
+//! - the core (`podprobe_core`): [`worker`], [`manager`], [`results`],
+//!   [`pod_sync`], [`takeover`], [`probe_rates`], the Event records;
+//!   [`status`]: pure desired status, conditions and patches;
+//! - [`probe`]: the spec (the core's) and the handlers that run one;
+//! - [`runtime`]: the CRI client;
+//! - [`util`] (the core's).
 
-pub mod apiclient;
-pub mod client_certificates;
-pub mod config;
-pub mod cri;
+pub mod actuator;
+pub mod cli;
 pub mod daemon;
-pub mod events;
-pub mod grpc_status;
-pub mod health;
-pub mod kill_container;
-pub mod lifecycle;
-pub mod lint;
-pub mod metrics;
-pub mod oneshot;
-pub mod pods;
+pub mod kube;
 pub mod probe;
-pub mod process_stats;
+pub mod runtime;
 pub mod server;
-pub mod simulate;
-pub mod status;
-pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod testing;
-pub mod user_agent;
 
-/// The pure core's modules, at the paths they had before the split.
+/// The pure core's modules, at the same paths as in `podprobe_core`.
 pub use podprobe_core::{
-    KUBE_PROBE_VERSION, backoff, exit_code, manager, pod, pod_sync, probe_rates, rate_limit,
-    restart_policy, results, takeover, watch_activity, worker,
+    KUBE_PROBE_VERSION, events, manager, pod_sync, probe_rates, restart_policy, results, status,
+    takeover, util, worker,
 };

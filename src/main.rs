@@ -15,19 +15,19 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run one probe once and report what the kubelet would conclude.
-    Probe(podprobe::oneshot::ProbeArgs),
+    Probe(podprobe::cli::oneshot::ProbeArgs),
     /// Run the node daemon: probe the pods of this node and publish their
     /// readiness (gate mode: the `podprobe.io/ready` condition of annotated
     /// pods; authority mode: container ready/started and Ready/ContainersReady).
-    Run(podprobe::config::RunArgs),
+    Run(podprobe::daemon::config::RunArgs),
     /// Simulate a pod's probes in virtual time against a script of how its
     /// containers behave, printing what the kubelet would observe and do.
-    #[command(after_help = podprobe::simulate::AFTER_HELP)]
-    Simulate(podprobe::simulate::SimulateArgs),
+    #[command(after_help = podprobe::cli::simulate::AFTER_HELP)]
+    Simulate(podprobe::cli::simulate::SimulateArgs),
     /// Check manifests offline for gate-mode set-up mistakes (the probe
     /// annotation without the readiness gate, or the gate without it).
-    #[command(after_help = podprobe::lint::AFTER_HELP)]
-    Lint(podprobe::lint::LintArgs),
+    #[command(after_help = podprobe::cli::lint::AFTER_HELP)]
+    Lint(podprobe::cli::lint::LintArgs),
     /// Internal: the process `podprobe run --pod-network` starts to make
     /// sockets in pods' network namespaces, so that the daemon itself holds
     /// no CAP_SYS_ADMIN.
@@ -38,10 +38,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Probe(args) => podprobe::oneshot::main(args),
+        Command::Probe(args) => podprobe::cli::oneshot::main(args),
         Command::Run(args) => podprobe::daemon::main(args),
-        Command::Simulate(args) => podprobe::simulate::main(args),
-        Command::Lint(args) => podprobe::lint::main(args),
+        Command::Simulate(args) => podprobe::cli::simulate::main(args),
+        Command::Lint(args) => podprobe::cli::lint::main(args),
         Command::NetnsHelper => match podprobe::probe::netns::helper::serve() {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {

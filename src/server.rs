@@ -35,6 +35,9 @@
 
 mod connections;
 pub mod delegated_auth;
+pub mod health;
+pub mod metrics;
+pub mod process_stats;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -60,8 +63,8 @@ use self::connections::{Admission, Busy, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
 use self::delegated_auth::{AccessDecision, Review};
 
-pub use crate::health::Health;
-use crate::metrics::{self, AuthOutcome, Metrics};
+pub use self::health::Health;
+use self::metrics::{AuthOutcome, Metrics};
 
 /// How long open connections may take to finish after shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+use crate::kube::patcher::{ApiError, StatusApi};
 use crate::manager::{Killer, ProbeKill};
 use crate::status::READY_CONDITION;
 use crate::status::conditions::POD_READY;
-use crate::status::patcher::{ApiError, StatusApi};
 
 // The status API: a fake API server for the status patcher.
 

@@ -31,7 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use podprobe::events::{PodEvent, series_patch};
+use podprobe::kube::events::{PodEvent, series_patch};
 use podprobe::status::{ContainerProbeView, Mode, build_patch, desired_authority_status};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;

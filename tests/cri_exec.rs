@@ -9,13 +9,13 @@ mod cri_support;
 use std::time::{Duration, Instant};
 
 use cri_support::{CONTAINER_NAME, TestPod, client, containerd_sh, containerd_up, strings};
-use podprobe::cri::{ContainerFilter, ContainerState, CriClient, CriError};
-use podprobe::pod::ContainerIdentity;
 use podprobe::probe::spec::ExecAction;
 use podprobe::probe::{
     Handler, MAX_OUTPUT_BYTES, Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
     exec,
 };
+use podprobe::runtime::cri::{ContainerFilter, ContainerState, CriClient, CriError};
+use podprobe::util::pod::ContainerIdentity;
 
 /// The pod UID exec slots are shared by, for tests of one pod.
 const POD: &str = "pod-uid";
@@ -282,7 +282,7 @@ impl Drop for Down<'_> {
 /// drops back when it returns.
 #[tokio::test]
 async fn exec_in_flight_gauge_counts_running_execs() {
-    let metrics = podprobe::metrics::Metrics::new();
+    let metrics = podprobe::server::metrics::Metrics::new();
     let cri = client().count_exec_in_flight(metrics.exec_in_flight());
     let pod = TestPod::start(&cri, "exec-gauge").await;
     let gauge_line = |text: &str| {

@@ -15,10 +15,10 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use podprobe::events::{self, PodEvent};
-use podprobe::metrics::Metrics;
+use podprobe::kube::events::{self, PodEvent};
 use podprobe::probe::spec::{Handler, TcpSocketAction};
 use podprobe::probe::{Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeVerdict};
+use podprobe::server::metrics::Metrics;
 use podprobe::status::annotation::AnnotationError;
 use podprobe::worker::WorkerConfig;
 

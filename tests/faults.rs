@@ -1071,7 +1071,7 @@ fn containerd_killed_five_times() {
         .expect("ContainerStatus");
     assert_eq!(
         status.state(),
-        podprobe::cri::ContainerState::ContainerRunning,
+        podprobe::runtime::cri::ContainerState::ContainerRunning,
         "the container was stopped"
     );
     recorder.assert_complete();

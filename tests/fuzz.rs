@@ -38,8 +38,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, Pod, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use podprobe::config::ModeArg;
-use podprobe::cri::{CriClient, ExecSyncResponse};
+use podprobe::cli::simulate::{self, engine, script};
+use podprobe::daemon::config::ModeArg;
 use podprobe::probe::destinations::{AllowedHost, Destinations};
 use podprobe::probe::http as http_probe;
 use podprobe::probe::spec::budget::PodBudget;
@@ -48,7 +48,7 @@ use podprobe::probe::spec::{
     resolve_container_port, validate_container_probes,
 };
 use podprobe::probe::{ProbeKind, exec, grpc};
-use podprobe::simulate::{self, engine, script};
+use podprobe::runtime::cri::{CriClient, ExecSyncResponse};
 use podprobe::status::annotation::parse_probes;
 use podprobe::status::{PROBES_ANNOTATION, check_hosts, pod_probes};
 use proptest::collection::vec;
@@ -932,7 +932,7 @@ fn simulate_pod(
     authority: bool,
     duration: Option<f64>,
 ) {
-    let Ok(document) = podprobe::oneshot::parse_document(text) else {
+    let Ok(document) = podprobe::cli::oneshot::parse_document(text) else {
         return;
     };
     let script = match script::parse(&document) {
@@ -2180,7 +2180,7 @@ fn generated_documents_reach_the_deep_paths() {
             .new_tree(&mut runner)
             .expect("a case")
             .current();
-        let script = podprobe::oneshot::parse_document(&text)
+        let script = podprobe::cli::oneshot::parse_document(&text)
             .ok()
             .and_then(|doc| script::parse(&doc).ok());
         let pod = serde_json::to_value(pod(spec, value)).expect("a pod serializes");

@@ -2,7 +2,7 @@
 //! a Prometheus: `promtool check rules` and `promtool test rules`
 //! (`tests/monitoring/alerts_test.yaml`), and that every metric an alert or
 //! a dashboard query reads is one podprobe exports
-//! ([`podprobe::metrics::Metrics::encode`]), scraped under the job the
+//! ([`podprobe::server::metrics::Metrics::encode`]), scraped under the job the
 //! chart's PodMonitor sets.
 //!
 //! promtool comes from `PODPROBE_PROMTOOL` (hack/test.sh exports it) or the
@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use go_tools::{promtool, repo, run_ok, yaml_docs, yaml_file};
 use k8s_openapi::api::core::v1::{Container, Pod};
-use podprobe::metrics::Metrics;
 use podprobe::probe::ProbeKind;
 use podprobe::probe::spec::normalize;
 use podprobe::results::CachedResult;
+use podprobe::server::metrics::Metrics;
 use podprobe::worker::WorkerConfig;
 use serde_json::Value;
 

@@ -20,17 +20,17 @@ use futures::future::BoxFuture;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use podprobe::health::Reachability;
-use podprobe::metrics::{self, Metrics};
 use podprobe::server::delegated_auth::{
     Authentication, Authorization, MAX_QUEUED_REVIEWS, MAX_REVIEWS_IN_FLIGHT, REVIEW_TIMEOUT,
     ReviewError, Reviewer, UserInfo,
 };
+use podprobe::server::health::Reachability;
+use podprobe::server::metrics::{self, Metrics};
 use podprobe::server::{
     DelegatedAuth, Health, Limits, MAX_CONCURRENT_STREAMS, MAX_REVIEWS_PER_CONNECTION,
     MetricsAccess, Server, ServerConfig,
 };
-use podprobe::watch_activity::WatchActivity;
+use podprobe::util::watch_activity::WatchActivity;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

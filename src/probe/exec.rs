@@ -12,7 +12,7 @@ use std::time::Duration;
 use tonic::Code;
 
 use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_duration, go_quote};
-use crate::cri::{CriClient, ExecSyncResponse};
+use crate::runtime::cri::{CriClient, ExecSyncResponse};
 
 /// Runs `command` in `container_id` of `pod` (its UID) through CRI with
 /// `timeout`, cut to the longest a probe may hold an exec slot.

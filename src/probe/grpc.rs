@@ -43,7 +43,7 @@ use super::spec::extension::TlsSettings;
 use super::tap::{ReadObserver, ReadTap};
 use super::tls;
 use super::{Attempt, Outcome, ProbeResult, go_duration, join_host_port};
-use crate::grpc_status::{GrpcStatus, without_status_details};
+use crate::runtime::grpc_status::{GrpcStatus, without_status_details};
 
 /// grpc-go's connection backoff: first delay, growth factor, jitter, ceiling.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);

@@ -16,7 +16,7 @@ use super::{Attempt, ProbeError, ProbeKind, exec, go_quote, grpc, http, tcp};
 use std::sync::Arc;
 
 use super::client_identity::ClientIdentitySource;
-use crate::cri::CriClient;
+use crate::runtime::cri::CriClient;
 
 /// Runs probes; shared by every worker.
 #[derive(Clone, Debug)]
@@ -304,9 +304,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreadable_client_certificate_fails_the_run_without_connecting() {
-        use crate::client_certificates::ClientCertificates;
-        use crate::client_certificates::testing::Fake;
-        use crate::client_certificates::{ReadError, SECRET_TTL};
+        use crate::kube::client_certificates::ClientCertificates;
+        use crate::kube::client_certificates::testing::Fake;
+        use crate::kube::client_certificates::{ReadError, SECRET_TTL};
         let mut https = spec(Handler::HttpGet(HttpGetAction {
             scheme: Scheme::Https,
             host: None,

@@ -35,7 +35,7 @@ use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use podprobe::cri::{CriClient, CriError};
+use podprobe::runtime::cri::{CriClient, CriError};
 
 /// A CRI node agent for podprobe's authority-mode tests: registers a Node and
 /// runs the pods bound to it (spec.nodeName) through a CRI runtime, without a

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Container, Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
-use podprobe::cri::CriError;
+use podprobe::runtime::cri::CriError;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use tracing::Instrument;

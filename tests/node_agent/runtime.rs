@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use podprobe::cri::{
+use podprobe::runtime::cri::{
     ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, CriClient, CriError,
     ImageSpec, KeyValue, PodSandboxConfig, PodSandboxFilter, PodSandboxMetadata, PodSandboxState,
 };
@@ -131,7 +131,10 @@ impl Runtime {
         }))
     }
 
-    async fn sandboxes_of(&self, uid: &str) -> Result<Vec<podprobe::cri::PodSandbox>, CriError> {
+    async fn sandboxes_of(
+        &self,
+        uid: &str,
+    ) -> Result<Vec<podprobe::runtime::cri::PodSandbox>, CriError> {
         let filter = PodSandboxFilter {
             label_selector: HashMap::from([(POD_UID_LABEL.to_string(), uid.to_string())]),
             ..Default::default()

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use podprobe::cri::{
+use podprobe::runtime::cri::{
     CONTAINER_NAME_LABEL, ContainerConfig, ContainerMetadata, ContainerState, CriClient, ImageSpec,
     POD_UID_LABEL, PodSandboxConfig, PodSandboxMetadata,
 };

@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
-use podprobe::cri::{
+use podprobe::runtime::cri::{
     CONTAINER_NAME_LABEL, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState,
     ContainerStateValue, CriClient, ImageSpec, POD_UID_LABEL, PodSandboxConfig, PodSandboxFilter,
     PodSandboxMetadata,
 };
-use podprobe::metrics::Metrics;
-use podprobe::pod::ContainerIdentity;
+use podprobe::server::metrics::Metrics;
+use podprobe::util::pod::ContainerIdentity;
 use podprobe::probe::spec::ExecAction;
 use podprobe::probe::spec::extension::Network;
 use podprobe::probe::{Handler, ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
@@ -408,8 +408,8 @@ fn podprobe_prober(endpoint: &str, cap: usize, metrics: &Metrics) -> Prober {
         .count_exec_in_flight(metrics.exec_in_flight())
         .limit_concurrent_execs(
             cap,
-            podprobe::config::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
-            Duration::from_secs(podprobe::config::DEFAULT_MAX_EXEC_TIMEOUT_SECONDS.into()),
+            podprobe::daemon::config::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
+            Duration::from_secs(podprobe::daemon::config::DEFAULT_MAX_EXEC_TIMEOUT_SECONDS.into()),
         );
     Prober::new("1.35", Some(cri))
 }

@@ -12,25 +12,20 @@
 //! - [`status`]: pure desired status, conditions and patches;
 //! - the probe spec: what a probe is and concludes ([`probe::spec`],
 //!   [`probe::verdict`], [`restart_policy`]);
-//! - utilities: [`pod`], [`rate_limit`], [`watch_activity`], [`backoff`],
-//!   [`exit_code`].
+//! - [`util`]: pod accessors, token buckets, retry delays, exit codes.
 
-pub mod backoff;
 pub mod events;
-pub mod exit_code;
 pub mod manager;
-pub mod pod;
 pub mod pod_sync;
 pub mod probe;
 pub mod probe_rates;
-pub mod rate_limit;
 pub mod restart_policy;
 pub mod results;
 pub mod status;
 pub mod takeover;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod watch_activity;
+pub mod util;
 pub mod worker;
 
 /// The Kubernetes release whose API types and kubelet podprobe follows:

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::pod::{self, is_restartable_init_container};
 use crate::probe::spec::budget::{OverBudget, PodBudget};
 use crate::probe::spec::{UnknownProbeField, container_probe, normalize_accepted};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
@@ -24,6 +23,7 @@ use crate::probe_rates::ProbeRates;
 use crate::restart_policy::RestartPolicy;
 use crate::results::{CachedResult, ProbeCaches};
 use crate::status::ContainerProbeView;
+use crate::util::pod::{self, is_restartable_init_container};
 use crate::worker::{
     self, Clock, ProbeObserver, ProbeRunner, StatusSource, Takeover, WorkerConfig, WorkerContext,
     WorkerHandle, predates_prober,

@@ -18,9 +18,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use crate::pod::all_container_statuses;
 use crate::probe::ProbeKind;
 use crate::results::{CachedResult, ResultUpdate};
+use crate::util::pod::all_container_statuses;
 
 /// The pod worker's resync interval (the kubelet's `--sync-frequency`,
 /// default 1 minute); each resync is delayed by up to half of it at random
@@ -108,7 +108,7 @@ impl SyncSchedule {
     /// requeues it for a resync `POD_RESYNC_INTERVAL` plus up to half of it
     /// later; `unit` in `[0, 1)` picks where.
     pub fn synced(&mut self, now: Instant, unit: f64) {
-        self.resync_at = now + crate::backoff::with_jitter(POD_RESYNC_INTERVAL, unit);
+        self.resync_at = now + crate::util::backoff::with_jitter(POD_RESYNC_INTERVAL, unit);
     }
 }
 

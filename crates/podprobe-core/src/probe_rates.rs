@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::rate_limit::{RateLimit, TokenBucket};
+use crate::util::rate_limit::{RateLimit, TokenBucket};
 
 /// Default of `--max-pod-probe-rate`: runs a second per pod, e.g. 10
 /// containers with three probes each at 200 ms, or 150 containers' probes at

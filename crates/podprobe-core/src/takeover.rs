@@ -22,9 +22,9 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::manager::PodProbes;
-use crate::pod::all_container_statuses;
 use crate::status::conditions::{CONTAINERS_READY, TRUE};
 use crate::status::{Mode, READY_CONDITION};
+use crate::util::pod::all_container_statuses;
 
 /// The condition podprobe's readiness verdicts feed in `mode`.
 pub fn own_condition_type(mode: Mode) -> &'static str {

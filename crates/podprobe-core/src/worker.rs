@@ -27,16 +27,16 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::pod::{
-    ContainerIdentity, ContainerList, is_restartable_init_container, pod_name, pod_namespace,
-    runtime_container_id,
-};
 use crate::probe::spec::extension::MIN_PERIOD_MILLISECONDS;
 use crate::probe::verdict::reasons;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict};
 use crate::probe_rates::ProbeRates;
 use crate::restart_policy::container_should_restart;
 use crate::results::{CachedResult, ProbeCaches};
+use crate::util::pod::{
+    ContainerIdentity, ContainerList, is_restartable_init_container, pod_name, pod_namespace,
+    runtime_container_id,
+};
 
 /// A container that started this long before the prober is taken to have
 /// been running before a restart of the prober (`kubeletRestartGracePeriod`).

@@ -8,12 +8,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::manager::ProbeChanges;
-use crate::pod::container_field_path;
 use crate::probe::spec::budget::OverBudget;
 use crate::probe::verdict::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
 use crate::status::annotation::AnnotationError;
 use crate::status::gate_setup::Finding;
+use crate::util::pod::container_field_path;
 use crate::worker::WorkerConfig;
 
 /// `reportingController` of every Event podprobe records.

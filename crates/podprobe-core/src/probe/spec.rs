@@ -36,7 +36,7 @@ use self::extension::{ClientIdentity, HttpExtensions, Network, TlsSettings};
 use self::validation::{FieldError, HandlerRef, int};
 use super::ProbeKind;
 use super::go_quote;
-use crate::pod::is_restartable_init_container;
+use crate::util::pod::is_restartable_init_container;
 
 pub use self::decode::{DecodeError, EXTENSIONS_KEY, ProbeObject, clipped, decode_probe_object};
 pub use self::expand::{

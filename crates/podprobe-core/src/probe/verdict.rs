@@ -6,7 +6,7 @@
 use std::future::Future;
 
 use super::{Attempt, ProbeError, ProbeKind, ProbeResult};
-use crate::pod::ContainerIdentity;
+use crate::util::pod::ContainerIdentity;
 
 /// Attempts per probe run; only errors are retried (`maxProbeRetries`).
 pub const MAX_PROBE_RETRIES: u32 = 3;

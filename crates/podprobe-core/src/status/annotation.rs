@@ -22,13 +22,13 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde_json::Value;
 
 use super::readiness_containers;
-use crate::pod::find_container;
 use crate::probe::destinations::Destinations;
 pub use crate::probe::spec::budget::MAX_ANNOTATION_BYTES;
 use crate::probe::spec::budget::{OverBudget, PodBudget};
 use crate::probe::spec::extension::Network;
 use crate::probe::spec::{clipped, decode_probe_object, normalize_object};
 use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
+use crate::util::pod::find_container;
 
 /// The annotation holding gate mode's probes.
 pub const PROBES_ANNOTATION: &str = "podprobe.io/probes";

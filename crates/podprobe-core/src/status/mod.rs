@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
 
-use crate::pod::is_restartable_init_container;
+use crate::util::pod::is_restartable_init_container;
 
 pub use annotation::{
     AnnotatedProbe, AnnotatedProbes, AnnotationError, MAX_ANNOTATION_BYTES, PROBES_ANNOTATION,

@@ -17,15 +17,15 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::time::Instant;
 
-use crate::cri::{CriClient, CriError};
+use crate::actuator::lifecycle::{HookRunner, HookTarget, grace_left, pre_stop_hook};
 use crate::events::record::{PodEvent, reasons};
 use crate::events::recorder::EventRecorder;
-use crate::lifecycle::{HookRunner, HookTarget, grace_left, pre_stop_hook};
 use crate::manager::{Killer, ProbeKill};
-use crate::pod::ContainerIdentity;
-use crate::pod::{find_container, pod_name, pod_namespace};
 use crate::restart_policy::RestartPolicy;
+use crate::runtime::cri::{CriClient, CriError};
 use crate::status::Mode;
+use crate::util::pod::ContainerIdentity;
+use crate::util::pod::{find_container, pod_name, pod_namespace};
 
 /// Stops containers for failed probes, each container instance once.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
 
-use crate::apiclient::bounded;
+use crate::kube::apiclient::bounded;
 
 /// `MAJOR.MINOR` of a kubelet version as the Node reports it (`v1.37.2`,
 /// `v1.36.0-rc.1+abc`), or `None` if it is not one.

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::record::{PodEvent, reasons};
+use crate::events::record::{PodEvent, reasons};
 
 /// The pod an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

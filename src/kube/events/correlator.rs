@@ -26,8 +26,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::lru::Lru;
-use super::record::{PodEvent, reasons, truncate_note, type_name};
-use crate::rate_limit::TokenBucket;
+use crate::events::record::{PodEvent, reasons, truncate_note, type_name};
+use crate::util::rate_limit::TokenBucket;
 
 /// Entries each cache of the correlator keeps (client-go's
 /// `maxLruCacheEntries`).

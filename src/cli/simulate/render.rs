@@ -23,9 +23,9 @@ use std::time::Duration;
 use super::engine::{Event, Record, SimulationReport};
 use super::script::{ScriptedResult, show_seconds};
 use super::simulation::Simulation;
-use crate::pod::{ContainerList, probed_containers};
 use crate::probe::{ProbeKind, ProbeSpec};
 use crate::status::gate::READY_CONDITION;
+use crate::util::pod::{ContainerList, probed_containers};
 
 /// The most intervals the time axis is cut into.
 pub const MAX_TICKS: u64 = 12;

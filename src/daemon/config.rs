@@ -9,15 +9,15 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
-use crate::apiclient;
-use crate::cri::DEFAULT_ENDPOINT;
-use crate::events;
+use crate::kube::apiclient;
+use crate::kube::events;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
 use crate::probe::spec::budget::{self, BudgetLimits};
 use crate::probe::spec::is_dns_subdomain;
-use crate::rate_limit::RateLimit;
+use crate::runtime::cri::DEFAULT_ENDPOINT;
 use crate::server::DEFAULT_MAX_CONNECTIONS;
 use crate::status::Mode;
+use crate::util::rate_limit::RateLimit;
 
 /// Default address of `/healthz`, `/readyz` and `/metrics`.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9440";
@@ -99,7 +99,7 @@ pub struct RunArgs {
     pub log_format: LogFormat,
 
     /// Log filter in `tracing` `EnvFilter` syntax (e.g. `info` or
-    /// `info,podprobe::worker=debug`).
+    /// `info,podprobe_core::worker=debug`).
     #[arg(long, env = "RUST_LOG", value_name = "FILTER", default_value = "info")]
     pub log_level: String,
 
@@ -188,7 +188,7 @@ pub struct RunArgs {
         long,
         env = "PODPROBE_SECRET_TTL_SECONDS",
         value_name = "SECONDS",
-        default_value_t = crate::client_certificates::SECRET_TTL.as_secs() as u32,
+        default_value_t = crate::kube::client_certificates::SECRET_TTL.as_secs() as u32,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub secret_ttl_seconds: u32,
@@ -627,7 +627,10 @@ mod tests {
         let pod_network = args(&["--pod-network"]).validate().expect("valid");
         assert!(pod_network.pod_network);
 
-        assert_eq!(config.secret_ttl, crate::client_certificates::SECRET_TTL);
+        assert_eq!(
+            config.secret_ttl,
+            crate::kube::client_certificates::SECRET_TTL
+        );
     }
 
     #[test]

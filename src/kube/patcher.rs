@@ -22,7 +22,7 @@
 //! Finished tasks of forgotten pods are reaped as new ones start, so the
 //! task set follows the pods on the node, not every pod it ever ran.
 //!
-//! Errors (a request gets [`REQUEST_TIMEOUT`](crate::apiclient::REQUEST_TIMEOUT))
+//! Errors (a request gets [`REQUEST_TIMEOUT`](crate::kube::apiclient::REQUEST_TIMEOUT))
 //! are retried with bounded exponential backoff plus jitter; on a conflict (a UID
 //! or resourceVersion precondition failed) or a 404 the pod is read again and
 //! the patch rebuilt, and a pod whose UID changed is never patched: every
@@ -39,17 +39,17 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use crate::backoff::RetryPolicy;
+pub use crate::util::backoff::RetryPolicy;
 
-use super::annotation::AnnotatedProbes;
-use super::conditions::replace_or_append;
-use super::patch::owned_conditions;
-use super::{
+use crate::kube::apiclient::{RequestError, bounded};
+use crate::kube::pods::PodCache;
+use crate::status::annotation::AnnotatedProbes;
+use crate::status::conditions::replace_or_append;
+use crate::status::patch::owned_conditions;
+use crate::status::{
     ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_authority_status,
     desired_gate_status,
 };
-use crate::apiclient::{RequestError, bounded};
-use crate::pods::PodCache;
 use crate::worker::Clock;
 use kube::api::{Patch, PatchParams};
 

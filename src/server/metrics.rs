@@ -2,7 +2,7 @@
 //! their kubelet names and labels (M1-M5 of `spec/prober.md`), plus
 //! podprobe's own (status patches and their tasks, workers, pods, ExecSync
 //! calls in flight, events, the pod watch's idle time, probe runs that
-//! errored, build information) and the process's own ([`crate::process_stats`]).
+//! errored, build information) and the process's own ([`crate::server::process_stats`]).
 //!
 //! [`Metrics`] is a cheap handle (every field is reference-counted): clone it
 //! into whatever updates a metric. [`Metrics::encode`] renders the
@@ -32,9 +32,9 @@ use prometheus_client::registry::Registry;
 use crate::events::recorder::{EventObserver, EventOutcome};
 use crate::probe::ProbeKind;
 use crate::probe::spec::budget::Budget;
-use crate::process_stats::ProcessCollector;
 use crate::results::CachedResult;
-use crate::watch_activity::WatchActivity;
+use crate::server::process_stats::ProcessCollector;
+use crate::util::watch_activity::WatchActivity;
 use crate::worker::WorkerConfig;
 
 /// Content type of [`Metrics::encode`]'s output.
@@ -836,7 +836,7 @@ mod tests {
     #[test]
     fn exec_in_flight_counts_live_guards() {
         let metrics = Metrics::new();
-        let gauge = crate::cri::InFlightGauge::new(metrics.exec_in_flight());
+        let gauge = crate::runtime::cri::InFlightGauge::new(metrics.exec_in_flight());
         let first = gauge.enter();
         let second = gauge.enter();
         assert!(

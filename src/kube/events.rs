@@ -50,7 +50,6 @@
 mod correlator;
 mod lru;
 mod queue;
-pub use podprobe_core::events::{record, recorder};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -62,13 +61,13 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use self::recorder::{EventObserver, EventOutcome, EventRecorder};
-use crate::apiclient::{RequestError, bounded};
-use crate::rate_limit::RateLimit;
+use crate::events::recorder::{EventObserver, EventOutcome, EventRecorder};
+use crate::kube::apiclient::{RequestError, bounded};
+use crate::util::rate_limit::RateLimit;
 use correlator::{Correlation, Correlator, EventWrite};
 use queue::FairQueue;
 
-pub use self::record::{
+pub use crate::events::record::{
     MAX_EVENT_NOTE_BYTES, PodEvent, REPORTING_CONTROLLER, pod_reference, reasons, series_patch,
 };
 
@@ -382,10 +381,10 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
-    use super::record::truncate_note;
-    use crate::metrics::Metrics;
+    use crate::events::record::truncate_note;
     use crate::probe::verdict::EventType;
     use crate::probe::{ProbeEvent, ProbeKind};
+    use crate::server::metrics::Metrics;
     use crate::status::annotation::AnnotationError;
 
     use crate::probe::ProbeVerdict;

@@ -28,8 +28,8 @@ use http::{Request, Response, Uri};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use crate::rate_limit::{RateLimit, TokenBucket};
-use crate::watch_activity::WatchActivity;
+use crate::util::rate_limit::{RateLimit, TokenBucket};
+use crate::util::watch_activity::WatchActivity;
 
 /// How long one API request (a status patch, a read, an Event, a review)
 /// may take before it counts as failed and is retried. An answer takes

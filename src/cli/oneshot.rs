@@ -20,9 +20,6 @@ use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
-use crate::cri::{CriClient, DEFAULT_ENDPOINT};
-use crate::exit_code;
-use crate::pod::probed_containers;
 use crate::probe::client_pem::client_identity_from_pem;
 use crate::probe::spec::extension::{Method, Network};
 use crate::probe::spec::{self, Handler, Scheme};
@@ -30,6 +27,9 @@ use crate::probe::{
     ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober, go_quote,
     join_host_port,
 };
+use crate::runtime::cri::{CriClient, DEFAULT_ENDPOINT};
+use crate::util::exit_code;
+use crate::util::pod::probed_containers;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {

@@ -31,12 +31,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use tokio::time::Instant;
 
-use crate::apiclient::{RequestError, bounded};
-use crate::backoff::RetryPolicy;
+use crate::kube::apiclient::{RequestError, bounded};
 use crate::probe::client_identity::ClientIdentitySource;
 use crate::probe::client_pem::client_identity_from_pem;
 use crate::probe::go_quote;
 use crate::probe::spec::extension::ClientIdentity;
+use crate::util::backoff::RetryPolicy;
 
 /// How long a read Secret is used before it is read again: the kubelet's
 /// secret manager's default TTL (one minute). A rotated certificate is

@@ -24,8 +24,8 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
-use crate::backoff::RetryPolicy;
 use crate::probe::spec::{UnknownProbeField, unknown_probe_fields};
+use crate::util::backoff::RetryPolicy;
 use crate::worker::StatusSource;
 
 /// A Pod as the watch decodes it: the typed object and the probe fields it

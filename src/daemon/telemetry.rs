@@ -4,8 +4,8 @@
 use crate::events::recorder::EventRecorder;
 use std::sync::Arc;
 
-use crate::events::PodEvent;
-use crate::metrics::Metrics;
+use crate::kube::events::PodEvent;
+use crate::server::metrics::Metrics;
 use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
 
 /// The [`ProbeObserver`] of `podprobe run`: probe metrics (M2, M3, M5) and

@@ -25,16 +25,16 @@ use k8s_openapi::api::core::v1::Pod;
 
 use self::script::{Script, ScriptError};
 pub use self::simulation::Simulation;
-use crate::config::ModeArg;
-use crate::exit_code;
+use crate::cli::oneshot::parse_document;
+use crate::daemon::config::ModeArg;
 use crate::manager::PodProbes;
-use crate::oneshot::parse_document;
-use crate::pod::{all_containers, probed_containers};
 use crate::probe::spec::budget::PodBudget;
 use crate::probe::spec::{self, container_probe, validate_container_probes};
 use crate::probe::{ProbeKind, SpecError};
 use crate::status::gate_setup::has_annotation;
 use crate::status::{AnnotatedProbes, AnnotationError, PROBES_ANNOTATION, pod_probes};
+use crate::util::exit_code;
+use crate::util::pod::{all_containers, probed_containers};
 
 /// `after_help` of `podprobe simulate`: the script format and an example.
 pub const AFTER_HELP: &str = "\

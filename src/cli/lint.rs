@@ -14,9 +14,9 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::exit_code;
 use crate::probe::destinations::{AllowedHost, Destinations};
 use crate::status::gate_setup::pod_findings;
+use crate::util::exit_code;
 
 /// A pod template found in a manifest, with what names it.
 #[derive(Debug)]

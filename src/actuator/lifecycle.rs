@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
-use crate::cri::CriClient;
 use crate::probe::destinations::Destinations;
 use crate::probe::http;
 use crate::probe::spec::{HttpGetAction, Scheme, http_get_action};
 use crate::probe::{MAX_OUTPUT_BYTES, go_quote};
+use crate::runtime::cri::CriClient;
 
 /// The `User-Agent` product of lifecycle hooks (`kube-lifecycle/MAJOR.MINOR`).
 const USER_AGENT_PRODUCT: &str = "kube-lifecycle";

@@ -50,7 +50,6 @@ use tokio::time::Instant;
 use super::script::{ContainerScript, ScriptedResult};
 use super::simulation::Simulation;
 use crate::manager::{ProbeKill, ProberManager, probe_kills};
-use crate::pod::{ContainerList, is_restartable_init_container, probed_containers};
 use crate::probe::verdict::probe_with_retries;
 use crate::probe::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
@@ -59,6 +58,7 @@ use crate::restart_policy::container_should_restart;
 use crate::results::{CachedResult, ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::status::ContainerProbeView;
 use crate::status::gate::{READY_CONDITION, gate_condition};
+use crate::util::pod::{ContainerList, is_restartable_init_container, probed_containers};
 use crate::worker::{Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock};
 
 /// Exit code of a container stopped by a probe failure: it was killed
@@ -784,7 +784,7 @@ impl Kubelet<'_> {
             Event::Killed {
                 kind: kill.kind,
                 // No preStop hook runs here: all of it goes to the stop.
-                grace_seconds: crate::lifecycle::grace_left(kill.grace_period_seconds, 0),
+                grace_seconds: crate::actuator::lifecycle::grace_left(kill.grace_period_seconds, 0),
                 message: kill.message,
             },
         );
@@ -826,9 +826,9 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModeArg;
-    use crate::simulate::build;
-    use crate::simulate::script::Script;
+    use crate::cli::simulate::build;
+    use crate::cli::simulate::script::Script;
+    use crate::daemon::config::ModeArg;
 
     /// What the fuzz suite found (tests/fuzz.rs, simulate_script_never_panics,
     /// out of memory): a probe period past 30 years, which tokio's `sleep`

@@ -16,8 +16,8 @@
 //! as it does for the kubelet). Every call has the kubelet's deadline (the
 //! runtime request timeout, 2 min, plus what the call itself may take).
 
-use crate::grpc_status::{GrpcStatus, WithoutStatusDetails, without_status_details};
-use crate::pod::{self, ContainerIdentity};
+use crate::runtime::grpc_status::{GrpcStatus, WithoutStatusDetails, without_status_details};
+use crate::util::pod::{self, ContainerIdentity};
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::future::Future;
@@ -781,7 +781,7 @@ mod tests {
             "rpc error: code = NotFound desc = container \"x\" not found"
         );
         assert_eq!(
-            crate::grpc_status::go_code_name(Code::Cancelled),
+            crate::runtime::grpc_status::go_code_name(Code::Cancelled),
             "Canceled"
         );
     }

@@ -1,0 +1,6 @@
+//! The container runtime edge: the CRI client ([`cri`]: exec probes,
+//! container status, stop, the pod's network namespace) and the gRPC
+//! status text it and the gRPC handler print as Go does ([`grpc_status`]).
+
+pub mod cri;
+pub mod grpc_status;
