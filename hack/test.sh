@@ -70,8 +70,8 @@ suites() {
     function flush() { if (suite != "" && !done) print suite, "-", "?", "-", "-"; suite = ""; done = 0 }
     /^ *Running / {
       flush()
-      # A crate's unit tests: "podprobe_core:src/lib.rs" (the binary's
-      # name without its hash, then the file).
+      # Unit tests: "podprobe_core:src/lib.rs", the name of the test
+      # binary without its hash, then the file.
       if ($2 == "unittests") {
         bin = $4; sub(/^.*\//, "", bin); sub(/-[0-9a-f]+\)$/, "", bin)
         suite = prefix bin ":" $3

@@ -1,0 +1,1549 @@
+//! The daemon's sync loop (K1): the kubelet's reaction to a probe result,
+//! a pod update or its resync, for every pod of the node. A readiness or
+//! startup result change recomputes podprobe's `started`/`ready` (S1-S5, as
+//! the kubelet's `UpdatePodStatus`), which gives the desired status of the
+//! fields podprobe owns in its mode that the [`Patcher`] sends; a liveness or
+//! startup failure asks the [`Killer`] to stop the container (K2, K3).
+//!
+//! [`SyncLoop`] is generic over its probe runner, status API and killer, so
+//! that the unit tests below drive it on a paused clock with scripted
+//! probes, a fake API server and a killer that records what it is asked;
+//! [`super::run`] wires the real ones.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+
+use crate::events::recorder::EventRecorder;
+use crate::kube::events::{self, EventSink};
+use crate::kube::patcher::{Intent, Owned, Patcher, StatusApi};
+use crate::kube::pods::{PodCache, PodUpdate, with_started};
+use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
+use crate::pod_sync::{self, SyncSchedule};
+use crate::probe::SpecError;
+use crate::probe::destinations::Destinations;
+use crate::probe::spec::UnknownProbeField;
+use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, PodBudget};
+use crate::results::{ResultReceivers, ResultUpdate};
+use crate::server::health::Health;
+use crate::server::metrics::Metrics;
+use crate::status::gate_setup;
+use crate::status::{
+    AnnotatedProbes, AnnotationError, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts,
+    check_network, pod_probes,
+};
+use crate::takeover;
+use crate::util::pod::{all_container_statuses, pod_name, pod_namespace};
+use crate::worker::ProbeRunner;
+
+/// How often every pod's desired status and kills are checked again, besides
+/// reacting to changes (the kubelet's status manager re-checks every 10 s).
+pub const STATUS_RESYNC_PERIOD: Duration = Duration::from_secs(10);
+
+/// Gate mode: an annotation edit this soon after the pod's annotation was
+/// last read waits for the next resync (#25). A pod that rewrites its
+/// annotation in a loop then costs one read, worker restart, Event and
+/// patch per resync, not per write; an edit after a quiet spell applies at
+/// once, one in a burst within two resync periods.
+const EDIT_DEBOUNCE: Duration = Duration::from_secs(2);
+
+/// How long shutdown waits for in-flight status patches.
+pub(super) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Annotations parsed at a time, each on a blocking thread: at a restart
+/// every pod of the node is read at once, and each reading may hold up to
+/// its pod's budgets while it runs.
+pub(super) const READING_THREADS: usize = 2;
+
+/// What the daemon knows about one pod, by UID.
+pub(super) struct Tracked {
+    /// The annotation value this state was derived from (gate mode).
+    annotation: Option<String>,
+    probes: Option<Probes>,
+    /// When the kubelet would sync the pod (K6), which is when readiness
+    /// workers are nudged.
+    sync: SyncSchedule,
+    /// When the annotation was last read (gate mode, [`EDIT_DEBOUNCE`]).
+    read_at: Instant,
+}
+
+/// A pod podprobe probes and writes status for.
+pub(super) struct Probes {
+    /// What podprobe owns for the pod.
+    owned: Owned,
+    manager: PodProbes,
+    /// What the probes hold, given back to the node's budget with them.
+    _budget: PodBudget,
+}
+
+/// The sync loop's state: generic over the probe runner, the status API and
+/// the container killer, so that unit tests drive it with scripted probes, a
+/// fake API server and a killer that records what it is asked.
+pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
+    pub(super) mode: Mode,
+    /// Gate mode checks annotated probe hosts against it.
+    pub(super) destinations: Destinations,
+    /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
+    pub(super) pod_network: bool,
+    /// What one pod's probes, and every pod's together, may hold (#25).
+    pub(super) budget: BudgetLimits,
+    /// What every pod's probes hold together.
+    pub(super) node_budget: NodeBudget,
+    /// Annotations read at a time ([`READING_THREADS`]).
+    pub(super) reading_slots: Arc<Semaphore>,
+    pub(super) manager: ProberManager<R, Arc<PodCache>>,
+    pub(super) patcher: Patcher<A>,
+    pub(super) cache: Arc<PodCache>,
+    pub(super) events: EventSink,
+    pub(super) metrics: Metrics,
+    pub(super) health: Health,
+    pub(super) pods: HashMap<String, Tracked>,
+    /// Stops containers for failed probes (K2, K3, K7).
+    pub(super) killer: K,
+    /// Where annotations read off the main loop come back ([`Reading`]).
+    pub(super) readings: mpsc::UnboundedSender<Reading>,
+}
+
+/// Gate mode: a pod's `podprobe.io/probes` annotation, parsed and compiled
+/// on a blocking thread (#25): within the pod's budgets that takes up to
+/// tens of milliseconds, which the main loop, serving every pod of the
+/// node, does not wait for.
+pub(super) struct Reading {
+    uid: String,
+    pod: Arc<Pod>,
+    annotation: String,
+    probes: Result<AnnotatedProbes, AnnotationError>,
+    /// What `probes` hold, charged to the node's budget.
+    budget: PodBudget,
+}
+
+impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
+    pub(super) async fn run(
+        mut self,
+        events: impl Stream<Item = PodUpdate>,
+        mut results: ResultReceivers,
+        mut readings: mpsc::UnboundedReceiver<Reading>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let mut events = std::pin::pin!(events);
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut resync = tokio::time::interval(STATUS_RESYNC_PERIOD);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.health.beat();
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(event) = events.next() => self.on_pod_event(event),
+                Some(reading) = readings.recv() => self.on_reading(reading),
+                Some(update) = results.readiness.recv() => self.on_result(&update),
+                Some(update) = results.startup.recv() => self.on_result(&update),
+                Some(update) = results.liveness.recv() => self.on_result(&update),
+                _ = resync.tick() => self.resync(),
+            }
+        }
+        self.shutdown(results).await;
+    }
+
+    async fn shutdown(self, results: ResultReceivers) {
+        tracing::info!(
+            workers = self.manager.worker_count(),
+            "stopping probe workers"
+        );
+        self.manager.cleanup_pods(&HashSet::new());
+        // Workers waiting to report a result must not wait for us any more.
+        drop(results);
+        if !self.patcher.shutdown(SHUTDOWN_TIMEOUT).await {
+            tracing::warn!("some pod status patches were still in flight at shutdown");
+        }
+        tracing::info!("podprobe stopped");
+    }
+
+    fn on_pod_event(&mut self, event: PodUpdate) {
+        match event {
+            PodUpdate::Applied(pod, unknown) => self.on_pod_applied(&pod, &unknown),
+            PodUpdate::Deleted(pod) => self.on_pod_deleted(&pod),
+            PodUpdate::Synced => {
+                self.health.set_pods_synced(true);
+                // W13: workers of pods the relist no longer has.
+                self.manager.cleanup_pods(&self.cache.uids());
+            }
+        }
+    }
+
+    fn on_pod_applied(&mut self, pod: &Arc<Pod>, unknown: &[UnknownProbeField]) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        self.track(&uid, pod, unknown);
+        if self.pods.get(&uid).is_none_or(|t| t.probes.is_none()) {
+            return;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            // W11: a terminating pod keeps only its readiness workers.
+            self.manager.stop_liveness_and_startup(pod);
+        }
+        let changed = self
+            .pods
+            .get_mut(&uid)
+            .is_some_and(|tracked| tracked.sync.on_update(pod));
+        let nudge = if changed { Nudge::Yes } else { Nudge::No };
+        self.sync_pod(pod, nudge);
+    }
+
+    /// First sight of a pod, or a change of its annotation (gate mode):
+    /// reads its probes and starts workers; see [`Self::update_probes`] for
+    /// an annotation edited while its probes run (in authority mode the API
+    /// server keeps a pod's probes immutable).
+    fn track(&mut self, uid: &str, pod: &Arc<Pod>, unknown: &[UnknownProbeField]) {
+        let annotation = match self.mode {
+            Mode::Gate => pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PROBES_ANNOTATION))
+                .cloned(),
+            Mode::Authority => None,
+        };
+        match self.pods.get(uid) {
+            Some(tracked) if tracked.annotation == annotation => return,
+            // Left for the next resync, which sees the annotation differ.
+            Some(tracked)
+                if tracked.probes.is_some() && tracked.read_at.elapsed() < EDIT_DEBOUNCE =>
+            {
+                return;
+            }
+            Some(tracked) if tracked.probes.is_some() => {
+                self.update_probes(uid, pod, annotation);
+                return;
+            }
+            _ => {}
+        }
+        if self.mode == Mode::Gate
+            && !self.pods.contains_key(uid)
+            && let Some(finding) = gate_setup::gate_mismatch(pod)
+        {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                "{finding}"
+            );
+            self.events
+                .record_opt(events::PodEvent::gate_mismatch(pod, &finding));
+        }
+        let probes = match (self.mode, &annotation) {
+            // Probed once read ([`Self::on_reading`]).
+            (Mode::Gate, Some(value)) => {
+                self.read_annotation(uid, pod, value.clone());
+                None
+            }
+            (Mode::Gate, None) => None,
+            // podprobe owns the readiness of every pod on the node, with
+            // probes or without.
+            (Mode::Authority, _) => Some(self.spec_probes(pod, unknown)),
+        };
+        let sync = SyncSchedule::new(Instant::now());
+        self.pods.insert(
+            uid.to_string(),
+            Tracked {
+                annotation,
+                probes: None,
+                sync,
+                read_at: Instant::now(),
+            },
+        );
+        if let Some(probes) = probes {
+            self.start_probing(uid, pod, probes);
+        }
+    }
+
+    /// Starts the workers of a pod seen for the first time.
+    fn start_probing(&mut self, uid: &str, pod: &Arc<Pod>, probes: Probes) {
+        tracing::info!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            probes = probes.manager.len(),
+            "probing pod"
+        );
+        self.cache
+            .set_started(uid, takeover::seed_started(pod, self.mode));
+        self.manager.add_pod(pod, &probes.manager);
+        if let Some(tracked) = self.pods.get_mut(uid) {
+            tracked.probes = Some(probes);
+        }
+    }
+
+    /// Parses `annotation` of `pod` on a blocking thread; the result comes
+    /// back to [`Self::on_reading`].
+    fn read_annotation(&self, uid: &str, pod: &Arc<Pod>, annotation: String) {
+        let (uid, pod) = (uid.to_string(), pod.clone());
+        let mut budget = PodBudget::on_node(self.budget, &self.node_budget);
+        let (readings, slots) = (self.readings.clone(), self.reading_slots.clone());
+        tokio::spawn(async move {
+            // Never closed.
+            let Ok(slot) = slots.acquire_owned().await else {
+                return;
+            };
+            tokio::task::spawn_blocking(move || {
+                let probes = pod_probes(&pod, &mut budget);
+                drop(slot);
+                // The loop is gone only at shutdown.
+                let _ = readings.send(Reading {
+                    uid,
+                    pod,
+                    annotation,
+                    probes,
+                    budget,
+                });
+            });
+        });
+    }
+
+    /// An annotation read: ignored if the pod is gone or its annotation has
+    /// changed since (a newer reading is under way); otherwise the pod's
+    /// first probes start, or its running ones are updated.
+    fn on_reading(&mut self, reading: Reading) {
+        let Reading {
+            uid,
+            pod,
+            annotation,
+            probes,
+            budget,
+        } = reading;
+        let Some(tracked) = self.pods.get(&uid) else {
+            return;
+        };
+        if tracked.annotation.as_deref() != Some(annotation.as_str()) {
+            return;
+        }
+        let running = tracked.probes.is_some();
+        let next = self.checked(&pod, probes, budget);
+        if running {
+            self.apply_probes(&uid, &pod, next);
+            return;
+        }
+        if let Some(probes) = next {
+            self.start_probing(&uid, &pod, probes);
+            let current = self.cache.get(&uid).unwrap_or(pod);
+            if current.metadata.deletion_timestamp.is_some() {
+                // W11, as in `on_pod_applied`.
+                self.manager.stop_liveness_and_startup(&current);
+            }
+            self.sync_pod(&current, Nudge::Yes);
+        }
+    }
+
+    /// Gate mode, an edited annotation of a pod whose probes run (the
+    /// kubelet's probes are immutable; podprobe's are not): unchanged probes
+    /// keep their workers and results, changed ones get new workers that
+    /// start over from their initial result, removed ones stop, added ones
+    /// start; a Normal Event says which. An annotation removed altogether
+    /// removes every probe. An invalid edit changes nothing but is reported.
+    fn update_probes(&mut self, uid: &str, pod: &Arc<Pod>, annotation: Option<String>) {
+        let Some(tracked) = self.pods.get_mut(uid) else {
+            return;
+        };
+        tracked.annotation = annotation.clone();
+        tracked.read_at = Instant::now();
+        match annotation {
+            Some(value) => self.read_annotation(uid, pod, value),
+            None => {
+                let none = gate_probes(pod, AnnotatedProbes::default(), PodBudget::default());
+                self.apply_probes(uid, pod, Some(none));
+            }
+        }
+    }
+
+    /// Replaces a pod's running probes with `next` (see
+    /// [`Self::update_probes`]); `None`, an invalid annotation, keeps them.
+    fn apply_probes(&mut self, uid: &str, pod: &Arc<Pod>, next: Option<Probes>) {
+        let Some(tracked) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let (Some(mut next), Some(current)) = (next, tracked.probes.as_mut()) else {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                "podprobe.io/probes changed to something invalid; the probes it had keep running"
+            );
+            return;
+        };
+        let changes = current.manager.changes_to(&next.manager);
+        // New workers are about new probes: no instance keeps what a
+        // previous probe reported about it.
+        next.manager.vouch([]);
+        let manager = next.manager.clone();
+        *current = next;
+        if changes.is_empty() {
+            // Same probes written differently: only `owned` may differ.
+            return;
+        }
+        tracing::info!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            %changes,
+            "podprobe.io/probes changed; updating the pod's probes"
+        );
+        self.events
+            .record_opt(events::PodEvent::probes_changed(pod, &changes));
+        let mut stopped = changes.changed.clone();
+        stopped.extend(changes.removed.iter().cloned());
+        self.manager.stop_probes(pod, &stopped);
+        self.manager.add_pod(pod, &manager);
+    }
+
+    /// A reading's probes once the node's rules for annotated probes pass
+    /// (hosts, `network: pod`); what is wrong is reported, and is `None`.
+    fn checked(
+        &self,
+        pod: &Pod,
+        read: Result<AnnotatedProbes, AnnotationError>,
+        budget: PodBudget,
+    ) -> Option<Probes> {
+        let no_spec = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&no_spec);
+        let checked = read.and_then(|annotated| {
+            check_hosts(&annotated, &self.destinations)?;
+            check_network(spec, &annotated, self.pod_network)?;
+            Ok(annotated)
+        });
+        match checked {
+            Ok(annotated) => Some(gate_probes(pod, annotated, budget)),
+            Err(AnnotationError::OverBudget(over)) => {
+                self.report_over_budget(pod, &over);
+                None
+            }
+            Err(error) => {
+                tracing::warn!(
+                    pod = pod_name(pod),
+                    namespace = pod_namespace(pod),
+                    container = error.container(),
+                    %error,
+                    "ignoring the pod's probes: invalid annotation"
+                );
+                if let AnnotationError::TooLong { .. } = error {
+                    self.metrics.budget_refused(Budget::AnnotationBytes);
+                }
+                self.events
+                    .record_opt(events::PodEvent::invalid_annotation(pod, &error));
+                None
+            }
+        }
+    }
+
+    /// Authority mode: the probes of the pod's spec. A probe that cannot run
+    /// as written is reported (log and Warning event) and left out; one
+    /// with a field podprobe does not implement (V10) is reported and run
+    /// so that every run errors.
+    fn spec_probes(&self, pod: &Pod, unknown: &[UnknownProbeField]) -> Probes {
+        let budget = PodBudget::on_node(self.budget, &self.node_budget);
+        let (probes, errors, over_budget) = authority_probes(pod, unknown, budget);
+        for over in &over_budget {
+            self.report_over_budget(pod, over);
+        }
+        for error in errors {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                container = error.container,
+                probe = %error.kind,
+                %error,
+                "cannot run the probe as written"
+            );
+            self.events
+                .record_opt(events::PodEvent::invalid_spec_probe(pod, &error));
+        }
+        probes
+    }
+
+    /// A probe over the pod's or the node's budget: logged, counted and a
+    /// Warning event.
+    fn report_over_budget(&self, pod: &Pod, over: &OverBudget) {
+        tracing::warn!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            container = over.container,
+            probe = %over.kind,
+            error = %over,
+            "refusing the probe: over a budget"
+        );
+        self.metrics.budget_refused(over.budget);
+        self.events
+            .record_opt(events::PodEvent::over_budget(pod, over));
+    }
+
+    fn on_pod_deleted(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        if self.pods.remove(uid).is_some_and(|t| t.probes.is_some()) {
+            tracing::info!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                "pod deleted; stopping its probes"
+            );
+        }
+        self.manager.remove_pod(pod);
+        self.patcher.forget(uid);
+        self.cache.forget_started(uid);
+    }
+
+    /// K1: a cached result changed.
+    fn on_result(&mut self, update: &ResultUpdate) {
+        let Some(pod) = self.cache.get(&update.pod_uid) else {
+            return;
+        };
+        tracing::debug!(
+            pod = pod_name(&pod),
+            namespace = pod_namespace(&pod),
+            probe = %update.kind,
+            result = ?update.result,
+            "probe result changed"
+        );
+        let nudge = if pod_sync::result_syncs(update) {
+            Nudge::Yes
+        } else {
+            Nudge::No
+        };
+        self.sync_pod(&pod, nudge);
+    }
+
+    fn resync(&mut self) {
+        self.forget_replaced_kills();
+        self.metrics.set_workers(self.manager.worker_count());
+        self.metrics.set_pods_watched(self.cache.uids().len());
+        self.metrics.set_pods_tracked(self.pods.len());
+        self.metrics.set_patch_tasks(self.patcher.tasks());
+        let now = Instant::now();
+        for pod in self.cache.pods() {
+            self.apply_deferred_edit(&pod);
+            let Some(tracked) = pod
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|uid| self.pods.get(uid))
+            else {
+                continue;
+            };
+            if tracked.probes.is_some() {
+                // K6: the pod worker's own resync is a sync; podprobe's
+                // more frequent one only repairs status.
+                let nudge = if tracked.sync.resync_due(now) {
+                    Nudge::Yes
+                } else {
+                    Nudge::No
+                };
+                self.sync_pod(&pod, nudge);
+            }
+        }
+    }
+
+    /// Gate mode: an annotation edit [`EDIT_DEBOUNCE`] held back, applied
+    /// now.
+    fn apply_deferred_edit(&mut self, pod: &Arc<Pod>) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        let annotation = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROBES_ANNOTATION));
+        let deferred = self.mode == Mode::Gate
+            && self
+                .pods
+                .get(uid)
+                .is_some_and(|t| t.probes.is_some() && t.annotation.as_ref() != annotation);
+        if deferred {
+            self.update_probes(uid, pod, annotation.cloned());
+        }
+    }
+
+    /// Forgets the IDs of stopped containers no pod status lists any more
+    /// (the node agent replaced them): a long-lived pod whose container is
+    /// killed again and again must not grow the set.
+    fn forget_replaced_kills(&self) {
+        let listed: HashSet<String> = self
+            .cache
+            .pods()
+            .iter()
+            .flat_map(|pod| container_ids(pod))
+            .collect();
+        self.killer.retain(&listed);
+    }
+
+    /// Recomputes podprobe's verdicts for `pod`, submits the desired status
+    /// of the fields podprobe owns and stops containers whose liveness or
+    /// startup probe failed. `nudge`: whether this stands for a kubelet pod
+    /// sync (K6), which nudges not-ready readiness workers.
+    fn sync_pod(&mut self, pod: &Pod, nudge: Nudge) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        if nudge == Nudge::Yes
+            && let Some(tracked) = self.pods.get_mut(uid)
+        {
+            tracked.sync.synced(Instant::now(), rand::random::<f64>());
+        }
+        let Some(probes) = self.pods.get(uid).and_then(|t| t.probes.as_ref()) else {
+            return;
+        };
+        let mut status = pod.status.clone().unwrap_or_default();
+        rebuild(&mut status, &self.cache.started(uid));
+        let pod_ready = takeover::own_condition_is_true(pod, self.mode);
+        let nudges =
+            self.manager
+                .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status);
+        let mut views = ContainerProbeView::from_status(&status);
+        if self.mode == Mode::Gate {
+            self.manager.add_notes(&mut views);
+        }
+        // Workers read `started` from this cache: a readiness worker nudged
+        // before it shows the container started would skip its run.
+        self.cache.set_started(uid, started_by_id(&views));
+        if nudge == Nudge::Yes {
+            self.manager.nudge_readiness(pod, nudges);
+        }
+        self.patcher.submit(Intent {
+            namespace: pod_namespace(pod).to_string(),
+            name: pod_name(pod).to_string(),
+            uid: uid.to_string(),
+            owned: probes.owned.clone(),
+            views,
+        });
+        if pod.metadata.deletion_timestamp.is_none() {
+            let api_status = pod.status.clone().unwrap_or_default();
+            let kills = probe_kills(pod, &probes.manager, &api_status, &self.manager.view(uid));
+            for kill in kills {
+                self.killer.kill(pod, kill);
+            }
+        }
+    }
+}
+
+/// The status as the kubelet's pod sync rebuilds it before
+/// `UpdatePodStatus`: `ready` false, and `started` as podprobe last derived
+/// it for the same container instance (S1's "already started").
+fn rebuild(status: &mut PodStatus, started: &HashMap<String, bool>) {
+    with_started(status, started);
+    let init = status.init_container_statuses.iter_mut().flatten();
+    for container in init.chain(status.container_statuses.iter_mut().flatten()) {
+        container.ready = false;
+    }
+}
+
+fn started_by_id(views: &[ContainerProbeView]) -> HashMap<String, bool> {
+    views
+        .iter()
+        .filter_map(|v| Some((v.container_id.clone()?, v.started)))
+        .collect()
+}
+
+/// Gate mode's [`Probes`]: the pod's annotated probes.
+fn gate_probes(pod: &Pod, annotated: AnnotatedProbes, budget: PodBudget) -> Probes {
+    let mut probes = PodProbes::new();
+    for probe in annotated.iter() {
+        probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
+    }
+    Probes {
+        owned: Owned::Gate(Arc::new(annotated)),
+        manager: takeover::vouched(probes, pod, Mode::Gate),
+        _budget: budget,
+    }
+}
+
+/// Authority mode's [`Probes`]: the pod spec's, and the errors of those that
+/// cannot run as written or have fields podprobe does not implement.
+fn authority_probes(
+    pod: &Pod,
+    unknown: &[UnknownProbeField],
+    mut budget: PodBudget,
+) -> (Probes, Vec<SpecError>, Vec<OverBudget>) {
+    let (probes, errors, over_budget) = PodProbes::from_spec(pod, unknown, &mut budget);
+    let probes = Probes {
+        owned: Owned::Authority,
+        manager: takeover::vouched(probes, pod, Mode::Authority),
+        _budget: budget,
+    };
+    (probes, errors, over_budget)
+}
+
+fn container_ids(pod: &Pod) -> HashSet<String> {
+    all_container_statuses(pod)
+        .filter_map(|c| c.container_id.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodSpec,
+        Probe,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::kube::patcher::NoopPatchObserver;
+    use crate::kube::patcher::RetryPolicy;
+    use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
+    use crate::probe::ProbeResult;
+    use crate::probe::spec::{AtoiFailure, PortError};
+    use crate::probe::{Handler, ProbeKind};
+    use crate::results::CachedResult;
+    use crate::results::ProbeCaches;
+    use crate::status::conditions::{CONTAINERS_READY, POD_READY};
+    use crate::testing::{
+        FakeApi, RecordingKiller, Scripted, ScriptedRunner, first_container_status,
+    };
+    use crate::util::watch_activity::WatchActivity;
+    use crate::worker::ProbeObserver;
+    use crate::worker::{Clock, NoopObserver, TokioClock};
+
+    const ID: &str = "containerd://app-1";
+    const ANNOTATION: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap())
+    }
+
+    /// A pod whose `app` container runs since `started_at`, with a readiness
+    /// probe in its annotation and in its spec, and podprobe's own condition
+    /// in `mode` as `(status, since)`.
+    fn pod(mode: Mode, started_at: i64, own: Option<(&str, i64)>) -> Pod {
+        let conditions = own.map(|(status, since)| PodCondition {
+            type_: takeover::own_condition_type(mode).into(),
+            status: status.into(),
+            last_transition_time: Some(at(since)),
+            ..PodCondition::default()
+        });
+        let readiness: Probe = serde_json::from_value(serde_json::json!(
+            {"exec": {"command": ["true"]}}
+        ))
+        .unwrap();
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some("uid".into()),
+                annotations: Some([(PROBES_ANNOTATION.to_string(), ANNOTATION.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    readiness_probe: Some(readiness),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: conditions.map(|c| vec![c]),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "app".into(),
+                    container_id: Some(ID.into()),
+                    // Gate mode: the kubelet's own verdict (it knows no
+                    // annotated probe); authority mode: podprobe's last one.
+                    ready: own.is_some_and(|(status, _)| status == "True"),
+                    started: Some(own.is_some()),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some(at(started_at)),
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    /// A prober just restarted: a readiness worker, nothing cached yet (D5).
+    struct JustRestarted;
+
+    impl ProbeStateView for JustRestarted {
+        fn cached(&self, _: ProbeKind, _: &str) -> Option<CachedResult> {
+            None
+        }
+        fn has_worker(&self, _: &str, kind: ProbeKind) -> bool {
+            kind == ProbeKind::Readiness
+        }
+    }
+
+    /// podprobe's verdict about `app` right after a restart at `prober_start`.
+    fn verdict_after_restart(mode: Mode, pod: &Pod, prober_start: i64) -> ContainerProbeView {
+        let probes = match mode {
+            Mode::Gate => {
+                let mut budget = PodBudget::default();
+                let annotated = pod_probes(pod, &mut budget).unwrap();
+                gate_probes(pod, annotated, budget)
+            }
+            Mode::Authority => authority_probes(pod, &[], PodBudget::default()).0,
+        };
+        assert_eq!(probes.manager.len(), 1);
+        let mut status = pod.status.clone().unwrap();
+        rebuild(&mut status, &takeover::seed_started(pod, mode));
+        let inputs = StatusInputs {
+            pod,
+            probes: &probes.manager,
+            prober_start: at(prober_start).0,
+            pod_ready: takeover::own_condition_is_true(pod, mode),
+        };
+        set_started_and_ready(&inputs, &JustRestarted, &mut status);
+        ContainerProbeView::from_status(&status).remove(0)
+    }
+
+    const MODES: [Mode; 2] = [Mode::Gate, Mode::Authority];
+
+    #[test]
+    fn s4_restart_keeps_a_ready_container_ready() {
+        for mode in MODES {
+            let view = verdict_after_restart(mode, &pod(mode, 100, Some(("True", 105))), 200);
+            assert!(view.started && view.ready, "{mode:?}: {view:?}");
+        }
+    }
+
+    #[test]
+    fn s4_restart_keeps_a_not_ready_container_not_ready() {
+        for mode in MODES {
+            let view = verdict_after_restart(mode, &pod(mode, 100, Some(("False", 105))), 200);
+            assert!(!view.ready, "{mode:?}: {view:?}");
+        }
+    }
+
+    #[test]
+    fn restart_keeps_ready_a_container_started_just_before_podprobe() {
+        // Within RESTART_GRACE_PERIOD of the prober's start, so the kubelet's
+        // rule alone would reset it; podprobe's True condition vouches for it.
+        for mode in MODES {
+            let view = verdict_after_restart(mode, &pod(mode, 195, Some(("True", 196))), 200);
+            assert!(view.started && view.ready, "{mode:?}: {view:?}");
+        }
+    }
+
+    #[test]
+    fn restart_resets_a_container_restarted_after_the_condition_turned_true() {
+        // Started after the condition's last transition and within the grace
+        // period: no podprobe saw it start, so it starts over.
+        for mode in MODES {
+            let mut pod = pod(mode, 197, Some(("True", 196)));
+            // A new instance the node agent reported: podprobe never wrote it.
+            let app = first_container_status(&mut pod);
+            app.ready = false;
+            app.started = Some(false);
+            let view = verdict_after_restart(mode, &pod, 200);
+            assert!(!view.ready, "{mode:?}: {view:?}");
+        }
+    }
+
+    #[test]
+    fn s6_restart_does_not_pass_readiness_to_a_replacement_container() {
+        // kubernetes #141473/#141487: the condition turned True at 105 about
+        // the instance then running; a replacement started at 150 while no
+        // podprobe watched (so, by start time, it predates podprobe's start
+        // at 200) and the condition was never written since. It must not
+        // inherit the old instance's readiness (nor `started`, #141342).
+        for mode in MODES {
+            let mut pod = pod(mode, 150, Some(("True", 105)));
+            let app = first_container_status(&mut pod);
+            app.container_id = Some("containerd://replacement".into());
+            app.ready = false;
+            app.started = Some(false);
+            let view = verdict_after_restart(mode, &pod, 200);
+            assert!(!view.ready, "{mode:?}: {view:?}");
+        }
+    }
+
+    #[test]
+    fn authority_restart_keeps_a_ready_container_of_a_not_ready_pod_ready() {
+        // Another container keeps ContainersReady False; `app` was reported
+        // ready and started just before podprobe restarted: the kubelet's S4
+        // would reset it, podprobe's own verdict about the instance keeps it.
+        let mut pod = pod(Mode::Authority, 195, Some(("False", 190)));
+        let app = first_container_status(&mut pod);
+        app.ready = true;
+        app.started = Some(true);
+        let view = verdict_after_restart(Mode::Authority, &pod, 200);
+        assert!(view.started && view.ready, "{view:?}");
+    }
+
+    #[test]
+    fn rebuild_drops_the_previous_ready_and_started() {
+        let mut status = pod(Mode::Gate, 100, Some(("True", 105))).status.unwrap();
+        rebuild(&mut status, &HashMap::new());
+        let app = &status.container_statuses.unwrap()[0];
+        assert_eq!((app.ready, app.started), (false, None));
+    }
+
+    #[test]
+    fn authority_probes_come_from_the_spec() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        pod.metadata.annotations = None;
+        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(probes.manager.get("app", ProbeKind::Readiness).is_some());
+        assert_eq!(probes.owned, Owned::Authority);
+    }
+
+    #[test]
+    fn v10_authority_probe_with_a_field_podprobe_lacks_is_reported_and_errors_every_run() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        app.liveness_probe = Some(
+            serde_json::from_value(
+                serde_json::json!({"httpGet": {"port": 80, "protocol": "HTTP2"}}),
+            )
+            .unwrap(),
+        );
+        let unknown = [UnknownProbeField {
+            container: "app".into(),
+            kind: ProbeKind::Readiness,
+            field: "readinessProbe.exec.fromTheFuture".into(),
+        }];
+        let (probes, errors, _) = authority_probes(&pod, &unknown, PodBudget::default());
+        let reported: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{} {e}", e.container))
+            .collect();
+        assert_eq!(
+            reported,
+            [
+                "app readinessProbe.exec.fromTheFuture: unknown field: not in the Kubernetes 1.37 API that podprobe implements",
+                r#"app livenessProbe.httpGet.protocol: "HTTP2" (HTTP/2 over cleartext) is not supported by podprobe"#,
+            ]
+        );
+        for kind in [ProbeKind::Readiness, ProbeKind::Liveness] {
+            let spec = probes
+                .manager
+                .get("app", kind)
+                .expect("the probe still runs");
+            assert!(
+                matches!(spec.handler, Handler::Unsupported(_)),
+                "{kind}: {:?}",
+                spec.handler
+            );
+        }
+        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(matches!(
+            probes
+                .manager
+                .get("app", ProbeKind::Readiness)
+                .unwrap()
+                .handler,
+            Handler::Exec(_)
+        ));
+    }
+
+    #[test]
+    fn authority_probe_over_the_pods_budget_is_reported_and_errors_every_run() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        app.liveness_probe = Some(
+            serde_json::from_value(serde_json::json!({"exec": {"command": ["x".repeat(600)]}}))
+                .unwrap(),
+        );
+        let limits = BudgetLimits {
+            command_bytes: 1000,
+            ..BudgetLimits::default()
+        };
+        let (probes, errors, over) = authority_probes(&pod, &[], PodBudget::new(limits));
+        assert!(errors.is_empty(), "{errors:?}");
+        // Readiness (an exec of a few bytes) comes after liveness in the
+        // kubelet's order and still fits; nothing else is charged.
+        let refused: Vec<_> = over
+            .iter()
+            .map(|o| (o.container.as_str(), o.kind))
+            .collect();
+        assert_eq!(refused, [], "600 + the readiness command fit 1000 bytes");
+        let limits = BudgetLimits {
+            command_bytes: 500,
+            ..BudgetLimits::default()
+        };
+        let (probes_over, _, over) = authority_probes(&pod, &[], PodBudget::new(limits));
+        let refused: Vec<_> = over
+            .iter()
+            .map(|o| (o.container.as_str(), o.kind))
+            .collect();
+        assert_eq!(refused, [("app", ProbeKind::Liveness)]);
+        assert!(matches!(
+            probes_over
+                .manager
+                .get("app", ProbeKind::Liveness)
+                .unwrap()
+                .handler,
+            Handler::Unsupported(_)
+        ));
+        assert!(matches!(
+            probes
+                .manager
+                .get("app", ProbeKind::Liveness)
+                .unwrap()
+                .handler,
+            Handler::Exec(_)
+        ));
+    }
+
+    #[test]
+    fn authority_probe_with_an_undeclared_port_name_runs_and_errors() {
+        let mut pod = pod(Mode::Authority, 100, None);
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        app.liveness_probe =
+            Some(serde_json::from_value(serde_json::json!({"httpGet": {"port": "web"}})).unwrap());
+        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
+        assert!(errors.is_empty(), "{errors:?}");
+        let liveness = probes.manager.get("app", ProbeKind::Liveness).unwrap();
+        assert_eq!(
+            liveness.handler,
+            Handler::Unresolvable(PortError::NotANumber {
+                port: "web".into(),
+                reason: AtoiFailure::InvalidSyntax
+            })
+        );
+        assert_eq!(
+            (liveness.period_seconds, liveness.failure_threshold),
+            (10, 3)
+        );
+    }
+
+    /// The sync loop as `run` wires it, over a scripted prober, a fake API
+    /// server holding the pod and a killer that records; the tests play the
+    /// watch, the annotation readings and the workers' results into it (its
+    /// `select!`) by hand.
+    struct Harness {
+        daemon: SyncLoop<Arc<ScriptedRunner>, Arc<FakeApi>, RecordingKiller>,
+        runner: Arc<ScriptedRunner>,
+        api: Arc<FakeApi>,
+        killer: RecordingKiller,
+        cache: Arc<PodCache>,
+        results: ResultReceivers,
+        readings: mpsc::UnboundedReceiver<Reading>,
+        /// Keeps the Event sink open.
+        _events: events::EventQueue,
+    }
+
+    fn sync_loop(mode: Mode, pod: &Pod, runner: Arc<ScriptedRunner>) -> Harness {
+        let cache = PodCache::new();
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(crate::testing::epoch()));
+        let (caches, results) = ProbeCaches::new();
+        let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);
+        let manager = ProberManager::new(
+            runner.clone(),
+            cache.clone(),
+            caches,
+            clock.clone(),
+            observer,
+        );
+        let api = FakeApi::new(pod.clone(), false);
+        let patcher = Patcher::new(
+            api.clone(),
+            clock,
+            Arc::new(NoopPatchObserver),
+            RetryPolicy::default(),
+        );
+        let metrics = Metrics::new();
+        let (events, queue) = events::channel_with(events::QueueConfig::default(), metrics.clone());
+        let killer = RecordingKiller::default();
+        let (readings_sender, readings) = mpsc::unbounded_channel();
+        let daemon = SyncLoop {
+            mode,
+            destinations: Destinations::default(),
+            pod_network: false,
+            budget: BudgetLimits::default(),
+            node_budget: NodeBudget::new(),
+            reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
+            manager,
+            patcher,
+            cache: cache.clone(),
+            events,
+            metrics,
+            health: Health::new(crate::daemon::HEALTH_STALE_AFTER, WatchActivity::new()),
+            pods: HashMap::new(),
+            killer: killer.clone(),
+            readings: readings_sender,
+        };
+        Harness {
+            daemon,
+            runner,
+            api,
+            killer,
+            cache,
+            results,
+            readings,
+            _events: queue,
+        }
+    }
+
+    impl Harness {
+        /// The watch delivers `pod`.
+        fn applied(&mut self, pod: &Pod) {
+            let pod = Arc::new(pod.clone());
+            self.cache.insert(pod.clone());
+            self.daemon
+                .on_pod_event(PodUpdate::Applied(pod, Vec::new()));
+        }
+
+        /// The watch says `pod` is gone.
+        fn deleted(&mut self, pod: &Pod) {
+            self.cache.remove(pod);
+            self.daemon
+                .on_pod_event(PodUpdate::Deleted(Arc::new(pod.clone())));
+        }
+
+        /// The annotation reading the loop asked for comes back to it.
+        async fn read(&mut self) {
+            let reading = self.readings.recv().await.expect("a reading");
+            self.daemon.on_reading(reading);
+        }
+
+        /// The watch delivers a new pod, and in gate mode the reading of its
+        /// annotation comes back.
+        async fn start(&mut self, pod: &Pod) {
+            self.applied(pod);
+            if self.daemon.mode == Mode::Gate {
+                self.read().await;
+            }
+        }
+
+        /// Every result the workers reported so far goes to the loop.
+        fn feed_results(&mut self) {
+            let results = &mut self.results;
+            for updates in [
+                &mut results.readiness,
+                &mut results.startup,
+                &mut results.liveness,
+            ] {
+                while let Ok(update) = updates.try_recv() {
+                    self.daemon.on_result(&update);
+                }
+            }
+        }
+
+        /// W5: workers of a prober that has run for a period start without
+        /// jitter, so that their runs fall on known instants, the first at
+        /// once.
+        async fn past_start_jitter(&self) {
+            tokio::time::advance(PERIOD).await;
+        }
+
+        /// Seconds since `origin` of every probe run.
+        fn probe_times(&self, origin: Instant) -> Vec<f64> {
+            self.runner.call_times(origin)
+        }
+
+        /// The pod as the fake API server has it.
+        fn server_pod(&self) -> Pod {
+            self.api.state().server.clone().expect("the pod")
+        }
+
+        /// Authority mode's fields as the API server has them: `app`'s
+        /// `ready` and `started`, `Ready` and `ContainersReady`.
+        fn authority_fields(&self) -> (bool, Option<bool>, String, String) {
+            let mut pod = self.server_pod();
+            let conditions = pod.status.as_ref().and_then(|s| s.conditions.clone());
+            let condition = |type_: &str| {
+                let found = conditions.iter().flatten().find(|c| c.type_ == type_);
+                found.map_or("-".into(), |c| c.status.clone())
+            };
+            let app = first_container_status(&mut pod);
+            (
+                app.ready,
+                app.started,
+                condition(POD_READY),
+                condition(CONTAINERS_READY),
+            )
+        }
+
+        /// (container, container ID, probe) of every kill asked for.
+        fn kills(&self) -> Vec<(String, String, ProbeKind)> {
+            let kills = self.killer.kills().into_iter();
+            kills
+                .map(|k| (k.container, k.container_id, k.kind))
+                .collect()
+        }
+
+        fn annotation(&self, uid: &str) -> Option<String> {
+            self.daemon.pods.get(uid)?.annotation.clone()
+        }
+    }
+
+    /// `pod` as the API has it: named, in a namespace, at a resourceVersion
+    /// (authority mode patches container status lists only under that
+    /// precondition, and builds no patch for a pod without one).
+    fn named(mode: Mode) -> Pod {
+        let mut pod = pod(mode, 100, None);
+        pod.metadata.name = Some("web-0".into());
+        pod.metadata.namespace = Some("shop".into());
+        pod.metadata.resource_version = Some("1".into());
+        pod
+    }
+
+    /// [`Harness::authority_fields`] of a started `app` whose readiness is
+    /// `ready`, as is every container of the pod.
+    fn started_and_ready(ready: bool) -> (bool, Option<bool>, String, String) {
+        let condition = if ready { "True" } else { "False" };
+        (ready, Some(true), condition.into(), condition.into())
+    }
+
+    /// The fixture's probes leave `periodSeconds`, `timeoutSeconds` and
+    /// `failureThreshold` at the API's defaults.
+    const PERIOD: Duration = Duration::from_secs(10);
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    const FAILURE_THRESHOLD: u32 = 3;
+
+    /// `pod` with `app`'s probe of `kind` in its spec (authority mode) as
+    /// `probe` says.
+    fn with_spec_probe(mut pod: Pod, kind: ProbeKind, probe: serde_json::Value) -> Pod {
+        let app = &mut pod.spec.as_mut().unwrap().containers[0];
+        let probe = Some(serde_json::from_value(probe).unwrap());
+        match kind {
+            ProbeKind::Readiness => app.readiness_probe = probe,
+            ProbeKind::Liveness => app.liveness_probe = probe,
+            ProbeKind::Startup => app.startup_probe = probe,
+        }
+        pod
+    }
+
+    /// Lets spawned tasks (workers, patches) run without advancing the clock.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gate_a_new_pod_is_read_then_probed_and_its_gate_patched() {
+        let pod = named(Mode::Gate);
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        assert_eq!(
+            sync.daemon.manager.worker_count(),
+            0,
+            "no worker before the annotation is read"
+        );
+        sync.read().await;
+        assert_eq!(sync.daemon.manager.worker_count(), 1);
+        // The readiness worker's first run, within its first period (W5),
+        // then its result reaches the loop.
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        sync.feed_results();
+        settle().await;
+        assert!(
+            sync.api.requests().contains(&"patch True".to_string()),
+            "{:?}",
+            sync.api.requests()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn w13_a_deleted_pod_stops_its_workers_and_is_forgotten() {
+        let pod = named(Mode::Authority);
+        let mut sync = sync_loop(
+            Mode::Authority,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        assert_eq!(
+            sync.daemon.manager.worker_count(),
+            1,
+            "authority reads the spec"
+        );
+        sync.deleted(&pod);
+        // A stopped worker is registered until its loop has ended: after
+        // its start-up jitter at the latest, within one period (W5).
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        assert_eq!(sync.daemon.manager.worker_count(), 0);
+        assert!(sync.daemon.pods.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_edit_within_the_debounce_waits_for_the_resync() {
+        let pod = named(Mode::Gate);
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        sync.read().await;
+        let edited_value =
+            r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 5}}}"#;
+        let mut edited = pod.clone();
+        edited.metadata.annotations =
+            Some([(PROBES_ANNOTATION.to_string(), edited_value.to_string())].into());
+        sync.applied(&edited);
+        settle().await;
+        assert!(
+            sync.readings.try_recv().is_err(),
+            "read within the debounce"
+        );
+        assert_eq!(sync.annotation("uid").as_deref(), Some(ANNOTATION));
+        tokio::time::advance(EDIT_DEBOUNCE).await;
+        sync.daemon.resync();
+        sync.read().await;
+        assert_eq!(sync.annotation("uid").as_deref(), Some(edited_value));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_resync_repairs_a_gate_someone_else_reset() {
+        let pod = named(Mode::Gate);
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        sync.read().await;
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        sync.feed_results();
+        settle().await;
+        let patched = sync.api.requests().len();
+        // Another writer puts the gate back to False, and the watch says so.
+        {
+            let mut state = sync.api.state();
+            let state = &mut *state;
+            state.cached = state.server.clone();
+            for copy in [state.server.as_mut(), state.cached.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                let conditions = copy.status.as_mut().unwrap().conditions.as_mut().unwrap();
+                let gate = conditions
+                    .iter_mut()
+                    .find(|c| c.type_ == crate::status::READY_CONDITION)
+                    .unwrap();
+                gate.status = "False".into();
+            }
+        }
+        sync.daemon.resync();
+        settle().await;
+        assert_eq!(
+            sync.api.requests()[patched..],
+            ["patch True".to_string()],
+            "{:?}",
+            sync.api.requests()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn authority_a_new_pod_gets_started_then_ready_and_both_conditions_patched() {
+        let pod = named(Mode::Authority);
+        let mut sync = sync_loop(
+            Mode::Authority,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.applied(&pod);
+        settle().await;
+        // S1: no startup probe, so started at once; S3: not ready before a
+        // readiness Success.
+        assert_eq!(sync.authority_fields(), started_and_ready(false));
+        // The first run within a period of the prober's start (W5), the
+        // first sync's trigger right after it (W8), each within its timeout.
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        sync.feed_results();
+        settle().await;
+        let requests = sync.api.requests();
+        assert_eq!(
+            sync.authority_fields(),
+            started_and_ready(true),
+            "{requests:?}"
+        );
+    }
+
+    /// A loop whose not-ready `app` fails every readiness run, with its
+    /// first sight of `pod` `PERIOD / 2` behind it; returns when that was.
+    async fn probing_a_not_ready_pod(pod: &Pod) -> (Harness, Instant) {
+        let mut sync = sync_loop(
+            Mode::Authority,
+            pod,
+            ScriptedRunner::always(ProbeResult::Failure),
+        );
+        sync.past_start_jitter().await;
+        sync.applied(pod);
+        settle().await;
+        let start = Instant::now();
+        // The first run, then the first sync's trigger (W8).
+        assert_eq!(sync.probe_times(start), [0.0, 0.0]);
+        tokio::time::advance(PERIOD / 2).await;
+        settle().await;
+        (sync, start)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k6_w8_a_changed_pod_nudges_its_not_ready_readiness_worker() {
+        let pod = named(Mode::Authority);
+        let (mut sync, start) = probing_a_not_ready_pod(&pod).await;
+        let mut labelled = pod.clone();
+        labelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
+        sync.applied(&labelled);
+        settle().await;
+        let half = PERIOD.as_secs_f64() / 2.0;
+        assert_eq!(
+            sync.probe_times(start),
+            [0.0, 0.0, half],
+            "probed at once, not at its next period"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k6_a_status_write_does_not_nudge() {
+        let pod = named(Mode::Authority);
+        let (mut sync, start) = probing_a_not_ready_pod(&pod).await;
+        // podprobe's own write (started, the conditions) comes back through
+        // the watch at a new resourceVersion.
+        let written = sync.server_pod();
+        assert_ne!(written.status, pod.status, "{:?}", sync.api.requests());
+        sync.applied(&written);
+        settle().await;
+        tokio::time::advance(PERIOD / 2).await;
+        settle().await;
+        assert_eq!(
+            sync.probe_times(start),
+            [0.0, 0.0, PERIOD.as_secs_f64()],
+            "probed on its period only"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k1_a_readiness_change_is_patched_as_it_reaches_the_loop() {
+        // One failure turns the result: the third run (the first periodic
+        // one) flips it.
+        let probe = serde_json::json!({"exec": {"command": ["true"]}, "failureThreshold": 1});
+        let pod = with_spec_probe(named(Mode::Authority), ProbeKind::Readiness, probe);
+        let runner = ScriptedRunner::new(
+            [
+                Scripted::Return(ProbeResult::Success),
+                Scripted::Return(ProbeResult::Success),
+            ],
+            ProbeResult::Failure,
+        );
+        let mut sync = sync_loop(Mode::Authority, &pod, runner);
+        sync.past_start_jitter().await;
+        sync.applied(&pod);
+        settle().await;
+        let before = "not before the result reaches the loop";
+        assert_eq!(
+            sync.authority_fields(),
+            started_and_ready(false),
+            "{before}"
+        );
+        sync.feed_results();
+        settle().await;
+        assert_eq!(sync.authority_fields(), started_and_ready(true));
+        tokio::time::advance(PERIOD).await;
+        settle().await;
+        assert_eq!(sync.authority_fields(), started_and_ready(true), "{before}");
+        sync.feed_results();
+        settle().await;
+        assert_eq!(sync.authority_fields(), started_and_ready(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn k2_a_liveness_failure_kills_the_container() {
+        let probe = serde_json::json!({"exec": {"command": ["true"]}});
+        let pod = with_spec_probe(named(Mode::Authority), ProbeKind::Liveness, probe);
+        let mut sync = sync_loop(
+            Mode::Authority,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Failure),
+        );
+        sync.past_start_jitter().await;
+        sync.applied(&pod);
+        // One liveness run at once, then one a period; the result turns
+        // Failure at the last of FAILURE_THRESHOLD runs, and a failing
+        // readiness probe kills nothing (K5).
+        for _ in 1..FAILURE_THRESHOLD {
+            settle().await;
+            sync.feed_results();
+            assert_eq!(sync.kills(), []);
+            tokio::time::advance(PERIOD).await;
+        }
+        settle().await;
+        sync.feed_results();
+        let kill = ("app".to_string(), ID.to_string(), ProbeKind::Liveness);
+        assert_eq!(sync.kills(), [kill]);
+    }
+
+    /// [`named`] with a startup probe besides the readiness probe, in its
+    /// spec and in its annotation.
+    fn with_startup_probe(mode: Mode) -> Pod {
+        let exec = serde_json::json!({"exec": {"command": ["true"]}});
+        let mut pod = with_spec_probe(named(mode), ProbeKind::Startup, exec.clone());
+        let both = serde_json::json!({"app": {"startupProbe": exec, "readinessProbe": exec}});
+        pod.metadata.annotations = Some([(PROBES_ANNOTATION.to_string(), both.to_string())].into());
+        pod
+    }
+
+    /// `pod` as a podprobe that probed it until it was ready left it.
+    async fn reported_ready(mode: Mode, pod: &Pod) -> Pod {
+        let mut first = sync_loop(mode, pod, ScriptedRunner::always(ProbeResult::Success));
+        first.start(pod).await;
+        // Every first run within a period of the start (W5). A startup
+        // Success reaches the loop, which nudges readiness (K1, W8), whose
+        // Success then reaches it in turn.
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        for _ in 0..2 {
+            first.feed_results();
+            settle().await;
+        }
+        let reported = first.server_pod();
+        let requests = first.api.requests();
+        assert!(
+            takeover::own_condition_is_true(&reported, mode),
+            "{mode:?}: {requests:?}"
+        );
+        reported
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn d5_s6_a_restarted_podprobe_patches_nothing_on_a_pod_it_reported_ready() {
+        for mode in MODES {
+            let reported = reported_ready(mode, &with_startup_probe(mode)).await;
+            // The first run takes its whole timeout: what the loop hears
+            // before its result is what the workers seeded.
+            let slow = Scripted::Slow(TIMEOUT, ProbeResult::Success);
+            let runner = ScriptedRunner::new([slow], ProbeResult::Success);
+            let mut restarted = sync_loop(mode, &reported, runner);
+            restarted.past_start_jitter().await;
+            restarted.start(&reported).await;
+            settle().await;
+            // `started` is taken over, so the startup probe is done (D10).
+            let kinds: Vec<_> = restarted.runner.calls().iter().map(|c| c.kind).collect();
+            assert_eq!(kinds, [ProbeKind::Readiness], "{mode:?}");
+            restarted.feed_results();
+            settle().await;
+            tokio::time::sleep(TIMEOUT).await;
+            settle().await;
+            restarted.feed_results();
+            settle().await;
+            let requests = restarted.api.requests();
+            assert!(requests.is_empty(), "{mode:?}: {requests:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn s6_a_restarted_podprobe_starts_a_replacement_container_over() {
+        let mut replaced = reported_ready(Mode::Authority, &named(Mode::Authority)).await;
+        // The node agent replaced `app` while no podprobe watched.
+        let app = first_container_status(&mut replaced);
+        app.container_id = Some("containerd://app-2".into());
+        app.ready = false;
+        app.started = Some(false);
+        let runner = ScriptedRunner::always(ProbeResult::Success);
+        let mut restarted = sync_loop(Mode::Authority, &replaced, runner);
+        restarted.applied(&replaced);
+        settle().await;
+        assert_eq!(restarted.authority_fields(), started_and_ready(false));
+    }
+}
