@@ -290,7 +290,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         manager,
         patcher,
         cache,
-        events,
+        events: Arc::new(events),
         metrics,
         health,
         pods: HashMap::new(),

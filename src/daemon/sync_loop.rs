@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
+use crate::events::record::PodEvent;
 use crate::events::recorder::EventRecorder;
-use crate::kube::events::{self, EventSink};
 use crate::kube::patcher::{Intent, Owned, Patcher, StatusApi};
 use crate::kube::pods::{PodCache, PodUpdate, with_started};
 use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
@@ -100,7 +100,8 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) manager: ProberManager<R, Arc<PodCache>>,
     pub(super) patcher: Patcher<A>,
     pub(super) cache: Arc<PodCache>,
-    pub(super) events: EventSink,
+    /// Where its Events go (the Event queue's sink; a recorder in tests).
+    pub(super) events: Arc<dyn EventRecorder>,
     pub(super) metrics: Metrics,
     pub(super) health: Health,
     pub(super) pods: HashMap<String, Tracked>,
@@ -234,7 +235,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 "{finding}"
             );
             self.events
-                .record_opt(events::PodEvent::gate_mismatch(pod, &finding));
+                .record_opt(PodEvent::gate_mismatch(pod, &finding));
         }
         let probes = match (self.mode, &annotation) {
             // Probed once read ([`Self::on_reading`]).
@@ -390,7 +391,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             "podprobe.io/probes changed; updating the pod's probes"
         );
         self.events
-            .record_opt(events::PodEvent::probes_changed(pod, &changes));
+            .record_opt(PodEvent::probes_changed(pod, &changes));
         let mut stopped = changes.changed.clone();
         stopped.extend(changes.removed.iter().cloned());
         self.manager.stop_probes(pod, &stopped);
@@ -430,7 +431,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                     self.metrics.budget_refused(Budget::AnnotationBytes);
                 }
                 self.events
-                    .record_opt(events::PodEvent::invalid_annotation(pod, &error));
+                    .record_opt(PodEvent::invalid_annotation(pod, &error));
                 None
             }
         }
@@ -456,7 +457,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 "cannot run the probe as written"
             );
             self.events
-                .record_opt(events::PodEvent::invalid_spec_probe(pod, &error));
+                .record_opt(PodEvent::invalid_spec_probe(pod, &error));
         }
         probes
     }
@@ -473,8 +474,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             "refusing the probe: over a budget"
         );
         self.metrics.budget_refused(over.budget);
-        self.events
-            .record_opt(events::PodEvent::over_budget(pod, over));
+        self.events.record_opt(PodEvent::over_budget(pod, over));
     }
 
     fn on_pod_deleted(&mut self, pod: &Pod) {
@@ -682,13 +682,14 @@ fn container_ids(pod: &Pod) -> HashSet<String> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodSpec,
-        Probe,
+        Container, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition,
+        PodReadinessGate, PodSpec, Probe,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+    use crate::events::record::reasons;
     use crate::kube::patcher::NoopPatchObserver;
     use crate::kube::patcher::RetryPolicy;
     use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
@@ -699,7 +700,7 @@ mod tests {
     use crate::results::ProbeCaches;
     use crate::status::conditions::{CONTAINERS_READY, POD_READY};
     use crate::testing::{
-        FakeApi, RecordingKiller, Scripted, ScriptedRunner, first_container_status,
+        FakeApi, RecordingEvents, RecordingKiller, Scripted, ScriptedRunner, first_container_status,
     };
     use crate::util::watch_activity::WatchActivity;
     use crate::worker::ProbeObserver;
@@ -1023,8 +1024,7 @@ mod tests {
         cache: Arc<PodCache>,
         results: ResultReceivers,
         readings: mpsc::UnboundedReceiver<Reading>,
-        /// Keeps the Event sink open.
-        _events: events::EventQueue,
+        events: Arc<RecordingEvents>,
     }
 
     fn sync_loop(mode: Mode, pod: &Pod, runner: Arc<ScriptedRunner>) -> Harness {
@@ -1047,7 +1047,7 @@ mod tests {
             RetryPolicy::default(),
         );
         let metrics = Metrics::new();
-        let (events, queue) = events::channel_with(events::QueueConfig::default(), metrics.clone());
+        let events = Arc::new(RecordingEvents::default());
         let killer = RecordingKiller::default();
         let (readings_sender, readings) = mpsc::unbounded_channel();
         let daemon = SyncLoop {
@@ -1060,7 +1060,7 @@ mod tests {
             manager,
             patcher,
             cache: cache.clone(),
-            events,
+            events: events.clone(),
             metrics,
             health: Health::new(crate::daemon::HEALTH_STALE_AFTER, WatchActivity::new()),
             pods: HashMap::new(),
@@ -1075,7 +1075,7 @@ mod tests {
             cache,
             results,
             readings,
-            _events: queue,
+            events,
         }
     }
 
@@ -1180,6 +1180,12 @@ mod tests {
         pod.metadata.name = Some("web-0".into());
         pod.metadata.namespace = Some("shop".into());
         pod.metadata.resource_version = Some("1".into());
+        if mode == Mode::Gate {
+            // As the gate's set-up asks (else a ReadinessGateMissing Event).
+            pod.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+                condition_type: crate::status::READY_CONDITION.into(),
+            }]);
+        }
         pod
     }
 
@@ -1288,10 +1294,34 @@ mod tests {
             "read within the debounce"
         );
         assert_eq!(sync.annotation("uid").as_deref(), Some(ANNOTATION));
+        assert_eq!(sync.events.reasons(), Vec::<&str>::new());
         tokio::time::advance(EDIT_DEBOUNCE).await;
         sync.daemon.resync();
         sync.read().await;
         assert_eq!(sync.annotation("uid").as_deref(), Some(edited_value));
+        assert_eq!(sync.events.reasons(), [reasons::PROBES_CHANGED]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invalid_annotation_is_a_warning_event_and_probes_nothing() {
+        let mut pod = named(Mode::Gate);
+        pod.metadata.annotations = Some(
+            [(
+                PROBES_ANNOTATION.to_string(),
+                r#"{"app": {"readinessProbe": {"periodSeconds": -1}}}"#.to_string(),
+            )]
+            .into(),
+        );
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.start(&pod).await;
+        assert_eq!(sync.events.reasons(), [reasons::PROBE_ANNOTATION_INVALID]);
+        assert_eq!(sync.daemon.manager.worker_count(), 0);
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        assert!(sync.runner.calls().is_empty(), "{:?}", sync.runner.calls());
     }
 
     #[tokio::test(start_paused = true)]

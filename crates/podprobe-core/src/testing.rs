@@ -20,6 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
+use crate::events::record::PodEvent;
+use crate::events::recorder::EventRecorder;
 use crate::probe::spec::{Handler, TcpSocketAction};
 use crate::probe::{
     Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
@@ -409,4 +411,30 @@ pub fn pem_pair() -> (String, String) {
     let key = rcgen::KeyPair::generate().unwrap();
     let params = rcgen::CertificateParams::new(vec!["client".to_string()]).unwrap();
     (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
+
+// Events: what the daemon's loop records.
+
+/// An [`EventRecorder`] that keeps every Event it is given.
+#[derive(Debug, Default)]
+pub struct RecordingEvents {
+    events: Mutex<Vec<PodEvent>>,
+}
+
+impl RecordingEvents {
+    /// The reasons of the Events recorded so far, in order.
+    pub fn reasons(&self) -> Vec<&'static str> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.reason)
+            .collect()
+    }
+}
+
+impl EventRecorder for RecordingEvents {
+    fn record(&self, event: PodEvent) {
+        self.events.lock().unwrap().push(event);
+    }
 }
