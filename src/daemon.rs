@@ -44,9 +44,10 @@ use crate::kube::apiclient::{self, bounded};
 use crate::kube::client_certificates::{ClientCertificates, KubeSecrets};
 use crate::kube::events::{self};
 use crate::kube::patcher::{KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
-use crate::kube::pods::{self, PodCache};
+use crate::kube::pods;
 use crate::kube::user_agent;
 use crate::manager::ProberManager;
+use crate::pod_store::PodStore;
 use crate::probe::netns::{self, NamespaceHelper};
 use crate::probe::spec::budget::NodeBudget;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
@@ -199,7 +200,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.max_concurrent_execs_per_pod,
             config.max_exec_timeout,
         );
-    let cache = PodCache::new();
+    let cache = PodStore::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (events, event_queue) = events::channel_with(
         events::QueueConfig {

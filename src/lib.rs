@@ -10,12 +10,12 @@
 //! - [`cli`]: `podprobe probe`, `lint` and `simulate` (`main.rs` parses);
 //! - [`daemon`]: `podprobe run`: its flags, the wiring and the sync loop,
 //!   and the telemetry of probe runs;
-//! - the edges: [`kube`] (the API client, the pod watch and store, the
+//! - the edges: [`kube`] (the API client, the pod watch, the
 //!   status patcher, Events, client-certificate Secrets, the User-Agent),
 //!   [`server`] (health, metrics and their authentication) and [`actuator`]
 //!   (kills and their preStop hooks);
 //! - the core (`podprobe_core`): [`worker`], [`manager`], [`results`],
-//!   [`pod_sync`], [`takeover`], [`probe_rates`], the Event records;
+//!   [`pod_store`], [`pod_sync`], [`takeover`], [`probe_rates`], the Event records;
 //!   [`status`]: pure desired status, conditions and patches;
 //! - [`probe`]: the spec (the core's) and the handlers that run one;
 //! - [`runtime`]: the CRI client;
@@ -33,6 +33,6 @@ pub(crate) mod testing;
 
 /// The pure core's modules, at the same paths as in `podprobe_core`.
 pub use podprobe_core::{
-    KUBE_PROBE_VERSION, events, manager, pod_sync, probe_rates, restart_policy, results, status,
-    takeover, util, worker,
+    KUBE_PROBE_VERSION, events, manager, pod_store, pod_sync, probe_rates, restart_policy, results,
+    status, takeover, util, worker,
 };

@@ -4,8 +4,9 @@
 //! follow any citation from the repository alone. And the docs' file paths
 //! stay true: every `src/...`, `tests/...` or `crates/...` path cited in a
 //! Markdown file (the README, SECURITY.md, RELIABILITY.md, CHANGELOG.md,
-//! `docs/`, `tests/`, `bench/`, `hack/`, `charts/`) exists, so a file that
-//! moves cannot silently break a citation.
+//! `docs/`, `tests/`, `bench/`, `hack/`, `charts/`) exists, and every
+//! test or function cited as `path.rs::name` is defined in that file, so
+//! neither a file nor a test that moves can silently break a citation.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -244,6 +245,37 @@ fn exists(cited: &str, path: &Path) -> bool {
     })
 }
 
+/// The functions cited in `line` right after `path.rs`, as `path.rs::name`
+/// or `path.rs::module::name` (the last segment is the function). An
+/// elided name (`path.rs::d5_...`) is not a citation.
+fn cited_functions(line: &str, cited: &str) -> Vec<String> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let marker = format!("{cited}::");
+    let mut out = Vec::new();
+    for (at, _) in line.match_indices(&marker) {
+        let rest = &line[at + marker.len()..];
+        let end = rest.find(|c: char| !ident(c)).unwrap_or(rest.len());
+        if rest[end..].starts_with("...") {
+            continue;
+        }
+        let name = rest[..end].rsplit("::").next().unwrap_or_default();
+        if !name.is_empty() {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
+/// Whether the Rust source `text` defines a function `name`.
+fn defines_function(text: &str, name: &str) -> bool {
+    text.match_indices(&format!("fn {name}")).any(|(at, m)| {
+        let after = text[at + m.len()..].chars().next();
+        let before = text[..at].chars().next_back();
+        !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 #[test]
 fn every_cited_path_exists() {
     let mut missing = Vec::new();
@@ -257,6 +289,19 @@ fn every_cited_path_exists() {
                 if !exists(&cited, &path) {
                     let doc = doc.strip_prefix(root()).unwrap_or(&doc);
                     missing.push(format!("{}:{}: {cited}", doc.display(), n + 1));
+                    continue;
+                }
+                let functions = cited_functions(line, &cited);
+                if functions.is_empty() {
+                    continue;
+                }
+                let source = std::fs::read_to_string(&path).unwrap_or_default();
+                for name in functions {
+                    checked += 1;
+                    if !defines_function(&source, &name) {
+                        let doc = doc.strip_prefix(root()).unwrap_or(&doc);
+                        missing.push(format!("{}:{}: {cited}::{name}", doc.display(), n + 1));
+                    }
                 }
             }
         }
@@ -267,7 +312,8 @@ fn every_cited_path_exists() {
     );
     assert!(
         missing.is_empty(),
-        "paths cited in the docs that do not exist (a file moved? fix the citation):\n{}",
+        "paths and functions cited in the docs that do not exist (a file or test moved? \
+         fix the citation):\n{}",
         missing.join("\n")
     );
 }
@@ -297,6 +343,19 @@ fn cited_paths_are_found_in_prose_tables_and_links() {
     let at = |cited: &str| exists(cited, &root().join(cited));
     assert!(at("tests/e2e_*.rs") && at("src/kube/") && at("src/kube/pods.rs"));
     assert!(!at("tests/no_such_*.rs") && !at("src/no_such.rs") && !at("src/worker.rs/"));
+}
+
+#[test]
+fn cited_functions_are_found_and_checked_by_name() {
+    let line = "`src/a.rs::d1_x`, `src/a.rs::container::d2_y`; `src/a.rs::d5_...`, src/a.rs.";
+    assert_eq!(cited_functions(line, "src/a.rs"), ["d1_x", "d2_y"]);
+    let source = "fn d1_x() {}\nasync fn d2_y_long() {}\n";
+    assert!(defines_function(source, "d1_x"));
+    assert!(
+        !defines_function(source, "d2_y"),
+        "a prefix of a longer name"
+    );
+    assert!(!defines_function(source, "x"), "a suffix of a longer name");
 }
 
 #[test]

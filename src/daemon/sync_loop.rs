@@ -23,8 +23,9 @@ use tokio::time::Instant;
 use crate::events::record::PodEvent;
 use crate::events::recorder::EventRecorder;
 use crate::kube::patcher::{Intent, Owned, Patcher, StatusApi};
-use crate::kube::pods::{PodCache, PodUpdate, with_started};
+use crate::kube::pods::PodUpdate;
 use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
+use crate::pod_store::{PodStore, with_started};
 use crate::pod_sync::{self, SyncSchedule};
 use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
@@ -97,9 +98,9 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) node_budget: NodeBudget,
     /// Annotations read at a time ([`READING_THREADS`]).
     pub(super) reading_slots: Arc<Semaphore>,
-    pub(super) manager: ProberManager<R, Arc<PodCache>>,
+    pub(super) manager: ProberManager<R, Arc<PodStore>>,
     pub(super) patcher: Patcher<A>,
-    pub(super) cache: Arc<PodCache>,
+    pub(super) cache: Arc<PodStore>,
     /// Where its Events go (the Event queue's sink; a recorder in tests).
     pub(super) events: Arc<dyn EventRecorder>,
     pub(super) metrics: Metrics,
@@ -650,9 +651,10 @@ fn gate_probes(pod: &Pod, annotated: AnnotatedProbes, budget: PodBudget) -> Prob
     for probe in annotated.iter() {
         probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
     }
+    probes.vouch(takeover::vouched_instances(pod, Mode::Gate));
     Probes {
         owned: Owned::Gate(Arc::new(annotated)),
-        manager: takeover::vouched(probes, pod, Mode::Gate),
+        manager: probes,
         _budget: budget,
     }
 }
@@ -664,10 +666,11 @@ fn authority_probes(
     unknown: &[UnknownProbeField],
     mut budget: PodBudget,
 ) -> (Probes, Vec<SpecError>, Vec<OverBudget>) {
-    let (probes, errors, over_budget) = PodProbes::from_spec(pod, unknown, &mut budget);
+    let (mut probes, errors, over_budget) = PodProbes::from_spec(pod, unknown, &mut budget);
+    probes.vouch(takeover::vouched_instances(pod, Mode::Authority));
     let probes = Probes {
         owned: Owned::Authority,
-        manager: takeover::vouched(probes, pod, Mode::Authority),
+        manager: probes,
         _budget: budget,
     };
     (probes, errors, over_budget)
@@ -1021,14 +1024,14 @@ mod tests {
         runner: Arc<ScriptedRunner>,
         api: Arc<FakeApi>,
         killer: RecordingKiller,
-        cache: Arc<PodCache>,
+        cache: Arc<PodStore>,
         results: ResultReceivers,
         readings: mpsc::UnboundedReceiver<Reading>,
         events: Arc<RecordingEvents>,
     }
 
     fn sync_loop(mode: Mode, pod: &Pod, runner: Arc<ScriptedRunner>) -> Harness {
-        let cache = PodCache::new();
+        let cache = PodStore::new();
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(crate::testing::epoch()));
         let (caches, results) = ProbeCaches::new();
         let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);

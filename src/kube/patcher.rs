@@ -42,7 +42,7 @@ use tokio::task::JoinSet;
 pub use crate::util::backoff::RetryPolicy;
 
 use crate::kube::apiclient::{RequestError, bounded};
-use crate::kube::pods::PodCache;
+use crate::pod_store::PodStore;
 use crate::status::annotation::AnnotatedProbes;
 use crate::status::conditions::replace_or_append;
 use crate::status::patch::owned_conditions;
@@ -182,15 +182,15 @@ pub trait StatusApi: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Pod, ApiError>> + Send;
 }
 
-/// [`StatusApi`] over a kube client and the watch's [`PodCache`].
+/// [`StatusApi`] over a kube client and the watch's [`PodStore`].
 #[derive(Clone)]
 pub struct KubeStatusApi {
     client: kube::Client,
-    cache: Arc<PodCache>,
+    cache: Arc<PodStore>,
 }
 
 impl KubeStatusApi {
-    pub fn new(client: kube::Client, cache: Arc<PodCache>) -> Self {
+    pub fn new(client: kube::Client, cache: Arc<PodStore>) -> Self {
         KubeStatusApi { client, cache }
     }
 

@@ -1,22 +1,15 @@
 //! The node-scoped pod watch: every pod bound to this node (field selector
 //! `spec.nodeName=<node>`, plus the optional label selector), kept in a
-//! [`PodCache`] by UID and turned into a stream of [`PodUpdate`]s.
-//!
-//! The cache is the workers' view of pod status ([`StatusSource`]): container
-//! IDs, states and the pod IP as the API server last reported them, with
-//! `started` as podprobe itself last derived it. The API's `started` is the
-//! kubelet's, which knows nothing of annotated startup probes; the workers
-//! must see podprobe's, as the kubelet's workers see the kubelet's status
-//! manager's (D10). The watch reconnects (relisting when it must) on API
-//! errors with [`RetryPolicy::WATCH`]'s backoff; a relist that no longer
+//! [`PodStore`] by UID and turned into a stream of [`PodUpdate`]s. The
+//! watch reconnects (relisting when it must) on API errors with [`RetryPolicy::WATCH`]'s backoff; a relist that no longer
 //! contains a pod reports it as deleted, so no worker outlives its pod.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
@@ -24,9 +17,9 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
+use crate::pod_store::PodStore;
 use crate::probe::spec::{UnknownProbeField, unknown_probe_fields};
 use crate::util::backoff::RetryPolicy;
-use crate::worker::StatusSource;
 
 /// A Pod as the watch decodes it: the typed object and the probe fields it
 /// had that the types dropped (V10). Decoding goes through a JSON value to
@@ -80,103 +73,6 @@ pub enum PodUpdate {
     Synced,
 }
 
-/// The latest object of every watched pod, by UID.
-#[derive(Debug, Default)]
-pub struct PodCache {
-    pods: RwLock<HashMap<String, Arc<Pod>>>,
-    /// podprobe's `started` by pod UID and container ID.
-    started: RwLock<HashMap<String, HashMap<String, bool>>>,
-}
-
-impl PodCache {
-    pub fn new() -> Arc<PodCache> {
-        Arc::new(PodCache::default())
-    }
-
-    /// The latest object of the pod with `uid`.
-    pub fn get(&self, uid: &str) -> Option<Arc<Pod>> {
-        self.read().get(uid).cloned()
-    }
-
-    /// Every cached pod.
-    pub fn pods(&self) -> Vec<Arc<Pod>> {
-        self.read().values().cloned().collect()
-    }
-
-    /// UIDs of every cached pod.
-    pub fn uids(&self) -> HashSet<String> {
-        self.read().keys().cloned().collect()
-    }
-
-    /// podprobe's `started` verdicts for the pod's containers, by container ID.
-    pub fn started(&self, uid: &str) -> HashMap<String, bool> {
-        let started = self.started.read().unwrap_or_else(PoisonError::into_inner);
-        started.get(uid).cloned().unwrap_or_default()
-    }
-
-    /// Replaces podprobe's `started` verdicts for the pod with `uid`.
-    pub fn set_started(&self, uid: &str, verdicts: HashMap<String, bool>) {
-        let mut started = self.started.write().unwrap_or_else(PoisonError::into_inner);
-        started.insert(uid.to_string(), verdicts);
-    }
-
-    /// Forgets podprobe's verdicts for a pod that went away.
-    pub fn forget_started(&self, uid: &str) {
-        let mut started = self.started.write().unwrap_or_else(PoisonError::into_inner);
-        started.remove(uid);
-    }
-
-    pub(crate) fn insert(&self, pod: Arc<Pod>) {
-        if let Some(uid) = pod.metadata.uid.clone() {
-            self.write().insert(uid, pod);
-        }
-    }
-
-    pub(crate) fn remove(&self, pod: &Pod) {
-        if let Some(uid) = &pod.metadata.uid {
-            self.write().remove(uid);
-        }
-    }
-
-    /// Drops every pod whose UID is not in `listed` and returns them.
-    fn retain_listed(&self, listed: &HashSet<String>) -> Vec<Arc<Pod>> {
-        let mut pods = self.write();
-        let gone: Vec<String> = pods
-            .keys()
-            .filter(|uid| !listed.contains(*uid))
-            .cloned()
-            .collect();
-        gone.iter().filter_map(|uid| pods.remove(uid)).collect()
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Pod>>> {
-        self.pods.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Pod>>> {
-        self.pods.write().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl StatusSource for PodCache {
-    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
-        let mut status = self.get(pod_uid)?.status.clone()?;
-        let started = self.started(pod_uid);
-        with_started(&mut status, &started);
-        Some(status)
-    }
-}
-
-/// Sets `started` of every container status to the verdict about its
-/// container ID, or to none when there is none yet (a new instance).
-pub fn with_started(status: &mut PodStatus, started: &HashMap<String, bool>) {
-    let init = status.init_container_statuses.iter_mut().flatten();
-    for container in init.chain(status.container_statuses.iter_mut().flatten()) {
-        let id = container.container_id.as_deref().unwrap_or_default();
-        container.started = started.get(id).copied();
-    }
-}
-
 /// Applies watcher events to the cache and says what changed for the daemon.
 /// Pure over the cache, so it is tested without an API server.
 #[derive(Debug, Default)]
@@ -186,7 +82,7 @@ struct Applier {
 }
 
 impl Applier {
-    fn apply(&mut self, cache: &PodCache, event: Event<WatchedPod>) -> Vec<PodUpdate> {
+    fn apply(&mut self, cache: &PodStore, event: Event<WatchedPod>) -> Vec<PodUpdate> {
         match event {
             Event::Init => {
                 self.listing = Some(HashSet::new());
@@ -216,7 +112,7 @@ impl Applier {
         }
     }
 
-    fn applied(cache: &PodCache, watched: WatchedPod) -> PodUpdate {
+    fn applied(cache: &PodStore, watched: WatchedPod) -> PodUpdate {
         let pod = Arc::new(watched.pod);
         cache.insert(pod.clone());
         PodUpdate::Applied(pod, watched.unknown_probe_fields)
@@ -230,7 +126,7 @@ impl Applier {
 pub fn watch(
     api: Api<WatchedPod>,
     config: watcher::Config,
-    cache: Arc<PodCache>,
+    cache: Arc<PodStore>,
 ) -> impl Stream<Item = PodUpdate> + Send {
     let mut applier = Applier::default();
     let mut failing = false;
@@ -293,9 +189,11 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::worker::StatusSource;
 
     fn pod(uid: &str, ip: &str) -> Pod {
         Pod {
@@ -341,7 +239,7 @@ mod tests {
             .collect();
         assert_eq!(fields, [("app", "readinessProbe.grpc.tlsServerName")]);
         let mut events = Applier::default().apply(
-            &PodCache::new(),
+            &PodStore::new(),
             Event::Apply(serde_json::from_str(json).unwrap()),
         );
         let Some(PodUpdate::Applied(_, unknown)) = events.pop() else {
@@ -365,7 +263,7 @@ mod tests {
 
     #[test]
     fn status_source_returns_latest_status_by_uid() {
-        let cache = PodCache::new();
+        let cache = PodStore::new();
         let mut applier = Applier::default();
         applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
         applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.2"))));
@@ -377,36 +275,8 @@ mod tests {
     }
 
     #[test]
-    fn status_source_reports_podprobes_started_not_the_kubelets() {
-        use k8s_openapi::api::core::v1::ContainerStatus;
-        let cache = PodCache::new();
-        let mut pod = pod("a", "10.0.0.1");
-        let status = pod.status.as_mut().unwrap();
-        status.container_statuses = Some(
-            ["app", "db"]
-                .map(|name| ContainerStatus {
-                    name: name.into(),
-                    container_id: Some(format!("containerd://{name}")),
-                    started: Some(true),
-                    ..ContainerStatus::default()
-                })
-                .to_vec(),
-        );
-        Applier::default().apply(&cache, Event::Apply(watched(pod)));
-        cache.set_started("a", HashMap::from([("containerd://app".into(), false)]));
-        let status = cache.pod_status("a").unwrap();
-        let started: Vec<_> = status
-            .container_statuses
-            .unwrap()
-            .iter()
-            .map(|c| c.started)
-            .collect();
-        assert_eq!(started, [Some(false), None]);
-    }
-
-    #[test]
     fn relist_reports_pods_missing_from_it_as_deleted() {
-        let cache = PodCache::new();
+        let cache = PodStore::new();
         let mut applier = Applier::default();
         let mut before = applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
         before.extend(applier.apply(&cache, Event::Apply(watched(pod("b", "10.0.0.2")))));

@@ -22,14 +22,16 @@ use super::spec::extension::TlsSettings;
 
 /// The client configuration for `settings` offering `alpn`: ring provider,
 /// TLS 1.2 and 1.3. The kubelet's (default settings) is built once per
-/// `alpn` list by the caller; this builds afresh.
+/// `alpn` list by the caller; this builds afresh, around the verifier its
+/// `caBundle` built once.
 pub fn client_config(settings: &TlsSettings, alpn: &[&[u8]]) -> Arc<ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier: Arc<dyn ServerCertVerifier> = match &settings.ca_bundle {
-        Some(bundle) => {
+        // Built once per parsed bundle, not per connection.
+        Some(bundle) => bundle.derived(|certificates| {
             // Trusting only the bundle, never the system roots.
             let mut roots = RootCertStore::empty();
-            let (added, _) = roots.add_parsable_certificates(bundle.certificates().iter().cloned());
+            let (added, _) = roots.add_parsable_certificates(certificates.iter().cloned());
             assert!(
                 added > 0,
                 "a caBundle's certificates were checked when read"
@@ -37,7 +39,7 @@ pub fn client_config(settings: &TlsSettings, alpn: &[&[u8]]) -> Arc<ClientConfig
             WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                 .build()
                 .expect("a root store with certificates builds a verifier")
-        }
+        }),
         None => Arc::new(AcceptAnyCertificate(
             provider.signature_verification_algorithms,
         )),

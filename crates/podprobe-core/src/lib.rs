@@ -7,8 +7,9 @@
 //! Layout, in layers; an import only points down (docs/architecture.md,
 //! checked by `tests/layering.rs`):
 //! - the core: the kubelet's prober state machines ([`worker`], [`manager`],
-//!   [`results`]), [`pod_sync`], [`takeover`], [`probe_rates`] and the Event
-//!   records ([`events::record`], [`events::recorder`]);
+//!   [`results`]), the pod store ([`pod_store`]), [`pod_sync`], [`takeover`],
+//!   [`probe_rates`] and the Event records ([`events::record`],
+//!   [`events::recorder`]);
 //! - [`status`]: pure desired status, conditions and patches;
 //! - the probe spec: what a probe is and concludes ([`probe::spec`],
 //!   [`probe::verdict`], [`restart_policy`]);
@@ -16,6 +17,7 @@
 
 pub mod events;
 pub mod manager;
+pub mod pod_store;
 pub mod pod_sync;
 pub mod probe;
 pub mod probe_rates;

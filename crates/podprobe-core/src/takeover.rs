@@ -17,14 +17,63 @@
 //!   about that very instance).
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::manager::PodProbes;
 use crate::status::conditions::{CONTAINERS_READY, TRUE};
 use crate::status::{Mode, READY_CONDITION};
 use crate::util::pod::all_container_statuses;
+
+/// A container that started this long before the prober is taken to have
+/// been running before a restart of the prober (`kubeletRestartGracePeriod`).
+pub const RESTART_GRACE_PERIOD: Duration = Duration::from_secs(10);
+
+/// Which running container instances survived a restart of the prober and
+/// keep what was reported about them (D5, S4).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Takeover {
+    /// The kubelet's start-time rule alone: running since before the
+    /// prober's start minus [`RESTART_GRACE_PERIOD`] (the prober's own
+    /// simulations, which know no previous verdicts).
+    #[default]
+    ByStartTime,
+    /// S6: exactly the instances (status `containerID`s) a previous podprobe
+    /// reported ready (see [`vouched_instances`]). As the kubelet checks since
+    /// its fixes for replaced containers (kubernetes #141342, #141487),
+    /// what was reported about a container is kept only for that very
+    /// instance: a replacement that started while no prober watched starts
+    /// over, whenever it started.
+    Vouched(HashSet<String>),
+}
+
+/// Whether the container predates a restart of the prober, per `takeover`
+/// (D5, S4, S6).
+pub fn predates_prober(
+    status: &ContainerStatus,
+    prober_start: Timestamp,
+    takeover: &Takeover,
+) -> bool {
+    let Some(started_at) = status
+        .state
+        .as_ref()
+        .and_then(|state| state.running.as_ref())
+        .and_then(|running| running.started_at.as_ref())
+    else {
+        return false;
+    };
+    match takeover {
+        Takeover::ByStartTime => {
+            let grace = i128::try_from(RESTART_GRACE_PERIOD.as_nanos()).unwrap_or(i128::MAX);
+            started_at.0.as_nanosecond() < prober_start.as_nanosecond() - grace
+        }
+        Takeover::Vouched(ids) => status
+            .container_id
+            .as_ref()
+            .is_some_and(|id| ids.contains(id)),
+    }
+}
 
 /// The condition podprobe's readiness verdicts feed in `mode`.
 pub fn own_condition_type(mode: Mode) -> &'static str {
@@ -62,12 +111,6 @@ pub fn vouched_instances(pod: &Pod, mode: Mode) -> HashSet<String> {
         })
         .filter_map(|(c, _)| c.container_id.clone())
         .collect()
-}
-
-/// `probes` vouching for the instances of [`vouched_instances`].
-pub fn vouched(mut probes: PodProbes, pod: &Pod, mode: Mode) -> PodProbes {
-    probes.vouch(vouched_instances(pod, mode));
-    probes
 }
 
 /// podprobe's `started` verdicts on first sight of a pod, by container ID:

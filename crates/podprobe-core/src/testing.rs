@@ -6,7 +6,7 @@
 //! and its container statuses, probe views and conditions), and a client
 //! certificate.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::events::record::PodEvent;
 use crate::events::recorder::EventRecorder;
+use crate::manager::{PodProbes, ProbeStateView};
 use crate::probe::spec::{Handler, TcpSocketAction};
 use crate::probe::{
     Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
@@ -58,6 +59,37 @@ pub fn probe_spec(period: i32, initial_delay: i32, success: i32, failure: i32) -
         termination_grace_period_seconds: None,
         network: Default::default(),
     }
+}
+
+/// The default probe of the worker tests: every 10 s, no initial delay,
+/// thresholds 1 and 3.
+pub fn default_spec() -> ProbeSpec {
+    probe_spec(10, 0, 1, 3)
+}
+
+/// [`probe_spec`] with `podprobe.periodMilliseconds: millis`.
+pub fn millisecond_spec(millis: i32, success: i32, failure: i32) -> ProbeSpec {
+    ProbeSpec {
+        period_milliseconds: Some(millis),
+        ..probe_spec(10, 0, success, failure)
+    }
+}
+
+/// The `kind` probe `spec` of container `app` in pod `uid-1`.
+pub fn worker_config(kind: ProbeKind, spec: ProbeSpec) -> WorkerConfig {
+    let pod = pod("uid-1", vec![container("app")], vec![]);
+    worker_config_in(kind, spec, pod, "app")
+}
+
+/// The `kind` probe `spec` of container `name` (regular or init) of `pod`.
+pub fn worker_config_in(kind: ProbeKind, spec: ProbeSpec, pod: Pod, name: &str) -> WorkerConfig {
+    let spec_of = pod.spec.as_ref().unwrap();
+    let mut all = spec_of
+        .containers
+        .iter()
+        .chain(spec_of.init_containers.iter().flatten());
+    let container = all.find(|c| c.name == name).unwrap().clone();
+    WorkerConfig::new(kind, spec, Arc::new(pod), &container)
 }
 
 pub fn container(name: &str) -> Container {
@@ -304,6 +336,44 @@ impl ProbeObserver for RecordingObserver {
             config.kind(),
         ));
     }
+}
+
+/// A [`ProbeStateView`] the test fills: cached results and workers.
+#[derive(Default)]
+pub struct FakeView {
+    cached: HashMap<(ProbeKind, String), CachedResult>,
+    workers: HashSet<(String, ProbeKind)>,
+}
+
+impl FakeView {
+    pub fn with_worker(mut self, container: &str, kind: ProbeKind) -> Self {
+        self.workers.insert((container.to_string(), kind));
+        self
+    }
+
+    pub fn with_result(mut self, kind: ProbeKind, id: &str, result: CachedResult) -> Self {
+        self.cached.insert((kind, id.to_string()), result);
+        self
+    }
+}
+
+impl ProbeStateView for FakeView {
+    fn cached(&self, kind: ProbeKind, container_id: &str) -> Option<CachedResult> {
+        self.cached.get(&(kind, container_id.to_string())).copied()
+    }
+
+    fn has_worker(&self, container: &str, kind: ProbeKind) -> bool {
+        self.workers.contains(&(container.to_string(), kind))
+    }
+}
+
+/// Probes of the given containers and kinds, every one `probe_spec(10, 0, 1, 3)`.
+pub fn pod_probes(entries: &[(&str, ProbeKind)]) -> PodProbes {
+    let mut probes = PodProbes::new();
+    for &(container, kind) in entries {
+        probes.insert(container, kind, default_spec());
+    }
+    probes
 }
 
 // Desired status: the status module's tests, takeover and the daemon.

@@ -12,8 +12,12 @@
 //! tests with a paused runtime.
 //!
 //! Every worker is one tokio task; nothing per worker costs a thread.
+//!
+//! - `clock`: wall-clock time, the system's or one on tokio's clock;
+//! - `config`: what a worker probes ([`WorkerConfig`]);
+//! - `state`: the pure state machine ([`WorkerState`]);
+//! - this module: the traits a worker runs on and its async loop.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -21,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::PodStatus;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -31,16 +35,16 @@ use crate::probe::spec::extension::MIN_PERIOD_MILLISECONDS;
 use crate::probe::verdict::reasons;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict};
 use crate::probe_rates::ProbeRates;
-use crate::restart_policy::container_should_restart;
 use crate::results::{CachedResult, ProbeCaches};
-use crate::util::pod::{
-    ContainerIdentity, ContainerList, is_restartable_init_container, pod_name, pod_namespace,
-    runtime_container_id,
-};
+use crate::util::pod::{ContainerIdentity, pod_name, pod_namespace, runtime_container_id};
 
-/// A container that started this long before the prober is taken to have
-/// been running before a restart of the prober (`kubeletRestartGracePeriod`).
-pub const RESTART_GRACE_PERIOD: Duration = Duration::from_secs(10);
+mod clock;
+mod config;
+mod state;
+
+pub use clock::{Clock, SystemClock, TokioClock};
+pub use config::WorkerConfig;
+pub use state::{Action, CacheWrite, Observation, Step, WorkerState, verdict_result};
 
 /// The shortest period a worker runs on, whatever its spec says:
 /// `podprobe.periodMilliseconds`' minimum.
@@ -81,52 +85,6 @@ impl<T: StatusSource> StatusSource for Arc<T> {
         T::pod_status(self, pod_uid)
     }
 }
-
-/// Wall-clock time, compared with the runtime's `startedAt` timestamps.
-pub trait Clock: Send + Sync + 'static {
-    fn now(&self) -> Timestamp;
-}
-
-/// The system's wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Timestamp {
-        let since_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let nanos = i128::try_from(since_epoch.as_nanos()).unwrap_or(i128::MAX);
-        Timestamp::from_nanosecond(nanos).unwrap_or(Timestamp::MAX)
-    }
-}
-
-/// Wall-clock time that advances with tokio's clock from a fixed origin, so
-/// that a paused test runtime controls both scheduling and `startedAt` ages.
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    origin_wall: Timestamp,
-    origin: Instant,
-}
-
-impl TokioClock {
-    /// A clock reading `origin_wall` now.
-    pub fn new(origin_wall: Timestamp) -> Self {
-        TokioClock {
-            origin_wall,
-            origin: Instant::now(),
-        }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> Timestamp {
-        let elapsed = i128::try_from(self.origin.elapsed().as_nanos()).unwrap_or(i128::MAX);
-        let nanos = self.origin_wall.as_nanosecond().saturating_add(elapsed);
-        Timestamp::from_nanosecond(nanos).unwrap_or(Timestamp::MAX)
-    }
-}
-
 /// One completed probe run, reported to the [`ProbeObserver`]: the hook for
 /// the probe metrics (M2, M3) and for recording the verdict's event.
 #[derive(Debug, Clone, Copy)]
@@ -168,421 +126,6 @@ pub trait ProbeObserver: Send + Sync + 'static {
 pub struct NoopObserver;
 
 impl ProbeObserver for NoopObserver {}
-
-/// What a worker probes. Fixed when the worker is created: like the kubelet,
-/// a worker keeps the pod snapshot, container and probe it started with (W3).
-///
-/// Lean on purpose (#15): one worker per probe, thousands per node. The pod
-/// snapshot is shared by the pod's workers, the container is found in it by
-/// position rather than copied (a `Container` is over 2 KB inline), and the
-/// takeover set is shared.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    kind: ProbeKind,
-    spec: ProbeSpec,
-    pod: Arc<Pod>,
-    container: ContainerSlot,
-    /// See [`predates_prober`].
-    takeover: Arc<Takeover>,
-}
-
-/// Where a worker's container is.
-#[derive(Debug, Clone)]
-enum ContainerSlot {
-    /// `spec.containers[i]` of the pod snapshot.
-    Regular(usize),
-    /// `spec.initContainers[i]`.
-    Init(usize),
-    /// Not in the snapshot (a caller's own container): a copy.
-    Own(Box<Container>),
-}
-
-impl WorkerConfig {
-    /// The `kind` probe `spec` of `container`, a container of `pod`.
-    pub fn new(kind: ProbeKind, spec: ProbeSpec, pod: Arc<Pod>, container: &Container) -> Self {
-        let position = |list: Option<&Vec<Container>>| {
-            list.and_then(|list| list.iter().position(|c| c.name == container.name))
-        };
-        let pod_spec = pod.spec.as_ref();
-        // A name is unique across both lists.
-        let slot = if let Some(i) = position(pod_spec.and_then(|s| s.init_containers.as_ref())) {
-            ContainerSlot::Init(i)
-        } else if let Some(i) = position(pod_spec.map(|s| &s.containers)) {
-            ContainerSlot::Regular(i)
-        } else {
-            ContainerSlot::Own(Box::new(container.clone()))
-        };
-        WorkerConfig {
-            kind,
-            spec,
-            pod,
-            container: slot,
-            takeover: Arc::default(),
-        }
-    }
-
-    /// Which container instances count as predating the prober (see
-    /// [`predates_prober`]); shared by the workers of one pod.
-    pub fn with_takeover(mut self, takeover: impl Into<Arc<Takeover>>) -> Self {
-        self.takeover = takeover.into();
-        self
-    }
-
-    pub fn kind(&self) -> ProbeKind {
-        self.kind
-    }
-
-    pub fn spec(&self) -> &ProbeSpec {
-        &self.spec
-    }
-
-    /// The pod as it was when the worker was created.
-    pub fn pod(&self) -> &Pod {
-        &self.pod
-    }
-
-    pub fn pod_uid(&self) -> &str {
-        self.pod.metadata.uid.as_deref().unwrap_or_default()
-    }
-
-    pub fn container(&self) -> &Container {
-        let spec = self.pod.spec.as_ref();
-        let found = match &self.container {
-            ContainerSlot::Regular(i) => spec.and_then(|s| s.containers.get(*i)),
-            ContainerSlot::Init(i) => spec
-                .and_then(|s| s.init_containers.as_ref())
-                .and_then(|list| list.get(*i)),
-            ContainerSlot::Own(container) => Some(&**container),
-        };
-        // The snapshot is immutable, so the slot found at creation is there.
-        found.expect("a worker's container is in its pod snapshot")
-    }
-
-    pub fn container_name(&self) -> &str {
-        &self.container().name
-    }
-
-    /// Whether the container is listed in `spec.initContainers` (the
-    /// kubelet's events then point at `spec.initContainers{name}`).
-    pub fn is_init_container(&self) -> bool {
-        matches!(self.container, ContainerSlot::Init(_))
-    }
-
-    /// Whether the container is a restartable init container (sidecar).
-    pub fn is_restartable_init_container(&self) -> bool {
-        self.is_init_container() && is_restartable_init_container(self.container())
-    }
-
-    /// The value cached when the worker first sees a container (W4).
-    pub fn initial_value(&self) -> CachedResult {
-        match self.kind {
-            ProbeKind::Startup => CachedResult::Unknown,
-            ProbeKind::Readiness => CachedResult::Failure,
-            ProbeKind::Liveness => CachedResult::Success,
-        }
-    }
-
-    /// `fieldPath` of the container, for events (P5).
-    pub fn field_path(&self) -> String {
-        let list = if self.is_init_container() {
-            ContainerList::InitContainers
-        } else {
-            ContainerList::Containers
-        };
-        list.field_path(self.container_name())
-    }
-}
-
-/// Which running container instances survived a restart of the prober and
-/// keep what was reported about them (D5, S4).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Takeover {
-    /// The kubelet's start-time rule alone: running since before the
-    /// prober's start minus [`RESTART_GRACE_PERIOD`] (the prober's own
-    /// simulations, which know no previous verdicts).
-    #[default]
-    ByStartTime,
-    /// S6: exactly the instances (status `containerID`s) a previous podprobe
-    /// reported ready (see [`crate::takeover`]). As the kubelet checks since
-    /// its fixes for replaced containers (kubernetes #141342, #141487),
-    /// what was reported about a container is kept only for that very
-    /// instance: a replacement that started while no prober watched starts
-    /// over, whenever it started.
-    Vouched(HashSet<String>),
-}
-
-/// Whether the container predates a restart of the prober, per `takeover`
-/// (D5, S4, S6).
-pub fn predates_prober(
-    status: &ContainerStatus,
-    prober_start: Timestamp,
-    takeover: &Takeover,
-) -> bool {
-    let Some(started_at) = status
-        .state
-        .as_ref()
-        .and_then(|state| state.running.as_ref())
-        .and_then(|running| running.started_at.as_ref())
-    else {
-        return false;
-    };
-    match takeover {
-        Takeover::ByStartTime => {
-            let grace = i128::try_from(RESTART_GRACE_PERIOD.as_nanos()).unwrap_or(i128::MAX);
-            started_at.0.as_nanosecond() < prober_start.as_nanosecond() - grace
-        }
-        Takeover::Vouched(ids) => status
-            .container_id
-            .as_ref()
-            .is_some_and(|id| ids.contains(id)),
-    }
-}
-
-/// One change to the worker's results cache.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CacheWrite {
-    Remove(String),
-    Set(String, CachedResult),
-}
-
-/// What the worker does after [`WorkerState::before_probe`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Wait for the next tick without probing.
-    Continue,
-    /// End the worker.
-    Stop,
-    /// Run the probe now.
-    Probe,
-}
-
-/// Outcome of the pre-probe part of one iteration: cache writes to apply in
-/// order, then the action.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
-    pub writes: Vec<CacheWrite>,
-    pub action: Action,
-}
-
-/// What one iteration observes besides the worker's own state.
-#[derive(Debug, Clone, Copy)]
-pub struct Observation<'a> {
-    /// The status source's current status for the pod, if any.
-    pub status: Option<&'a PodStatus>,
-    /// Wall-clock now.
-    pub now: Timestamp,
-    /// Wall-clock time the prober (manager) started.
-    pub prober_start: Timestamp,
-}
-
-/// The mutable state of one worker (the kubelet's `worker` fields).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WorkerState {
-    /// The last container ID seen in the pod status.
-    pub container_id: Option<String>,
-    /// The last probe result; starts as `Success`, the zero value (D19).
-    pub last_result: CachedResult,
-    /// How many times in a row the probe returned `last_result`.
-    pub result_run: i64,
-    /// Skip probing until the container ID changes (D6, D16).
-    pub on_hold: bool,
-}
-
-impl WorkerState {
-    /// Everything one iteration decides before probing (D1-D10).
-    pub fn before_probe(&mut self, config: &WorkerConfig, observed: &Observation<'_>) -> Step {
-        let mut writes = Vec::new();
-        let action = self.decide(config, observed, &mut writes);
-        Step { writes, action }
-    }
-
-    fn decide(
-        &mut self,
-        config: &WorkerConfig,
-        observed: &Observation<'_>,
-        writes: &mut Vec<CacheWrite>,
-    ) -> Action {
-        // D1: the pod is not known yet, or no longer.
-        let Some(status) = observed.status else {
-            return Action::Continue;
-        };
-        // D2: a terminal pod never runs its containers again.
-        if matches!(status.phase.as_deref(), Some("Failed" | "Succeeded")) {
-            return Action::Stop;
-        }
-        // D3: the container has not been created yet, or was deleted.
-        let Some((container, id)) = find_container_status(status, config.container_name()) else {
-            return Action::Continue;
-        };
-        if self.container_id.as_deref() != Some(id) {
-            self.adopt_container(config, observed, container, id, writes);
-        }
-        // D6
-        if self.on_hold {
-            return Action::Continue;
-        }
-        let running = container
-            .state
-            .as_ref()
-            .and_then(|state| state.running.as_ref());
-        let Some(running) = running else {
-            // D7
-            writes.push(CacheWrite::Set(id.to_string(), CachedResult::Failure));
-            return if keeps_probing_stopped_container(config, container) {
-                Action::Continue
-            } else {
-                Action::Stop
-            };
-        };
-        // D8: quiet shutdown of a pod that was already being deleted.
-        let deleting = config.pod.metadata.deletion_timestamp.is_some();
-        if deleting && matches!(config.kind, ProbeKind::Liveness | ProbeKind::Startup) {
-            writes.push(CacheWrite::Set(id.to_string(), CachedResult::Success));
-            return Action::Stop;
-        }
-        // D9
-        let started_at = running.started_at.as_ref().map(|t| t.0);
-        if within_initial_delay(started_at, observed.now, config.spec.initial_delay_seconds) {
-            return Action::Continue;
-        }
-        // D10: startup probes run until the container is started, the
-        // others only after.
-        let started = container.started == Some(true);
-        let is_startup = config.kind == ProbeKind::Startup;
-        if started == is_startup {
-            return Action::Continue;
-        }
-        Action::Probe
-    }
-
-    /// D4/D5: a new container ID replaces the old one.
-    fn adopt_container(
-        &mut self,
-        config: &WorkerConfig,
-        observed: &Observation<'_>,
-        container: &ContainerStatus,
-        id: &str,
-        writes: &mut Vec<CacheWrite>,
-    ) {
-        if let Some(previous) = self.container_id.take() {
-            writes.push(CacheWrite::Remove(previous));
-        }
-        self.container_id = Some(id.to_string());
-        // ChangeContainerStatusOnKubeletRestart (deprecated, off by default
-        // since 1.35): a container that predates the prober keeps whatever
-        // was reported before, so no initial value is written for it.
-        let started_sidecar = config.is_restartable_init_container()
-            && config.kind == ProbeKind::Startup
-            && container.started == Some(true);
-        if started_sidecar {
-            writes.push(CacheWrite::Set(id.to_string(), CachedResult::Success));
-        }
-        if !predates_prober(container, observed.prober_start, &config.takeover) {
-            writes.push(CacheWrite::Set(id.to_string(), config.initial_value()));
-        }
-        self.on_hold = false;
-    }
-
-    /// Thresholds and holding after a probe returned `result` without error
-    /// (D13-D17): the write to make, if the result crossed its threshold.
-    pub fn after_probe(
-        &mut self,
-        config: &WorkerConfig,
-        result: CachedResult,
-    ) -> Option<CacheWrite> {
-        // D13
-        if result == self.last_result {
-            self.result_run = self.result_run.saturating_add(1);
-        } else {
-            self.last_result = result;
-            self.result_run = 1;
-        }
-        // D14
-        let below_threshold = match result {
-            CachedResult::Failure => self.result_run < i64::from(config.spec.failure_threshold),
-            CachedResult::Success => self.result_run < i64::from(config.spec.success_threshold),
-            CachedResult::Unknown => false,
-        };
-        if below_threshold {
-            return None;
-        }
-        // D16: the container will be restarted (liveness failure) or has
-        // reached its startup verdict; wait for a new container.
-        let holds = match config.kind {
-            ProbeKind::Liveness => result == CachedResult::Failure,
-            ProbeKind::Startup => true,
-            ProbeKind::Readiness => false,
-        };
-        if holds {
-            self.on_hold = true;
-            self.result_run = 0;
-        }
-        // D15
-        let id = self.container_id.clone()?;
-        Some(CacheWrite::Set(id, result))
-    }
-}
-
-/// D3: the container's status with a non-empty ID, from `containerStatuses`
-/// and failing that `initContainerStatuses`; first entry by name in each.
-fn find_container_status<'a>(
-    status: &'a PodStatus,
-    name: &str,
-) -> Option<(&'a ContainerStatus, &'a str)> {
-    let with_id = |statuses: Option<&'a Vec<ContainerStatus>>| {
-        let container = statuses?.iter().find(|c| c.name == name)?;
-        let id = container
-            .container_id
-            .as_deref()
-            .filter(|id| !id.is_empty())?;
-        Some((container, id))
-    };
-    with_id(status.container_statuses.as_ref())
-        .or_else(|| with_id(status.init_container_statuses.as_ref()))
-}
-
-/// D7: whether a worker keeps going when its container is not running.
-fn keeps_probing_stopped_container(config: &WorkerConfig, container: &ContainerStatus) -> bool {
-    // ContainerRestartRules (beta, on by default since 1.35): keep probing
-    // while the container would be restarted. A waiting container may still
-    // start.
-    let terminated = container
-        .state
-        .as_ref()
-        .and_then(|state| state.terminated.as_ref());
-    let Some(terminated) = terminated else {
-        return true;
-    };
-    let pod_policy = config
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.restart_policy.as_deref());
-    container_should_restart(config.container(), pod_policy, terminated.exit_code)
-}
-
-/// D9: whether the container is younger than `initialDelaySeconds`, in whole
-/// seconds truncated toward zero as Go's `int32(time.Since(t).Seconds())`.
-/// A running container always has `startedAt`; without one there is no delay.
-fn within_initial_delay(started_at: Option<Timestamp>, now: Timestamp, initial_delay: i32) -> bool {
-    let Some(started_at) = started_at else {
-        return false;
-    };
-    let age_seconds = (now.as_nanosecond() - started_at.as_nanosecond()) / 1_000_000_000;
-    age_seconds < i128::from(initial_delay)
-}
-
-/// The cached result of a verdict, or `None` if it errored (D11).
-pub fn verdict_result(verdict: &ProbeVerdict) -> Option<CachedResult> {
-    if verdict.error.is_some() {
-        return None;
-    }
-    Some(if verdict.is_success() {
-        CachedResult::Success
-    } else {
-        CachedResult::Failure
-    })
-}
 
 /// What every worker of one prober shares.
 pub struct WorkerContext<R, S> {
@@ -906,715 +449,12 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
 mod tests {
     use std::collections::HashMap;
 
-    use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
     use super::*;
     use crate::probe::ProbeResult;
     use crate::results::ResultReceivers;
     use crate::testing::*;
 
     const ID: &str = "containerd://c1";
-    const ID2: &str = "containerd://c2";
-
-    /// The prober started at `epoch()`; the container at +100 s, now is +200 s.
-    fn observed(status: Option<&PodStatus>) -> Observation<'_> {
-        Observation {
-            status,
-            now: at(200),
-            prober_start: epoch(),
-        }
-    }
-
-    fn config(kind: ProbeKind, spec: ProbeSpec) -> WorkerConfig {
-        let pod = pod("uid-1", vec![container("app")], vec![]);
-        config_in(kind, spec, pod, "app")
-    }
-
-    fn config_in(kind: ProbeKind, spec: ProbeSpec, pod: Pod, name: &str) -> WorkerConfig {
-        let spec_of = pod.spec.as_ref().unwrap();
-        let mut all = spec_of
-            .containers
-            .iter()
-            .chain(spec_of.init_containers.iter().flatten());
-        let container = all.find(|c| c.name == name).unwrap().clone();
-        WorkerConfig::new(kind, spec, Arc::new(pod), &container)
-    }
-
-    fn running_app(started: Option<bool>) -> PodStatus {
-        pod_status(vec![running("app", ID, at(100), started)], vec![])
-    }
-
-    /// A status in which `kind` gets to probe (D10).
-    fn probing_status(kind: ProbeKind) -> PodStatus {
-        running_app(Some(kind != ProbeKind::Startup))
-    }
-
-    fn set(id: &str, result: CachedResult) -> CacheWrite {
-        CacheWrite::Set(id.to_string(), result)
-    }
-
-    fn default_spec() -> ProbeSpec {
-        probe_spec(10, 0, 1, 3)
-    }
-
-    /// [`probe_spec`] with `podprobe.periodMilliseconds: millis`.
-    fn millisecond_spec(millis: i32, success: i32, failure: i32) -> ProbeSpec {
-        ProbeSpec {
-            period_milliseconds: Some(millis),
-            ..probe_spec(10, 0, success, failure)
-        }
-    }
-
-    #[test]
-    fn d1_no_pod_status_continues_without_writes() {
-        for kind in ProbeKind::ALL {
-            let mut state = WorkerState::default();
-            let step = state.before_probe(&config(kind, default_spec()), &observed(None));
-            assert_eq!(
-                step,
-                Step {
-                    writes: vec![],
-                    action: Action::Continue
-                },
-                "{kind}"
-            );
-        }
-    }
-
-    #[test]
-    fn d2_terminal_pod_stops_without_writes() {
-        for phase in ["Failed", "Succeeded"] {
-            for kind in ProbeKind::ALL {
-                let mut status = probing_status(kind);
-                status.phase = Some(phase.to_string());
-                let mut state = WorkerState::default();
-                let step =
-                    state.before_probe(&config(kind, default_spec()), &observed(Some(&status)));
-                assert_eq!(
-                    step,
-                    Step {
-                        writes: vec![],
-                        action: Action::Stop
-                    },
-                    "{kind} {phase}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn d3_missing_container_status_waits() {
-        let other = pod_status(vec![running("other", ID, at(100), Some(true))], vec![]);
-        let mut no_id = probing_status(ProbeKind::Liveness);
-        no_id.container_statuses.as_mut().unwrap()[0].container_id = Some(String::new());
-        for status in [other, no_id] {
-            let mut state = WorkerState::default();
-            let step = state.before_probe(
-                &config(ProbeKind::Liveness, default_spec()),
-                &observed(Some(&status)),
-            );
-            assert_eq!(
-                step,
-                Step {
-                    writes: vec![],
-                    action: Action::Continue
-                }
-            );
-            assert_eq!(state.container_id, None);
-        }
-    }
-
-    #[test]
-    fn d3_empty_container_id_falls_back_to_init_statuses() {
-        let pod = pod("uid-1", vec![], vec![sidecar("app")]);
-        let config = config_in(ProbeKind::Readiness, default_spec(), pod, "app");
-        let mut stale = running("app", "", at(100), Some(true));
-        stale.container_id = None;
-        let status = pod_status(vec![stale], vec![running("app", ID2, at(100), Some(true))]);
-        let mut state = WorkerState::default();
-        let step = state.before_probe(&config, &observed(Some(&status)));
-        assert_eq!(step.action, Action::Probe);
-        assert_eq!(state.container_id.as_deref(), Some(ID2));
-    }
-
-    #[test]
-    fn w4_initial_value_per_kind() {
-        let expected = [
-            (ProbeKind::Startup, CachedResult::Unknown),
-            (ProbeKind::Readiness, CachedResult::Failure),
-            (ProbeKind::Liveness, CachedResult::Success),
-        ];
-        for (kind, initial) in expected {
-            let spec = probe_spec(10, 60, 1, 3);
-            let mut state = WorkerState::default();
-            let step =
-                state.before_probe(&config(kind, spec), &observed(Some(&probing_status(kind))));
-            assert_eq!(step.writes, vec![set(ID, initial)], "{kind}");
-        }
-    }
-
-    #[test]
-    fn d4_new_container_id_replaces_result_and_lifts_hold() {
-        let config = config(ProbeKind::Liveness, default_spec());
-        let mut state = WorkerState {
-            container_id: Some(ID.to_string()),
-            last_result: CachedResult::Failure,
-            result_run: 0,
-            on_hold: true,
-        };
-        let status = pod_status(vec![running("app", ID2, at(150), Some(true))], vec![]);
-        let step = state.before_probe(&config, &observed(Some(&status)));
-        assert_eq!(
-            step.writes,
-            vec![
-                CacheWrite::Remove(ID.to_string()),
-                set(ID2, CachedResult::Success)
-            ]
-        );
-        assert_eq!(step.action, Action::Probe);
-        assert_eq!(state.container_id.as_deref(), Some(ID2));
-        assert!(!state.on_hold);
-        assert_eq!(
-            state.last_result,
-            CachedResult::Failure,
-            "D19: counters carry over"
-        );
-    }
-
-    #[test]
-    fn k4_restarted_container_is_probed_after_its_own_initial_delay() {
-        let config = config(ProbeKind::Liveness, probe_spec(10, 30, 1, 3));
-        let restarted = pod_status(vec![running("app", ID2, at(150), Some(true))], vec![]);
-        let on_hold = || WorkerState {
-            container_id: Some(ID.to_string()),
-            last_result: CachedResult::Failure,
-            on_hold: true,
-            ..WorkerState::default()
-        };
-        let at_time = |now| Observation {
-            status: Some(&restarted),
-            now,
-            prober_start: epoch(),
-        };
-        let mut early = on_hold();
-        let step = early.before_probe(&config, &at_time(at(179)));
-        assert_eq!(
-            step.action,
-            Action::Continue,
-            "29 s after the new startedAt"
-        );
-        assert_eq!(step.writes[1], set(ID2, CachedResult::Success));
-        assert!(!early.on_hold);
-        let mut late = on_hold();
-        assert_eq!(
-            late.before_probe(&config, &at_time(at(180))).action,
-            Action::Probe
-        );
-    }
-
-    #[test]
-    fn d4_same_container_id_writes_nothing() {
-        let config = config(ProbeKind::Readiness, probe_spec(10, 300, 1, 3));
-        let mut state = WorkerState::default();
-        let status = probing_status(ProbeKind::Readiness);
-        state.before_probe(&config, &observed(Some(&status)));
-        let step = state.before_probe(&config, &observed(Some(&status)));
-        assert_eq!(
-            step,
-            Step {
-                writes: vec![],
-                action: Action::Continue
-            }
-        );
-    }
-
-    #[test]
-    fn d5_container_running_before_prober_start_keeps_cache_empty() {
-        // Started 10.001 s before the prober: pre-existing.
-        let started = Timestamp::from_nanosecond(epoch().as_nanosecond() - 10_001_000_000).unwrap();
-        for kind in ProbeKind::ALL {
-            let status = pod_status(
-                vec![running(
-                    "app",
-                    ID,
-                    started,
-                    Some(kind != ProbeKind::Startup),
-                )],
-                vec![],
-            );
-            let mut state = WorkerState::default();
-            let step = state.before_probe(&config(kind, default_spec()), &observed(Some(&status)));
-            assert_eq!(step.writes, vec![], "{kind}");
-            assert_eq!(step.action, Action::Probe, "{kind}");
-            assert_eq!(state.container_id.as_deref(), Some(ID));
-        }
-    }
-
-    #[test]
-    fn s6_a_replacement_that_predates_the_prober_is_seeded_unless_vouched() {
-        // kubernetes #141487: the instance started long before the prober
-        // (by start time it survived the restart), but the previous
-        // prober's verdicts were about another instance it replaced.
-        let started = Timestamp::from_nanosecond(epoch().as_nanosecond() - 60_000_000_000).unwrap();
-        let status = pod_status(vec![running("app", ID, started, Some(false))], vec![]);
-        for kind in ProbeKind::ALL {
-            let replaced =
-                config(kind, default_spec()).with_takeover(Takeover::Vouched(HashSet::from([
-                    "containerd://replaced".to_string(),
-                ])));
-            let mut state = WorkerState::default();
-            let step = state.before_probe(&replaced, &observed(Some(&status)));
-            assert_eq!(
-                step.writes,
-                vec![CacheWrite::Set(ID.to_string(), replaced.initial_value())],
-                "{kind}"
-            );
-        }
-    }
-
-    #[test]
-    fn d5_vouched_container_keeps_cache_empty_within_grace() {
-        // Started 5 s before the prober, but vouched for.
-        let status = pod_status(vec![running("app", ID, at(-5), Some(true))], vec![]);
-        let vouched = config(ProbeKind::Readiness, default_spec())
-            .with_takeover(Takeover::Vouched(HashSet::from([ID.to_string()])));
-        let mut state = WorkerState::default();
-        let step = state.before_probe(&vouched, &observed(Some(&status)));
-        assert_eq!(step.writes, vec![]);
-
-        // Another instance was vouched for: this one starts over.
-        let another = config(ProbeKind::Readiness, default_spec()).with_takeover(
-            Takeover::Vouched(HashSet::from(["containerd://before".to_string()])),
-        );
-        let mut state = WorkerState::default();
-        let step = state.before_probe(&another, &observed(Some(&status)));
-        assert_eq!(
-            step.writes,
-            vec![CacheWrite::Set(ID.to_string(), CachedResult::Failure)]
-        );
-    }
-
-    #[test]
-    fn d5_container_started_within_grace_gets_initial_value() {
-        let started = at(-10);
-        let status = pod_status(vec![running("app", ID, started, Some(true))], vec![]);
-        let mut state = WorkerState::default();
-        let step = state.before_probe(
-            &config(ProbeKind::Readiness, default_spec()),
-            &observed(Some(&status)),
-        );
-        assert_eq!(step.writes, vec![set(ID, CachedResult::Failure)]);
-    }
-
-    #[test]
-    fn d5_started_restartable_init_container_seeds_startup_success() {
-        // kubernetes #137146: without the seed, a restarted prober would
-        // leave the sidecar's startup result empty and hold every regular
-        // container back. `started` here is podprobe's own verdict about
-        // this very instance (the daemon's status source, S6).
-        let pod = pod("uid-1", vec![container("main")], vec![sidecar("app")]);
-        let config = config_in(ProbeKind::Startup, default_spec(), pod, "app");
-        // Pre-existing sidecar: only the Success seed.
-        let old = pod_status(vec![], vec![running("app", ID, at(-3600), Some(true))]);
-        let mut state = WorkerState::default();
-        let step = state.before_probe(&config, &observed(Some(&old)));
-        assert_eq!(step.writes, vec![set(ID, CachedResult::Success)]);
-        assert_eq!(
-            step.action,
-            Action::Continue,
-            "started: startup is parked (D10)"
-        );
-        // Fresh sidecar: the seed, then the initial value, as upstream writes both.
-        let fresh = pod_status(vec![], vec![running("app", ID2, at(100), Some(true))]);
-        let step = state.before_probe(&config, &observed(Some(&fresh)));
-        assert_eq!(
-            step.writes,
-            vec![
-                CacheWrite::Remove(ID.to_string()),
-                set(ID2, CachedResult::Success),
-                set(ID2, CachedResult::Unknown),
-            ]
-        );
-    }
-
-    #[test]
-    fn d6_on_hold_skips_probe() {
-        let config = config(ProbeKind::Liveness, default_spec());
-        let mut state = WorkerState {
-            container_id: Some(ID.to_string()),
-            on_hold: true,
-            ..WorkerState::default()
-        };
-        // Even a stopped container is left alone while on hold.
-        for status in [
-            probing_status(ProbeKind::Liveness),
-            pod_status(vec![waiting("app", ID)], vec![]),
-        ] {
-            let step = state.before_probe(&config, &observed(Some(&status)));
-            assert_eq!(
-                step,
-                Step {
-                    writes: vec![],
-                    action: Action::Continue
-                }
-            );
-        }
-    }
-
-    #[test]
-    fn d7_not_running_writes_failure() {
-        for kind in ProbeKind::ALL {
-            let status = pod_status(vec![waiting("app", ID)], vec![]);
-            let mut state = WorkerState {
-                container_id: Some(ID.to_string()),
-                ..WorkerState::default()
-            };
-            let step = state.before_probe(&config(kind, default_spec()), &observed(Some(&status)));
-            assert_eq!(step.writes, vec![set(ID, CachedResult::Failure)], "{kind}");
-            assert_eq!(
-                step.action,
-                Action::Continue,
-                "{kind}: a waiting container may start"
-            );
-        }
-    }
-
-    fn d7_action(pod_policy: Option<&str>, container: Container, exit_code: i32) -> Action {
-        let mut pod = pod("uid-1", vec![container], vec![]);
-        pod.spec.as_mut().unwrap().restart_policy = pod_policy.map(str::to_string);
-        let config = config_in(ProbeKind::Readiness, default_spec(), pod, "app");
-        let status = pod_status(vec![terminated("app", ID, exit_code)], vec![]);
-        let mut state = WorkerState::default();
-        let step = state.before_probe(&config, &observed(Some(&status)));
-        assert_eq!(step.writes.last(), Some(&set(ID, CachedResult::Failure)));
-        step.action
-    }
-
-    #[test]
-    fn d7_terminated_container_follows_pod_restart_policy() {
-        use Action::{Continue, Stop};
-        let cases = [
-            (None, 0, Continue),
-            (Some("Always"), 0, Continue),
-            (Some("OnFailure"), 0, Stop),
-            (Some("OnFailure"), 1, Continue),
-            (Some("Never"), 1, Stop),
-        ];
-        for (policy, exit_code, want) in cases {
-            assert_eq!(
-                d7_action(policy, container("app"), exit_code),
-                want,
-                "{policy:?} {exit_code}"
-            );
-        }
-    }
-
-    #[test]
-    fn d7_container_restart_policy_overrides_pod() {
-        let with_policy = |policy: &str| Container {
-            restart_policy: Some(policy.to_string()),
-            ..container("app")
-        };
-        assert_eq!(
-            d7_action(Some("Never"), with_policy("Always"), 0),
-            Action::Continue
-        );
-        assert_eq!(
-            d7_action(Some("Never"), with_policy("OnFailure"), 2),
-            Action::Continue
-        );
-        assert_eq!(
-            d7_action(Some("Always"), with_policy("OnFailure"), 0),
-            Action::Stop
-        );
-        assert_eq!(
-            d7_action(Some("Always"), with_policy("Never"), 1),
-            Action::Stop
-        );
-    }
-
-    #[test]
-    fn d7_restart_rules_match_exit_codes() {
-        let rule = |operator: &str, values: Vec<i32>| ContainerRestartRule {
-            action: "Restart".to_string(),
-            exit_codes: Some(ContainerRestartRuleOnExitCodes {
-                operator: operator.to_string(),
-                values: Some(values),
-            }),
-        };
-        let with_rules = |policy: Option<&str>, rules| Container {
-            restart_policy: policy.map(str::to_string),
-            restart_policy_rules: Some(rules),
-            ..container("app")
-        };
-        let never_but_42 = with_rules(Some("Never"), vec![rule("In", vec![42])]);
-        assert_eq!(
-            d7_action(Some("Never"), never_but_42.clone(), 42),
-            Action::Continue
-        );
-        assert_eq!(d7_action(Some("Never"), never_but_42, 1), Action::Stop);
-        let never_unless_0 = with_rules(Some("Never"), vec![rule("NotIn", vec![0])]);
-        assert_eq!(
-            d7_action(Some("Never"), never_unless_0.clone(), 3),
-            Action::Continue
-        );
-        assert_eq!(d7_action(Some("Never"), never_unless_0, 0), Action::Stop);
-        // Rules are ignored without a container-level restartPolicy.
-        let rules_only = with_rules(None, vec![rule("In", vec![42])]);
-        assert_eq!(d7_action(Some("Never"), rules_only, 42), Action::Stop);
-    }
-
-    #[test]
-    fn d7_restartable_init_container_keeps_probing_after_exit() {
-        let mut pod = pod("uid-1", vec![container("main")], vec![sidecar("app")]);
-        pod.spec.as_mut().unwrap().restart_policy = Some("Never".to_string());
-        let config = config_in(ProbeKind::Liveness, default_spec(), pod, "app");
-        let status = pod_status(vec![], vec![terminated("app", ID, 0)]);
-        let mut state = WorkerState::default();
-        assert_eq!(
-            state.before_probe(&config, &observed(Some(&status))).action,
-            Action::Continue
-        );
-    }
-
-    #[test]
-    fn d8_deleting_pod_liveness_and_startup_write_success_and_stop() {
-        for kind in ProbeKind::ALL {
-            let mut pod = pod("uid-1", vec![container("app")], vec![]);
-            pod.metadata.deletion_timestamp = Some(Time(at(150)));
-            let config = config_in(kind, default_spec(), pod, "app");
-            let mut state = WorkerState {
-                container_id: Some(ID.to_string()),
-                ..WorkerState::default()
-            };
-            let step = state.before_probe(&config, &observed(Some(&probing_status(kind))));
-            if kind == ProbeKind::Readiness {
-                assert_eq!(
-                    step,
-                    Step {
-                        writes: vec![],
-                        action: Action::Probe
-                    }
-                );
-            } else {
-                let want = Step {
-                    writes: vec![set(ID, CachedResult::Success)],
-                    action: Action::Stop,
-                };
-                assert_eq!(step, want, "{kind}");
-            }
-        }
-    }
-
-    #[test]
-    fn d9_initial_delay_counts_whole_seconds_from_started_at() {
-        let delayed = config(ProbeKind::Liveness, probe_spec(10, 100, 1, 3));
-        let status = probing_status(ProbeKind::Liveness); // started at +100 s
-        let mut state = WorkerState::default();
-        let step_at = |state: &mut WorkerState, nanos_after_start: i128| {
-            let now =
-                Timestamp::from_nanosecond(at(100).as_nanosecond() + nanos_after_start).unwrap();
-            let observed = Observation {
-                status: Some(&status),
-                now,
-                prober_start: epoch(),
-            };
-            state.before_probe(&delayed, &observed).action
-        };
-        assert_eq!(
-            step_at(&mut state, 99_999_999_999),
-            Action::Continue,
-            "99.99 s truncates to 99"
-        );
-        assert_eq!(step_at(&mut state, 100_000_000_000), Action::Probe);
-        // A startedAt in the future (clock skew) truncates toward zero.
-        let config = config(ProbeKind::Liveness, probe_spec(10, 0, 1, 3));
-        let skewed = Observation {
-            status: Some(&status),
-            now: Timestamp::from_nanosecond(at(100).as_nanosecond() - 900_000_000).unwrap(),
-            prober_start: epoch(),
-        };
-        assert_eq!(
-            WorkerState::default().before_probe(&config, &skewed).action,
-            Action::Probe
-        );
-    }
-
-    #[test]
-    fn d9_negative_initial_delay_means_none() {
-        let config = config(ProbeKind::Readiness, probe_spec(10, -100, 1, 3));
-        let status = pod_status(vec![running("app", ID, at(200), Some(true))], vec![]);
-        let mut state = WorkerState::default();
-        assert_eq!(
-            state.before_probe(&config, &observed(Some(&status))).action,
-            Action::Probe
-        );
-    }
-
-    #[test]
-    fn d10_started_flag_gates_probes() {
-        let cases = [
-            (ProbeKind::Startup, None, Action::Probe),
-            (ProbeKind::Startup, Some(false), Action::Probe),
-            (ProbeKind::Startup, Some(true), Action::Continue),
-            (ProbeKind::Readiness, None, Action::Continue),
-            (ProbeKind::Readiness, Some(false), Action::Continue),
-            (ProbeKind::Readiness, Some(true), Action::Probe),
-            (ProbeKind::Liveness, Some(false), Action::Continue),
-            (ProbeKind::Liveness, Some(true), Action::Probe),
-        ];
-        for (kind, started, want) in cases {
-            let mut state = WorkerState::default();
-            let status = running_app(started);
-            let step = state.before_probe(&config(kind, default_spec()), &observed(Some(&status)));
-            assert_eq!(step.action, want, "{kind} started={started:?}");
-        }
-    }
-
-    /// A state that has adopted `ID`, as after the first iteration.
-    fn adopted() -> WorkerState {
-        WorkerState {
-            container_id: Some(ID.to_string()),
-            ..WorkerState::default()
-        }
-    }
-
-    #[test]
-    fn d11_errored_verdict_maps_to_no_result() {
-        assert_eq!(verdict_result(&errored(ProbeKind::Liveness)), None);
-        let failed = verdict(ProbeKind::Liveness, ProbeResult::Failure);
-        assert_eq!(verdict_result(&failed), Some(CachedResult::Failure));
-        let warned = verdict(ProbeKind::Liveness, ProbeResult::Warning);
-        assert_eq!(verdict_result(&warned), Some(CachedResult::Success));
-        let unknown = verdict(ProbeKind::Liveness, ProbeResult::Unknown);
-        assert_eq!(verdict_result(&unknown), Some(CachedResult::Failure));
-    }
-
-    #[test]
-    fn d13_result_run_counts_consecutive_results() {
-        let config = config(ProbeKind::Readiness, probe_spec(10, 0, 5, 5));
-        let mut state = adopted();
-        for (result, run) in [
-            (CachedResult::Success, 1),
-            (CachedResult::Success, 2),
-            (CachedResult::Failure, 1),
-            (CachedResult::Failure, 2),
-            (CachedResult::Success, 1),
-        ] {
-            state.after_probe(&config, result);
-            assert_eq!((state.last_result, state.result_run), (result, run));
-        }
-    }
-
-    #[test]
-    fn d14_d15_results_are_written_from_their_threshold_on() {
-        let config = config(ProbeKind::Readiness, probe_spec(10, 0, 2, 3));
-        let mut state = adopted();
-        let writes: Vec<_> = [
-            CachedResult::Failure,
-            CachedResult::Failure,
-            CachedResult::Failure,
-            CachedResult::Failure,
-            CachedResult::Success,
-            CachedResult::Success,
-            CachedResult::Success,
-        ]
-        .into_iter()
-        .map(|result| state.after_probe(&config, result))
-        .collect();
-        let failure = Some(set(ID, CachedResult::Failure));
-        let success = Some(set(ID, CachedResult::Success));
-        assert_eq!(
-            writes,
-            vec![
-                None,
-                None,
-                failure.clone(),
-                failure,
-                None,
-                success.clone(),
-                success
-            ]
-        );
-    }
-
-    #[test]
-    fn d16_liveness_failure_puts_worker_on_hold() {
-        let config = config(ProbeKind::Liveness, probe_spec(10, 0, 1, 2));
-        let mut state = adopted();
-        assert_eq!(
-            state.after_probe(&config, CachedResult::Success),
-            Some(set(ID, CachedResult::Success))
-        );
-        assert!(!state.on_hold, "liveness success does not hold");
-        assert_eq!(state.after_probe(&config, CachedResult::Failure), None);
-        assert_eq!(
-            state.after_probe(&config, CachedResult::Failure),
-            Some(set(ID, CachedResult::Failure))
-        );
-        assert!(state.on_hold);
-        assert_eq!(state.result_run, 0);
-    }
-
-    #[test]
-    fn d16_startup_holds_after_either_threshold() {
-        for (result, threshold) in [(CachedResult::Success, 1), (CachedResult::Failure, 3)] {
-            let config = config(ProbeKind::Startup, probe_spec(10, 0, 1, 3));
-            let mut state = adopted();
-            for _ in 1..threshold {
-                assert_eq!(state.after_probe(&config, result), None);
-                assert!(!state.on_hold);
-            }
-            assert_eq!(state.after_probe(&config, result), Some(set(ID, result)));
-            assert!(state.on_hold, "{result:?}");
-            assert_eq!(state.result_run, 0);
-        }
-    }
-
-    #[test]
-    fn d17_readiness_never_holds() {
-        let config = config(ProbeKind::Readiness, probe_spec(10, 0, 1, 1));
-        let mut state = adopted();
-        assert_eq!(
-            state.after_probe(&config, CachedResult::Failure),
-            Some(set(ID, CachedResult::Failure))
-        );
-        assert!(!state.on_hold);
-        assert_eq!(
-            state.after_probe(&config, CachedResult::Success),
-            Some(set(ID, CachedResult::Success))
-        );
-        assert!(!state.on_hold);
-    }
-
-    #[test]
-    fn d19_first_success_counts_from_zero_value() {
-        let config = config(ProbeKind::Readiness, probe_spec(10, 0, 1, 3));
-        let mut state = adopted();
-        assert_eq!(state.last_result, CachedResult::Success);
-        state.after_probe(&config, CachedResult::Success);
-        assert_eq!(state.result_run, 1);
-    }
-
-    #[test]
-    fn d19_run_carries_over_container_change() {
-        let config = config(ProbeKind::Readiness, probe_spec(10, 0, 3, 3));
-        let mut state = WorkerState::default();
-        state.before_probe(
-            &config,
-            &observed(Some(&probing_status(ProbeKind::Readiness))),
-        );
-        assert_eq!(state.after_probe(&config, CachedResult::Success), None);
-        assert_eq!(state.after_probe(&config, CachedResult::Success), None);
-        let restarted = pod_status(vec![running("app", ID2, at(150), Some(true))], vec![]);
-        let step = state.before_probe(&config, &observed(Some(&restarted)));
-        assert_eq!(step.writes[1], set(ID2, CachedResult::Failure));
-        assert_eq!(
-            state.after_probe(&config, CachedResult::Success),
-            Some(set(ID2, CachedResult::Success))
-        );
-    }
 
     // --- one iteration with a fake runner (no task) ---
 
@@ -1687,7 +527,7 @@ mod tests {
         ));
         rig.statuses
             .set("uid-1", fresh_status(ProbeKind::Readiness));
-        let mut worker = rig.worker(config(ProbeKind::Readiness, probe_spec(10, 0, 1, 2)));
+        let mut worker = rig.worker(worker_config(ProbeKind::Readiness, probe_spec(10, 0, 1, 2)));
         assert!(worker.do_probe().await);
         assert_eq!(worker.state.result_run, 1);
         assert!(worker.do_probe().await, "an errored run continues");
@@ -1729,7 +569,7 @@ mod tests {
         ));
         rig.statuses
             .set("uid-1", fresh_status(ProbeKind::Readiness));
-        let mut worker = rig.worker(config(ProbeKind::Readiness, probe_spec(10, 0, 1, 3)));
+        let mut worker = rig.worker(worker_config(ProbeKind::Readiness, probe_spec(10, 0, 1, 3)));
         let note = || rig.context.caches.readiness.note(ID);
         assert!(worker.do_probe().await);
         // Below the failure threshold: the note is there before the verdict.
@@ -1756,7 +596,7 @@ mod tests {
         );
         let rig = rig(runner);
         rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
-        let mut worker = rig.worker(config(ProbeKind::Liveness, default_spec()));
+        let mut worker = rig.worker(worker_config(ProbeKind::Liveness, default_spec()));
         assert!(worker.do_probe().await);
         let runs = rig.observer.runs.lock().unwrap().clone();
         assert_eq!(
@@ -1784,7 +624,7 @@ mod tests {
     async fn d18_iteration_writes_then_continues() {
         let mut rig = rig(ScriptedRunner::always(ProbeResult::Failure));
         rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
-        let mut worker = rig.worker(config(ProbeKind::Liveness, probe_spec(10, 0, 1, 1)));
+        let mut worker = rig.worker(worker_config(ProbeKind::Liveness, probe_spec(10, 0, 1, 1)));
         assert!(worker.do_probe().await);
         assert_eq!(
             rig.cached(ProbeKind::Liveness, ID),
@@ -1847,7 +687,7 @@ mod tests {
         let handles: Vec<_> = names
             .iter()
             .map(|name| {
-                let config = config_in(ProbeKind::Liveness, spec.clone(), pod.clone(), name);
+                let config = worker_config_in(ProbeKind::Liveness, spec.clone(), pod.clone(), name);
                 spawn_on(&rig, config).0
             })
             .collect();
@@ -1896,7 +736,7 @@ mod tests {
         // Exactly one period: Go's `period > time.Since(start)` is false.
         tokio::time::sleep(Duration::from_secs(10)).await;
         let origin = Instant::now();
-        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Liveness, default_spec()));
+        let (_handle, _) = spawn_on(&rig, worker_config(ProbeKind::Liveness, default_spec()));
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(rig.runner.call_times(origin), vec![0.0]);
     }
@@ -1907,7 +747,10 @@ mod tests {
         rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
         past_start_window().await;
         let origin = Instant::now();
-        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Liveness, probe_spec(7, 0, 1, 3)));
+        let (_handle, _) = spawn_on(
+            &rig,
+            worker_config(ProbeKind::Liveness, probe_spec(7, 0, 1, 3)),
+        );
         tokio::time::sleep(Duration::from_millis(21_500)).await;
         assert_eq!(rig.runner.call_times(origin), vec![0.0, 7.0, 14.0, 21.0]);
     }
@@ -1919,7 +762,7 @@ mod tests {
         rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
         past_start_window().await;
         let origin = Instant::now();
-        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Liveness, default_spec()));
+        let (_handle, _) = spawn_on(&rig, worker_config(ProbeKind::Liveness, default_spec()));
         tokio::time::sleep(Duration::from_millis(40_500)).await;
         // One late tick fires at once; then the original 10 s grid resumes.
         assert_eq!(rig.runner.call_times(origin), vec![0.0, 25.0, 30.0, 40.0]);
@@ -1937,7 +780,7 @@ mod tests {
         past_start_window().await;
         let origin = Instant::now();
         let spec = millisecond_spec(250, 1, 3);
-        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Liveness, spec));
+        let (_handle, _) = spawn_on(&rig, worker_config(ProbeKind::Liveness, spec));
         tokio::time::sleep(Duration::from_millis(1_900)).await;
         assert_eq!(
             rig.runner.call_times(origin),
@@ -1965,7 +808,7 @@ mod tests {
         past_start_window().await;
         let origin = Instant::now();
         let spec = millisecond_spec(100, 2, 3);
-        let (_handle, _) = spawn_on(&rig, config(ProbeKind::Readiness, spec));
+        let (_handle, _) = spawn_on(&rig, worker_config(ProbeKind::Readiness, spec));
         let mut cached = Vec::new();
         for millis in [50, 150, 350, 450, 1_950] {
             tokio::time::sleep_until(origin + Duration::from_millis(millis)).await;
@@ -1990,7 +833,7 @@ mod tests {
             .set("uid-1", fresh_status(ProbeKind::Readiness));
         past_start_window().await;
         let origin = Instant::now();
-        let (handle, _) = spawn_on(&rig, config(ProbeKind::Readiness, default_spec()));
+        let (handle, _) = spawn_on(&rig, worker_config(ProbeKind::Readiness, default_spec()));
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(handle.trigger());
         tokio::time::sleep(Duration::from_millis(20_500)).await;
@@ -2007,7 +850,7 @@ mod tests {
             .set("uid-1", fresh_status(ProbeKind::Readiness));
         past_start_window().await;
         let origin = Instant::now();
-        let (handle, _) = spawn_on(&rig, config(ProbeKind::Readiness, default_spec()));
+        let (handle, _) = spawn_on(&rig, worker_config(ProbeKind::Readiness, default_spec()));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(handle.trigger());
         tokio::time::sleep(Duration::from_secs(16)).await;
@@ -2022,7 +865,7 @@ mod tests {
             .set("uid-1", fresh_status(ProbeKind::Readiness));
         past_start_window().await;
         let origin = Instant::now();
-        let (handle, _) = spawn_on(&rig, config(ProbeKind::Readiness, default_spec()));
+        let (handle, _) = spawn_on(&rig, worker_config(ProbeKind::Readiness, default_spec()));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(handle.trigger(), "the slot is free");
         assert!(!handle.trigger(), "the slot is taken while the probe runs");
@@ -2038,7 +881,7 @@ mod tests {
         let rig = rig(ScriptedRunner::new([slow], ProbeResult::Success));
         rig.statuses.set("uid-1", fresh_status(ProbeKind::Liveness));
         past_start_window().await;
-        let (handle, exited) = spawn_on(&rig, config(ProbeKind::Liveness, default_spec()));
+        let (handle, exited) = spawn_on(&rig, worker_config(ProbeKind::Liveness, default_spec()));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(rig.runner.calls().len(), 1, "the probe is in flight");
         for _ in 0..10 {
@@ -2061,7 +904,7 @@ mod tests {
             let rig = rig(ScriptedRunner::always(ProbeResult::Success));
             rig.statuses.set("uid-1", fresh_status(kind));
             past_start_window().await;
-            let (handle, exited) = spawn_on(&rig, config(kind, default_spec()));
+            let (handle, exited) = spawn_on(&rig, worker_config(kind, default_spec()));
             tokio::time::sleep(Duration::from_secs(1)).await;
             assert_eq!(rig.cached(kind, ID), Some(CachedResult::Success), "{kind}");
             handle.stop();
@@ -2082,7 +925,7 @@ mod tests {
         rig.statuses
             .set("uid-1", fresh_status(ProbeKind::Readiness));
         past_start_window().await;
-        let (_handle, exited) = spawn_on(&rig, config(ProbeKind::Readiness, default_spec()));
+        let (_handle, exited) = spawn_on(&rig, worker_config(ProbeKind::Readiness, default_spec()));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(
             rig.cached(ProbeKind::Readiness, ID),
@@ -2110,7 +953,7 @@ mod tests {
             .set("uid-1", fresh_status(ProbeKind::Readiness));
         past_start_window().await;
         let origin = Instant::now();
-        let (_handle, exited) = spawn_on(&rig, config(ProbeKind::Readiness, default_spec()));
+        let (_handle, exited) = spawn_on(&rig, worker_config(ProbeKind::Readiness, default_spec()));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(
             rig.cached(ProbeKind::Readiness, ID),
@@ -2176,10 +1019,10 @@ mod tests {
             vec![container("main")],
             vec![sidecar("side"), container("init")],
         );
-        let side = config_in(ProbeKind::Liveness, default_spec(), pod.clone(), "side");
+        let side = worker_config_in(ProbeKind::Liveness, default_spec(), pod.clone(), "side");
         assert!(side.is_restartable_init_container());
         assert_eq!(side.field_path(), "spec.initContainers{side}");
-        let main = config_in(ProbeKind::Liveness, default_spec(), pod, "main");
+        let main = worker_config_in(ProbeKind::Liveness, default_spec(), pod, "main");
         assert!(!main.is_restartable_init_container());
         assert_eq!(main.field_path(), "spec.containers{main}");
         assert_eq!(runtime_container_id("containerd://abc"), "abc");

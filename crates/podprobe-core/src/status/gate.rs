@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::annotation::AnnotatedProbes;
 use super::conditions::{self, NotReady, replace_or_append, set_transition_time};
 use super::{ContainerProbeView, readiness_containers, status_named, view_for};
+use crate::util::pod::is_running;
 
 /// The condition type podprobe owns in gate mode.
 pub const READY_CONDITION: &str = "podprobe.io/ready";
@@ -100,7 +101,7 @@ fn noted<'a>(
 
 /// Running by the API, started and ready by podprobe's verdict.
 fn is_ready(status: &ContainerStatus, views: &[ContainerProbeView]) -> bool {
-    let running = status.state.as_ref().is_some_and(|s| s.running.is_some());
+    let running = is_running(status);
     running && view_for(views, status).is_some_and(|view| view.started && view.ready)
 }
 

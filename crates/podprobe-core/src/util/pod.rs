@@ -26,6 +26,11 @@ pub fn all_container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatu
         .chain(regular.into_iter().flatten())
 }
 
+/// Whether the container status says it is running now.
+pub fn is_running(status: &ContainerStatus) -> bool {
+    status.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
 /// Whether `container` has `restartPolicy: Always`, which in
 /// `spec.initContainers` makes it a restartable init container (sidecar).
 pub fn is_restartable_init_container(container: &Container) -> bool {

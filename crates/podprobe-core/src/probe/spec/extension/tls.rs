@@ -19,8 +19,9 @@
 //! verifier). Without the key an HTTPS probe is the kubelet's (no
 //! verification) and a gRPC probe is plain text.
 
+use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -72,10 +73,15 @@ pub struct TlsSettings {
 }
 
 /// `caBundle`, parsed: at least one certificate, each a usable trust
-/// anchor.
-#[derive(Clone, PartialEq, Eq)]
+/// anchor. Two are equal when their certificates are.
+#[derive(Clone)]
 pub struct CaBundle {
     certificates: Vec<CertificateDer<'static>>,
+    /// What the TLS handler builds from the certificates (its verifier),
+    /// built on first use and shared by every clone of this bundle, so that
+    /// a probe's connections do not rebuild it. Typed here as `Any`: this
+    /// crate cannot name rustls's types.
+    derived: Arc<OnceLock<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl CaBundle {
@@ -84,7 +90,32 @@ impl CaBundle {
     pub fn certificates(&self) -> &[CertificateDer<'static>] {
         &self.certificates
     }
+
+    /// What `build` makes of the certificates, built once per parsed bundle
+    /// and shared by its clones (a worker's spec, each run's copy). One
+    /// caller (the TLS handler) uses it, with one `T`; a `T` other than the
+    /// first is built afresh each time rather than cached.
+    pub fn derived<T: Any + Send + Sync>(
+        &self,
+        build: impl Fn(&[CertificateDer<'static>]) -> Arc<T>,
+    ) -> Arc<T> {
+        let stored = self.derived.get_or_init(|| {
+            let built: Arc<dyn Any + Send + Sync> = build(&self.certificates);
+            built
+        });
+        Arc::clone(stored)
+            .downcast::<T>()
+            .unwrap_or_else(|_| build(&self.certificates))
+    }
 }
+
+impl PartialEq for CaBundle {
+    fn eq(&self, other: &Self) -> bool {
+        self.certificates == other.certificates
+    }
+}
+
+impl Eq for CaBundle {}
 
 impl fmt::Debug for CaBundle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -226,7 +257,10 @@ fn ca_bundle(field: String, pem: &str) -> Result<CaBundle, FieldError> {
             ))
         })?;
     }
-    Ok(CaBundle { certificates })
+    Ok(CaBundle {
+        certificates,
+        derived: Arc::default(),
+    })
 }
 
 fn server_name(field: String, name: &str) -> Result<ServerName<'static>, FieldError> {
@@ -283,6 +317,31 @@ mod tests {
         );
         let ip = settings("grpc", false, json!({"serverName": "10.0.0.1"})).unwrap();
         assert!(matches!(ip.server_name, Some(ServerName::IpAddress(_))));
+    }
+
+    #[test]
+    fn what_a_bundle_derives_is_built_once_and_shared_by_its_clones() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let parsed = settings("grpc", false, json!({"caBundle": ca_pem()})).unwrap();
+        let bundle = parsed.ca_bundle.expect("bundle");
+        let builds = AtomicUsize::new(0);
+        let build = |certificates: &[CertificateDer<'static>]| {
+            builds.fetch_add(1, Ordering::Relaxed);
+            Arc::new(certificates.len())
+        };
+        let clone = bundle.clone();
+        assert_eq!(*bundle.derived(build), 1);
+        assert_eq!(*clone.derived(build), 1);
+        assert_eq!(*bundle.derived(build), 1);
+        assert_eq!(builds.load(Ordering::Relaxed), 1, "built once");
+        // Another type is not cached in the slot the first one took.
+        assert_eq!(*bundle.derived(|_| Arc::new("other")), "other");
+        // Equality is the certificates', whatever was derived.
+        let reparsed = CaBundle {
+            certificates: bundle.certificates.clone(),
+            derived: Arc::default(),
+        };
+        assert_eq!(reparsed, bundle);
     }
 
     #[test]
