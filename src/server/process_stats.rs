@@ -5,8 +5,15 @@
 //! `process_start_time_seconds`), so dashboards and alerts written for any
 //! Go component of a node work unchanged.
 //!
-//! Linux only: elsewhere, or when a file cannot be read, the series that
-//! depend on it are left out of the scrape rather than reported as zero.
+//! Besides them, what glibc's malloc holds (`podprobe_heap_in_use_bytes`,
+//! `podprobe_heap_free_bytes`, from `mallinfo2`), the way Go components
+//! report `go_memstats_heap_inuse_bytes` and `..._heap_idle_bytes`: RSS
+//! that grows while the heap in use does not is memory the allocator keeps,
+//! not state podprobe keeps (#27).
+//!
+//! Linux only (the heap figures: glibc only): elsewhere, or when a file
+//! cannot be read, the series that depend on it are left out of the scrape
+//! rather than reported as zero.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -27,6 +34,10 @@ pub struct ProcessStats {
     pub open_fds: Option<i64>,
     pub max_fds: Option<i64>,
     pub start_time_seconds: Option<f64>,
+    /// Bytes handed out by malloc and not freed (mmapped chunks included).
+    pub heap_in_use_bytes: Option<i64>,
+    /// Bytes malloc holds free in its arenas, not returned to the system.
+    pub heap_free_bytes: Option<i64>,
 }
 
 impl ProcessStats {
@@ -47,8 +58,29 @@ impl ProcessStats {
             start_time_seconds: stat
                 .zip(boot_time)
                 .map(|(s, boot)| boot as f64 + s.start_ticks as f64 / USER_HZ),
+            ..heap_stats()
         }
     }
+}
+
+/// The heap figures of [`ProcessStats`], from glibc's `mallinfo2`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_stats() -> ProcessStats {
+    // SAFETY: mallinfo2 takes no argument and returns a plain struct; it
+    // locks each arena while it reads it.
+    let info = unsafe { libc::mallinfo2() };
+    let bytes = |n: usize| Some(i64::try_from(n).unwrap_or(i64::MAX));
+    ProcessStats {
+        heap_in_use_bytes: bytes(info.uordblks.saturating_add(info.hblkhd)),
+        heap_free_bytes: bytes(info.fordblks),
+        ..ProcessStats::default()
+    }
+}
+
+/// No heap figures without glibc.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_stats() -> ProcessStats {
+    ProcessStats::default()
 }
 
 /// The fields of `/proc/<pid>/stat` used here.
@@ -127,7 +159,7 @@ impl Collector for ProcessCollector {
                 counter.metric_type(),
             )?)?;
         }
-        let gauges: [(&str, &str, Option<i64>); 4] = [
+        let gauges: [(&str, &str, Option<i64>); 6] = [
             (
                 "process_resident_memory_bytes",
                 "Resident memory size in bytes",
@@ -147,6 +179,16 @@ impl Collector for ProcessCollector {
                 "process_max_fds",
                 "Maximum number of open file descriptors",
                 stats.max_fds,
+            ),
+            (
+                "podprobe_heap_in_use_bytes",
+                "Bytes allocated by malloc and not freed (glibc mallinfo2: uordblks + hblkhd)",
+                stats.heap_in_use_bytes,
+            ),
+            (
+                "podprobe_heap_free_bytes",
+                "Bytes malloc holds free in its arenas, not returned to the system (glibc mallinfo2: fordblks)",
+                stats.heap_free_bytes,
             ),
         ];
         for (name, help, value) in gauges {
@@ -214,6 +256,28 @@ mod tests {
             ),
             Some(512 * 1024)
         );
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn heap_in_use_follows_an_allocation_and_its_free() {
+        const SIZE: usize = 64 << 20;
+        let in_use = || ProcessStats::read().heap_in_use_bytes.expect("glibc");
+        let before = in_use();
+        let block = vec![1u8; SIZE];
+        let during = in_use();
+        assert!(
+            during >= before + (SIZE as i64) * 15 / 16,
+            "{before} -> {during}"
+        );
+        assert_eq!(std::hint::black_box(&block)[SIZE - 1], 1);
+        drop(block);
+        let after = in_use();
+        assert!(
+            after <= during - (SIZE as i64) * 15 / 16,
+            "{during} -> {after}"
+        );
+        assert!(ProcessStats::read().heap_free_bytes.is_some());
     }
 
     #[test]

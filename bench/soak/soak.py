@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""Churn soak (#27 item 2): does podprobe's memory level off?
+
+    soak.py run --binary PATH [knobs]
+        runs `podprobe run --mode gate` as a host process (optionally under
+        heaptrack) against the local cluster for DURATION_S, re-creating
+        PODS pods every CYCLE_S (a third of them failing their readiness
+        probe, so Events flow), editing the annotation of a third of them
+        halfway through each cycle, and restarting podprobe halfway through
+        the soak. Samples podprobe's RSS every SAMPLE_S into rss.csv, writes
+        rss.svg, and prints one JSON line.
+    soak.py plot OUT
+        (re)draws OUT/rss.svg from OUT/rss.csv.
+
+Every probe: HTTP readiness, periodSeconds 1, against the pod's busybox
+httpd (bench/node's pods, side B: the `podprobe.io/probes` annotation and
+the `podprobe.io/ready` gate). Failing pods probe a path the httpd does not
+serve (404: a Warning `Unhealthy` Event per run, aggregated).
+
+The verdict the issue asks for: the last hour's highest RSS within 5 % of
+the second hour's first sample, and below 64 MiB. With a soak shorter than
+two hours the same comparison is made on the second half against the first
+sample after the restart's settling (`levels_off` in the JSON line says
+which windows were compared).
+
+A measurement, not a test: CI does not run it. Python 3 standard library
+only; bench/node/node.py's API client and pod manifests are reused.
+"""
+
+import argparse
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node"))
+import node  # noqa: E402  (bench/node/node.py)
+
+CLUSTER = node.CLUSTER
+NODE_NAME = "podprobe-node"
+SELECTOR_LABEL = "podprobe.io/soak"
+MIB = 1024
+
+
+def log(msg):
+    print(f"soak.py: {msg}", file=sys.stderr, flush=True)
+
+
+class Podprobe:
+    """`podprobe run` on the host, its log in OUT; stopped by PID."""
+
+    def __init__(self, args, out, generation):
+        self.log_path = os.path.join(out, f"podprobe-{generation}.log")
+        cmd = [
+            args.binary,
+            "run",
+            "--mode",
+            "gate",
+            "--node-name",
+            NODE_NAME,
+            "--kubeconfig",
+            f"{CLUSTER}/admin.kubeconfig",
+            "--cri-endpoint",
+            args.cri_endpoint,
+            "--pod-selector",
+            f"{SELECTOR_LABEL}=1",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-auth",
+            "none",
+            "--log-level",
+            "info",
+        ]
+        if args.heaptrack:
+            cmd = ["heaptrack", "-o", os.path.join(out, f"heaptrack-{generation}")] + cmd
+        env = dict(os.environ)
+        env.pop("RUST_LOG", None)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"), env=env
+        )
+        with open(os.path.join(out, f"podprobe-{generation}.pid"), "w") as f:
+            f.write(f"{self.proc.pid}\n")
+        self.pid = self._podprobe_pid()
+        self.metrics = self._listen_addr()
+
+    def _podprobe_pid(self):
+        """The podprobe process itself (under heaptrack, a child of its shell)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry}/comm") as f:
+                        if f.read().strip() != "podprobe":
+                            continue
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        if f"{SELECTOR_LABEL}=1".encode() not in f.read():
+                            continue
+                except OSError:
+                    continue
+                if self._descends(int(entry)):
+                    return int(entry)
+            time.sleep(0.2)
+        raise SystemExit(f"podprobe did not start (see {self.log_path})")
+
+    def _descends(self, pid):
+        while pid > 1:
+            if pid == self.proc.pid:
+                return True
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                return False
+        return False
+
+    def _listen_addr(self):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = open(self.log_path).read()
+            at = text.find("listen=")
+            if at >= 0:
+                return text[at + len("listen=") :].split()[0]
+            time.sleep(0.2)
+        raise SystemExit(f"podprobe logged no listen address (see {self.log_path})")
+
+    def gauges(self):
+        import urllib.request
+
+        try:
+            text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5).read().decode()
+        except OSError:
+            return {}
+        out = {}
+        for name, _, value in node.parse_prom(text):
+            if name in (
+                "podprobe_pods_tracked",
+                "podprobe_pods_watched",
+                "podprobe_workers",
+                "podprobe_heap_in_use_bytes",
+                "podprobe_heap_free_bytes",
+            ):
+                out[name] = value
+        return out
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def manifest(name, failing):
+    pod = node.pod_manifest(name, "http", "B")
+    pod["metadata"]["labels"][SELECTOR_LABEL] = "1"
+    if failing:
+        probes = node.probes_of("http")
+        probes["app"]["readinessProbe"]["httpGet"]["path"] = "/missing"
+        pod["metadata"]["annotations"]["podprobe.io/probes"] = json.dumps(probes)
+    return pod
+
+
+def create_pods(api, names):
+    node.host_dirs(names)
+    for i, name in enumerate(names):
+        status, body = api.request("POST", f"/api/v1/namespaces/{node.NS}/pods", manifest(name, i % 3 == 2))
+        if status not in (201, 409):
+            raise RuntimeError(f"create {name}: {status} {str(body)[:300]}")
+
+
+def edit_annotations(api, names):
+    """A third of the pods: readiness every 2 s instead of 1 s."""
+    for i, name in enumerate(names):
+        if i % 3 != 0:
+            continue
+        probes = node.probes_of("http")
+        probes["app"]["readinessProbe"]["periodSeconds"] = 2
+        patch = {"metadata": {"annotations": {"podprobe.io/probes": json.dumps(probes)}}}
+        api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{node.NS}/pods/{name}",
+            patch,
+            content_type="application/merge-patch+json",
+        )
+
+
+def delete_all(api, timeout=300):
+    api.request("DELETE", f"/api/v1/namespaces/{node.NS}/pods", {"gracePeriodSeconds": 1})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not node.list_pods(api)["items"]:
+            return
+        time.sleep(2)
+    log(f"pods still there after {timeout} s")
+
+
+class Sampler(threading.Thread):
+    def __init__(self, out, period):
+        super().__init__(daemon=True)
+        self.period = period
+        self.podprobe = None
+        self.restarts = []
+        self.start_t = time.monotonic()
+        self.stopping = threading.Event()
+        self.file = open(os.path.join(out, "rss.csv"), "w", newline="")
+        self.writer = csv.writer(self.file)
+        self.writer.writerow(
+            [
+                "t_s",
+                "rss_kib",
+                "heap_in_use_kib",
+                "heap_free_kib",
+                "pods_watched",
+                "pods_tracked",
+                "workers",
+                "generation",
+            ]
+        )
+        self.generation = 0
+        self.rows = []
+
+    def run(self):
+        while not self.stopping.wait(self.period):
+            p = self.podprobe
+            if p is None:
+                continue
+            try:
+                rss = node.proc_rss_kib(p.pid)
+            except OSError:
+                continue
+            g = p.gauges()
+            kib = lambda name: int(g[name] // 1024) if name in g else ""  # noqa: E731
+            row = [
+                round(time.monotonic() - self.start_t, 1),
+                rss,
+                kib("podprobe_heap_in_use_bytes"),
+                kib("podprobe_heap_free_bytes"),
+                g.get("podprobe_pods_watched", ""),
+                g.get("podprobe_pods_tracked", ""),
+                g.get("podprobe_workers", ""),
+                self.generation,
+            ]
+            self.rows.append(row)
+            self.writer.writerow(row)
+            self.file.flush()
+
+
+def plot(out):
+    rows, heap = [], []
+    with open(os.path.join(out, "rss.csv")) as f:
+        for r in csv.DictReader(f):
+            rows.append((float(r["t_s"]), int(r["rss_kib"]) / MIB, int(r["generation"])))
+            if r["heap_in_use_kib"]:
+                heap.append((float(r["t_s"]), int(r["heap_in_use_kib"]) / MIB, int(r["generation"])))
+    if not rows:
+        return
+    w, h, pad = 900, 360, 50
+    t_max = max(t for t, _, _ in rows) or 1
+    y_max = max(64, max(m for _, m, _ in rows) * 1.1)
+
+    def x(t):
+        return pad + (w - 2 * pad) * t / t_max
+
+    def y(m):
+        return h - pad - (h - 2 * pad) * m / y_max
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{pad}" y="20">podprobe during the churn soak, MiB: RSS (blue), heap in use (orange);'
+        " dashed: 64 MiB; grey: podprobe restarted</text>",
+        f'<line x1="{pad}" y1="{y(64):.1f}" x2="{w - pad}" y2="{y(64):.1f}" stroke="#d62728" stroke-dasharray="4 4"/>',
+    ]
+    for gen in sorted({g for _, _, g in rows}):
+        for series, colour in ((rows, "#1f77b4"), (heap, "#ff7f0e")):
+            pts = " ".join(f"{x(t):.1f},{y(m):.1f}" for t, m, g in series if g == gen)
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{pts}"/>')
+        if gen > 0:
+            t0 = min(t for t, _, g in rows if g == gen)
+            parts.append(f'<line x1="{x(t0):.1f}" y1="{pad}" x2="{x(t0):.1f}" y2="{h - pad}" stroke="#999"/>')
+    for i in range(0, 5):
+        m = y_max * i / 4
+        parts.append(f'<text x="5" y="{y(m) + 4:.1f}">{m:.0f}</text>')
+    for i in range(0, 6):
+        t = t_max * i / 5
+        parts.append(f'<text x="{x(t) - 10:.1f}" y="{h - pad + 18}">{t / 60:.0f} min</text>')
+    parts.append(
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>'
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>'
+    )
+    parts.append("</svg>")
+    with open(os.path.join(out, "rss.svg"), "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def verdict(rows, duration_s):
+    """The issue's comparison where the soak is long enough (2 h: second
+    hour's first sample against the last hour's highest), else the second
+    half's."""
+    if duration_s >= 7200:
+        base_t, window_t, label = 3600, duration_s - 3600, "second hour's first sample vs last hour's max"
+    else:
+        base_t, window_t, label = duration_s / 2 + 120, duration_s / 2 + 120, "sample 2 min after the restart vs the rest's max"
+    base = next((r for r in rows if r[0] >= base_t), None)
+    window = [r[1] for r in rows if r[0] >= window_t]
+    if base is None or not window:
+        return {"levels_off": None, "compared": label}
+    heap_window = [r[2] for r in rows if r[0] >= window_t and r[2] != ""]
+    return {
+        "compared": label,
+        "base_kib": base[1],
+        "window_max_kib": max(window),
+        "heap_base_kib": base[2],
+        "heap_window_max_kib": max(heap_window) if heap_window else None,
+        "growth_pct": round(100 * (max(window) - base[1]) / base[1], 1),
+        "levels_off": max(window) <= base[1] * 1.05,
+        "max_kib": max(r[1] for r in rows),
+        "under_64_mib": max(r[1] for r in rows) < 64 * MIB,
+    }
+
+
+def run(args):
+    os.makedirs(args.out, exist_ok=True)
+    api = node.Api(f"{CLUSTER}/admin.kubeconfig")
+    node.ensure_namespace(api)
+    delete_all(api)
+    names = [f"soak-{i:03d}" for i in range(args.pods)]
+    sampler = Sampler(args.out, args.sample_s)
+    sampler.podprobe = Podprobe(args, args.out, 0)
+    sampler.start()
+    log(f"podprobe pid {sampler.podprobe.pid}, metrics {sampler.podprobe.metrics}")
+    end = time.monotonic() + args.duration_s
+    restart_at = time.monotonic() + args.duration_s / 2
+    cycles = 0
+    try:
+        while time.monotonic() < end:
+            cycles += 1
+            log(f"cycle {cycles}: creating {args.pods} pods")
+            create_pods(api, names)
+            half = time.monotonic() + args.cycle_s / 2
+            while time.monotonic() < min(half, end):
+                time.sleep(1)
+            edit_annotations(api, names)
+            cycle_end = half + args.cycle_s / 2
+            while time.monotonic() < min(cycle_end, end):
+                if sampler.generation == 0 and time.monotonic() >= restart_at:
+                    log("restarting podprobe")
+                    old = sampler.podprobe
+                    sampler.podprobe = None
+                    old.stop()
+                    sampler.generation = 1
+                    sampler.podprobe = Podprobe(args, args.out, 1)
+                    log(f"podprobe pid {sampler.podprobe.pid}")
+                time.sleep(1)
+            log(f"cycle {cycles}: deleting")
+            delete_all(api)
+    finally:
+        sampler.stopping.set()
+        sampler.join()
+        if sampler.podprobe is not None:
+            sampler.podprobe.stop()
+        delete_all(api)
+    plot(args.out)
+    result = {
+        "pods": args.pods,
+        "cycle_s": args.cycle_s,
+        "duration_s": args.duration_s,
+        "cycles": cycles,
+        "heaptrack": bool(args.heaptrack),
+        "samples": len(sampler.rows),
+    }
+    result.update(verdict(sampler.rows, args.duration_s))
+    print(json.dumps(result))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--binary", required=True)
+    r.add_argument("--cri-endpoint", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--pods", type=int, default=300)
+    r.add_argument("--cycle-s", type=float, default=240)
+    r.add_argument("--duration-s", type=float, default=7200)
+    r.add_argument("--sample-s", type=float, default=10)
+    r.add_argument("--heaptrack", action="store_true")
+    pl = sub.add_parser("plot")
+    pl.add_argument("out")
+    args = p.parse_args()
+    if args.cmd == "run":
+        run(args)
+    else:
+        plot(args.out)
+
+
+if __name__ == "__main__":
+    main()
