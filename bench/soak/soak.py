@@ -9,8 +9,8 @@
         halfway through each cycle, and restarting podprobe halfway through
         the soak. Samples podprobe's RSS every SAMPLE_S into rss.csv, writes
         rss.svg, and prints one JSON line.
-    soak.py plot OUT
-        (re)draws OUT/rss.svg from OUT/rss.csv.
+    soak.py plot OUT [--duration-s S]
+        (re)draws OUT/rss.svg from OUT/rss.csv and prints the verdict.
 
 Every probe: HTTP readiness, periodSeconds 1, against the pod's busybox
 httpd (bench/node's pods, side B: the `podprobe.io/probes` annotation and
@@ -301,13 +301,19 @@ def plot(out):
 
 
 def verdict(rows, duration_s):
-    """The issue's comparison where the soak is long enough (2 h: second
-    hour's first sample against the last hour's highest), else the second
-    half's."""
+    """The issue's comparison where the soak is long enough (2 h: the
+    second hour's first sample against the last hour's highest), else the
+    same over the restarted podprobe's life: its first sample 2 min after
+    the restart against its highest. Rows are rss.csv's, as read back."""
     if duration_s >= 7200:
-        base_t, window_t, label = 3600, duration_s - 3600, "second hour's first sample vs last hour's max"
+        base_t, window_t = 3600, duration_s - 3600
+        label = "second hour's first sample vs last hour's max"
     else:
-        base_t, window_t, label = duration_s / 2 + 120, duration_s / 2 + 120, "sample 2 min after the restart vs the rest's max"
+        restarted = [r[0] for r in rows if r[7] == 1]
+        if not restarted:
+            return {"levels_off": None, "compared": "no restart"}
+        base_t = window_t = restarted[0] + 120
+        label = "sample 2 min after the restart vs the rest's max"
     base = next((r for r in rows if r[0] >= base_t), None)
     window = [r[1] for r in rows if r[0] >= window_t]
     if base is None or not window:
@@ -324,6 +330,16 @@ def verdict(rows, duration_s):
         "max_kib": max(r[1] for r in rows),
         "under_64_mib": max(r[1] for r in rows) < 64 * MIB,
     }
+
+
+def read_rows(out):
+    def num(v):
+        return "" if v == "" else float(v) if "." in v else int(v)
+
+    with open(os.path.join(out, "rss.csv")) as f:
+        reader = csv.reader(f)
+        next(reader)
+        return [[num(v) for v in r] for r in reader]
 
 
 def run(args):
@@ -376,7 +392,7 @@ def run(args):
         "heaptrack": bool(args.heaptrack),
         "samples": len(sampler.rows),
     }
-    result.update(verdict(sampler.rows, args.duration_s))
+    result.update(verdict(read_rows(args.out), args.duration_s))
     print(json.dumps(result))
 
 
@@ -394,11 +410,13 @@ def main():
     r.add_argument("--heaptrack", action="store_true")
     pl = sub.add_parser("plot")
     pl.add_argument("out")
+    pl.add_argument("--duration-s", type=float, default=7200)
     args = p.parse_args()
     if args.cmd == "run":
         run(args)
     else:
         plot(args.out)
+        print(json.dumps(verdict(read_rows(args.out), args.duration_s)))
 
 
 if __name__ == "__main__":
