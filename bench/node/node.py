@@ -202,22 +202,30 @@ def cluster_shims():
     return pids
 
 
-def podprobe_pid(api):
-    pods = api.get("/api/v1/namespaces/podprobe-system/pods")["items"]
-    uids = [p["metadata"]["uid"] for p in pods if p["status"].get("phase") == "Running"]
+def pids_named(comm):
+    """PIDs of the processes whose command name is `comm`."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() != "podprobe":
-                    continue
-            with open(f"/proc/{entry}/cgroup") as f:
+                if f.read().strip() == comm:
+                    yield int(entry)
+        except OSError:
+            continue
+
+
+def podprobe_pid(api):
+    pods = api.get("/api/v1/namespaces/podprobe-system/pods")["items"]
+    uids = [p["metadata"]["uid"] for p in pods if p["status"].get("phase") == "Running"]
+    for pid in pids_named("podprobe"):
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
                 cgroup = f.read()
         except OSError:
             continue
         if any(uid in cgroup or uid.replace("-", "_") in cgroup for uid in uids):
-            return int(entry)
+            return pid
     raise SystemExit("no podprobe process in the DaemonSet's pod (hack/deploy.sh --helm bench/node)")
 
 

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node"))
 import node  # noqa: E402  (bench/node/node.py)
@@ -91,20 +92,9 @@ class Podprobe:
         """The podprobe process itself (under heaptrack, a child of its shell)."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry}/comm") as f:
-                        if f.read().strip() != "podprobe":
-                            continue
-                    with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        if f"{SELECTOR_LABEL}=1".encode() not in f.read():
-                            continue
-                except OSError:
-                    continue
-                if self._descends(int(entry)):
-                    return int(entry)
+            for pid in node.pids_named("podprobe"):
+                if self._descends(pid):
+                    return pid
             time.sleep(0.2)
         raise SystemExit(f"podprobe did not start (see {self.log_path})")
 
@@ -130,8 +120,6 @@ class Podprobe:
         raise SystemExit(f"podprobe logged no listen address (see {self.log_path})")
 
     def gauges(self):
-        import urllib.request
-
         try:
             text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5).read().decode()
         except OSError:
@@ -224,7 +212,7 @@ class Sampler(threading.Thread):
             ]
         )
         self.generation = 0
-        self.rows = []
+        self.samples = 0
 
     def run(self):
         while not self.stopping.wait(self.period):
@@ -247,7 +235,7 @@ class Sampler(threading.Thread):
                 g.get("podprobe_workers", ""),
                 self.generation,
             ]
-            self.rows.append(row)
+            self.samples += 1
             self.writer.writerow(row)
             self.file.flush()
 
@@ -355,26 +343,29 @@ def run(args):
     end = time.monotonic() + args.duration_s
     restart_at = time.monotonic() + args.duration_s / 2
     cycles = 0
+
+    def wait_until(t):
+        """Sleeps until `t`, restarting podprobe once the soak is half over."""
+        while time.monotonic() < min(t, end):
+            if sampler.generation == 0 and time.monotonic() >= restart_at:
+                log("restarting podprobe")
+                old = sampler.podprobe
+                sampler.podprobe = None
+                old.stop()
+                sampler.generation = 1
+                sampler.podprobe = Podprobe(args, args.out, 1)
+                log(f"podprobe pid {sampler.podprobe.pid}")
+            time.sleep(1)
+
     try:
         while time.monotonic() < end:
             cycles += 1
             log(f"cycle {cycles}: creating {args.pods} pods")
             create_pods(api, names)
             half = time.monotonic() + args.cycle_s / 2
-            while time.monotonic() < min(half, end):
-                time.sleep(1)
+            wait_until(half)
             edit_annotations(api, names)
-            cycle_end = half + args.cycle_s / 2
-            while time.monotonic() < min(cycle_end, end):
-                if sampler.generation == 0 and time.monotonic() >= restart_at:
-                    log("restarting podprobe")
-                    old = sampler.podprobe
-                    sampler.podprobe = None
-                    old.stop()
-                    sampler.generation = 1
-                    sampler.podprobe = Podprobe(args, args.out, 1)
-                    log(f"podprobe pid {sampler.podprobe.pid}")
-                time.sleep(1)
+            wait_until(half + args.cycle_s / 2)
             log(f"cycle {cycles}: deleting")
             delete_all(api)
     finally:
@@ -390,7 +381,7 @@ def run(args):
         "duration_s": args.duration_s,
         "cycles": cycles,
         "heaptrack": bool(args.heaptrack),
-        "samples": len(sampler.rows),
+        "samples": sampler.samples,
     }
     result.update(verdict(read_rows(args.out), args.duration_s))
     print(json.dumps(result))

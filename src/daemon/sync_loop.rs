@@ -515,13 +515,14 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     }
 
     fn resync(&mut self) {
-        self.forget_replaced_kills();
+        let pods = self.cache.pods();
+        self.forget_replaced_kills(&pods);
         self.metrics.set_workers(self.manager.worker_count());
-        self.metrics.set_pods_watched(self.cache.uids().len());
+        self.metrics.set_pods_watched(pods.len());
         self.metrics.set_pods_tracked(self.pods.len());
         self.metrics.set_patch_tasks(self.patcher.tasks());
         let now = Instant::now();
-        for pod in self.cache.pods() {
+        for pod in pods {
             self.apply_deferred_edit(&pod);
             let Some(tracked) = pod
                 .metadata
@@ -568,13 +569,8 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     /// Forgets the IDs of stopped containers no pod status lists any more
     /// (the node agent replaced them): a long-lived pod whose container is
     /// killed again and again must not grow the set.
-    fn forget_replaced_kills(&self) {
-        let listed: HashSet<String> = self
-            .cache
-            .pods()
-            .iter()
-            .flat_map(|pod| container_ids(pod))
-            .collect();
+    fn forget_replaced_kills(&self, pods: &[Arc<Pod>]) {
+        let listed: HashSet<String> = pods.iter().flat_map(|pod| container_ids(pod)).collect();
         self.killer.retain(&listed);
     }
 
@@ -618,8 +614,9 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             views,
         });
         if pod.metadata.deletion_timestamp.is_none() {
-            let api_status = pod.status.clone().unwrap_or_default();
-            let kills = probe_kills(pod, &probes.manager, &api_status, &self.manager.view(uid));
+            let no_status = PodStatus::default();
+            let api_status = pod.status.as_ref().unwrap_or(&no_status);
+            let kills = probe_kills(pod, &probes.manager, api_status, &self.manager.view(uid));
             for kill in kills {
                 self.killer.kill(pod, kill);
             }
