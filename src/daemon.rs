@@ -442,8 +442,11 @@ async fn check_selectors(pods: &Api<Pod>, config: &Config) -> Result<(), DaemonE
 struct PatchMetrics(Metrics);
 
 impl PatchObserver for PatchMetrics {
-    fn patch_sent(&self) {
+    fn patch_sent(&self, since_result: Option<Duration>) {
         self.0.status_patch(PatchOutcome::Sent);
+        if let Some(latency) = since_result {
+            self.0.result_to_status(latency);
+        }
     }
 
     fn patch_failed(&self) {

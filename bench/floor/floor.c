@@ -12,9 +12,11 @@
 // external one (`kubelet-probes serve`) the Rust and Go harnesses probe, and
 // CPU is this process's own (getrusage), as they measure theirs.
 //
-// Usage: floor tcp|http N PERIOD_MS DURATION_S PORT
+// Usage: floor tcp|http N PERIOD_MS DURATION_S PORT [TARGETS]
 // Prints one JSON line in bench/probe-load's shape. A measurement, not a
-// test: CI does not run it. Only 127.0.0.1 is connected to.
+// test: CI does not run it. Without TARGETS only 127.0.0.1 is connected to;
+// with it (a file of IPv4 addresses, one per line: bench/node's pod IPs on
+// the node's bridge), target i is address i mod the file's count.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +35,9 @@
 enum { IDLE, CONNECTING, READING };
 
 struct slot {
+    struct sockaddr_in addr;
+    int request_len;
+    char request[160];
     int fd;
     int state;
     uint64_t due_ns;    // next probe
@@ -55,8 +60,8 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: floor tcp|http N PERIOD_MS DURATION_S PORT\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: floor tcp|http N PERIOD_MS DURATION_S PORT [TARGETS]\n");
         return 2;
     }
     int http = strcmp(argv[1], "http") == 0;
@@ -72,18 +77,55 @@ int main(int argc, char **argv) {
         fprintf(stderr, "floor: N, PERIOD_MS, DURATION_S and PORT must be positive\n");
         return 2;
     }
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    char request[256];
-    int request_len = snprintf(request, sizeof request,
-                               "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                               "User-Agent: kube-probe/1.35\r\nAccept: */*\r\n"
-                               "Connection: close\r\n\r\n",
-                               port);
+    // The targets' addresses: loopback, or those TARGETS lists.
+    struct in_addr *hosts = malloc(sizeof *hosts);
+    size_t nhosts = 1;
+    if (!hosts) return 2;
+    hosts[0].s_addr = htonl(INADDR_LOOPBACK);
+    if (argc == 7) {
+        FILE *f = fopen(argv[6], "r");
+        if (!f) {
+            perror("floor: TARGETS");
+            return 2;
+        }
+        char line[64];
+        nhosts = 0;
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\r\n")] = 0;
+            if (!*line) continue;
+            struct in_addr *grown = realloc(hosts, (nhosts + 1) * sizeof *hosts);
+            if (!grown) return 2;
+            hosts = grown;
+            if (inet_pton(AF_INET, line, &hosts[nhosts]) != 1) {
+                fprintf(stderr, "floor: not an IPv4 address: %s\n", line);
+                return 2;
+            }
+            nhosts++;
+        }
+        fclose(f);
+        if (nhosts == 0) {
+            fprintf(stderr, "floor: no address in %s\n", argv[6]);
+            return 2;
+        }
+    }
     struct slot *slots = calloc((size_t)n, sizeof *slots);
+    if (!slots) return 2;
+    for (int i = 0; i < n; i++) {
+        struct slot *s = &slots[i];
+        s->addr.sin_family = AF_INET;
+        s->addr.sin_port = htons((uint16_t)port);
+        s->addr.sin_addr = hosts[(size_t)i % nhosts];
+        char host[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &s->addr.sin_addr, host, sizeof host);
+        s->request_len = snprintf(s->request, sizeof s->request,
+                                  "GET /healthz HTTP/1.1\r\nHost: %s:%d\r\n"
+                                  "User-Agent: kube-probe/1.35\r\nAccept: */*\r\n"
+                                  "Connection: close\r\n\r\n",
+                                  host, port);
+    }
     size_t cap = (size_t)n * (size_t)(duration / period + 2);
     uint64_t *latencies = malloc(cap * sizeof *latencies);
-    if (!slots || !latencies) return 2;
+    if (!latencies) return 2;
     int ep = epoll_create1(0);
     srand((unsigned)now_ns());
 
@@ -116,7 +158,7 @@ int main(int argc, char **argv) {
                 s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
                 setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &linger, sizeof linger);
                 if (http) setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                int rc = connect(s->fd, (struct sockaddr *)&addr, sizeof addr);
+                int rc = connect(s->fd, (struct sockaddr *)&s->addr, sizeof s->addr);
                 if (rc != 0 && errno != EINPROGRESS) {
                     failures++;
                     close(s->fd);
@@ -147,7 +189,7 @@ int main(int argc, char **argv) {
                     done = 1;
                 } else if (!http) {
                     done = ok = 1;
-                } else if (write(s->fd, request, (size_t)request_len) != request_len) {
+                } else if (write(s->fd, s->request, (size_t)s->request_len) != s->request_len) {
                     done = 1;
                 } else {
                     s->state = READING;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One side of the node-level benchmark (bench/node/run.sh), and its tables.
 
-    node.py run --workload mixed|http --side A|B --round N [knobs]
+    node.py run --workload mixed|http|tcp --side A|B|C --round N [knobs]
         creates the workload's pods in namespace podprobe-bench, waits for
         them to be Ready, measures a steady window, then a flip window, deletes
         the pods and prints one JSON line.
@@ -11,13 +11,19 @@
 Side A: the probes are in the containers' spec, the kubelet runs them
 (podprobe runs on the node but has no pod to probe). Side B: the same
 probes in the `podprobe.io/probes` annotation with the readiness gate
-`podprobe.io/ready`, and no spec probes: podprobe runs them.
+`podprobe.io/ready`, and no spec probes: podprobe runs them. Side C (http
+and tcp only): no probes at all; in the steady window the C floor prober
+(bench/floor/floor.c, `--floor`) probes the pods' IPs at the same rate
+over the same bridge, so the node's floor per probe is measured beside
+what the kubelet and podprobe spend. Side C has no flip window.
 
 Workloads (every probe periodSeconds 1, timeoutSeconds 1):
   mixed: PODS (100) pods x (container `app`: busybox httpd with readiness
          httpGet /healthz and liveness tcpSocket on its port; container
          `side`: a sleep with readiness exec `test -f /www/exec-ok`)
   http:  PODS (300) pods x (container `app`: busybox httpd, readiness httpGet)
+  tcp:   PODS (300) pods x (container `app`: busybox httpd, readiness
+         tcpSocket on its port); no flip window (nothing flips a TCP probe)
 Each pod mounts its own host directory (hostPath) as /www, the httpd's root:
 removing `healthz` there flips the HTTP readiness probe to failure (404), at
 a time this process knows to the microsecond; putting it back flips it back.
@@ -54,6 +60,7 @@ import re
 import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -277,6 +284,8 @@ class Sampler:
             if name == "prober_probe_total" and labels.get("namespace") == NS:
                 kind = labels.get("probe_type", "?")
                 totals[kind] = totals.get(kind, 0) + value
+                if labels.get("result") == "failed":
+                    totals["failed"] = totals.get("failed", 0) + value
         return totals
 
     def _podprobe_metrics(self):
@@ -292,6 +301,10 @@ class Sampler:
                 if name == f"podprobe_{family}_total":
                     key = f"{family}_" + labels.get("outcome", labels.get("result", "?"))
                     totals[key] = totals.get(key, 0) + value
+            if name == "podprobe_result_to_status_seconds_bucket":
+                totals["r2s_le_" + labels["le"]] = value
+            elif name == "podprobe_result_to_status_seconds_count":
+                totals["r2s_count"] = value
         return totals
 
 
@@ -333,6 +346,9 @@ def probes_of(workload):
     }
     if workload == "http":
         return {"app": {"readinessProbe": http_ready}}
+    if workload == "tcp":
+        tcp_ready = {k: v for k, v in http_ready.items() if k != "httpGet"}
+        return {"app": {"readinessProbe": dict(tcp_ready, tcpSocket={"port": 8080})}}
     return {
         "app": {
             "readinessProbe": http_ready,
@@ -394,7 +410,7 @@ def pod_manifest(name, workload, side):
     if side == "A":
         for c in containers:
             c.update(probes[c["name"]])
-    else:
+    elif side == "B":
         pod["metadata"]["annotations"] = {"podprobe.io/probes": json.dumps(probes)}
         pod["spec"]["readinessGates"] = [{"conditionType": GATE}]
     return pod
@@ -587,7 +603,54 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+def start_floor(args, pods):
+    """The C floor prober, probing every pod's IP for the steady window:
+    one probe per pod per second, as the other sides' probes."""
+    ips = [p["status"]["podIP"] for p in pods if p.get("status", {}).get("podIP")]
+    if len(ips) != args.pods:
+        raise RuntimeError(f"{len(ips)} pod IPs for {args.pods} pods")
+    targets = tempfile.NamedTemporaryFile("w", prefix="floor-targets-", delete=False)
+    targets.write("\n".join(ips) + "\n")
+    targets.close()
+    kind = "tcp" if args.workload == "tcp" else "http"
+    cmd = [args.floor, kind, str(len(ips)), "1000", str(int(args.steady_s)), "8080", targets.name]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def flip_window(args, api, sampler, names):
+    """HTTP readiness flips, both directions: latencies, API requests and
+    podprobe's result-to-status histogram over the window."""
+    load = loadavg()
+    listing = list_pods(api)
+    state = {p["metadata"]["name"]: (condition(p, "Ready"), condition(p, GATE)) for p in listing["items"]}
+    watcher = Watcher(api, listing["metadata"]["resourceVersion"], state)
+    watcher.start()
+    f0 = sampler.sample()
+    flips = run_flips(names, args.flips, args.flip_interval_s, args.hold_s)
+    time.sleep(args.hold_s)
+    f1 = sampler.sample()
+    watcher.stop()
+    watcher.join(timeout=10)
+    if watcher.error:
+        raise RuntimeError(watcher.error)
+    window = delta(f0, f1)
+    window["loadavg_1m"] = load
+    window["flips"] = {"down": args.flips, "up": args.flips}
+    for kind, key in (("Ready", "ready"), (GATE, "gate")):
+        if args.side == "A" and kind == GATE:
+            continue
+        lat, missed = latencies(flips, watcher.changes, kind, args.hold_s)
+        window[key] = {d: dict(summarise(lat[d]), missed=missed[d]) for d in ("down", "up")}
+        window[key + "_raw_ms"] = {d: [round(x * 1000, 1) for x in lat[d]] for d in ("down", "up")}
+    log(f"flips: Ready {json.dumps(window['ready'])}")
+    return window
+
+
 def cmd_run(args):
+    if args.side == "C" and not args.floor:
+        raise SystemExit("side C needs --floor (the C floor prober's binary)")
+    if args.side == "C" and args.workload == "mixed":
+        raise SystemExit("side C runs the http and tcp workloads only")
     if args.pods * args.flip_interval_s <= args.hold_s + 1:
         raise SystemExit("a pod's next flip would come before its last one settled: need pods x flip interval > hold + 1 s")
     api = Api(args.kubeconfig)
@@ -628,6 +691,9 @@ def cmd_run(args):
 
     # Steady window: probes pass, nothing changes.
     result["loadavg_1m_steady"] = loadavg()
+    floor = None
+    if args.side == "C":
+        floor = start_floor(args, list_pods(api)["items"])
     s0 = sampler.sample()
     rss = []
     end = s0["t"] + args.steady_s
@@ -638,33 +704,16 @@ def cmd_run(args):
     steady = delta(s0, s1)
     steady["rss_kib_max"] = {k: max(r[k] for r in rss) for k in rss[0]}
     steady["rss_kib_end"] = s1["rss_kib"]
+    if floor is not None:
+        out, err = floor.communicate(timeout=args.steady_s + 60)
+        if floor.returncode != 0:
+            raise RuntimeError(f"floor failed ({floor.returncode}): {err.strip()}")
+        steady["floor"] = json.loads(out)
     result["steady"] = steady
-    log(f"steady: {json.dumps(steady['cpu_s'])}")
+    log(f"steady: {json.dumps(steady['cpu_s'])}{' floor: ' + json.dumps(steady['floor']) if floor else ''}")
 
-    # Flip window: HTTP readiness flips, both directions.
-    result["loadavg_1m_flips"] = loadavg()
-    listing = list_pods(api)
-    state = {p["metadata"]["name"]: (condition(p, "Ready"), condition(p, GATE)) for p in listing["items"]}
-    watcher = Watcher(api, listing["metadata"]["resourceVersion"], state)
-    watcher.start()
-    f0 = sampler.sample()
-    flips = run_flips(names, args.flips, args.flip_interval_s, args.hold_s)
-    time.sleep(args.hold_s)
-    f1 = sampler.sample()
-    watcher.stop()
-    watcher.join(timeout=10)
-    if watcher.error:
-        raise RuntimeError(watcher.error)
-    flip_window = delta(f0, f1)
-    flip_window["flips"] = {"down": args.flips, "up": args.flips}
-    for kind, key in (("Ready", "ready"), (GATE, "gate")):
-        if args.side == "A" and kind == GATE:
-            continue
-        lat, missed = latencies(flips, watcher.changes, kind, args.hold_s)
-        flip_window[key] = {d: dict(summarise(lat[d]), missed=missed[d]) for d in ("down", "up")}
-        flip_window[key + "_raw_ms"] = {d: [round(x * 1000, 1) for x in lat[d]] for d in ("down", "up")}
-    result["flip"] = flip_window
-    log(f"flips: Ready {json.dumps(flip_window['ready'])}")
+    if args.side != "C" and args.workload != "tcp":
+        result["flip"] = flip_window(args, api, sampler, names)
 
     log("deleting the pods")
     t_delete = time.monotonic()
@@ -676,11 +725,34 @@ def cmd_run(args):
 # ---------------------------------------------------------------- tables
 
 
+def bucket_quantile(buckets, q):
+    """The q-quantile of a histogram's cumulative buckets [(le, count)],
+    interpolated linearly within its bucket (as PromQL's
+    histogram_quantile); None without observations."""
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0
+    for le, count in buckets:
+        if count >= rank:
+            if le == float("inf"):
+                return lower
+            inside = count - below
+            return lower + (le - lower) * ((rank - below) / inside if inside else 1)
+        lower, below = le, count
+    return lower
+
+
+def result_to_status(window):
+    """podprobe_result_to_status_seconds over a window: [(le, count)]."""
+    probes = window["probes"]["podprobe"]
+    buckets = [(float(k[len("r2s_le_"):]), v) for k, v in probes.items() if k.startswith("r2s_le_")]
+    return sorted(buckets)
+
+
 def cmd_table(args):
     runs = [json.loads(line) for path in args.results for line in open(path) if line.strip()]
-
-    def per_k(cpu, probes):
-        return cpu / probes * 1000 if probes else float("nan")
 
     def med(xs):
         xs = [x for x in xs if x == x]
@@ -689,73 +761,83 @@ def cmd_table(args):
     def probes_total(run, side):
         return sum(v for k, v in run["steady"]["probes"][side].items() if k in ("Liveness", "Readiness", "Startup"))
 
-    print("Per side, medians over rounds (steady window):\n")
+    print("Per side, medians over rounds (steady window; C: the floor prober's own CPU and probes):\n")
     print(
-        "| workload | side | rounds | probes/s | kubelet CPU % | podprobe CPU % | containerd+shims CPU % "
-        "| kubelet ms CPU / 1k probes | podprobe ms CPU / 1k probes | kubelet RSS MiB | podprobe RSS MiB "
+        "| workload | side | rounds | probes/s | kubelet CPU % | podprobe CPU % | floor CPU % "
+        "| containerd+shims CPU % | kubelet RSS MiB | podprobe RSS MiB "
         "| API req/s kubelet | API req/s podprobe | load avg |"
     )
-    print("|---|---|---:|" + "---:|" * 11)
+    print("|---|---|---:|" + "---:|" * 10)
     groups = {}
     for r in runs:
         groups.setdefault((r["workload"], r["side"]), []).append(r)
     summary = {}
     for (workload, side), rs in sorted(groups.items()):
-        prober = "kubelet" if side == "A" else "podprobe"
         rows = []
         for r in rs:
             st = r["steady"]
             w = st["wall_s"]
-            probes = probes_total(r, prober)
+            floor = st.get("floor")
+            if side == "C":
+                probes = floor["probes"] * w / floor["duration_s"]
+            else:
+                probes = probes_total(r, "kubelet" if side == "A" else "podprobe")
+            floor_cpu = floor["cpu_user_s"] + floor["cpu_sys_s"] if floor else 0.0
             rows.append(
                 {
                     "probes_s": probes / w,
-                    "probes": probes,
                     "kubelet_pct": st["cpu_s"]["kubelet"] / w * 100,
                     "podprobe_pct": st["cpu_s"]["podprobe"] / w * 100,
+                    "floor_pct": floor_cpu / (floor["duration_s"] if floor else w) * 100,
                     "cri_pct": (st["cpu_s"]["containerd"] + st["cpu_s"]["shims"]) / w * 100,
-                    "kubelet_per_k": per_k(st["cpu_s"]["kubelet"], probes) * 1000,
-                    "podprobe_per_k": per_k(st["cpu_s"]["podprobe"], probes) * 1000,
                     "kubelet_rss": st["rss_kib_max"]["kubelet"] / 1024,
                     "podprobe_rss": st["rss_kib_max"]["podprobe"] / 1024,
                     "req_kubelet": st["requests"]["kubelet"] / w,
                     "req_podprobe": st["requests"]["podprobe"] / w,
                     "load": r["loadavg_1m_steady"],
-                    "flip": r["flip"],
+                    "flip": r.get("flip"),
+                    "flip_load": r.get("loadavg_1m_flips", (r.get("flip") or {}).get("loadavg_1m")),
                 }
             )
-        m = {k: med([row[k] for row in rows]) for k in rows[0] if k not in ("load", "flip")}
+        m = {k: med([row[k] for row in rows]) for k in rows[0] if k not in ("load", "flip", "flip_load")}
         summary[(workload, side)] = (m, rows)
         print(
             f"| {workload} | {side} | {len(rows)} | {m['probes_s']:.0f} | {m['kubelet_pct']:.1f} | "
-            f"{m['podprobe_pct']:.1f} | {m['cri_pct']:.1f} | {m['kubelet_per_k']:.0f} | "
-            f"{m['podprobe_per_k']:.0f} | {m['kubelet_rss']:.0f} | {m['podprobe_rss']:.0f} | "
+            f"{m['podprobe_pct']:.1f} | {m['floor_pct']:.1f} | {m['cri_pct']:.1f} | "
+            f"{m['kubelet_rss']:.0f} | {m['podprobe_rss']:.0f} | "
             f"{m['req_kubelet']:.2f} | {m['req_podprobe']:.2f} | "
             f"{', '.join(format(row['load'], '.1f') for row in rows)} |"
         )
 
-    print("\nA (kubelet probes) against B (podprobe probes), from those medians:\n")
+    print("\nCPU per probe, µs, from those medians: the kubelet's saved when podprobe probes (A − B), "
+          "podprobe's spent (B − A), the floor's (C):\n")
     print(
-        "| workload | probes/s | kubelet CPU A−B, ms / 1k probes | podprobe CPU B−A, ms / 1k probes "
-        "| podprobe (B−A) / kubelet (A−B) | kubelet+podprobe CPU B / A | containerd+shims B / A "
-        "| podprobe RSS B MiB | kubelet RSS B / A |"
+        "| workload | probes/s | kubelet A−B | podprobe B−A | floor C | podprobe / kubelet "
+        "| podprobe / floor | kubelet / floor | kubelet+podprobe CPU B / A | containerd+shims B / A "
+        "| podprobe RSS B MiB |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    nan = float("nan")
     for workload in sorted({w for w, _ in summary}):
-        if (workload, "A") not in summary or (workload, "B") not in summary:
+        a = summary.get((workload, "A"), (None,))[0]
+        b = summary.get((workload, "B"), (None,))[0]
+        c = summary.get((workload, "C"), (None,))[0]
+        if a is None or b is None:
             continue
-        a, _ = summary[(workload, "A")]
-        b, _ = summary[(workload, "B")]
         probes_s = (a["probes_s"] + b["probes_s"]) / 2
-        kubelet_diff = (a["kubelet_pct"] - b["kubelet_pct"]) / 100 / probes_s * 1e6
-        podprobe_diff = (b["podprobe_pct"] - a["podprobe_pct"]) / 100 / probes_s * 1e6
+        kubelet = (a["kubelet_pct"] - b["kubelet_pct"]) / 100 / probes_s * 1e6
+        podprobe = (b["podprobe_pct"] - a["podprobe_pct"]) / 100 / probes_s * 1e6
+        floor = c["floor_pct"] / 100 / c["probes_s"] * 1e6 if c else nan
         total = (b["kubelet_pct"] + b["podprobe_pct"]) / (a["kubelet_pct"] + a["podprobe_pct"])
         print(
-            f"| {workload} | {probes_s:.0f} | {kubelet_diff:.0f} | {podprobe_diff:.0f} | "
-            f"{podprobe_diff / kubelet_diff:.2f} | {total:.2f} | {b['cri_pct'] / a['cri_pct']:.2f} | "
-            f"{b['podprobe_rss']:.0f} | {b['kubelet_rss'] / a['kubelet_rss']:.2f} |"
+            f"| {workload} | {probes_s:.0f} | {kubelet:.0f} | {podprobe:.0f} | {floor:.0f} | "
+            f"{podprobe / kubelet:.2f} | {podprobe / floor:.2f} | {kubelet / floor:.2f} | {total:.2f} | "
+            f"{b['cri_pct'] / a['cri_pct']:.2f} | {b['podprobe_rss']:.0f} |"
         )
 
+    flipped = [(k, v) for k, v in sorted(summary.items()) if all(row["flip"] for row in v[1])]
+    if not flipped:
+        return
     print(
         "\nFlip to condition change, ms (all rounds pooled; n = flips seen; missed = no change "
         "within the hold; mean − 500: the mean less half the 1 s period, i.e. the average time "
@@ -763,7 +845,7 @@ def cmd_table(args):
     )
     print("| workload | side | path | direction | n | missed | p50 | p99 | max | mean − 500 |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
-    for (workload, side), (m, rows) in sorted(summary.items()):
+    for (workload, side), (m, rows) in flipped:
         paths = [("ready", "kubelet: Ready" if side == "A" else "gate: Ready")]
         if side == "B":
             paths.append(("gate", "podprobe.io/ready alone"))
@@ -778,19 +860,63 @@ def cmd_table(args):
                     f"{s['mean_ms'] - 500:.0f} |"
                 )
 
-    print("\nAPI requests in the flip window, per flip (down + up = 2 flips):\n")
-    print("| workload | side | kubelet | podprobe | load avg |")
-    print("|---|---|---:|---:|---|")
-    for (workload, side), (m, rows) in sorted(summary.items()):
-        per = [
-            (row["flip"]["requests"]["kubelet"] / (2 * row["flip"]["flips"]["down"]),
-             row["flip"]["requests"]["podprobe"] / (2 * row["flip"]["flips"]["down"]))
-            for row in rows
-        ]
-        loads = [r["loadavg_1m_flips"] for r in groups[(workload, side)]]
+    print(
+        "\nAPI requests in the flip window (medians over rounds): per flip (down + up = 2 flips), "
+        "and per 1,000 failed probes of the side's prober:\n"
+    )
+    print(
+        "| workload | side | kubelet / flip | podprobe / flip | both / flip | failed probes / flip "
+        "| prober's requests / 1k failed probes | podprobe patches / flip | podprobe Event writes / flip "
+        "| load avg |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for (workload, side), (m, rows) in flipped:
+        per = []
+        for row in rows:
+            f = row["flip"]
+            n = 2 * f["flips"]["down"]
+            prober = "kubelet" if side == "A" else "podprobe"
+            failed = f["probes"][prober].get("failed", 0)
+            own = f["probes"]["podprobe"]
+            per.append(
+                (
+                    f["requests"]["kubelet"] / n,
+                    f["requests"]["podprobe"] / n,
+                    (f["requests"]["kubelet"] + f["requests"]["podprobe"]) / n,
+                    failed / n,
+                    f["requests"][prober] / failed * 1000 if failed else nan,
+                    own.get("status_patches_sent", 0) / n,
+                    (own.get("events_recorded", 0) + own.get("events_failed", 0)) / n,
+                )
+            )
+        cols = [med([p[i] for p in per]) for i in range(7)]
         print(
-            f"| {workload} | {side} | {med([p[0] for p in per]):.2f} | {med([p[1] for p in per]):.2f} | "
-            f"{', '.join(format(x, '.1f') for x in loads)} |"
+            f"| {workload} | {side} | " + " | ".join(format(x, ".2f") for x in cols[:4])
+            + f" | {cols[4]:.0f} | {cols[5]:.2f} | {cols[6]:.2f} | "
+            + f"{', '.join(format(row['flip_load'], '.1f') for row in rows)} |"
+        )
+
+    r2s = [(k, v) for k, v in flipped if k[1] == "B"]
+    if not r2s or not any(result_to_status(row["flip"]) for _, (_, rows) in r2s for row in rows):
+        return
+    print(
+        "\nProbe result → status patch accepted (podprobe_result_to_status_seconds over the flip "
+        "window, all rounds pooled; quantiles interpolated within its buckets):\n"
+    )
+    print("| workload | patches | p50 ms | p99 ms | ≤ 100 ms |")
+    print("|---|---:|---:|---:|---:|")
+    for (workload, _), (m, rows) in r2s:
+        pooled = {}
+        for row in rows:
+            for le, count in result_to_status(row["flip"]):
+                pooled[le] = pooled.get(le, 0) + count
+        buckets = sorted(pooled.items())
+        total = buckets[-1][1] if buckets else 0
+        within = pooled.get(0.1, 0)
+        p50, p99 = bucket_quantile(buckets, 0.5), bucket_quantile(buckets, 0.99)
+        print(
+            f"| {workload} | {total:.0f} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | "
+            f"{within / total * 100 if total else nan:.1f} % |"
         )
 
 
@@ -798,8 +924,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--workload", choices=("mixed", "http"), required=True)
-    r.add_argument("--side", choices=("A", "B"), required=True)
+    r.add_argument("--workload", choices=("mixed", "http", "tcp"), required=True)
+    r.add_argument("--side", choices=("A", "B", "C"), required=True)
+    r.add_argument("--floor", help="the C floor prober's binary (side C)")
     r.add_argument("--round", type=int, default=1)
     r.add_argument("--pods", type=int, required=True)
     r.add_argument("--kubeconfig", default=f"{CLUSTER}/admin.kubeconfig")

@@ -14,7 +14,10 @@
 #
 # Workloads: mixed = MIXED_PODS (100) pods x (readiness HTTP + liveness TCP
 # on one container, readiness exec on a second), http = HTTP_PODS (300) pods
-# x readiness HTTP; every probe at periodSeconds 1.
+# x readiness HTTP, tcp = HTTP_PODS pods x readiness TCP; every probe at
+# periodSeconds 1. http and tcp have a third side, C: the pods without
+# probes, and the C floor prober (bench/floor/floor.c, built here) probing
+# their IPs at the same rate for the steady window: the node's floor.
 #
 # Needs the local cluster sized for the pods and podprobe deployed with this
 # directory's values (a plain metrics listener on 127.0.0.1:9441):
@@ -23,7 +26,7 @@
 # (DEPLOY=1 runs the second itself.) Afterwards bring the cluster down and up
 # again with the defaults, which the test suites expect.
 #
-# Knobs (environment): WORKLOADS ("mixed http"), ROUNDS (2), MIXED_PODS (100),
+# Knobs (environment): WORKLOADS ("mixed http tcp"), ROUNDS (2), MIXED_PODS (100),
 # HTTP_PODS (300), SETTLE_S (20), STEADY_S (60), FLIPS (200 per direction),
 # FLIP_INTERVAL_S (0.25), HOLD_S (5), DEPLOY (0), OUT (bench/node/out/<time>).
 # Bounded: every run is under `timeout`. Starts no long-lived process; the
@@ -31,7 +34,7 @@
 # run. Network traffic stays on loopback and the cluster's bridge.
 set -euo pipefail
 
-WORKLOADS=${WORKLOADS:-"mixed http"}
+WORKLOADS=${WORKLOADS:-"mixed http tcp"}
 ROUNDS=${ROUNDS:-2}
 MIXED_PODS=${MIXED_PODS:-100}
 HTTP_PODS=${HTTP_PODS:-300}
@@ -70,8 +73,8 @@ max_pods=0
 for workload in $WORKLOADS; do
     case $workload in
     mixed) pods=$MIXED_PODS ;;
-    http) pods=$HTTP_PODS ;;
-    *) die "unknown workload $workload (mixed, http)" ;;
+    http | tcp) pods=$HTTP_PODS ;;
+    *) die "unknown workload $workload (mixed, http, tcp)" ;;
     esac
     ((pods > max_pods)) && max_pods=$pods
 done
@@ -89,21 +92,23 @@ machine=$(jq -cn \
     --arg podprobe "$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src || echo +dirty)" \
     '{cpu: $cpu, cores: $cores, mem_kib: $mem_kib, kernel: $kernel, kubelet: $kubelet, podprobe: $podprobe}')
 echo "$machine" >"$OUT/machine.json"
+cc -O2 -Wall -Wextra -o "$OUT/floor" "$ROOT/bench/floor/floor.c"
 log "machine: $machine"
 
 for workload in $WORKLOADS; do
     case $workload in
-    mixed) pods=$MIXED_PODS ;;
-    http) pods=$HTTP_PODS ;;
+    mixed) pods=$MIXED_PODS order="A B" ;;
+    http | tcp) pods=$HTTP_PODS order="A B C" ;;
     esac
     for round in $(seq "$ROUNDS"); do
-        if ((round % 2 == 1)); then sides="A B"; else sides="B A"; fi
+        sides=$order
+        ((round % 2 == 1)) || sides=$(tr ' ' '\n' <<<"$order" | tac | xargs)
         for side in $sides; do
             log "$workload round $round side $side ($pods pods)"
             line=$(timeout $((1200 + ${STEADY_S%.*} + 2 * ${HOLD_S%.*})) python3 "$HERE/node.py" run \
                 --workload "$workload" --side "$side" --round "$round" --pods "$pods" \
                 --settle-s "$SETTLE_S" --steady-s "$STEADY_S" --flips "$FLIPS" \
-                --flip-interval-s "$FLIP_INTERVAL_S" --hold-s "$HOLD_S")
+                --flip-interval-s "$FLIP_INTERVAL_S" --hold-s "$HOLD_S" --floor "$OUT/floor")
             jq -c --argjson machine "$machine" '. + {machine: $machine}' <<<"$line" >>"$RESULTS"
         done
     done

@@ -137,10 +137,14 @@ class Podprobe:
         return out
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
+        # podprobe itself: heaptrack's shell passes no signal on, and
+        # killing only the shell would leave this podprobe running beside
+        # the next one.
+        os.kill(self.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
             self.proc.kill()
             self.proc.wait()
 

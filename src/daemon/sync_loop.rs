@@ -195,7 +195,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             .get_mut(&uid)
             .is_some_and(|tracked| tracked.sync.on_update(pod));
         let nudge = if changed { Nudge::Yes } else { Nudge::No };
-        self.sync_pod(pod, nudge);
+        self.sync_pod(pod, nudge, None);
     }
 
     /// First sight of a pod, or a change of its annotation (gate mode):
@@ -336,7 +336,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 // W11, as in `on_pod_applied`.
                 self.manager.stop_liveness_and_startup(&current);
             }
-            self.sync_pod(&current, Nudge::Yes);
+            self.sync_pod(&current, Nudge::Yes, None);
         }
     }
 
@@ -511,7 +511,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         } else {
             Nudge::No
         };
-        self.sync_pod(&pod, nudge);
+        self.sync_pod(&pod, nudge, Some(update.at));
     }
 
     fn resync(&mut self) {
@@ -540,7 +540,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 } else {
                     Nudge::No
                 };
-                self.sync_pod(&pod, nudge);
+                self.sync_pod(&pod, nudge, None);
             }
         }
     }
@@ -577,8 +577,9 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     /// Recomputes podprobe's verdicts for `pod`, submits the desired status
     /// of the fields podprobe owns and stops containers whose liveness or
     /// startup probe failed. `nudge`: whether this stands for a kubelet pod
-    /// sync (K6), which nudges not-ready readiness workers.
-    fn sync_pod(&mut self, pod: &Pod, nudge: Nudge) {
+    /// sync (K6), which nudges not-ready readiness workers. `result_at`:
+    /// the end of the probe run whose changed result this sync is for.
+    fn sync_pod(&mut self, pod: &Pod, nudge: Nudge, result_at: Option<Instant>) {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return;
         };
@@ -612,6 +613,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             uid: uid.to_string(),
             owned: probes.owned.clone(),
             views,
+            result_at,
         });
         if pod.metadata.deletion_timestamp.is_none() {
             let no_status = PodStatus::default();

@@ -21,9 +21,12 @@
 //! - **Correlator** (client-go's `EventCorrelator`, see [`correlator`]):
 //!   similar events with ten different notes within ten minutes are
 //!   combined into one Event noted `(combined from similar events): ...`;
-//!   repeats of an Event within six minutes become its `series.count`; and
-//!   each pod may have 25 events written at once, then one per five
-//!   minutes (refused ones counted as `outcome="filtered"`).
+//!   repeats of an Event within six minutes become its `series.count`,
+//!   written with the second event and then, as client-go's
+//!   `events.k8s.io` broadcaster does, every 30 minutes and when the series
+//!   ends (counted meanwhile as `outcome="held"`); and each pod may have 25
+//!   events written at once, then one per five minutes (refused ones
+//!   counted as `outcome="filtered"`).
 //! - **Write rate**: at most [`DEFAULT_EVENT_QPS`] writes a second, bursts
 //!   of [`DEFAULT_EVENT_BURST`] (the kubelet's `eventRecordQPS` and
 //!   `eventBurst`).
@@ -36,7 +39,9 @@
 //! - A note is cut to 1024 bytes: `events.k8s.io/v1` rejects longer ones
 //!   (exec and HTTP outputs may be up to 10 KiB).
 //! - A repeat continues its Event's series only within six minutes of the
-//!   last one (the kubelet bumps `count` as long as its cache remembers).
+//!   last one (the kubelet bumps `count` as long as its cache remembers),
+//!   and from the third event on its count is written every 30 minutes and
+//!   when the series ends, not with each event.
 //! - `events.k8s.io/v1` allows no change to an Event's note, object or
 //!   action, so a combined Event keeps the note it was created with (the
 //!   kubelet rewrites it to the latest) and combines events of one
@@ -53,18 +58,19 @@ mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::events::recorder::{EventObserver, EventOutcome, EventRecorder};
 use crate::kube::apiclient::{RequestError, bounded};
-use crate::util::rate_limit::RateLimit;
-use correlator::{Correlation, Correlator, EventWrite};
+use crate::util::rate_limit::{RateLimit, TokenBucket};
+use correlator::{Correlation, Correlator, EventWrite, SeriesUpdate};
 use queue::FairQueue;
 
 pub use crate::events::record::{
@@ -79,6 +85,11 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
 /// [`DEFAULT_QUEUE_CAPACITY`], so ten flooding pods cannot fill it. The
 /// spam filter lets 25 of a pod's events through at once anyway.
 pub const DEFAULT_POD_QUEUE_CAPACITY: usize = 100;
+
+/// How often the series are checked for counts they owe their Events
+/// (rule 9.4): a series' last count lands at most this long after the six
+/// idle minutes that end it.
+pub const SERIES_CHECK: Duration = Duration::from_secs(60);
 
 /// Event writes a second on average (the kubelet's `eventRecordQPS`).
 pub const DEFAULT_EVENT_QPS: f64 = 50.0;
@@ -238,9 +249,10 @@ impl Drop for EventQueue {
 
 impl EventQueue {
     /// Publishes queued events one by one until every [`EventSink`] is
-    /// dropped and the queue is empty (so dropping the sinks and awaiting
-    /// this flushes what was queued). Failures are logged and counted, not
-    /// retried.
+    /// dropped and the queue is empty, and series' Events their counts as
+    /// they fall due (rule 9.4); then writes every count still owed (so
+    /// dropping the sinks and awaiting this flushes what was queued and
+    /// counted). Failures are logged and counted, not retried.
     pub async fn run(self, client: Client, node_name: &str) {
         let publisher = KubePublisher {
             client,
@@ -248,11 +260,30 @@ impl EventQueue {
         };
         let mut correlator = Correlator::new();
         let mut writes = self.writes.bucket(Instant::now());
-        while let Some(event) = self.next().await {
+        let mut check = tokio::time::interval_at(Instant::now() + SERIES_CHECK, SERIES_CHECK);
+        check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let event = tokio::select! {
+                event = self.next() => match event {
+                    Some(event) => event,
+                    None => break,
+                },
+                _ = check.tick() => {
+                    for update in correlator.due(Instant::now()) {
+                        wait_for_write(&mut writes).await;
+                        publisher.update(&update).await;
+                    }
+                    continue;
+                }
+            };
             // Rule 9.4: a pod's flood of different notes costs a bounded
             // number of writes, however its notes differ.
             let write = match correlator.correlate(event, Instant::now()) {
                 Correlation::Write(write) => write,
+                Correlation::Held => {
+                    self.metrics.event_done(EventOutcome::Held);
+                    continue;
+                }
                 Correlation::Filtered(event) => {
                     // Debug only: a flooding pod would flood the log too.
                     tracing::debug!(
@@ -266,14 +297,7 @@ impl EventQueue {
                     continue;
                 }
             };
-            // Rule 9.6: however many pods fail at once, the API server gets
-            // Events at the kubelet's rate.
-            if let Some(bucket) = &mut writes {
-                let wait = bucket.reserve(Instant::now());
-                if !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                }
-            }
+            wait_for_write(&mut writes).await;
             let outcome = match publisher.publish(&write).await {
                 Ok(Published::Created { name }) => {
                     correlator.created(&write.series, name);
@@ -295,6 +319,12 @@ impl EventQueue {
             };
             self.metrics.event_done(outcome);
         }
+        // The counts held since the series' last writes, which client-go's
+        // broadcaster loses at exit; the daemon bounds the time this takes.
+        for update in correlator.owed(Instant::now()) {
+            wait_for_write(&mut writes).await;
+            publisher.update(&update).await;
+        }
     }
 
     /// The next event, in the pods' turn; `None` once no sink is left and
@@ -312,6 +342,17 @@ impl EventQueue {
             }
             // A wake-up between the look and this wait is kept by `Notify`.
             self.shared.wake.notified().await;
+        }
+    }
+}
+
+/// Rule 9.6: however many pods fail at once, the API server gets Events at
+/// the kubelet's rate.
+async fn wait_for_write(writes: &mut Option<TokenBucket>) {
+    if let Some(bucket) = writes {
+        let wait = bucket.reserve(Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
     }
 }
@@ -366,6 +407,28 @@ impl KubePublisher {
                 self.create(write, now).await
             }
             Err(error) => Err(error),
+        }
+    }
+
+    /// Gives a series' Event the count of the events held since its last
+    /// write; a failure is logged, and the next update carries the count.
+    async fn update(&self, update: &SeriesUpdate) {
+        let namespace = update.namespace.as_deref().unwrap_or("default");
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let now = Timestamp::now();
+        let last = now
+            .checked_sub(Instant::now().saturating_duration_since(update.last))
+            .unwrap_or(now);
+        let patch = Patch::Merge(series_patch(update.count, last));
+        if let Err(error) = bounded(api.patch(&update.name, &PatchParams::default(), &patch)).await
+        {
+            tracing::warn!(
+                namespace,
+                event = update.name,
+                count = update.count,
+                %error,
+                "cannot update the count of an event series"
+            );
         }
     }
 }
@@ -658,16 +721,21 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn rule9_4_api_writes_per_1000_failing_probes() {
-        // Every 10 s (the default period) for 9,990 s: 25 at once, then one
-        // per 5 minutes, whether the notes differ or not.
+        // Every 10 s (the default period) for 9,990 s. The same note: the
+        // Event's create and its count of two, an update every 30 minutes
+        // (five) and the last count at shutdown. Notes that differ: nine
+        // Events of their own, the combined one created and updated to
+        // two, then as the same note. The kubelet (core/v1) writes each
+        // repeat until the spam filter stops it: 25 at once, then one per
+        // 5 minutes, 58 in all either way.
         assert_eq!(
             writes_per_1000_failing_probes(Duration::from_secs(10)).await,
-            (25 + 9_990 / 300, 25 + 9_990 / 300)
+            (9 + 2 + 5 + 1, 2 + 5 + 1)
         );
-        // All at once: the pod's burst.
+        // All at once: no update falls due before shutdown.
         assert_eq!(
             writes_per_1000_failing_probes(Duration::ZERO).await,
-            (25, 25)
+            (9 + 2 + 1, 2 + 1)
         );
     }
 
@@ -700,13 +768,14 @@ mod tests {
             .map(|r| r.body["reason"].clone())
             .collect();
         assert_eq!(of_b, ["Killing"], "pod B's Killing was not written");
-        // Pod A lost only its own events: 100 queued, of which the spam
-        // filter let 25 through.
+        // Pod A lost only its own events: 100 queued, nine written with
+        // notes of their own, the tenth and eleventh as the combined
+        // Event, the rest counted in it.
         let text = metrics.encode();
         for line in [
             r#"podprobe_events_total{outcome="dropped"} 9900"#,
-            r#"podprobe_events_total{outcome="filtered"} 75"#,
-            r#"podprobe_events_total{outcome="recorded"} 26"#,
+            r#"podprobe_events_total{outcome="held"} 89"#,
+            r#"podprobe_events_total{outcome="recorded"} 12"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -745,24 +814,45 @@ mod tests {
     async fn rule9_4_repeats_update_their_events_series() {
         let (client, received) = fake_api(true);
         let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
+        let publisher = tokio::spawn(async move { queue.run(client, "node").await });
         let config = liveness_of("uid-1");
-        for _ in 0..3 {
+        let start = Instant::now();
+        for _ in 0..4 {
             sink.record(failure(&config, "refused"));
+            tokio::time::sleep(Duration::from_secs(10)).await;
         }
+        // Six idle minutes end the series; its count lands at the next check.
+        tokio::time::sleep(correlator::SERIES_TTL + SERIES_CHECK).await;
         drop(sink);
-        queue.run(client, "node").await;
+        publisher.await.expect("publisher ends");
 
         let received = received.lock().unwrap();
-        let methods: Vec<_> = received.iter().map(|r| r.method.clone()).collect();
-        assert_eq!(methods, [Method::POST, Method::PATCH, Method::PATCH]);
+        let writes: Vec<_> = received
+            .iter()
+            .map(|r| {
+                (
+                    r.method.clone(),
+                    r.body["series"]["count"].as_u64(),
+                    r.at - start,
+                )
+            })
+            .collect();
+        let check = |n: u64| SERIES_CHECK * u32::try_from(n).unwrap();
+        assert_eq!(
+            writes,
+            [
+                (Method::POST, None, Duration::ZERO),
+                (Method::PATCH, Some(2), Duration::from_secs(10)),
+                // The last event at 30 s; idle six minutes at 390 s.
+                (Method::PATCH, Some(4), check(7)),
+            ]
+        );
         let created = &received[0].body;
         assert_eq!(created["note"], "Liveness probe failed: refused");
         assert_eq!(created["reportingController"], "podprobe");
         assert_eq!(created["reportingInstance"], "node");
         assert_eq!(created["regarding"]["fieldPath"], "spec.containers{app}");
         assert!(created["series"].is_null());
-        assert_eq!(received[1].body["series"]["count"], 2);
-        assert_eq!(received[2].body["series"]["count"], 3);
         // A patch sends the series alone: the API keeps the rest as it was.
         assert_eq!(received[2].body.as_object().map(|o| o.len()), Some(1));
     }

@@ -38,6 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 pub use crate::util::backoff::RetryPolicy;
 
@@ -62,6 +63,10 @@ pub struct Intent {
     pub uid: String,
     pub owned: Owned,
     pub views: Vec<ContainerProbeView>,
+    /// When the probe run ended whose result changed and brought this
+    /// intent about (`None`: a resync or a pod change). A newer intent
+    /// replacing one not sent yet brings its own.
+    pub result_at: Option<Instant>,
 }
 
 /// The fields podprobe owns for a pod (design.md), with what computing them
@@ -208,7 +213,8 @@ impl StatusApi for KubeStatusApi {
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
-        Ok(bounded(self.api(namespace).get_opt(name)).await?)
+        let pod = bounded(self.api(namespace).get_opt(name)).await?;
+        Ok(pod.map(without_managed_fields))
     }
 
     async fn patch_status(
@@ -223,14 +229,26 @@ impl StatusApi for KubeStatusApi {
         };
         let patch = Patch::Strategic(patch);
         let api = self.api(namespace);
-        Ok(bounded(api.patch_status(name, &params, &patch)).await?)
+        let pod = bounded(api.patch_status(name, &params, &patch)).await?;
+        Ok(without_managed_fields(pod))
     }
+}
+
+/// `pod` without `metadata.managedFields`, which podprobe never reads: the
+/// patcher keeps the pod each patch returned for as long as the pod lives,
+/// and the managed fields were most of it (bench/RESULTS.md, churn soak).
+fn without_managed_fields(mut pod: Pod) -> Pod {
+    pod.metadata.managed_fields = None;
+    pod
 }
 
 /// Counts what the patcher does (metrics).
 pub trait PatchObserver: Send + Sync + 'static {
-    /// A patch was accepted by the API server.
-    fn patch_sent(&self) {}
+    /// A patch was accepted by the API server, `since_result` after the end
+    /// of the probe run whose result brought it about (if one did).
+    fn patch_sent(&self, since_result: Option<Duration>) {
+        let _ = since_result;
+    }
     /// A patch request failed (it may be retried).
     fn patch_failed(&self) {}
     /// A patch was rejected because another writer changed the pod first
@@ -439,7 +457,8 @@ impl<A: StatusApi> PodPatcher<'_, A> {
             .await
         {
             Ok(updated) => {
-                self.shared.observer.patch_sent();
+                let since_result = intent.result_at.map(|at| at.elapsed());
+                self.shared.observer.patch_sent(since_result);
                 tracing::info!(
                     pod = intent.name,
                     namespace = intent.namespace,
@@ -598,6 +617,7 @@ mod tests {
             uid: UID.into(),
             owned: Owned::Gate(probes()),
             views: vec![view("app", true, ready)],
+            result_at: None,
         }
     }
 
@@ -720,6 +740,49 @@ mod tests {
         patcher.forget(UID);
         settle().await;
         assert_eq!(patcher.tasks(), 0);
+    }
+
+    /// Records what [`PatchObserver::patch_sent`] is told.
+    #[derive(Default)]
+    struct SentLatencies(Mutex<Vec<Option<Duration>>>);
+
+    impl PatchObserver for SentLatencies {
+        fn patch_sent(&self, since_result: Option<Duration>) {
+            self.0.lock().unwrap().push(since_result);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_patch_counts_from_its_result_through_retries() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), false);
+        api.state()
+            .failures
+            .push_back(ApiError::Other("boom".into()));
+        let sent = Arc::new(SentLatencies::default());
+        let patcher = Patcher::new(
+            api.clone(),
+            Arc::new(TokioClock::new(Timestamp::UNIX_EPOCH)),
+            sent.clone(),
+            RetryPolicy::default(),
+        );
+        let result_at = Instant::now();
+        tokio::time::sleep(Duration::from_millis(7)).await;
+        patcher.submit(Intent {
+            result_at: Some(result_at),
+            ..intent(true)
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        patcher.submit(intent(false));
+        assert!(patcher.shutdown(Duration::from_secs(10)).await);
+        assert_eq!(api.requests(), ["patch True", "patch True", "patch False"]);
+        let sent = sent.0.lock().unwrap();
+        // The first intent's patch, retried after 200-300 ms, counts from
+        // its result; a patch of no result's counts nothing.
+        let [Some(latency), None] = sent[..] else {
+            panic!("observed {sent:?}");
+        };
+        let (min, max) = (Duration::from_millis(207), Duration::from_millis(307));
+        assert!((min..=max).contains(&latency), "{latency:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -23,7 +23,10 @@ use crate::util::backoff::RetryPolicy;
 
 /// A Pod as the watch decodes it: the typed object and the probe fields it
 /// had that the types dropped (V10). Decoding goes through a JSON value to
-/// see those fields; only the probes are compared.
+/// see those fields; only the probes are compared. `metadata.managedFields`
+/// is left out: podprobe never reads it, and decoded (a tree of JSON maps)
+/// it was half of the heap a watched pod costs (bench/RESULTS.md, churn
+/// soak).
 #[derive(Debug, Clone, Default)]
 pub struct WatchedPod {
     pub pod: Pod,
@@ -32,7 +35,13 @@ pub struct WatchedPod {
 
 impl<'de> Deserialize<'de> for WatchedPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = serde_json::Value::deserialize(deserializer)?;
+        let mut raw = serde_json::Value::deserialize(deserializer)?;
+        if let Some(metadata) = raw
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            metadata.remove("managedFields");
+        }
         let unknown_probe_fields = unknown_probe_fields(&raw);
         let pod = Pod::deserialize(raw).map_err(D::Error::custom)?;
         Ok(WatchedPod {
@@ -216,6 +225,27 @@ mod tests {
             pod,
             unknown_probe_fields: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_watched_pod_is_kept_without_its_managed_fields() {
+        let json = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "a",
+                "uid": "uid-a",
+                "managedFields": [{
+                    "manager": "kubelet",
+                    "operation": "Update",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {"f:conditions": {}}},
+                }],
+            },
+        });
+        let watched: WatchedPod = serde_json::from_value(json).expect("decodes");
+        assert_eq!(watched.pod.metadata.name.as_deref(), Some("a"));
+        assert_eq!(watched.pod.metadata.managed_fields, None);
     }
 
     #[test]

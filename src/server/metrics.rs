@@ -46,6 +46,12 @@ pub const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Buckets of `podprobe_result_to_status_seconds`: from a millisecond, where
+/// an idle node's patches land, to the kubelet's default `timeoutSeconds`.
+pub const RESULT_TO_STATUS_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
 /// Labels of `prober_probe_total`, in exposition order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ProbeTotalLabels {
@@ -223,6 +229,7 @@ pub struct Metrics {
     probe_total: Family<ProbeTotalLabels, Counter>,
     probe_duration: HistogramFamily<ProbeDurationLabels>,
     status_patches: Family<PatchLabels, Counter>,
+    result_to_status: Histogram,
     events: Family<EventLabels, Counter>,
     metrics_auth: Family<AuthLabels, Counter>,
     workers: Gauge,
@@ -261,6 +268,7 @@ impl Metrics {
         let probe_duration: HistogramFamily<ProbeDurationLabels> =
             Family::new_with_constructor(duration_histogram);
         let status_patches = Family::<PatchLabels, Counter>::default();
+        let result_to_status = Histogram::new(RESULT_TO_STATUS_BUCKETS);
         let events = Family::<EventLabels, Counter>::default();
         let metrics_auth = Family::<AuthLabels, Counter>::default();
         let workers = Gauge::default();
@@ -294,8 +302,13 @@ impl Metrics {
             status_patches.clone(),
         );
         own.register(
+            "podprobe_result_to_status_seconds",
+            "Time from the end of a probe run that changed its cached result to the API server's acceptance of the status patch it brought about",
+            result_to_status.clone(),
+        );
+        own.register(
             "podprobe_events",
-            "Kubernetes Events podprobe recorded, failed to record, dropped because its queue was full, or filtered (not written: the pod spent its budget of the spam filter, 25 then one per 5 minutes)",
+            "Kubernetes Events podprobe recorded, failed to record, dropped because its queue was full, filtered (not written: the pod spent its budget of the spam filter, 25 then one per 5 minutes) or held (counted in its series, whose Event gets the count with its next update)",
             events.clone(),
         );
         own.register(
@@ -378,6 +391,7 @@ impl Metrics {
             EventOutcome::Failed,
             EventOutcome::Dropped,
             EventOutcome::Filtered,
+            EventOutcome::Held,
         ] {
             events.get_or_create_owned(&EventLabels {
                 outcome: outcome.as_str(),
@@ -407,6 +421,7 @@ impl Metrics {
             probe_total,
             probe_duration,
             status_patches,
+            result_to_status,
             events,
             metrics_auth,
             workers,
@@ -487,6 +502,11 @@ impl Metrics {
         self.status_patches
             .get_or_create(&PatchLabels { outcome })
             .inc();
+    }
+
+    /// Observes the time from a probe result's change to its status patch.
+    pub fn result_to_status(&self, latency: Duration) {
+        self.result_to_status.observe(latency.as_secs_f64());
     }
 
     /// Counts one Event by what became of it.

@@ -227,6 +227,7 @@ mod tests {
             container_id: "containerd://c1".into(),
             result,
             pod_uid: "u".into(),
+            at: Instant::now(),
         };
         assert!(!result_syncs(&update(
             ProbeKind::Liveness,

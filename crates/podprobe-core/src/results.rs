@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::probe::ProbeKind;
 
@@ -45,6 +46,9 @@ pub struct ResultUpdate {
     pub container_id: String,
     pub result: CachedResult,
     pub pod_uid: String,
+    /// When the result was stored: the end of the probe run that changed
+    /// it (podprobe's `podprobe_result_to_status_seconds` starts here).
+    pub at: Instant,
 }
 
 /// The results of one probe kind, keyed by container ID.
@@ -95,6 +99,7 @@ impl ResultsCache {
             container_id: container_id.to_string(),
             result,
             pod_uid: pod_uid.to_string(),
+            at: Instant::now(),
         };
         // A dropped receiver means nobody reacts to changes any more (shutdown,
         // or a caller that only polls); the cache itself stays authoritative.
@@ -234,14 +239,18 @@ mod tests {
     #[tokio::test]
     async fn r3_set_notifies_only_on_change() {
         let (cache, mut rx) = ResultsCache::new(ProbeKind::Liveness);
+        let before = Instant::now();
         cache.set(ID, CachedResult::Success, "uid-1").await;
+        let update = rx.try_recv().unwrap();
+        assert!((before..=Instant::now()).contains(&update.at));
         assert_eq!(
-            rx.try_recv().unwrap(),
+            update,
             ResultUpdate {
                 kind: ProbeKind::Liveness,
                 container_id: ID.to_string(),
                 result: CachedResult::Success,
                 pod_uid: "uid-1".to_string(),
+                at: update.at,
             }
         );
         cache.set(ID, CachedResult::Success, "uid-1").await;

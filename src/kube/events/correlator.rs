@@ -9,7 +9,12 @@
 //!    [`COMBINED_PREFIX`] + the note, with a series of its own.
 //! 2. **Series.** An event equal to one seen within [`SERIES_TTL`] (or a
 //!    further combined event) continues that event's series: its count
-//!    goes up and the API Event is updated instead of a new one created.
+//!    goes up, and the API Event is updated instead of a new one created.
+//!    As client-go's `events.k8s.io` broadcaster does, only the second
+//!    event of a series is written at once; later ones are counted and
+//!    written as one update every [`SERIES_REFRESH`] and when the series
+//!    ends ([`Correlator::due`]). `Killing` is always written at once
+//!    (K8).
 //! 3. **Spam filter.** Each pod has a token bucket of [`SPAM_BURST`]
 //!    events refilled by one every [`SPAM_REFILL`]; an event finding it
 //!    empty is not written, though step 2 counted it, so the next write of
@@ -56,6 +61,10 @@ pub const SPAM_REFILL: Duration = Duration::from_secs(300);
 /// client-go's `events.k8s.io` broadcaster end a series after six idle
 /// minutes).
 pub const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+
+/// How often a series' Event gets the count of events held since its last
+/// write (client-go's `events.k8s.io` broadcaster's `refreshTime`).
+pub const SERIES_REFRESH: Duration = Duration::from_secs(30 * 60);
 
 /// The object an event is about, without the container: the spam filter's
 /// key (client-go's `getSpamKey`; the source is podprobe on this node for
@@ -118,13 +127,56 @@ struct Aggregate {
     last: Instant,
 }
 
-/// A series: events so far, the last one, and the API Event written for
-/// it, if any was.
+/// A series: events so far, the last one, the API Event written for it,
+/// if any was, and the count that Event was last given, when.
 #[derive(Debug)]
 struct Series {
     count: u32,
     last: Instant,
     name: Option<String>,
+    written: u32,
+    written_at: Instant,
+}
+
+impl Series {
+    fn new(now: Instant) -> Self {
+        Series {
+            count: 0,
+            last: now,
+            name: None,
+            written: 0,
+            written_at: now,
+        }
+    }
+
+    /// The update this series' Event is owed, if events were held since
+    /// its last write; recorded as written.
+    fn flush(&mut self, namespace: &Option<String>, now: Instant) -> Option<SeriesUpdate> {
+        let name = self.name.clone()?;
+        if self.count <= self.written {
+            return None;
+        }
+        self.written = self.count;
+        self.written_at = now;
+        Some(SeriesUpdate {
+            namespace: namespace.clone(),
+            name,
+            count: self.count,
+            last: self.last,
+        })
+    }
+}
+
+/// The count of a series' Event to write: the events held since its last
+/// write.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SeriesUpdate {
+    pub namespace: Option<String>,
+    /// The series' API Event.
+    pub name: String,
+    pub count: u32,
+    /// When the series' last event was seen.
+    pub last: Instant,
 }
 
 /// An event to write: a new API Event, or an update of the series' Event
@@ -148,6 +200,8 @@ pub(super) enum Correlation {
     Write(Box<EventWrite>),
     /// Refused by the spam filter: the pod's budget is spent.
     Filtered(Box<PodEvent>),
+    /// Counted in its series, whose Event gets the count later.
+    Held,
 }
 
 /// client-go's `EventCorrelator` with its defaults (see the module doc).
@@ -156,6 +210,9 @@ pub(super) struct Correlator {
     aggregates: Lru<SimilarKey, Aggregate>,
     series: Lru<SeriesKey, Series>,
     spam: Lru<ObjectKey, TokenBucket>,
+    /// Updates owed by series that ended when an event came too late to
+    /// continue them, for the next [`Correlator::due`].
+    ended: Vec<SeriesUpdate>,
     /// Hashes notes for [`Aggregate`] with keys of this process, so a pod
     /// cannot craft notes that collide to escape aggregation.
     hasher: RandomState,
@@ -167,6 +224,7 @@ impl Correlator {
             aggregates: Lru::new(MAX_LRU_ENTRIES),
             series: Lru::new(MAX_LRU_ENTRIES),
             spam: Lru::new(MAX_LRU_ENTRIES),
+            ended: Vec::new(),
             hasher: RandomState::new(),
         }
     }
@@ -187,12 +245,20 @@ impl Correlator {
                 note: Some(event.note.clone()),
             }
         };
-        let (count, name) = self.observe(&series, now);
         // K8: the node agent restarts a container whatever its exit code
         // only if it finds the `Killing` event; there is one per kill, so
-        // the pod's own probe failures must not use up its budget.
-        if event.reason != reasons::KILLING && !self.spam_allows(&series.similar.object, now) {
+        // it is written at once, and the pod's own probe failures must not
+        // use up its budget.
+        let killing = event.reason == reasons::KILLING;
+        let Some((count, name)) = self.observe(&series, killing, now) else {
+            return Correlation::Held;
+        };
+        if !killing && !self.spam_allows(&series.similar.object, now) {
             return Correlation::Filtered(Box::new(event));
+        }
+        if let Some(held) = self.series.get_mut(&series) {
+            held.written = count;
+            held.written_at = now;
         }
         Correlation::Write(Box::new(EventWrite {
             event,
@@ -235,24 +301,60 @@ impl Correlator {
         true
     }
 
-    /// Counts an event of `series` at `now`: its count in the series and
-    /// the series' API Event, if there is one.
-    fn observe(&mut self, series: &SeriesKey, now: Instant) -> (u32, Option<String>) {
-        let series = self.series.get_or_insert_with(series, || Series {
-            count: 0,
-            last: now,
-            name: None,
-        });
+    /// Counts an event of `key` at `now`: its count in the series and the
+    /// series' API Event, if there is one, or `None` if the event is to be
+    /// held (the series' Event was written with a count of two or more
+    /// and `now_too` is false).
+    fn observe(
+        &mut self,
+        key: &SeriesKey,
+        now_too: bool,
+        now: Instant,
+    ) -> Option<(u32, Option<String>)> {
+        let series = self.series.get_or_insert_with(key, || Series::new(now));
         if now.duration_since(series.last) >= SERIES_TTL {
-            *series = Series {
-                count: 0,
-                last: now,
-                name: None,
-            };
+            // The series ended before `due` came round to it: its last
+            // count is still owed.
+            if let Some(update) = series.flush(&key.similar.object.namespace, now) {
+                self.ended.push(update);
+            }
+            *series = Series::new(now);
         }
         series.count = series.count.saturating_add(1);
         series.last = now;
-        (series.count, series.name.clone())
+        if series.name.is_some() && series.written >= 2 && !now_too {
+            return None;
+        }
+        Some((series.count, series.name.clone()))
+    }
+
+    /// The updates series' Events are owed at `now`: those of series that
+    /// ended (six idle minutes) and of series last written
+    /// [`SERIES_REFRESH`] ago, with events held since. Each is recorded as
+    /// written.
+    pub(super) fn due(&mut self, now: Instant) -> Vec<SeriesUpdate> {
+        self.flush_where(now, |series| {
+            now.duration_since(series.last) >= SERIES_TTL
+                || now.duration_since(series.written_at) >= SERIES_REFRESH
+        })
+    }
+
+    /// Every update series' Events are owed (at shutdown), recorded as
+    /// written.
+    pub(super) fn owed(&mut self, now: Instant) -> Vec<SeriesUpdate> {
+        self.flush_where(now, |_| true)
+    }
+
+    fn flush_where(&mut self, now: Instant, owes: impl Fn(&Series) -> bool) -> Vec<SeriesUpdate> {
+        let mut updates = std::mem::take(&mut self.ended);
+        for (key, series) in self.series.iter_mut() {
+            if owes(series)
+                && let Some(update) = series.flush(&key.similar.object.namespace, now)
+            {
+                updates.push(update);
+            }
+        }
+        updates
     }
 
     fn spam_allows(&mut self, object: &ObjectKey, now: Instant) -> bool {
@@ -302,7 +404,127 @@ mod tests {
         match correlation {
             Correlation::Write(write) => *write,
             Correlation::Filtered(event) => panic!("filtered: {event:?}"),
+            Correlation::Held => panic!("held"),
         }
+    }
+
+    /// A series of pod `a`'s `refused` whose Event `a.1` was created and
+    /// updated to a count of two, at `t0`.
+    fn written_twice(correlator: &mut Correlator, t0: Instant) -> SeriesKey {
+        let first = written(correlator.correlate(unhealthy("a", "app", "refused"), t0));
+        correlator.created(&first.series, "a.1".into());
+        let second = written(correlator.correlate(unhealthy("a", "app", "refused"), t0));
+        assert_eq!((second.count, second.name.as_deref()), (2, Some("a.1")));
+        first.series
+    }
+
+    fn update(count: u32, last: Instant) -> SeriesUpdate {
+        SeriesUpdate {
+            namespace: Some("default".into()),
+            name: "a.1".into(),
+            count,
+            last,
+        }
+    }
+
+    #[test]
+    fn rule9_4_after_two_events_a_series_is_counted_and_written_when_it_ends() {
+        let mut correlator = Correlator::new();
+        let t0 = Instant::now();
+        written_twice(&mut correlator, t0);
+        let mut last = t0;
+        for i in 1..=8 {
+            last = t0 + Duration::from_secs(i);
+            assert_eq!(
+                correlator.correlate(unhealthy("a", "app", "refused"), last),
+                Correlation::Held
+            );
+        }
+        // Nothing is owed while the series goes on...
+        assert_eq!(correlator.due(last + SERIES_TTL / 2), vec![]);
+        // ... and its count once it has been idle for six minutes, once.
+        let ended = last + SERIES_TTL;
+        assert_eq!(correlator.due(ended), vec![update(10, last)]);
+        assert_eq!(correlator.owed(ended + SERIES_REFRESH), vec![]);
+        // A series with nothing held owes nothing.
+        let mut quiet = Correlator::new();
+        written_twice(&mut quiet, t0);
+        assert_eq!(quiet.due(t0 + SERIES_REFRESH), vec![]);
+        assert_eq!(quiet.owed(t0), vec![]);
+    }
+
+    #[test]
+    fn rule9_4_at_shutdown_every_held_count_is_owed() {
+        let mut correlator = Correlator::new();
+        let t0 = Instant::now();
+        written_twice(&mut correlator, t0);
+        assert_eq!(
+            correlator.correlate(unhealthy("a", "app", "refused"), t0),
+            Correlation::Held
+        );
+        assert_eq!(correlator.due(t0), vec![]);
+        assert_eq!(correlator.owed(t0), vec![update(3, t0)]);
+        assert_eq!(correlator.owed(t0), vec![]);
+    }
+
+    #[test]
+    fn rule9_4_a_long_series_is_written_every_thirty_minutes() {
+        let mut correlator = Correlator::new();
+        let t0 = Instant::now();
+        written_twice(&mut correlator, t0);
+        let every = Duration::from_secs(10);
+        let mut now = t0;
+        let mut count = 2;
+        let mut updates = Vec::new();
+        while now < t0 + 2 * SERIES_REFRESH {
+            now += every;
+            count += 1;
+            assert_eq!(
+                correlator.correlate(unhealthy("a", "app", "refused"), now),
+                Correlation::Held
+            );
+            updates.extend(correlator.due(now));
+        }
+        assert_eq!(
+            updates,
+            vec![
+                update(182, t0 + SERIES_REFRESH),
+                update(362, t0 + 2 * SERIES_REFRESH)
+            ]
+        );
+        assert_eq!(count, 362);
+    }
+
+    #[test]
+    fn rule9_4_a_series_ended_by_a_late_event_still_gets_its_count() {
+        let mut correlator = Correlator::new();
+        let t0 = Instant::now();
+        written_twice(&mut correlator, t0);
+        let held = t0 + Duration::from_secs(1);
+        assert_eq!(
+            correlator.correlate(unhealthy("a", "app", "refused"), held),
+            Correlation::Held
+        );
+        // No `due` in the six idle minutes: the late event starts a new
+        // series, and the old one's count is owed all the same.
+        let late = held + SERIES_TTL;
+        let fresh = written(correlator.correlate(unhealthy("a", "app", "refused"), late));
+        assert_eq!((fresh.count, fresh.name), (1, None));
+        assert_eq!(correlator.due(late), vec![update(3, held)]);
+        assert_eq!(correlator.due(late), vec![]);
+    }
+
+    #[test]
+    fn k8_rule9_4_every_killing_is_written_at_once() {
+        let mut correlator = Correlator::new();
+        let t0 = Instant::now();
+        let first = written(correlator.correlate(killing("a", "app"), t0));
+        correlator.created(&first.series, "a.kill".into());
+        for count in 2..=5 {
+            let kill = written(correlator.correlate(killing("a", "app"), t0));
+            assert_eq!((kill.count, kill.name.as_deref()), (count, Some("a.kill")));
+        }
+        assert_eq!(correlator.due(t0 + SERIES_TTL), vec![]);
     }
 
     #[test]

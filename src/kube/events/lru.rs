@@ -60,6 +60,13 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         self.get_mut(key).expect("present")
     }
 
+    /// Every entry, in no particular order; their use is not recorded.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
+        self.entries
+            .iter_mut()
+            .map(|(key, (value, _))| (key, value))
+    }
+
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.entries.len()

@@ -19,6 +19,9 @@ pub enum EventOutcome {
     Dropped,
     /// Not written: its pod's budget of the spam filter was spent.
     Filtered,
+    /// Counted in its series; the series' Event gets the count with its
+    /// next update.
+    Held,
 }
 
 impl EventOutcome {
@@ -29,6 +32,7 @@ impl EventOutcome {
             EventOutcome::Failed => "failed",
             EventOutcome::Dropped => "dropped",
             EventOutcome::Filtered => "filtered",
+            EventOutcome::Held => "held",
         }
     }
 }
