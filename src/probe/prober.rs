@@ -183,7 +183,7 @@ impl Prober {
             ));
         };
         let path = cri
-            .pod_network_namespace(identity.pod_uid)
+            .pod_network_namespace(identity.pod_uid, target.container_id)
             .await
             .map_err(|e| {
                 ProbeError::unknown(format!(
@@ -191,6 +191,9 @@ impl Prober {
                 ))
             })?;
         PodNetwork::open(&path).map_err(|e| {
+            if let Some(id) = target.container_id {
+                cri.forget_network_namespace(id);
+            }
             ProbeError::unknown(format!(
                 "network: pod: cannot open the pod's network namespace {}: {e}",
                 path.display()

@@ -74,10 +74,10 @@ const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// errors (the run is retried, then thrown away), whatever the exit code.
 pub const MAX_EXEC_RESPONSE_BYTES: usize = 1024 * 1024;
 
-/// How many verified containers a client remembers (see
-/// [`CriClient::verify_identity`]); past it, it starts over. A node runs a
-/// few hundred containers at most.
-const VERIFIED_CONTAINERS_CAPACITY: usize = 4096;
+/// How many containers a client remembers facts of (see
+/// [`ContainerFacts`]); past it, it starts over. A node runs a few hundred
+/// containers at most.
+const CONTAINER_FACTS_CAPACITY: usize = 4096;
 
 /// The labels the kubelet puts on every container it creates: which pod
 /// (by UID) and which container of its spec the runtime container is.
@@ -181,43 +181,78 @@ pub struct CriClient {
     /// Bounds the `ExecSync` calls in flight, node-wide and per pod, and
     /// how long one may hold a slot; `None`: no bound.
     exec_slots: Option<(Arc<ExecSlots>, Duration)>,
-    /// Containers `verify_identity` has already seen labelled as whose.
-    verified: Arc<Mutex<VerifiedContainers>>,
+    /// What the runtime said about containers that holds for their life.
+    facts: Arc<Mutex<ContainerFacts>>,
 }
 
-/// Containers the runtime has shown to carry a pod's and container's
-/// labels. A container's labels are set when it is created and no CRI call
-/// changes them, and runtimes do not reuse container IDs, so what the
-/// runtime said once holds for as long as the container exists: an exec
-/// probe asks the runtime once per container, not once per run (#15). Only
-/// matches are remembered; an ID that was not the expected container is
-/// asked about again every time.
+/// What the runtime said about containers that holds for as long as each
+/// exists, by runtime container ID, so that it is asked once per container
+/// and not once per probe run (#15, #27). Runtimes do not reuse container
+/// IDs.
+///
+/// - The pod and container its labels name (`verify_identity`): labels are
+///   set when a container is created and no CRI call changes them. Only
+///   matches are remembered; an ID that was not the expected container is
+///   asked about again every time.
+/// - The network namespace of its pod's sandbox (`pod_network_namespace`):
+///   a container lives in one sandbox, whose namespace lasts as long as the
+///   sandbox. Remembered with the pod UID it was found for, so an ID
+///   claimed for another pod is looked up afresh.
 #[derive(Debug, Default)]
-struct VerifiedContainers {
-    /// Runtime container ID to (pod UID, container name).
-    by_id: HashMap<String, (String, String)>,
+struct ContainerFacts {
+    by_id: HashMap<String, Facts>,
 }
 
-impl VerifiedContainers {
-    fn contains(&self, container_id: &str, identity: ContainerIdentity<'_>) -> bool {
-        self.by_id.get(container_id).is_some_and(|(pod_uid, name)| {
-            pod_uid == identity.pod_uid && name == identity.container_name
-        })
+#[derive(Debug, Default)]
+struct Facts {
+    /// (pod UID, container name).
+    identity: Option<(String, String)>,
+    /// (pod UID, namespace path).
+    network_namespace: Option<(String, PathBuf)>,
+}
+
+impl ContainerFacts {
+    fn is_verified(&self, container_id: &str, identity: ContainerIdentity<'_>) -> bool {
+        self.by_id
+            .get(container_id)
+            .and_then(|facts| facts.identity.as_ref())
+            .is_some_and(|(pod_uid, name)| {
+                pod_uid == identity.pod_uid && name == identity.container_name
+            })
     }
 
-    /// Remembers a match. Entries of removed containers are never asked
-    /// for again; rather than track removals, a full memory starts over.
-    fn insert(&mut self, container_id: &str, identity: ContainerIdentity<'_>) {
-        if self.by_id.len() >= VERIFIED_CONTAINERS_CAPACITY {
+    fn verified(&mut self, container_id: &str, identity: ContainerIdentity<'_>) {
+        self.entry(container_id).identity = Some((
+            identity.pod_uid.to_string(),
+            identity.container_name.to_string(),
+        ));
+    }
+
+    fn network_namespace(&self, container_id: &str, pod_uid: &str) -> Option<&PathBuf> {
+        match &self.by_id.get(container_id)?.network_namespace {
+            Some((found_for, path)) if found_for == pod_uid => Some(path),
+            _ => None,
+        }
+    }
+
+    fn set_network_namespace(&mut self, container_id: &str, pod_uid: &str, path: PathBuf) {
+        self.entry(container_id).network_namespace = Some((pod_uid.to_string(), path));
+    }
+
+    fn forget_network_namespace(&mut self, container_id: &str) {
+        if let Some(facts) = self.by_id.get_mut(container_id) {
+            facts.network_namespace = None;
+        }
+    }
+
+    /// The facts of `container_id`. Entries of removed containers are never
+    /// asked for again; rather than track removals, a full memory starts
+    /// over.
+    fn entry(&mut self, container_id: &str) -> &mut Facts {
+        if self.by_id.len() >= CONTAINER_FACTS_CAPACITY && !self.by_id.contains_key(container_id) {
             self.by_id.clear();
         }
-        self.by_id.insert(
-            container_id.to_string(),
-            (
-                identity.pod_uid.to_string(),
-                identity.container_name.to_string(),
-            ),
-        );
+        self.by_id.entry(container_id.to_string()).or_default()
     }
 }
 
@@ -232,7 +267,7 @@ impl CriClient {
             channel: Arc::new(OnceLock::new()),
             exec_in_flight: InFlightGauge::default(),
             exec_slots: None,
-            verified: Arc::default(),
+            facts: Arc::default(),
         })
     }
 
@@ -342,21 +377,21 @@ impl CriClient {
     /// `Ok` if the runtime labels `container_id` as `identity`'s container
     /// (the labels the kubelet sets when it creates a container). The
     /// runtime is asked once per container: a match is remembered by this
-    /// client and its clones (see `VerifiedContainers`).
+    /// client and its clones (see `ContainerFacts`).
     pub async fn verify_identity(
         &self,
         container_id: &str,
         identity: ContainerIdentity<'_>,
     ) -> Result<(), CriError> {
         let id = runtime_container_id(container_id)?;
-        if self.verified().contains(id, identity) {
+        if self.facts().is_verified(id, identity) {
             return Ok(());
         }
         let status = self.container_status(container_id).await?;
         let label = |key| status.labels.get(key).cloned().unwrap_or_default();
         let (found_pod_uid, found_container) = (label(POD_UID_LABEL), label(CONTAINER_NAME_LABEL));
         if found_pod_uid == identity.pod_uid && found_container == identity.container_name {
-            self.verified().insert(id, identity);
+            self.facts().verified(id, identity);
             return Ok(());
         }
         Err(CriError::ForeignContainer {
@@ -408,7 +443,19 @@ impl CriClient {
     /// starting), from the sandbox's verbose status
     /// ([`network_namespace_path`]). The sandbox is found by the
     /// `io.kubernetes.pod.uid` label the kubelet sets, so it is this pod's.
-    pub async fn pod_network_namespace(&self, pod_uid: &str) -> Result<PathBuf, CriError> {
+    /// With the probed container's ID, the runtime is asked once per
+    /// container (see `ContainerFacts`); a path that cannot be opened is
+    /// to be forgotten with [`CriClient::forget_network_namespace`].
+    pub async fn pod_network_namespace(
+        &self,
+        pod_uid: &str,
+        container_id: Option<&str>,
+    ) -> Result<PathBuf, CriError> {
+        if let Some(id) = container_id
+            && let Some(path) = self.facts().network_namespace(id, pod_uid)
+        {
+            return Ok(path.clone());
+        }
         let filter = PodSandboxFilter {
             state: Some(v1::PodSandboxStateValue {
                 state: PodSandboxState::SandboxReady.into(),
@@ -433,9 +480,19 @@ impl CriClient {
                 c.pod_sandbox_status(request).await
             })
             .await?;
-        network_namespace_path(&response.info).ok_or(CriError::NoNetworkNamespace {
+        let path = network_namespace_path(&response.info).ok_or(CriError::NoNetworkNamespace {
             sandbox_id: sandbox.id,
-        })
+        })?;
+        if let Some(id) = container_id {
+            self.facts().set_network_namespace(id, pod_uid, path.clone());
+        }
+        Ok(path)
+    }
+
+    /// Forgets the network namespace remembered for `container_id`: it
+    /// could not be opened, so the next probe run asks the runtime again.
+    pub fn forget_network_namespace(&self, container_id: &str) {
+        self.facts().forget_network_namespace(container_id);
     }
 
     /// `ListPodSandbox` matching `filter` (`PodSandboxFilter::default()` for all).
@@ -505,9 +562,9 @@ impl CriClient {
         RuntimeServiceClient::new(without_status_details(channel.clone()))
     }
 
-    fn verified(&self) -> std::sync::MutexGuard<'_, VerifiedContainers> {
+    fn facts(&self) -> std::sync::MutexGuard<'_, ContainerFacts> {
         // The map is valid whatever a panicking holder left half done.
-        self.verified.lock().unwrap_or_else(PoisonError::into_inner)
+        self.facts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn incomplete(&self, method: &'static str, field: &'static str) -> CriError {
@@ -679,18 +736,18 @@ mod tests {
     }
 
     #[test]
-    fn verified_containers_remember_matches_per_id_and_identity() {
+    fn container_facts_remember_identity_matches_per_id_and_identity() {
         let app = ContainerIdentity {
             pod_uid: "uid-1",
             container_name: "app",
         };
-        let mut verified = VerifiedContainers::default();
-        assert!(!verified.contains("abc", app));
-        verified.insert("abc", app);
-        assert!(verified.contains("abc", app));
+        let mut facts = ContainerFacts::default();
+        assert!(!facts.is_verified("abc", app));
+        facts.verified("abc", app);
+        assert!(facts.is_verified("abc", app));
         // Another ID, or the same ID claimed for another pod or container,
         // is asked about again.
-        assert!(!verified.contains("def", app));
+        assert!(!facts.is_verified("def", app));
         for other in [
             ContainerIdentity {
                 pod_uid: "uid-2",
@@ -701,24 +758,50 @@ mod tests {
                 container_name: "sidecar",
             },
         ] {
-            assert!(!verified.contains("abc", other));
+            assert!(!facts.is_verified("abc", other));
         }
     }
 
     #[test]
-    fn verified_containers_start_over_when_full() {
+    fn container_facts_remember_a_network_namespace_per_id_and_pod() {
+        let mut facts = ContainerFacts::default();
+        let path = PathBuf::from("/run/netns/cni-1");
+        assert_eq!(facts.network_namespace("abc", "uid-1"), None);
+        facts.set_network_namespace("abc", "uid-1", path.clone());
+        assert_eq!(facts.network_namespace("abc", "uid-1"), Some(&path));
+        // The same ID claimed for another pod is looked up afresh.
+        assert_eq!(facts.network_namespace("abc", "uid-2"), None);
+        assert_eq!(facts.network_namespace("def", "uid-1"), None);
+        // Both facts of one container live side by side; forgetting one
+        // keeps the other.
         let app = ContainerIdentity {
             pod_uid: "uid-1",
             container_name: "app",
         };
-        let mut verified = VerifiedContainers::default();
-        for i in 0..VERIFIED_CONTAINERS_CAPACITY {
-            verified.insert(&i.to_string(), app);
+        facts.verified("abc", app);
+        facts.forget_network_namespace("abc");
+        assert_eq!(facts.network_namespace("abc", "uid-1"), None);
+        assert!(facts.is_verified("abc", app));
+    }
+
+    #[test]
+    fn container_facts_start_over_when_full() {
+        let app = ContainerIdentity {
+            pod_uid: "uid-1",
+            container_name: "app",
+        };
+        let mut facts = ContainerFacts::default();
+        for i in 0..CONTAINER_FACTS_CAPACITY {
+            facts.verified(&i.to_string(), app);
         }
-        assert_eq!(verified.by_id.len(), VERIFIED_CONTAINERS_CAPACITY);
-        verified.insert("one-more", app);
-        assert_eq!(verified.by_id.len(), 1);
-        assert!(verified.contains("one-more", app));
+        assert_eq!(facts.by_id.len(), CONTAINER_FACTS_CAPACITY);
+        // A known container adds nothing...
+        facts.set_network_namespace("7", "uid-1", PathBuf::from("/run/netns/x"));
+        assert_eq!(facts.by_id.len(), CONTAINER_FACTS_CAPACITY);
+        // ... a new one starts over.
+        facts.verified("one-more", app);
+        assert_eq!(facts.by_id.len(), 1);
+        assert!(facts.is_verified("one-more", app));
     }
 
     #[test]
