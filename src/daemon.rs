@@ -18,6 +18,7 @@
 //! condition as "the pod was Ready".
 
 pub mod config;
+mod heap_trim;
 mod sync_loop;
 
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
@@ -251,6 +252,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let server = tokio::spawn(server.serve(until_stopped(stopped.clone())));
+    // Ends with the runtime; it holds nothing to flush.
+    tokio::spawn(heap_trim::run());
     let cri_checks = tokio::spawn(check_cri(
         cri.clone(),
         health.clone(),

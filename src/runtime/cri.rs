@@ -484,7 +484,8 @@ impl CriClient {
             sandbox_id: sandbox.id,
         })?;
         if let Some(id) = container_id {
-            self.facts().set_network_namespace(id, pod_uid, path.clone());
+            self.facts()
+                .set_network_namespace(id, pod_uid, path.clone());
         }
         Ok(path)
     }
