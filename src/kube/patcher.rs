@@ -33,8 +33,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -381,7 +381,7 @@ async fn run_pod<A: StatusApi>(
 struct PodPatcher<'a, A> {
     shared: &'a Shared<A>,
     /// The pod as the API server last returned it to podprobe (a patch's
-    /// answer or a fresh read).
+    /// answer or a fresh read), as much of it as [`kept`] keeps.
     returned: Option<Pod>,
 }
 
@@ -465,7 +465,7 @@ impl<A: StatusApi> PodPatcher<'_, A> {
                     conditions = owned_summary(intent.owned.mode(), &updated),
                     "patched pod status"
                 );
-                self.returned = Some(updated);
+                self.returned = Some(kept(intent.owned.mode(), updated));
                 Attempt::Done
             }
             Err(ApiError::Conflict(error)) => {
@@ -491,7 +491,8 @@ impl<A: StatusApi> PodPatcher<'_, A> {
             let pod = self.shared.api.get(&intent.namespace, &intent.name).await?;
             self.returned = pod
                 .clone()
-                .filter(|p| p.metadata.uid.as_deref() == Some(&intent.uid));
+                .filter(|p| p.metadata.uid.as_deref() == Some(&intent.uid))
+                .map(|p| kept(intent.owned.mode(), p));
             return Ok(pod);
         }
         let Some(cached) = self.shared.api.cached(&intent.uid) else {
@@ -510,6 +511,34 @@ impl<A: StatusApi> PodPatcher<'_, A> {
             Mode::Gate => with_own_condition(&cached, returned),
             Mode::Authority => returned.clone(),
         }))
+    }
+}
+
+/// What the patcher keeps of a pod the API server returned, for as long as
+/// the pod lives: in gate mode only what [`PodPatcher::base_pod`] reads of
+/// it (its identity, resourceVersion and podprobe's condition), a few
+/// hundred bytes instead of the whole pod; in authority mode, the pod, the
+/// base of the next diff.
+fn kept(mode: Mode, pod: Pod) -> Pod {
+    match mode {
+        Mode::Authority => pod,
+        Mode::Gate => {
+            let own = own_condition(&pod).cloned();
+            Pod {
+                metadata: ObjectMeta {
+                    name: pod.metadata.name,
+                    namespace: pod.metadata.namespace,
+                    uid: pod.metadata.uid,
+                    resource_version: pod.metadata.resource_version,
+                    ..ObjectMeta::default()
+                },
+                status: Some(PodStatus {
+                    conditions: own.map(|c| vec![c]),
+                    ..PodStatus::default()
+                }),
+                ..Pod::default()
+            }
+        }
     }
 }
 
@@ -740,6 +769,28 @@ mod tests {
         patcher.forget(UID);
         settle().await;
         assert_eq!(patcher.tasks(), 0);
+    }
+
+    #[test]
+    fn a_gate_patcher_keeps_only_what_it_reads_of_a_returned_pod() {
+        let mut pod = gated_pod(Some(TRUE));
+        pod.metadata.resource_version = Some("7".into());
+        let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions.push(PodCondition {
+            type_: "Ready".into(),
+            status: TRUE.into(),
+            ..PodCondition::default()
+        });
+        assert!(pod.spec.is_some());
+        let slim = kept(Mode::Gate, pod.clone());
+        assert_eq!(slim.metadata.uid, pod.metadata.uid);
+        assert_eq!(slim.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(own_condition(&slim), own_condition(&pod));
+        assert_eq!(slim.spec, None);
+        let conditions = slim.status.as_ref().unwrap().conditions.as_ref().unwrap();
+        assert_eq!(conditions.len(), 1, "only podprobe's condition");
+        // Authority mode diffs against the whole pod.
+        assert_eq!(kept(Mode::Authority, pod.clone()), pod);
     }
 
     /// Records what [`PatchObserver::patch_sent`] is told.
