@@ -51,7 +51,10 @@ pub fn trim_if_over(_threshold: usize) -> bool {
 
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
+    use std::sync::PoisonError;
+
     use super::*;
+    use crate::server::process_stats::HEAP_TESTS;
 
     fn resident_kib() -> i64 {
         let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
@@ -64,6 +67,7 @@ mod tests {
 
     #[test]
     fn freed_memory_under_a_live_chunk_goes_back_to_the_system() {
+        let _alone = HEAP_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
         // 64 MiB in 1 KiB chunks, then one chunk above them that stays, so
         // free() alone cannot shrink the heap: the wave's memory stays
         // resident, as after a wave of deleted pods.

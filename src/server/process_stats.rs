@@ -215,8 +215,16 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// Held by the tests that read or move the whole process's heap: with
+/// another such test allocating at the same time, their figures would not
+/// add up.
+#[cfg(test)]
+pub(crate) static HEAP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
+    use std::sync::PoisonError;
+
     use super::*;
 
     #[test]
@@ -261,6 +269,7 @@ mod tests {
     #[test]
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn heap_in_use_follows_an_allocation_and_its_free() {
+        let _alone = HEAP_TESTS.lock().unwrap_or_else(PoisonError::into_inner);
         const SIZE: usize = 64 << 20;
         let in_use = || ProcessStats::read().heap_in_use_bytes.expect("glibc");
         let before = in_use();
