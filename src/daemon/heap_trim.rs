@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use crate::server::process_stats::heap_stats;
+
 /// How often the free memory is looked at.
 pub const TRIM_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -28,26 +30,30 @@ pub async fn run() {
     }
 }
 
-/// Hands malloc's free memory back if more than `threshold` bytes are free;
-/// whether it did (glibc only; elsewhere never).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// Hands malloc's free memory back if more than `threshold` bytes are free
+/// (the figure of `podprobe_heap_free_bytes`); whether it did (glibc only;
+/// elsewhere never).
 pub fn trim_if_over(threshold: usize) -> bool {
-    // SAFETY: mallinfo2 takes no argument and returns a plain struct;
-    // malloc_trim takes the padding to keep and locks each arena it trims.
-    unsafe {
-        if libc::mallinfo2().fordblks <= threshold {
-            return false;
-        }
-        libc::malloc_trim(0);
+    let free = heap_stats().heap_free_bytes;
+    if free.is_none_or(|free| usize::try_from(free).is_ok_and(|free| free <= threshold)) {
+        return false;
     }
+    malloc_trim();
     true
 }
 
-/// Without glibc there is nothing to trim.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn trim_if_over(_threshold: usize) -> bool {
-    false
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn malloc_trim() {
+    // SAFETY: malloc_trim takes the padding to keep and locks each arena it
+    // trims.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
+
+/// Never called: without glibc there are no heap figures.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn malloc_trim() {}
 
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {

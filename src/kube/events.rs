@@ -375,8 +375,11 @@ struct KubePublisher {
 
 impl KubePublisher {
     fn api(&self, event: &PodEvent) -> Api<Event> {
-        let namespace = event.regarding.namespace.as_deref().unwrap_or("default");
-        Api::namespaced(self.client.clone(), namespace)
+        self.api_in(event.regarding.namespace.as_deref())
+    }
+
+    fn api_in(&self, namespace: Option<&str>) -> Api<Event> {
+        Api::namespaced(self.client.clone(), namespace.unwrap_or("default"))
     }
 
     async fn create(&self, write: &EventWrite, now: Timestamp) -> Result<Published, RequestError> {
@@ -414,7 +417,7 @@ impl KubePublisher {
     /// write; a failure is logged, and the next update carries the count.
     async fn update(&self, update: &SeriesUpdate) {
         let namespace = update.namespace.as_deref().unwrap_or("default");
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let api = self.api_in(update.namespace.as_deref());
         let now = Timestamp::now();
         let last = now
             .checked_sub(Instant::now().saturating_duration_since(update.last))

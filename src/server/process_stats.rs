@@ -65,7 +65,7 @@ impl ProcessStats {
 
 /// The heap figures of [`ProcessStats`], from glibc's `mallinfo2`.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn heap_stats() -> ProcessStats {
+pub(crate) fn heap_stats() -> ProcessStats {
     // SAFETY: mallinfo2 takes no argument and returns a plain struct; it
     // locks each arena while it reads it.
     let info = unsafe { libc::mallinfo2() };
@@ -79,7 +79,7 @@ fn heap_stats() -> ProcessStats {
 
 /// No heap figures without glibc.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn heap_stats() -> ProcessStats {
+pub(crate) fn heap_stats() -> ProcessStats {
     ProcessStats::default()
 }
 
