@@ -300,6 +300,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         pods: HashMap::new(),
         killer,
         readings: readings_sender,
+        max_liveness_pause: config.max_liveness_pause,
+        next_pause_end: None,
     };
     daemon.run(pod_events, receivers, readings, shutdown).await;
     let _ = stop.send(true);

@@ -183,6 +183,7 @@ fn defaults_are_deploy_base() {
             "--max-node-probe-rate=1000",
             "--max-concurrent-execs-per-pod=8",
             "--max-exec-timeout-seconds=60",
+            "--max-liveness-pause-seconds=86400",
         ]
     );
     let (_, volume, mount) = cri(&docs);

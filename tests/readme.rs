@@ -154,6 +154,11 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
             Here(check_helm_install),
         ),
         (
+            "README.md",
+            r#"kubectl annotate --overwrite pod web podprobe.io/pause-liveness-until="$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)""#,
+            By("tests/run_gate.rs", r#""+%Y-%m-%dT%H:%M:%SZ""#),
+        ),
+        (
             "docs/authority-mode.md",
             "podprobe run --mode authority --node-name edge-1 \\",
             By("hack/agent-node.sh", "--mode authority"),

@@ -53,19 +53,7 @@ impl Rig {
     /// A busybox pod gated on `podprobe.io/ready` with `probes` as its
     /// annotation (a JSON string, possibly malformed on purpose).
     fn create_pod(&self, name: &str, probes: &str) {
-        self.create_custom_pod(
-            name,
-            probes,
-            json!({
-                "terminationGracePeriodSeconds": 2,
-                "containers": [{
-                    "name": "app",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
-                }],
-            }),
-        );
+        self.create_custom_pod(name, probes, busybox_spec(IDLE));
     }
 
     fn pod(&self, name: &str) -> Result<Value, String> {
@@ -107,6 +95,22 @@ impl Rig {
         )
     }
 
+    /// Waits until `container` of `pod` has restarted; the pod then.
+    fn wait_restarted(&self, pod: &str, container: &str, timeout: Duration) -> Value {
+        wait_for(
+            &format!("{pod}/{container} restarted"),
+            timeout,
+            || {
+                let object = self.pod(pod)?;
+                let count = restart_count(&object, container).unwrap_or(0);
+                (count >= 1)
+                    .then_some(object)
+                    .ok_or(format!("restartCount {count}"))
+            },
+            || self.diagnostics(),
+        )
+    }
+
     fn wait_running(&self, pod: &str) {
         wait_for(
             &format!("{pod} running"),
@@ -121,6 +125,23 @@ impl Rig {
             || self.diagnostics(),
         );
     }
+}
+
+/// What an idle busybox container runs: it exits 0 on SIGTERM.
+const IDLE: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
+/// A spec of one busybox container `app` running `sh -c script`, with a
+/// grace period of 2 s.
+fn busybox_spec(script: &str) -> Value {
+    json!({
+        "terminationGracePeriodSeconds": 2,
+        "containers": [{
+            "name": "app",
+            "image": BUSYBOX_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", script],
+        }],
+    })
 }
 
 /// `GET path` on `addr`: Ok when the status is 200, else the status line.
@@ -231,18 +252,7 @@ fn failing_liveness_probe_makes_the_kubelet_restart_the_container() {
     let probes = r#"{"app": {"livenessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 2, "initialDelaySeconds": 2}}}"#;
     rig.create_pod("live", probes);
     rig.wait_running("live");
-    wait_for(
-        "restartCount >= 1",
-        Duration::from_secs(60),
-        || {
-            let pod = rig.pod("live")?;
-            let count = restart_count(&pod, "app").unwrap_or(0);
-            (count >= 1)
-                .then_some(())
-                .ok_or(format!("restartCount {count}"))
-        },
-        || rig.diagnostics(),
-    );
+    rig.wait_restarted("live", "app", Duration::from_secs(60));
     wait_for(
         "a Killing event",
         Duration::from_secs(20),
@@ -680,15 +690,7 @@ fn wait_for_optional(
 #[test]
 fn annotation_and_gate_without_each_other_are_warned_about() {
     let rig = Rig::new();
-    let spec = json!({
-        "terminationGracePeriodSeconds": 2,
-        "containers": [{
-            "name": "app",
-            "image": BUSYBOX_IMAGE,
-            "imagePullPolicy": "Never",
-            "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
-        }],
-    });
+    let spec = busybox_spec(IDLE);
     rig.create_pod_with("ungated", Some(READINESS_FILE_PROBE), false, spec.clone());
     rig.create_pod_with("unannotated", None, true, spec);
     rig.wait_event(
@@ -883,15 +885,7 @@ fn fast_readiness_flips_the_gate_and_patches_only_on_transitions() {
     rig.create_custom_pod(
         "fast",
         &probes.to_string(),
-        json!({
-            "terminationGracePeriodSeconds": 2,
-            "containers": [{
-                "name": "app",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "mkdir -p /www && exec httpd -f -p 8080 -h /www"],
-            }],
-        }),
+        busybox_spec("mkdir -p /www && exec httpd -f -p 8080 -h /www"),
     );
     rig.wait_running("fast");
     let addr = rig.podprobe.listen_addr();
@@ -982,6 +976,12 @@ impl Rig {
     /// the `podprobe.io/ready` readiness gate if `gate`, and `spec` merged
     /// over a minimal spec.
     fn create_pod_with(&self, name: &str, probes: Option<&str>, gate: bool, spec: Value) {
+        let manifest = self.manifest(name, probes, gate, spec);
+        cluster().apply(&manifest).expect("create pod");
+    }
+
+    /// The manifest [`Self::create_pod_with`] applies.
+    fn manifest(&self, name: &str, probes: Option<&str>, gate: bool, spec: Value) -> Value {
         let mut manifest = json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -1001,7 +1001,7 @@ impl Rig {
         if let (Some(base), Some(extra)) = (manifest["spec"].as_object_mut(), spec.as_object()) {
             base.extend(extra.clone());
         }
-        cluster().apply(&manifest).expect("create pod");
+        manifest
     }
 
     /// The reasons and notes of the events about `pod`, as "Reason: note".
@@ -1286,16 +1286,9 @@ fn a_container_replaced_while_podprobe_was_down_starts_over() {
 /// only (`127.0.0.1:8080`): nothing outside the pod, the node included,
 /// can reach it.
 fn loopback_server() -> Value {
-    json!({
-        "terminationGracePeriodSeconds": 2,
-        "containers": [{
-            "name": "app",
-            "image": BUSYBOX_IMAGE,
-            "imagePullPolicy": "Never",
-            "command": ["sh", "-c",
-                "mkdir -p /www && echo ok > /www/healthz && exec httpd -f -p 127.0.0.1:8080 -h /www"],
-        }],
-    })
+    busybox_spec(
+        "mkdir -p /www && echo ok > /www/healthz && exec httpd -f -p 127.0.0.1:8080 -h /www",
+    )
 }
 
 /// Startup (tcpSocket) and readiness (httpGet) probes of port 8080 with
@@ -1403,4 +1396,129 @@ fn has_sys_admin(task: &str) -> bool {
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .expect("CapEff");
     effective & (1 << 21) != 0
+}
+
+/// The wall clock `seconds` from now, as RFC 3339 (podprobe runs on this
+/// host, so on this clock).
+fn wall_in(seconds: i64) -> String {
+    let span = k8s_openapi::jiff::SignedDuration::from_secs(seconds);
+    (k8s_openapi::jiff::Timestamp::now() + span).to_string()
+}
+
+/// `date -u -d <offset>` in the README's liveness pause example's format.
+fn date_in(offset: &str) -> String {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", offset, "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .expect("date");
+    assert!(out.status.success(), "date: {out:?}");
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_string()
+}
+
+/// Sets (or with `None` removes) `pod`'s liveness pause annotation.
+fn set_pause(rig: &Rig, pod: &str, until: Option<&str>) {
+    let value = match until {
+        Some(until) => format!("podprobe.io/pause-liveness-until={until}"),
+        None => "podprobe.io/pause-liveness-until-".to_string(),
+    };
+    rig.ns
+        .kubectl(&["annotate", "--overwrite", "pod", pod, &value]);
+}
+
+/// A pod whose annotated liveness probe always fails (every second, killed
+/// at the second failure), with a spec livenessProbe that always succeeds
+/// (the kubelet's, which the pause does not cover: LP5), created with
+/// `pause_until` as its liveness pause if given.
+fn failing_liveness_pod(rig: &Rig, name: &str, pause_until: Option<&str>) {
+    let probes = r#"{"app": {"livenessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 2}}}"#;
+    let mut spec = busybox_spec(IDLE);
+    spec["containers"][0]["livenessProbe"] =
+        json!({"exec": {"command": ["true"]}, "periodSeconds": 10});
+    let mut manifest = rig.manifest(name, Some(probes), true, spec);
+    if let Some(until) = pause_until {
+        manifest["metadata"]["annotations"]["podprobe.io/pause-liveness-until"] = json!(until);
+    }
+    cluster().apply(&manifest).expect("create pod");
+}
+
+/// When `pod`'s `app` container last terminated, in epoch seconds.
+fn last_finished(pod: &Value) -> Option<i64> {
+    let statuses = pod["status"]["containerStatuses"].as_array()?;
+    let app = statuses.iter().find(|s| s["name"] == "app")?;
+    cluster::epoch_seconds(app["lastState"]["terminated"]["finishedAt"].as_str()?)
+}
+
+/// LP1, LP3, LP5: a paused pod's failing liveness probe kills nothing while
+/// the pause holds; moved to a near time, the pause ends at that time and
+/// the container is killed after `failureThreshold` failures from then.
+#[test]
+fn lp1_lp3_a_paused_pod_is_not_killed_until_the_pause_ends() {
+    let rig = Rig::new();
+    // Paused when podprobe first sees it: its liveness worker never starts.
+    failing_liveness_pod(&rig, "paused", Some(&wall_in(3600)));
+    rig.wait_running("paused");
+    let paused = rig.wait_event("paused", "LivenessPaused");
+    assert!(
+        paused.contains("podprobe stops no container for them (containers app)")
+            && paused.contains("the kubelet's own livenessProbe of app is not paused"),
+        "{paused}"
+    );
+    // Unpaused, the probe kills within two periods; paused, not in eight.
+    rig.ns
+        .holds_for("no restart while paused", Duration::from_secs(8), || {
+            let pod = rig.pod("paused")?;
+            match restart_count(&pod, "app") {
+                Some(0) => Ok(()),
+                other => Err(format!("restartCount {other:?}")),
+            }
+        });
+    // The pause now ends in 5 s (a move: LivenessPaused again), the time
+    // written as the README's example writes it.
+    let until = date_in("+5 seconds");
+    set_pause(&rig, "paused", Some(&until));
+    let until_s = cluster::epoch_seconds(&until).expect("an RFC 3339 time");
+    let pod = rig.wait_restarted("paused", "app", Duration::from_secs(90));
+    let finished = last_finished(&pod).expect("lastState.terminated.finishedAt");
+    // Not before the pause ended (the API's times are whole seconds); the
+    // kill itself is two failing runs a second apart after it, then at
+    // most the grace period (2 s); the rest is the loaded machine's.
+    assert!(
+        finished >= until_s,
+        "killed at {finished}, before the pause ended at {until_s}\n{}",
+        rig.diagnostics()
+    );
+    rig.wait_event("paused", "LivenessResumed: Liveness probes resumed");
+    let notes = rig.events("paused");
+    let moved = notes
+        .iter()
+        .filter(|e| e.starts_with("LivenessPaused"))
+        .count();
+    assert_eq!(moved, 2, "{notes:#?}");
+    assert!(
+        notes
+            .iter()
+            .any(|e| e.contains("Container app failed liveness probe, will be restarted")),
+        "{notes:#?}"
+    );
+}
+
+/// LP2, LP4: a pause beyond the node's bound (`--max-liveness-pause-seconds`)
+/// is refused with a Warning naming the bound, and liveness kills as usual.
+#[test]
+fn lp4_a_pause_beyond_the_bound_is_a_warning_and_liveness_kills() {
+    let rig = Rig::with_args(&["--max-liveness-pause-seconds=60"]);
+    failing_liveness_pod(&rig, "refused", None);
+    rig.wait_running("refused");
+    set_pause(&rig, "refused", Some(&wall_in(3600)));
+    let warning = rig.wait_event("refused", "LivenessPauseInvalid");
+    assert!(
+        warning.contains(
+            "is more than 60 s from now, the longest pause this node allows; liveness probes run"
+        ),
+        "{warning}"
+    );
+    rig.wait_restarted("refused", "app", Duration::from_secs(60));
 }

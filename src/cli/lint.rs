@@ -14,6 +14,7 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+use crate::liveness_pause::{self, DEFAULT_MAX_PAUSE, PauseError};
 use crate::probe::destinations::{AllowedHost, Destinations};
 use crate::status::gate_setup::pod_findings;
 use crate::util::exit_code;
@@ -108,9 +109,11 @@ Reports, per pod template, what would leave it NotReady for ever or make its
 podprobe probes useless in gate mode: the podprobe.io/probes annotation
 without the podprobe.io/ready readiness gate, the gate without the
 annotation, and an annotation podprobe would refuse (invalid JSON or probe,
-a port the container does not have, a probe host not allowed). `podprobe
-run` reports the same on the cluster as Warning Events (ReadinessGateMissing,
-ProbeAnnotationMissing, ProbeAnnotationInvalid).
+a port the container does not have, a probe host not allowed), and a
+podprobe.io/pause-liveness-until that is not an RFC 3339 time, is past, or is
+more than a day ahead (the chart's default bound). `podprobe run` reports the
+same on the cluster as Warning Events (ReadinessGateMissing,
+ProbeAnnotationMissing, ProbeAnnotationInvalid, LivenessPauseInvalid).
 
 Output: one line per finding, `FILE: KIND NAMESPACE/NAME: message`.
 
@@ -135,6 +138,7 @@ pub fn main(args: LintArgs) -> ExitCode {
     let destinations = Destinations::new(allowed, Destinations::node_local());
     let mut findings = 0usize;
     let mut invalid = BTreeSet::new();
+    let now = k8s_openapi::jiff::Timestamp::now();
     for file in &args.files {
         let name = file.display().to_string();
         let text = if name == "-" {
@@ -159,6 +163,10 @@ pub fn main(args: LintArgs) -> ExitCode {
                         println!("{name}: {}: {finding}", template.object);
                         findings += 1;
                     }
+                    if let Some(refused) = refused_pause(&pod, now) {
+                        println!("{name}: {}: {refused}", template.object);
+                        findings += 1;
+                    }
                 }
                 Err(error) => {
                     eprintln!("{name}: {error}");
@@ -174,6 +182,13 @@ pub fn main(args: LintArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Why the daemon would refuse `pod`'s liveness pause at `now` under the
+/// chart's default bound (LP4), if it has one the daemon would refuse.
+fn refused_pause(pod: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<PauseError> {
+    let value = liveness_pause::annotation(pod)?;
+    liveness_pause::read(value, now, DEFAULT_MAX_PAUSE).err()
 }
 
 #[cfg(test)]
@@ -201,6 +216,30 @@ mod tests {
 
     fn gate_policy() -> Destinations {
         Destinations::new(Vec::new(), Destinations::node_local())
+    }
+
+    #[test]
+    fn lp4_lint_reports_a_pause_the_daemon_would_refuse() {
+        let now: k8s_openapi::jiff::Timestamp = "2026-11-27T12:00:00Z".parse().unwrap();
+        let paused = |value: &str| {
+            let mut pod = pod(Some(PROBES), true);
+            let annotations = pod.metadata.annotations.get_or_insert_default();
+            annotations.insert(
+                liveness_pause::PAUSE_LIVENESS_ANNOTATION.into(),
+                value.into(),
+            );
+            pod
+        };
+        assert_eq!(refused_pause(&pod(Some(PROBES), true), now), None);
+        assert_eq!(refused_pause(&paused("2026-11-27T18:00:00Z"), now), None);
+        assert!(matches!(
+            refused_pause(&paused("2026-11-29T18:00:00Z"), now),
+            Some(PauseError::TooFar { .. })
+        ));
+        assert!(matches!(
+            refused_pause(&paused("noon"), now),
+            Some(PauseError::NotATime { .. })
+        ));
     }
 
     #[test]

@@ -322,6 +322,18 @@ pub struct RunArgs {
         default_value_t = crate::probe_rates::DEFAULT_NODE_PROBE_RATE
     )]
     pub max_node_probe_rate: u32,
+
+    /// Longest a pod's `podprobe.io/pause-liveness-until` may pause its
+    /// liveness probes, counted from when podprobe reads it; a later time
+    /// is refused with a LivenessPauseInvalid event. 0: pauses are refused.
+    /// The kubelet has no pause.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_LIVENESS_PAUSE_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = crate::liveness_pause::DEFAULT_MAX_PAUSE.as_secs()
+    )]
+    pub max_liveness_pause_seconds: u64,
 }
 
 /// A request rate flag: a finite number, at least 0.
@@ -407,6 +419,8 @@ pub struct Config {
     /// `--max-pod-probe-rate`, `--max-node-probe-rate`.
     pub pod_probe_rate: u32,
     pub node_probe_rate: u32,
+    /// `--max-liveness-pause-seconds`.
+    pub max_liveness_pause: Duration,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -492,6 +506,7 @@ impl RunArgs {
             event_rate: RateLimit::new(self.event_qps, self.event_burst),
             pod_probe_rate: self.max_pod_probe_rate,
             node_probe_rate: self.max_node_probe_rate,
+            max_liveness_pause: Duration::from_secs(self.max_liveness_pause_seconds),
             api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),

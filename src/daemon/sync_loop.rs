@@ -17,20 +17,23 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use crate::events::record::PodEvent;
+use crate::events::record::{PodEvent, reasons};
 use crate::events::recorder::EventRecorder;
 use crate::kube::patcher::{Intent, Owned, Patcher, StatusApi};
 use crate::kube::pods::PodUpdate;
+use crate::liveness_pause::{self, LivenessPause, PauseChange};
 use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
 use crate::pod_store::{PodStore, with_started};
 use crate::pod_sync::{self, SyncSchedule};
-use crate::probe::SpecError;
 use crate::probe::destinations::Destinations;
 use crate::probe::spec::UnknownProbeField;
 use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, PodBudget};
+use crate::probe::verdict::EventType;
+use crate::probe::{ProbeKind, SpecError};
 use crate::results::{ResultReceivers, ResultUpdate};
 use crate::server::health::Health;
 use crate::server::metrics::Metrics;
@@ -72,6 +75,9 @@ pub(super) struct Tracked {
     sync: SyncSchedule,
     /// When the annotation was last read (gate mode, [`EDIT_DEBOUNCE`]).
     read_at: Instant,
+    /// `podprobe.io/pause-liveness-until` (LP1-LP4), observed once the pod
+    /// is probed.
+    pause: LivenessPause,
 }
 
 /// A pod podprobe probes and writes status for.
@@ -110,6 +116,12 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) killer: K,
     /// Where annotations read off the main loop come back ([`Reading`]).
     pub(super) readings: mpsc::UnboundedSender<Reading>,
+    /// The longest liveness pause accepted (`--max-liveness-pause-seconds`;
+    /// zero: none, LP4).
+    pub(super) max_liveness_pause: Duration,
+    /// No pause ends before this (LP3): when the loop next looks for pauses
+    /// whose time came.
+    pub(super) next_pause_end: Option<Timestamp>,
 }
 
 /// Gate mode: a pod's `podprobe.io/probes` annotation, parsed and compiled
@@ -139,6 +151,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.health.beat();
+            let pause_end = self.pause_wakeup();
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(event) = events.next() => self.on_pod_event(event),
@@ -147,6 +160,8 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 Some(update) = results.startup.recv() => self.on_result(&update),
                 Some(update) = results.liveness.recv() => self.on_result(&update),
                 _ = resync.tick() => self.resync(),
+                () = tokio::time::sleep_until(pause_end.unwrap_or_else(Instant::now)),
+                    if pause_end.is_some() => self.end_pauses(),
             }
         }
         self.shutdown(results).await;
@@ -190,6 +205,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             // W11: a terminating pod keeps only its readiness workers.
             self.manager.stop_liveness_and_startup(pod);
         }
+        self.observe_pause(&uid, pod);
         let changed = self
             .pods
             .get_mut(&uid)
@@ -257,6 +273,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 probes: None,
                 sync,
                 read_at: Instant::now(),
+                pause: LivenessPause::default(),
             },
         );
         if let Some(probes) = probes {
@@ -274,9 +291,14 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         );
         self.cache
             .set_started(uid, takeover::seed_started(pod, self.mode));
-        self.manager.add_pod(pod, &probes.manager);
         if let Some(tracked) = self.pods.get_mut(uid) {
             tracked.probes = Some(probes);
+        }
+        // A pod paused before podprobe saw it never starts its liveness
+        // workers (LP1).
+        self.observe_pause(uid, pod);
+        if let Some(running) = self.running_probes(uid) {
+            self.manager.add_pod(pod, &running);
         }
     }
 
@@ -379,7 +401,6 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         // New workers are about new probes: no instance keeps what a
         // previous probe reported about it.
         next.manager.vouch([]);
-        let manager = next.manager.clone();
         *current = next;
         if changes.is_empty() {
             // Same probes written differently: only `owned` may differ.
@@ -396,7 +417,122 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         let mut stopped = changes.changed.clone();
         stopped.extend(changes.removed.iter().cloned());
         self.manager.stop_probes(pod, &stopped);
-        self.manager.add_pod(pod, &manager);
+        if let Some(running) = self.running_probes(uid) {
+            self.manager.add_pod(pod, &running);
+        }
+    }
+
+    /// The probes of a tracked pod that run: all of them, but liveness while
+    /// it is paused (LP1).
+    fn running_probes(&self, uid: &str) -> Option<PodProbes> {
+        let tracked = self.pods.get(uid)?;
+        let probes = &tracked.probes.as_ref()?.manager;
+        Some(if tracked.pause.paused() {
+            probes.without(ProbeKind::Liveness)
+        } else {
+            probes.clone()
+        })
+    }
+
+    /// Observes a probed pod's pause annotation (LP1-LP4): a pause that
+    /// starts stops the pod's liveness workers, one that ends starts them
+    /// again (from their initial result, as new workers), and each change
+    /// and refusal is logged and recorded as an Event.
+    fn observe_pause(&mut self, uid: &str, pod: &Arc<Pod>) {
+        let now = self.manager.context().clock.now();
+        let max = self.max_liveness_pause;
+        let Some(tracked) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let Some(probes) = tracked.probes.as_ref() else {
+            return;
+        };
+        let observed = tracked
+            .pause
+            .observe(liveness_pause::annotation(pod), now, max);
+        let liveness: Vec<String> = (probes.manager.containers_with(ProbeKind::Liveness))
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let (name, namespace) = (pod_name(pod), pod_namespace(pod));
+        if let Some(refused) = &observed.refused {
+            tracing::warn!(
+                pod = name,
+                namespace,
+                %refused,
+                "ignoring the pod's liveness pause"
+            );
+            self.events.record_opt(PodEvent::liveness_pause(
+                pod,
+                EventType::Warning,
+                reasons::LIVENESS_PAUSE_INVALID,
+                format!("{refused}; liveness probes run"),
+            ));
+        }
+        let Some(change) = observed.change else {
+            return;
+        };
+        match change {
+            PauseChange::Started(until) | PauseChange::Moved(until) => {
+                let note = pause_note(self.mode, pod, &liveness, until);
+                tracing::info!(pod = name, namespace, %until, "{note}");
+                self.events.record_opt(PodEvent::liveness_pause(
+                    pod,
+                    EventType::Normal,
+                    reasons::LIVENESS_PAUSED,
+                    note,
+                ));
+                let stopped: Vec<_> = (liveness.iter())
+                    .map(|container| (container.clone(), ProbeKind::Liveness))
+                    .collect();
+                self.manager.stop_probes(pod, &stopped);
+                self.next_pause_end = Some(self.next_pause_end.map_or(until, |end| end.min(until)));
+            }
+            PauseChange::Ended => {
+                let note = "Liveness probes resumed".to_string();
+                tracing::info!(pod = name, namespace, "{note}");
+                self.events.record_opt(PodEvent::liveness_pause(
+                    pod,
+                    EventType::Normal,
+                    reasons::LIVENESS_RESUMED,
+                    note,
+                ));
+                // W11: a terminating pod runs no liveness probe anyway.
+                if pod.metadata.deletion_timestamp.is_none()
+                    && let Some(running) = self.running_probes(uid)
+                {
+                    self.manager.add_pod(pod, &running);
+                }
+            }
+        }
+        let paused = self.pods.values().filter(|t| t.pause.paused()).count();
+        self.metrics.set_liveness_paused(paused);
+    }
+
+    /// When the loop next wakes to end pauses whose time came (LP3).
+    fn pause_wakeup(&self) -> Option<Instant> {
+        let end = self.next_pause_end?;
+        let now = self.manager.context().clock.now();
+        let left = now.duration_until(end);
+        let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+        Some(Instant::now() + left)
+    }
+
+    /// Ends the pauses whose time came, and finds when the next one ends.
+    fn end_pauses(&mut self) {
+        self.next_pause_end = None;
+        let paused: Vec<String> = (self.pods.iter())
+            .filter(|(_, tracked)| tracked.pause.paused())
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in paused {
+            if let Some(pod) = self.cache.get(&uid) {
+                self.observe_pause(&uid, &pod);
+            }
+        }
+        self.next_pause_end = (self.pods.values())
+            .filter_map(|tracked| tracked.pause.until())
+            .min();
     }
 
     /// A reading's probes once the node's rules for annotated probes pass
@@ -619,11 +755,45 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             let no_status = PodStatus::default();
             let api_status = pod.status.as_ref().unwrap_or(&no_status);
             let kills = probe_kills(pod, &probes.manager, api_status, &self.manager.view(uid));
+            let paused = self.pods.get(uid).is_some_and(|t| t.pause.paused());
+            // LP1: a liveness failure cached before the pause began, by a
+            // worker still winding down, kills nothing either.
             for kill in kills {
-                self.killer.kill(pod, kill);
+                if !(paused && kill.kind == ProbeKind::Liveness) {
+                    self.killer.kill(pod, kill);
+                }
             }
         }
     }
+}
+
+/// The note of a pause that starts or moves (LP3): until when, which of
+/// podprobe's liveness probes it stops and, in gate mode, which of the
+/// kubelet's own it cannot stop.
+fn pause_note(mode: Mode, pod: &Pod, liveness: &[String], until: Timestamp) -> String {
+    let mut note = format!("Liveness probes paused until {until}: ");
+    if liveness.is_empty() {
+        note.push_str("podprobe runs no liveness probe of this pod");
+    } else {
+        note.push_str(&format!(
+            "podprobe stops no container for them (containers {})",
+            liveness.join(", ")
+        ));
+    }
+    let kubelet: Vec<&str> = match (mode, pod.spec.as_ref()) {
+        (Mode::Gate, Some(spec)) => (spec.containers.iter())
+            .filter(|c| c.liveness_probe.is_some())
+            .map(|c| c.name.as_str())
+            .collect(),
+        _ => Vec::new(),
+    };
+    if !kubelet.is_empty() {
+        note.push_str(&format!(
+            "; the kubelet's own livenessProbe of {} is not paused",
+            kubelet.join(", ")
+        ));
+    }
+    note
 }
 
 /// The status as the kubelet's pod sync rebuilds it before
@@ -1068,6 +1238,8 @@ mod tests {
             pods: HashMap::new(),
             killer: killer.clone(),
             readings: readings_sender,
+            max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
+            next_pause_end: None,
         };
         Harness {
             daemon,
@@ -1483,28 +1655,163 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn k2_a_liveness_failure_kills_the_container() {
+        let (pod, mut sync) = with_liveness(ProbeResult::Failure).await;
+        sync.applied(&pod);
+        sync.killed_after_failure_threshold().await;
+    }
+
+    /// An authority-mode pod with a liveness probe (besides its readiness
+    /// probe) whose every run gives `result`, on a loop past the start
+    /// jitter.
+    async fn with_liveness(result: ProbeResult) -> (Pod, Harness) {
         let probe = serde_json::json!({"exec": {"command": ["true"]}});
         let pod = with_spec_probe(named(Mode::Authority), ProbeKind::Liveness, probe);
-        let mut sync = sync_loop(
-            Mode::Authority,
-            &pod,
-            ScriptedRunner::always(ProbeResult::Failure),
-        );
+        let sync = sync_loop(Mode::Authority, &pod, ScriptedRunner::always(result));
         sync.past_start_jitter().await;
+        (pod, sync)
+    }
+
+    impl Harness {
+        /// K2: a liveness worker that started just now runs at once, then
+        /// once a period; its result turns Failure at the last of
+        /// FAILURE_THRESHOLD runs, which kills `app`, and a failing
+        /// readiness probe kills nothing (K5).
+        async fn killed_after_failure_threshold(&mut self) {
+            for _ in 1..FAILURE_THRESHOLD {
+                settle().await;
+                self.feed_results();
+                assert_eq!(self.kills(), []);
+                tokio::time::advance(PERIOD).await;
+            }
+            settle().await;
+            self.feed_results();
+            let kill = ("app".to_string(), ID.to_string(), ProbeKind::Liveness);
+            assert_eq!(self.kills(), [kill]);
+        }
+    }
+
+    /// `pod` with `podprobe.io/pause-liveness-until: value`.
+    fn paused(mut pod: Pod, value: &str) -> Pod {
+        let annotations = pod.metadata.annotations.get_or_insert_default();
+        let key = crate::liveness_pause::PAUSE_LIVENESS_ANNOTATION;
+        annotations.insert(key.into(), value.into());
+        pod
+    }
+
+    impl Harness {
+        /// The loop's wall clock `seconds` from now, as RFC 3339.
+        fn wall_in(&self, seconds: i64) -> String {
+            let now = self.daemon.manager.context().clock.now();
+            let span = k8s_openapi::jiff::SignedDuration::from_secs(seconds);
+            now.checked_add(span).unwrap().to_string()
+        }
+
+        fn has_liveness_worker(&self, pod: &Pod) -> bool {
+            let uid = pod.metadata.uid.as_deref().unwrap();
+            (self.daemon.manager).has_worker(uid, "app", ProbeKind::Liveness)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lp1_lp3_a_paused_liveness_probe_kills_nothing_until_the_pause_ends() {
+        let (pod, mut sync) = with_liveness(ProbeResult::Failure).await;
+        let pause_s = 2 * i64::from(FAILURE_THRESHOLD) * PERIOD.as_secs() as i64;
+        let pod = paused(pod, &sync.wall_in(pause_s));
+        let start = Instant::now();
         sync.applied(&pod);
-        // One liveness run at once, then one a period; the result turns
-        // Failure at the last of FAILURE_THRESHOLD runs, and a failing
-        // readiness probe kills nothing (K5).
+        assert!(!sync.has_liveness_worker(&pod));
+        assert_eq!(sync.events.reasons(), [reasons::LIVENESS_PAUSED]);
+        // The loop wakes when the pause ends, not at a resync.
+        let end = start + Duration::from_secs(pause_s as u64);
+        assert_eq!(sync.daemon.pause_wakeup(), Some(end));
+        tokio::time::advance(end - start - Duration::from_millis(1)).await;
+        sync.daemon.end_pauses();
+        settle().await;
+        assert!(!sync.has_liveness_worker(&pod));
+        sync.feed_results();
+        assert_eq!(sync.kills(), []);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        sync.daemon.end_pauses();
+        assert_eq!(
+            sync.events.reasons(),
+            [reasons::LIVENESS_PAUSED, reasons::LIVENESS_RESUMED]
+        );
+        assert!(sync.has_liveness_worker(&pod));
+        assert_eq!(sync.daemon.pause_wakeup(), None);
+        // A new worker: FAILURE_THRESHOLD failures from now, as any.
+        sync.killed_after_failure_threshold().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lp1_a_liveness_failure_cached_when_the_pause_starts_kills_nothing() {
+        let (pod, mut sync) = with_liveness(ProbeResult::Failure).await;
+        sync.applied(&pod);
         for _ in 1..FAILURE_THRESHOLD {
             settle().await;
-            sync.feed_results();
-            assert_eq!(sync.kills(), []);
             tokio::time::advance(PERIOD).await;
         }
         settle().await;
+        // The Failure is cached but has not reached the loop; the pause
+        // does first, while the stopped worker still holds it.
+        let pod = paused(pod, &sync.wall_in(600));
+        sync.applied(&pod);
         sync.feed_results();
-        let kill = ("app".to_string(), ID.to_string(), ProbeKind::Liveness);
-        assert_eq!(sync.kills(), [kill]);
+        assert_eq!(sync.kills(), []);
+        assert!(!sync.has_liveness_worker(&pod));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lp4_a_refused_pause_is_a_warning_and_liveness_runs() {
+        let (pod, mut sync) = with_liveness(ProbeResult::Success).await;
+        // Beyond the default bound of a day.
+        let far = sync.wall_in(2 * 24 * 3600);
+        let pod = paused(pod, &far);
+        sync.applied(&pod);
+        assert_eq!(sync.events.reasons(), [reasons::LIVENESS_PAUSE_INVALID]);
+        assert!(sync.has_liveness_worker(&pod));
+        // Reported once, not at every update.
+        sync.applied(&pod);
+        assert_eq!(sync.events.reasons(), [reasons::LIVENESS_PAUSE_INVALID]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lp1_gate_a_pod_paused_before_its_reading_starts_no_liveness_worker() {
+        let exec = serde_json::json!({"exec": {"command": ["true"]}});
+        let mut pod = named(Mode::Gate);
+        let probes = serde_json::json!({"app": {"livenessProbe": exec, "readinessProbe": exec}});
+        pod.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(PROBES_ANNOTATION.into(), probes.to_string());
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        let pod = paused(pod, &sync.wall_in(60));
+        sync.start(&pod).await;
+        assert!(!sync.has_liveness_worker(&pod));
+        let uid = pod.metadata.uid.as_deref().unwrap();
+        assert!(
+            sync.daemon
+                .manager
+                .has_worker(uid, "app", ProbeKind::Readiness)
+        );
+        assert_eq!(sync.events.reasons(), [reasons::LIVENESS_PAUSED]);
+        // The annotation goes: the pause ends at once.
+        let mut resumed = pod.clone();
+        resumed
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(crate::liveness_pause::PAUSE_LIVENESS_ANNOTATION);
+        sync.applied(&resumed);
+        assert!(sync.has_liveness_worker(&pod));
+        assert_eq!(
+            sync.events.reasons(),
+            [reasons::LIVENESS_PAUSED, reasons::LIVENESS_RESUMED]
+        );
     }
 
     /// [`named`] with a startup probe besides the readiness probe, in its

@@ -235,6 +235,7 @@ pub struct Metrics {
     workers: Gauge,
     pods_watched: Gauge,
     pods_tracked: Gauge,
+    liveness_paused: Gauge,
     patch_tasks: Gauge,
     exec_in_flight: Gauge,
     watch_idle: Gauge<f64, AtomicU64>,
@@ -274,6 +275,7 @@ impl Metrics {
         let workers = Gauge::default();
         let pods_watched = Gauge::default();
         let pods_tracked = Gauge::default();
+        let liveness_paused = Gauge::default();
         let patch_tasks = Gauge::default();
         let exec_in_flight = Gauge::default();
         let budget_refusals = Family::<BudgetLabels, Counter>::default();
@@ -330,6 +332,11 @@ impl Metrics {
             "podprobe_pods_tracked",
             "Pods podprobe holds state for (probes, verdicts), including pods without probes",
             pods_tracked.clone(),
+        );
+        own.register(
+            "podprobe_liveness_paused_pods",
+            "Pods whose liveness probes are paused by podprobe.io/pause-liveness-until",
+            liveness_paused.clone(),
         );
         own.register(
             "podprobe_status_patch_tasks",
@@ -427,6 +434,7 @@ impl Metrics {
             workers,
             pods_watched,
             pods_tracked,
+            liveness_paused,
             patch_tasks,
             exec_in_flight,
             watch_idle,
@@ -539,6 +547,11 @@ impl Metrics {
     /// Sets the number of pods the daemon holds state for.
     pub fn set_pods_tracked(&self, count: usize) {
         self.pods_tracked.set(gauge_value(count));
+    }
+
+    /// Sets the number of pods whose liveness probes are paused.
+    pub fn set_liveness_paused(&self, count: usize) {
+        self.liveness_paused.set(gauge_value(count));
     }
 
     /// Sets the number of per-pod status patch tasks alive.

@@ -8,7 +8,7 @@
 //! checked by `tests/layering.rs`):
 //! - the core: the kubelet's prober state machines ([`worker`], [`manager`],
 //!   [`results`]), the pod store ([`pod_store`]), [`pod_sync`], [`takeover`],
-//!   [`probe_rates`] and the Event records ([`events::record`],
+//!   [`probe_rates`], [`liveness_pause`] and the Event records ([`events::record`],
 //!   [`events::recorder`]);
 //! - [`status`]: pure desired status, conditions and patches;
 //! - the probe spec: what a probe is and concludes ([`probe::spec`],
@@ -16,6 +16,7 @@
 //! - [`util`]: pod accessors, token buckets, retry delays, exit codes.
 
 pub mod events;
+pub mod liveness_pause;
 pub mod manager;
 pub mod pod_store;
 pub mod pod_sync;

@@ -56,6 +56,13 @@ pub mod reasons {
     /// Gate mode: a container podprobe stopped for a probe exited 0 under
     /// `restartPolicy: OnFailure`, so the kubelet does not restart it (K8).
     pub const PROBE_KILL_NOT_RESTARTED: &str = "ProbeKillNotRestarted";
+    /// The pod's liveness probes are paused (`podprobe.io/pause-liveness-until`,
+    /// LP3), or their pause now ends at another time.
+    pub const LIVENESS_PAUSED: &str = "LivenessPaused";
+    /// The pod's liveness probes run again (LP3).
+    pub const LIVENESS_RESUMED: &str = "LivenessResumed";
+    /// The pod's pause annotation is refused (LP4).
+    pub const LIVENESS_PAUSE_INVALID: &str = "LivenessPauseInvalid";
 }
 
 /// One Event to record, with the object it is about.
@@ -178,6 +185,23 @@ impl PodEvent {
             reason: reasons::PROBE_SPEC_INVALID,
             action: "ReadProbes",
             note: error.to_string(),
+        })
+    }
+
+    /// A Normal or Warning event on the pod about its liveness pause (LP3,
+    /// LP4): `reason` one of [`reasons`]' pause reasons.
+    pub fn liveness_pause(
+        pod: &Pod,
+        type_: EventType,
+        reason: &'static str,
+        note: String,
+    ) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, None)?,
+            type_,
+            reason,
+            action: "PauseLiveness",
+            note: truncate_note(note),
         })
     }
 

@@ -106,6 +106,26 @@ impl PodProbes {
         self.containers.values().map(HashMap::len).sum()
     }
 
+    /// These probes without their `kind` probes: what runs of a pod whose
+    /// liveness is paused (P1).
+    pub fn without(&self, kind: ProbeKind) -> PodProbes {
+        let mut rest = self.clone();
+        for probes in rest.containers.values_mut() {
+            probes.remove(&kind);
+        }
+        rest
+    }
+
+    /// The containers with a `kind` probe, sorted by name.
+    pub fn containers_with(&self, kind: ProbeKind) -> Vec<&str> {
+        let mut names: Vec<&str> = (self.containers.iter())
+            .filter(|(_, probes)| probes.contains_key(&kind))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Vouches for exactly the container instances (status `containerID`s)
     /// a previous podprobe reported ready: only they are treated as
     /// predating the prober, so a restart of the prober resets neither their
