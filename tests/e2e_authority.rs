@@ -908,73 +908,51 @@ fn pod_without_probes() {
     }]);
 }
 
-/// V10: a probe asking for HTTP/2 over cleartext (`httpGet.protocol:
+/// H23: a probe asking for HTTP/2 over cleartext (`httpGet.protocol:
 /// HTTP2`, Kubernetes 1.37 behind the `H2CContainerProbe` gate, which
-/// `hack/local-cluster.sh` turns on) is refused: a Warning names the field
-/// and the container runs but is never ready, its probe erroring every run.
-/// Not differential: the kubelet with its own gate on probes it over h2c.
+/// `hack/local-cluster.sh` turns on) speaks h2c with prior knowledge, as the
+/// kubelet's `ProbeH2C`: against agnhost's gRPC server (grpc-go, h2c) a GET
+/// reaches the server and gets grpc-go's answer to a request that is not
+/// gRPC, 415. Over HTTP/1.1 it would get no HTTP response at all.
 #[test]
 #[ignore = "needs the local cluster and the agent node (hack/test.sh runs it)"]
-fn v10_h2c_probe_is_refused_with_a_warning_naming_the_field() {
+fn h23_h2c_probe_of_a_1_37_spec_reaches_an_h2c_server() {
     let node = ensure_agent_node().name.clone();
-    let ns = Namespace::create(&format!("podprobe-skew-{}", unique_id()));
-    let h2c = json!({"httpGet": {"port": 8080, "protocol": "HTTP2"}});
+    let ns = Namespace::create(&format!("podprobe-h2c-{}", unique_id()));
+    let h2c = json!({"httpGet": {"port": 5000, "protocol": "HTTP2"}});
     let probes = json!({"readinessProbe": probe(h2c, json!({"periodSeconds": 1}))});
-    let script = ["sh", "-c", SLEEP_LOOP];
     let pod = spec_pod(
         "h2c",
         "app",
-        BUSYBOX_IMAGE,
-        &script,
+        AGNHOST_IMAGE,
         &[],
+        &["grpc-health-checking", "--port=5000", "--http-port=8080"],
         probes,
         Some(&node),
     );
     ns.create_pod(&pod);
     let stored = ns.pod("h2c").expect("the pod");
     let protocol = &stored["spec"]["containers"][0]["readinessProbe"]["httpGet"]["protocol"];
-    let version = cluster::cluster()
-        .json(&["version", "-o", "json"])
-        .expect("version");
-    let minor: u32 = version["serverVersion"]["minor"]
-        .as_str()
-        .and_then(|m| m.trim_end_matches('+').parse().ok())
-        .expect("serverVersion.minor");
-    if minor < 37 {
-        // An API server before the field stores no such probe: nothing
-        // reaches podprobe to refuse.
-        assert_eq!(
-            protocol,
-            &Value::Null,
-            "Kubernetes 1.{minor} kept httpGet.protocol"
-        );
-        return;
-    }
     assert_eq!(
         protocol, "HTTP2",
         "the API server dropped httpGet.protocol: its H2CContainerProbe feature gate is off"
     );
-    let note = "readinessProbe.httpGet.protocol: \"HTTP2\" (HTTP/2 over cleartext) is not supported by podprobe";
-    let event = ns.wait_for("a ProbeSpecInvalid Warning naming the field", START, || {
+    let note = "Readiness probe failed: HTTP probe failed with statuscode: 415";
+    let event = ns.wait_for("an Unhealthy event with grpc-go's answer", START, || {
         let events = ns.events_for("h2c");
         events
             .iter()
-            .find(|e| e["reason"] == "ProbeSpecInvalid")
+            .find(|e| e["reason"] == "Unhealthy")
             .cloned()
-            .ok_or_else(|| format!("{} events, none ProbeSpecInvalid", events.len()))
+            .ok_or_else(|| format!("{events:#?}"))
     });
-    assert_eq!(event["type"], "Warning", "{event:#}");
     assert_eq!(event["message"], note, "{event:#}");
-    assert_eq!(
-        event["involvedObject"]["fieldPath"], "spec.containers{app}",
-        "{event:#}"
+    let events = ns.events_for("h2c");
+    assert!(
+        events.iter().all(|e| e["reason"] != "ProbeSpecInvalid"),
+        "{events:#?}"
     );
-    ns.wait_for("app running", START, || {
-        let p = ns.pod("h2c")?;
-        running(&p, "app")
-    });
-    // Five runs of the probe, each erroring: never ready.
-    ns.holds_for("app never ready", Duration::from_secs(5), || {
+    ns.holds_for("app never ready", Duration::from_secs(3), || {
         let p = ns.pod("h2c")?;
         ready(&p, "app", false)?;
         condition_is(&p, "Ready", false)

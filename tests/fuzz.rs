@@ -1150,6 +1150,7 @@ fn http_action() -> BoxedStrategy<HttpGetAction> {
             port,
             path,
             headers,
+            protocol: Default::default(),
             extensions: Default::default(),
         })
         .boxed()
@@ -2058,6 +2059,7 @@ proptest! {
                 port: server.port(),
                 path,
                 headers: Vec::new(),
+                protocol: Default::default(),
                 extensions: Default::default(),
             };
             let destinations = Destinations::default();

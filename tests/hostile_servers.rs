@@ -431,6 +431,7 @@ fn spec(server: &HostileServer) -> ProbeSpec {
             port,
             path: "/".to_string(),
             headers: Vec::new(),
+            protocol: Default::default(),
             extensions: Default::default(),
         })
     };

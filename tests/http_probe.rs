@@ -28,6 +28,7 @@ fn action(port: u16, path: &str) -> HttpGetAction {
         port,
         path: path.to_string(),
         headers: Vec::new(),
+        protocol: Default::default(),
         extensions: Default::default(),
     }
 }
@@ -1105,4 +1106,165 @@ async fn tls_client_certificate_is_presented_or_refused() {
             "remote error: tls: unknown certificate authority"
         )
     );
+}
+
+/// H23: `podprobe.http.protocol: HTTP2` (as `httpGet.protocol: HTTP2`)
+/// speaks HTTP/2 with prior knowledge on the cleartext connection, with the
+/// request Go's HTTP/2 transport would send.
+#[tokio::test]
+async fn h23_http2_speaks_h2c_with_prior_knowledge() {
+    let server = TestServer::start_h2c(LOCAL, 200, b"over h2c").await;
+    let h2c = serde_json::json!({"http": {"protocol": "HTTP2"}});
+    let action = with_headers(
+        extended(server.port(), "/h2c?x=1", h2c),
+        &[("X-Custom", "1")],
+    );
+    let got = outcome(&action).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "over h2c"));
+    let request = &server.received()[0];
+    assert_eq!(request.request_line, "GET /h2c?x=1 HTTP/2.0");
+    assert_eq!(request.header(":scheme"), ["http"]);
+    let authority = format!("127.0.0.1:{}", server.port());
+    assert_eq!(request.header(":authority"), [authority.as_str()]);
+    assert_eq!(request.header("user-agent"), [USER_AGENT]);
+    assert_eq!(request.header("accept"), ["*/*"]);
+    assert_eq!(request.header("x-custom"), ["1"]);
+    for absent in ["host", "connection", "content-length"] {
+        assert!(!request.has_header(absent), "{absent}: {request:?}");
+    }
+    // The kubelet's status rule, unchanged over h2c.
+    let failing = TestServer::start_h2c(LOCAL, 503, b"down").await;
+    let action = extended(
+        failing.port(),
+        "/",
+        serde_json::json!({"http": {"protocol": "HTTP2"}}),
+    );
+    assert_eq!(
+        outcome(&action).await,
+        Outcome::new(
+            ProbeResult::Failure,
+            "HTTP probe failed with statuscode: 503"
+        )
+    );
+}
+
+/// H23: an h2c probe of a server that speaks only HTTP/1.1 fails with Go's
+/// client error shape; an HTTP/1.1 probe of an h2c-only server fails too.
+#[tokio::test]
+async fn h23_h2c_and_http1_do_not_mix() {
+    let http1 = answering(200, b"ok").await;
+    let h2c = extended(
+        http1.port(),
+        "/",
+        serde_json::json!({"http": {"protocol": "HTTP2"}}),
+    );
+    let got = outcome(&h2c).await;
+    let prefix = format!("Get \"http://127.0.0.1:{}/\": ", http1.port());
+    assert!(
+        got.result == ProbeResult::Failure && got.output.starts_with(&prefix),
+        "{got:?}"
+    );
+    let h2c_only = TestServer::start_h2c(LOCAL, 200, b"ok").await;
+    let got = outcome(&action(h2c_only.port(), "/")).await;
+    assert_eq!(got.result, ProbeResult::Failure, "{got:?}");
+}
+
+/// H24: a POST sends its body with `Content-Length` right after
+/// `User-Agent`, where Go's request writer puts it.
+#[tokio::test]
+async fn h24_post_sends_its_body_with_content_length_in_gos_order() {
+    let server = answering(200, b"ok").await;
+    let post = serde_json::json!({"method": "POST", "body": "{\"deep\":true}"});
+    let action = with_headers(
+        extended(server.port(), "/check", post),
+        &[("Content-Type", "application/json")],
+    );
+    assert_eq!(
+        outcome(&action).await,
+        Outcome::new(ProbeResult::Success, "ok")
+    );
+    let request = &server.received()[0];
+    assert_eq!(request.request_line, "POST /check HTTP/1.1");
+    let host = format!("127.0.0.1:{}", server.port());
+    let expected = [
+        ("Host", host.as_str()),
+        ("User-Agent", USER_AGENT),
+        ("Content-Length", "13"),
+        ("Accept", "*/*"),
+        ("Content-Type", "application/json"),
+        ("Connection", "close"),
+    ];
+    let headers: Vec<(&str, &str)> = (request.headers.iter())
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(headers, expected);
+    assert_eq!(request.body, br#"{"deep":true}"#);
+    // A PUT without a body still says so, as Go does for PUT and POST.
+    let put = extended(server.port(), "/", serde_json::json!({"method": "PUT"}));
+    outcome(&put).await;
+    let request = &server.received()[1];
+    assert_eq!(request.request_line, "PUT / HTTP/1.1");
+    assert_eq!(request.header("Content-Length"), ["0"]);
+    assert!(request.body.is_empty());
+}
+
+/// H24, H12: a 307 or 308 keeps the method and the body; a 301, 302 or
+/// 303 turns a POST into a bodiless GET, as Go's client does.
+#[tokio::test]
+async fn h24_redirects_keep_post_on_307_and_308_and_make_it_get_otherwise() {
+    let server = TestServer::start(LOCAL, |request| match request.target() {
+        "/end" => reply(200, b"ok"),
+        start => {
+            let status = start.trim_start_matches("/start").parse().unwrap_or(500);
+            redirect(status, "/end")
+        }
+    })
+    .await;
+    for (status, method, body) in [
+        (307, "POST", &b"ping"[..]),
+        (308, "POST", b"ping"),
+        (301, "GET", b""),
+        (302, "GET", b""),
+        (303, "GET", b""),
+    ] {
+        let before = server.received().len();
+        let post = serde_json::json!({"method": "POST", "body": "ping"});
+        let action = extended(server.port(), &format!("/start{status}"), post);
+        assert_eq!(
+            outcome(&action).await,
+            Outcome::new(ProbeResult::Success, "ok"),
+            "{status}"
+        );
+        let received = server.received();
+        let [first, second] = &received[before..] else {
+            panic!("{status}: {received:?}");
+        };
+        assert_eq!(first.request_line, format!("POST /start{status} HTTP/1.1"));
+        assert_eq!(first.body, b"ping");
+        assert_eq!(
+            second.request_line,
+            format!("{method} /end HTTP/1.1"),
+            "{status}"
+        );
+        assert_eq!(second.body, body, "{status}");
+        assert_eq!(
+            second.has_header("Content-Length"),
+            method == "POST",
+            "{status}"
+        );
+    }
+}
+
+/// H23, H24: a PUT over h2c carries its body and its length.
+#[tokio::test]
+async fn h23_h24_h2c_put_carries_its_body() {
+    let server = TestServer::start_h2c(LOCAL, 204, b"").await;
+    let put =
+        serde_json::json!({"method": "PUT", "body": "state=ok", "http": {"protocol": "HTTP2"}});
+    let got = outcome(&extended(server.port(), "/state", put)).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, ""));
+    let request = &server.received()[0];
+    assert_eq!(request.request_line, "PUT /state HTTP/2.0");
+    assert_eq!(request.header("content-length"), ["8"]);
+    assert_eq!(request.body, b"state=ok");
 }

@@ -137,6 +137,7 @@ fn http_get(port: u16) -> HttpGetAction {
         port,
         path: "/healthz".into(),
         headers: Vec::new(),
+        protocol: Default::default(),
         extensions: HttpExtensions::default(),
     }
 }

@@ -155,6 +155,18 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
         ),
         (
             "README.md",
+            "cat > /tmp/h2c-post.yaml <<'YAML'",
+            Here(|code, out| {
+                // Nothing listens on 127.0.0.1:8080 here: the POST fails (1),
+                // or succeeds if something does (0); 64 would be a probe
+                // podprobe refused to read.
+                assert!(code == 0 || code == 1, "exit {code}: {out}");
+                let refused = r#"Post "http://127.0.0.1:8080/check": dial tcp"#;
+                assert!(code == 0 || out.contains(refused), "{out}");
+            }),
+        ),
+        (
+            "README.md",
             r#"kubectl annotate --overwrite pod web podprobe.io/pause-liveness-until="$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)""#,
             By("tests/run_gate.rs", r#""+%Y-%m-%dT%H:%M:%SZ""#),
         ),

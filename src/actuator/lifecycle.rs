@@ -35,7 +35,7 @@ pub enum PreStopHook {
     /// hook fail when it runs, as in the kubelet.
     HttpGet {
         path: String,
-        action: Result<HttpGetAction, String>,
+        action: Result<Box<HttpGetAction>, String>,
     },
     /// `sleep`: seconds to wait.
     Sleep(i64),
@@ -57,7 +57,7 @@ fn hook_of(handler: &LifecycleHandler, container: &Container) -> PreStopHook {
     if let Some(get) = &handler.http_get {
         return PreStopHook::HttpGet {
             path: get.path.clone().unwrap_or_default(),
-            action: http_get_action(get, container).map_err(|e| e.to_string()),
+            action: (http_get_action(get, container).map(Box::new)).map_err(|e| e.to_string()),
         };
     }
     if let Some(sleep) = &handler.sleep {
@@ -213,7 +213,7 @@ impl HookRunner {
     /// error stands.
     async fn http_get(
         &self,
-        action: &Result<HttpGetAction, String>,
+        action: &Result<Box<HttpGetAction>, String>,
         pod_ip: Option<&str>,
     ) -> Result<HookRan, String> {
         let action = action.as_ref().map_err(Clone::clone)?;
@@ -246,7 +246,7 @@ impl HookRunner {
                 .filter(|(name, _)| !name.eq_ignore_ascii_case("authorization"))
                 .cloned()
                 .collect(),
-            ..action.clone()
+            ..HttpGetAction::clone(action)
         };
         match http::get_and_discard(&plain, pod_ip, &self.user_agent, &self.destinations).await {
             Ok(()) => Ok(HookRan {

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::probe::client_pem::client_identity_from_pem;
 use crate::probe::spec::extension::{Method, Network};
-use crate::probe::spec::{self, Handler, Scheme};
+use crate::probe::spec::{self, Handler, HttpProtocol, Scheme};
 use crate::probe::{
     ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober, go_quote,
     join_host_port,
@@ -423,11 +423,15 @@ pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
             };
             let host = a.host.as_deref().unwrap_or(pod_ip);
             let method = match a.extensions.method {
-                Method::Get => "",
-                Method::Head => "HEAD ",
+                Method::Get => String::new(),
+                other => format!("{} ", other.as_str()),
+            };
+            let protocol = match a.protocol {
+                HttpProtocol::Http1 => "",
+                HttpProtocol::Http2 => " (h2c)",
             };
             format!(
-                "httpGet {method}{scheme}://{}{}",
+                "httpGet {method}{scheme}://{}{}{protocol}",
                 join_host_port(host, a.port),
                 a.path
             )

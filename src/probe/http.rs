@@ -66,7 +66,7 @@ pub async fn probe(
         // one (the request says HEAD); not reading at all keeps that so
         // whatever the transport.
         Method::Head => Vec::new(),
-        Method::Get => exchange
+        Method::Get | Method::Post | Method::Put => exchange
             .read_body(MAX_OUTPUT_BYTES, deadline)
             .await
             .map_err(|err| ProbeError {
@@ -216,7 +216,8 @@ async fn follow_redirects(
         let Some(location) = redirect_location(&exchange.response) else {
             return Ok(exchange);
         };
-        let Some(next) = next_hop(first, &hop, &location)? else {
+        let status = exchange.response.status().as_u16();
+        let Some(next) = next_hop(first, &hop, status, &location)? else {
             return Ok(exchange);
         };
         if sent >= MAX_REQUESTS {
@@ -230,11 +231,11 @@ async fn follow_redirects(
     }
 }
 
-/// The request that follows `hop`'s redirect to `location` in a chain that
-/// began with `first`: `None` when `location` leads to another host, so the
-/// redirect is the final response; Go's client error text when `location`
-/// does not parse.
-fn next_hop(first: &Hop, hop: &Hop, location: &str) -> Result<Option<Hop>, String> {
+/// The request that follows `hop`'s redirect (`status`) to `location` in a
+/// chain that began with `first`: `None` when `location` leads to another
+/// host, so the redirect is the final response; Go's client error text
+/// when `location` does not parse.
+fn next_hop(first: &Hop, hop: &Hop, status: u16, location: &str) -> Result<Option<Hop>, String> {
     let next = hop.url.resolve(location).map_err(|err| {
         let text = format!(
             "failed to parse Location header {}: {err}",
@@ -245,7 +246,7 @@ fn next_hop(first: &Hop, hop: &Hop, location: &str) -> Result<Option<Hop>, Strin
     if next.hostname() != first.url.hostname() {
         return Ok(None);
     }
-    Ok(Some(hop.redirected(first, location, next)))
+    Ok(Some(hop.redirected(first, status, location, next)))
 }
 
 /// The request a probe of `action` sends after its first request was
@@ -263,13 +264,17 @@ pub fn redirected_request(
     location: &str,
 ) -> Result<Option<RedirectedRequest>, String> {
     let first = Hop::first(action, pod_ip, user_agent).map_err(|e| e.to_string())?;
-    let next = next_hop(&first, &first, location)?;
+    let next = next_hop(&first, &first, FOUND, location)?;
     Ok(next.map(|hop| RedirectedRequest {
         url: hop.url.to_string(),
         request_uri: hop.url.request_uri(),
         header_lines: hop.header_lines(),
     }))
 }
+
+/// The redirect [`redirected_request`] works out: a 302 Found, which
+/// changes no GET.
+const FOUND: u16 = 302;
 
 /// A followed redirect's request, as [`redirected_request`] works it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,11 +297,14 @@ fn redirect_location(response: &http::Response<hyper::body::Incoming>) -> Option
     (follows && !location.is_empty()).then(|| location.into_owned())
 }
 
-/// Go's `*url.Error` text: the method as its `Op` (`Get`, `Head`).
+/// Go's `*url.Error` text: the method as its `Op` (`Get`, `Head`, `Post`,
+/// `Put`).
 fn client_error(method: Method, url: &str, text: &str) -> String {
     let op = match method {
         Method::Get => "Get",
         Method::Head => "Head",
+        Method::Post => "Post",
+        Method::Put => "Put",
     };
     format!("{op} {}: {text}", go_quote(url))
 }
@@ -358,6 +366,7 @@ mod tests {
             port: 8080,
             path: "/a/b".to_string(),
             headers: Vec::new(),
+            protocol: Default::default(),
             extensions: Default::default(),
         };
         let redirect = |location: &str| redirected_request(&action, "10.0.0.1", "ua", location);

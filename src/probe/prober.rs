@@ -316,6 +316,7 @@ mod tests {
             port: 1,
             path: "/".into(),
             headers: Vec::new(),
+            protocol: Default::default(),
             extensions: Default::default(),
         }));
         let Handler::HttpGet(action) = &mut https.handler else {

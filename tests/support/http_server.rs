@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -31,7 +31,13 @@ pub struct Received {
     pub headers: Vec<(String, String)>,
     /// The TLS server name the client sent, if any.
     pub sni: Option<String>,
+    /// The request body: as many bytes as `Content-Length` announced (at
+    /// most [`MAX_RECORDED_BODY`]) for HTTP/1.1, the whole body for HTTP/2.
+    pub body: Vec<u8>,
 }
+
+/// The most of an HTTP/1.1 request body the scripted server reads.
+const MAX_RECORDED_BODY: usize = 64 * 1024;
 
 impl Received {
     /// The request target.
@@ -158,18 +164,18 @@ impl TestServer {
                     return;
                 };
                 let sni = stream.get_ref().1.server_name().map(str::to_string);
-                let service =
-                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                        log.lock().unwrap().push(received_h2(&request, sni.clone()));
-                        let response = hyper::Response::builder()
-                            .status(status)
-                            .body(Full::new(Bytes::from_static(body)));
-                        async move { response }
-                    });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                serve_h2(stream, sni, log, status, body).await;
             }
+        })
+        .await
+    }
+
+    /// Serves HTTP/2 over cleartext with prior knowledge (h2c) through
+    /// hyper's HTTP/2 server, as [`TestServer::start_h2`] does over TLS; a
+    /// client speaking HTTP/1.1 gets no answer but a closed connection.
+    pub async fn start_h2c(bind: &str, status: u16, body: &'static [u8]) -> TestServer {
+        Self::listen(bind, move |stream, log| {
+            serve_h2(stream, None, log, status, body)
         })
         .await
     }
@@ -244,7 +250,8 @@ async fn serve_script<S>(
     S: AsyncRead + AsyncWrite + TcpBacked + Unpin,
 {
     let head = read_head(&mut stream).await;
-    let request = parse_head(&head, sni);
+    let mut request = parse_head(&head, sni);
+    read_body(&mut stream, &head, &mut request).await;
     log.lock().unwrap().push(request.clone());
     for step in script(&request) {
         match step {
@@ -303,6 +310,55 @@ async fn await_h2_request<S: AsyncRead + Unpin>(stream: &mut S, head: &[u8]) -> 
     }
 }
 
+/// Reads `request`'s body, announced by its `Content-Length` (some of it
+/// may have come with the head), into `request.body`.
+async fn read_body<S: AsyncRead + Unpin>(stream: &mut S, head: &[u8], request: &mut Received) {
+    let length = request
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, value)| value.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(MAX_RECORDED_BODY);
+    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let mut body = head[end + 4..].to_vec();
+    let mut buf = [0u8; 4096];
+    while body.len() < length {
+        match stream.read(&mut buf).await {
+            Ok(n) if n > 0 => body.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    body.truncate(length);
+    request.body = body;
+}
+
+/// Serves one HTTP/2 connection with hyper, answering every request with
+/// `status` and `body` once its own body has arrived.
+async fn serve_h2<S>(stream: S, sni: Option<String>, log: Log, status: u16, body: &'static [u8])
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let (log, sni) = (log.clone(), sni.clone());
+        async move {
+            let (parts, incoming) = request.into_parts();
+            let sent = incoming.collect().await.map(|c| c.to_bytes());
+            let mut received = received_h2(&parts, sni);
+            received.body = sent.unwrap_or_default().to_vec();
+            log.lock().unwrap().push(received);
+            hyper::Response::builder()
+                .status(status)
+                .body(Full::new(Bytes::from_static(body)))
+        }
+    });
+    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
 /// Reads up to the blank line ending a request head; stops early at bytes
 /// that cannot be HTTP (a TLS hello), so that the script can still answer.
 async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Vec<u8> {
@@ -338,23 +394,30 @@ fn parse_head(head: &[u8], sni: Option<String>) -> Received {
         request_line,
         headers,
         sni,
+        body: Vec::new(),
     }
 }
 
-fn received_h2(request: &hyper::Request<Incoming>, sni: Option<String>) -> Received {
-    let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    let authority = request.uri().authority().map_or("", |a| a.as_str());
-    let mut headers = vec![(":authority".to_string(), authority.to_string())];
-    headers.extend(request.headers().iter().map(|(name, value)| {
+/// An HTTP/2 request's head as received, `:scheme` and `:authority` first.
+fn received_h2(request: &http::request::Parts, sni: Option<String>) -> Received {
+    let target = request.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let authority = request.uri.authority().map_or("", |a| a.as_str());
+    let scheme = request.uri.scheme_str().unwrap_or_default();
+    let mut headers = vec![
+        (":scheme".to_string(), scheme.to_string()),
+        (":authority".to_string(), authority.to_string()),
+    ];
+    headers.extend(request.headers.iter().map(|(name, value)| {
         (
             name.to_string(),
             String::from_utf8_lossy(value.as_bytes()).into_owned(),
         )
     }));
     Received {
-        request_line: format!("{} {target} {:?}", request.method(), request.version()),
+        request_line: format!("{} {target} {:?}", request.method, request.version),
         headers,
         sni,
+        body: Vec::new(),
     }
 }
 

@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use super::url::{ParseError, Url};
 use crate::probe::spec::extension::Method;
-use crate::probe::spec::{HttpGetAction, Scheme};
+use crate::probe::spec::{HttpGetAction, HttpProtocol, Scheme};
 use crate::probe::{go_quote, join_host_port};
 
 /// Request headers keyed by canonical name, values in the order given.
@@ -23,9 +25,15 @@ pub struct Hop {
     /// line when non-empty.
     pub host: String,
     pub header: Header,
-    /// `GET`, as the kubelet, or `HEAD` (the probe's `podprobe.method`);
-    /// every hop of a redirect chain keeps it, as Go's client does.
+    /// `GET`, as the kubelet, or the probe's `podprobe.method`; a redirect
+    /// keeps it or turns it into a `GET` as Go's client does
+    /// ([`Hop::redirected`]).
     pub method: Method,
+    /// The body of a `POST` or `PUT` (`podprobe.body`, possibly empty);
+    /// `None`: the request has none.
+    pub body: Option<Bytes>,
+    /// HTTP/1.1, or h2c on a cleartext connection (H23).
+    pub protocol: HttpProtocol,
 }
 
 /// Headers Go's HTTP/1 writer takes from elsewhere or leaves out of a GET.
@@ -60,18 +68,27 @@ impl Hop {
         }
         apply_default_headers(&mut header, user_agent);
         let host = first_value(&header, "Host").to_string();
+        let method = action.extensions.method;
+        let body = method
+            .sends_body()
+            .then(|| Bytes::from(action.extensions.body.clone()));
         Ok(Hop {
             url,
             host,
             header,
-            method: action.extensions.method,
+            method,
+            body,
+            protocol: action.protocol,
         })
     }
 
-    /// The request that follows `self`'s redirect to `location`, which
-    /// resolved to `url`: the first request's headers plus a `Referer`, and
-    /// the first request's `Host` override only for a relative `location`.
-    pub fn redirected(&self, first: &Hop, location: &str, url: Url) -> Hop {
+    /// The request that follows `self`'s redirect (`status`) to `location`,
+    /// which resolved to `url`: the first request's headers plus a
+    /// `Referer`, and the first request's `Host` override only for a
+    /// relative `location`. A 307 or 308 keeps the method and the body; any
+    /// other redirect turns a `POST` or `PUT` into a bodiless `GET` (Go's
+    /// `redirectBehavior`).
+    pub fn redirected(&self, first: &Hop, status: u16, location: &str, url: Url) -> Hop {
         let custom_host = !first.host.is_empty() && first.host != first.url.host;
         let relative = Url::parse(location).is_ok_and(|l| !l.is_absolute());
         let host = if custom_host && relative {
@@ -83,16 +100,24 @@ impl Hop {
         if let Some(referer) = referer(&self.url, &url, first_value(&header, "Referer")) {
             header.insert("Referer".into(), vec![referer]);
         }
+        let (method, body) = match (status, self.method) {
+            (307 | 308, method) => (method, self.body.clone()),
+            (_, Method::Post | Method::Put) => (Method::Get, None),
+            (_, method) => (method, None),
+        };
         Hop {
             url,
             host,
             header,
-            method: self.method,
+            method,
+            body,
+            protocol: self.protocol,
         }
     }
 
     /// The HTTP/1.1 header lines Go writes for this request, in its order:
-    /// `Host`, `User-Agent`, the rest sorted by name, `Connection: close`.
+    /// `Host`, `User-Agent`, `Content-Length` (a `POST` or `PUT`, even of
+    /// an empty body), the rest sorted by name, `Connection: close`.
     /// Fails with Go's transport error for an invalid header name or value.
     pub fn header_lines(&self) -> Result<Vec<(String, String)>, String> {
         self.check_header()?;
@@ -100,6 +125,9 @@ impl Hop {
         let user_agent = first_value(&self.header, "User-Agent");
         if !user_agent.is_empty() {
             lines.push(("User-Agent".into(), trim_value(user_agent).to_string()));
+        }
+        if let Some(body) = &self.body {
+            lines.push(("Content-Length".into(), body.len().to_string()));
         }
         for (name, values) in &self.header {
             if NOT_WRITTEN.contains(&name.as_str()) {
@@ -267,6 +295,7 @@ mod tests {
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect(),
+            protocol: Default::default(),
             extensions: Default::default(),
         }
     }
@@ -390,10 +419,10 @@ mod tests {
             ("Host".into(), "svc.example".into())
         );
         let next = first.url.resolve("/b").unwrap();
-        let relative = first.redirected(&first, "/b", next.clone());
+        let relative = first.redirected(&first, 302, "/b", next.clone());
         assert_eq!(relative.host, "svc.example");
         assert_eq!(relative.header["Referer"], ["http://10.0.0.1:8080/a"]);
-        let absolute = first.redirected(&first, "http://10.0.0.1:8080/b", next);
+        let absolute = first.redirected(&first, 302, "http://10.0.0.1:8080/b", next);
         assert_eq!(
             absolute.header_lines().unwrap()[0],
             ("Host".into(), "10.0.0.1:8080".into())

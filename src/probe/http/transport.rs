@@ -5,8 +5,9 @@
 //! or for `https` (certificate not verified unless `podprobe.tls` gives a
 //! `caBundle`, see [`crate::probe::tls`]) HTTP/2 when the server picks
 //! `h2` over ALPN, since the kubelet's transport is set up for HTTP/2
-//! (`utilnet.SetTransportDefaults`); and Go's error texts for what can go
-//! wrong on the way (H16, H17).
+//! (`utilnet.SetTransportDefaults`); HTTP/2 with prior knowledge on a
+//! cleartext connection for `protocol: HTTP2` (h2c, H23); and Go's error
+//! texts for what can go wrong on the way (H16, H17).
 //!
 //! Go texts reproduced exactly: `dial tcp <addr>: connect: <errno>`,
 //! `read tcp <local>-><peer>: read: <errno>` (and `write ...` for a broken
@@ -30,7 +31,7 @@ use bytes::Bytes;
 use http::Uri;
 use http::header::{HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -42,6 +43,7 @@ use super::request::Hop;
 use crate::probe::destinations::Destinations;
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
 use crate::probe::go_quote;
+use crate::probe::spec::HttpProtocol;
 use crate::probe::spec::extension::{Method, TlsSettings};
 use crate::probe::tap::{ReadObserver, ReadTap};
 use crate::probe::tls;
@@ -124,8 +126,8 @@ async fn within<F: Future>(
     }
 }
 
-/// Sends `hop` (a GET, or a HEAD) on a new connection to an address `destinations`
-/// allows and waits for the response headers, all before `deadline`.
+/// Sends `hop` on a new connection to an address `destinations` allows and
+/// waits for the response headers, all before `deadline`.
 pub async fn exchange(
     hop: &Hop,
     tls_settings: &TlsSettings,
@@ -160,13 +162,22 @@ pub async fn exchange(
             peer: stream.get_ref().peer_addr().map_err(io_failure)?,
         };
         if !tls {
-            return send_http1(stream, http1_request(hop.method, target, &lines)?, addrs).await;
+            return match hop.protocol {
+                HttpProtocol::Http1 => {
+                    send_http1(stream, http1_request(hop, target, &lines)?, addrs).await
+                }
+                HttpProtocol::Http2 => {
+                    let request = http2_request(hop, http::uri::Scheme::HTTP, target, &lines)?;
+                    send_http2(stream, request, addrs).await
+                }
+            };
         }
         let stream = tls_handshake(stream, hop, tls_settings, addrs, deadline).await?;
         if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-            send_http2(stream, http2_request(hop.method, target, &lines)?, addrs).await
+            let request = http2_request(hop, http::uri::Scheme::HTTPS, target, &lines)?;
+            send_http2(stream, request, addrs).await
         } else {
-            send_http1(stream, http1_request(hop.method, target, &lines)?, addrs).await
+            send_http1(stream, http1_request(hop, target, &lines)?, addrs).await
         }
     })
     .await
@@ -225,11 +236,11 @@ fn escape_request_line(target: &str) -> String {
 
 /// The HTTP/1.1 request: origin-form target and Go's header lines.
 fn http1_request(
-    method: Method,
+    hop: &Hop,
     target: PathAndQuery,
     lines: &[(String, String)],
 ) -> Result<Request, TransportError> {
-    build_request(method, Uri::from(target), http::Version::HTTP_11, lines)
+    build_request(hop, Uri::from(target), http::Version::HTTP_11, lines)
 }
 
 /// Header lines that Go's HTTP/2 transport does not send as headers (the
@@ -244,9 +255,11 @@ const NOT_SENT_OVER_HTTP2: [&str; 6] = [
 ];
 
 /// The HTTP/2 request: the `Host` line as `:authority`, connection-specific
-/// lines dropped, as Go's HTTP/2 transport sends it.
+/// lines dropped, as Go's HTTP/2 transport sends it; `scheme` is
+/// `:scheme`, `https` over TLS and `http` for h2c.
 fn http2_request(
-    method: Method,
+    hop: &Hop,
+    scheme: http::uri::Scheme,
     target: PathAndQuery,
     lines: &[(String, String)],
 ) -> Result<Request, TransportError> {
@@ -255,7 +268,7 @@ fn http2_request(
         .find(|(name, _)| name == "Host")
         .map_or("", |(_, value)| value.as_str());
     let uri = Uri::builder()
-        .scheme(http::uri::Scheme::HTTPS)
+        .scheme(scheme)
         .authority(authority)
         .path_and_query(target)
         .build()
@@ -265,22 +278,29 @@ fn http2_request(
         .filter(|(name, _)| !NOT_SENT_OVER_HTTP2.contains(&name.as_str()))
         .cloned()
         .collect();
-    build_request(method, uri, http::Version::HTTP_2, &lines)
+    build_request(hop, uri, http::Version::HTTP_2, &lines)
 }
 
-type Request = http::Request<Empty<Bytes>>;
+/// A probe request: bodiless, or a `POST`/`PUT` with the probe's body.
+type Request = http::Request<Either<Empty<Bytes>, Full<Bytes>>>;
 
-/// A bodiless GET or HEAD with the given header lines.
+/// `hop`'s request to `uri` with the given header lines.
 fn build_request(
-    method: Method,
+    hop: &Hop,
     uri: Uri,
     version: http::Version,
     lines: &[(String, String)],
 ) -> Result<Request, TransportError> {
-    let mut request = http::Request::new(Empty::new());
-    *request.method_mut() = match method {
+    let body = match &hop.body {
+        None => Either::Left(Empty::new()),
+        Some(body) => Either::Right(Full::new(body.clone())),
+    };
+    let mut request = http::Request::new(body);
+    *request.method_mut() = match hop.method {
         Method::Get => http::Method::GET,
         Method::Head => http::Method::HEAD,
+        Method::Post => http::Method::POST,
+        Method::Put => http::Method::PUT,
     };
     *request.uri_mut() = uri;
     *request.version_mut() = version;
@@ -320,7 +340,8 @@ where
     finish(connection, sender.send_request(request), addrs).await
 }
 
-/// Performs an HTTP/2 exchange over a TLS connection that negotiated `h2`.
+/// Performs an HTTP/2 exchange over a TLS connection that negotiated `h2`,
+/// or over a cleartext one with prior knowledge (h2c).
 async fn send_http2<S>(
     stream: S,
     request: Request,

@@ -193,8 +193,20 @@ pub struct HttpGetAction {
     pub path: String,
     /// `httpHeaders` in order, names as the user wrote them.
     pub headers: Vec<(String, String)>,
+    /// `httpGet.protocol` (Kubernetes 1.37), or `podprobe.http.protocol`.
+    pub protocol: HttpProtocol,
     /// The probe's `podprobe` key (#14); the default is the kubelet's probe.
     pub extensions: HttpExtensions,
+}
+
+/// The wire protocol of an `httpGet` probe's cleartext connections (H23).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HttpProtocol {
+    /// HTTP/1.1 (HTTPS: HTTP/2 when the server picks `h2` over ALPN, H9).
+    #[default]
+    Http1,
+    /// HTTP/2 over cleartext with prior knowledge (h2c): `HTTP2`.
+    Http2,
 }
 
 /// `tcpSocket` with the port resolved.
@@ -305,6 +317,10 @@ pub fn normalize_object(
         extension::period_milliseconds(kind.field_name(), podprobe).map_err(to_spec_error)?;
     match &mut spec.handler {
         Handler::HttpGet(action) => {
+            let given = object.probe.http_get.as_ref();
+            if let Some(protocol) = extension_protocol(kind, podprobe, given) {
+                action.protocol = protocol.map_err(to_spec_error)?;
+            }
             extensions.tls = Box::new(tls.unwrap_or_default());
             action.extensions = extensions;
         }
@@ -315,6 +331,35 @@ pub fn normalize_object(
     spec.network =
         extension::network(kind.field_name(), handler, podprobe).map_err(to_spec_error)?;
     Ok(spec)
+}
+
+/// `podprobe.http.protocol` of an `httpGet` probe whose core action is
+/// `given`, if set (#28): `httpGet.protocol`'s values and rules (V7), for
+/// annotations written against an API without that field; it may not say
+/// otherwise than `httpGet.protocol` itself.
+fn extension_protocol(
+    kind: ProbeKind,
+    podprobe: &extension::ProbeExtensions,
+    given: Option<&k8s_openapi::api::core::v1::HTTPGetAction>,
+) -> Option<Result<HttpProtocol, FieldError>> {
+    let protocol = podprobe.http.as_ref()?.protocol.as_deref()?;
+    let field = format!("{}.{EXTENSIONS_KEY}.http.protocol", kind.field_name());
+    let core = given.and_then(|http| http.protocol.as_deref());
+    let mut as_core = given.cloned().unwrap_or_default();
+    as_core.protocol = Some(protocol.to_string());
+    let checked = match validation::http_protocol_error("", &as_core) {
+        Some(mut error) => {
+            error.field = field;
+            Err(error)
+        }
+        None if core.is_some_and(|core| core != protocol) => Err(FieldError::forbidden(
+            field,
+            "may not differ from `httpGet.protocol`",
+        )),
+        None if protocol == validation::HTTP2 => Ok(HttpProtocol::Http2),
+        None => Ok(HttpProtocol::Http1),
+    };
+    Some(checked)
 }
 
 /// `handler` with the timing of `probe`, defaults applied.
@@ -458,16 +503,6 @@ fn build_handler(
         }),
         Some(HandlerRef::HttpGet(http)) => {
             let port = container_port(format!("{root}.httpGet.port"), &http.port, container)?;
-            if http.protocol.as_deref() == Some(validation::HTTP2) {
-                // H2CContainerProbe (alpha in 1.37): not implemented yet.
-                return Ok(Handler::unsupported(
-                    format!("{root}.httpGet.protocol"),
-                    format!(
-                        "{} (HTTP/2 over cleartext) is not supported by podprobe",
-                        go_quote(validation::HTTP2)
-                    ),
-                ));
-            }
             Handler::HttpGet(http_get_with_port(http, port))
         }
         Some(HandlerRef::TcpSocket(tcp)) => Handler::TcpSocket(TcpSocketAction {
@@ -504,6 +539,11 @@ fn http_get_with_port(
             .flatten()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect(),
+        // H23: validated (V7), so HTTP2 comes with scheme HTTP and no host.
+        protocol: match http.protocol.as_deref() {
+            Some(validation::HTTP2) => HttpProtocol::Http2,
+            _ => HttpProtocol::Http1,
+        },
         extensions: HttpExtensions::default(),
     }
 }

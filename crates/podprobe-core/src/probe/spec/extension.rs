@@ -10,7 +10,9 @@
 //!       statusCodes: ["200", "204", "300-399"]
 //!       bodyContains: "ok"
 //!       bodyRegex: "^\\{\"status\":\"UP\""
-//!     method: HEAD
+//!     method: HEAD          # or POST, PUT with `body`
+//!     body: '{"deep": true}'   # POST and PUT only, at most 4 KiB
+//!     http: {protocol: HTTP2}   # h2c, as `httpGet.protocol: HTTP2`
 //!     tls: {caBundle: "...", serverName: app.internal}   # see [`tls`]
 //!     network: pod          # see [`network`]
 //!     periodMilliseconds: 250   # any handler; overrides periodSeconds
@@ -46,6 +48,10 @@ pub const MAX_BODY_REGEX_BYTES: usize = 1024;
 /// The longest `expect.bodyContains` text, in bytes; failure messages quote it.
 pub const MAX_BODY_CONTAINS_BYTES: usize = 1024;
 
+/// The longest request `body` of a POST or PUT probe, in bytes (#28): a
+/// health request, not an upload.
+pub const MAX_REQUEST_BODY_BYTES: usize = 4096;
+
 /// The shortest `periodMilliseconds` (#14's contract). Below it a probe's
 /// own round trip (an exec through CRI, a TLS handshake) is a large part of
 /// the period; what a node pays at this rate (CPU, TIME-WAIT sockets,
@@ -61,6 +67,11 @@ pub struct ProbeExtensions {
     pub expect: Option<ExpectFields>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    /// The request body of a `POST` or `PUT` probe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpFields>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsFields>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -113,6 +124,16 @@ pub(super) fn network(
     }
 }
 
+/// `podprobe.http` as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpFields {
+    /// `HTTP1` or `HTTP2`, as `httpGet.protocol` (see
+    /// [`super::normalize_object`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+}
+
 /// `podprobe.expect` as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -133,6 +154,9 @@ pub enum Method {
     Get,
     /// No body is sent back, so none is read.
     Head,
+    /// With the probe's `body` (possibly empty).
+    Post,
+    Put,
 }
 
 impl Method {
@@ -140,7 +164,14 @@ impl Method {
         match self {
             Method::Get => "GET",
             Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
         }
+    }
+
+    /// Whether a request of this method carries the probe's `body`.
+    pub fn sends_body(self) -> bool {
+        matches!(self, Method::Post | Method::Put)
     }
 }
 
@@ -149,6 +180,9 @@ impl Method {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HttpExtensions {
     pub method: Method,
+    /// The request body of a `POST` or `PUT` ([`Method::sends_body`]);
+    /// empty for the others.
+    pub body: String,
     pub expect: Expect,
     /// `podprobe.tls` for scheme HTTPS; the default is the kubelet's
     /// unverified TLS. Boxed: most probes have none, and it is larger than
@@ -204,7 +238,8 @@ impl fmt::Display for StatusCodes {
 /// Validates `podprobe` of a probe whose handler is `handler` (`httpGet`,
 /// `exec`, ...) and builds what an `httpGet` probe runs with; `root` is the
 /// probe's field (`readinessProbe`). The first error is returned, in field
-/// order: `method`, then `expect.statusCodes`, `bodyContains`, `bodyRegex`.
+/// order: `method`, `body`, then `expect.statusCodes`, `bodyContains`,
+/// `bodyRegex`.
 pub(super) fn http_extensions(
     root: &str,
     handler: &str,
@@ -212,12 +247,15 @@ pub(super) fn http_extensions(
 ) -> Result<HttpExtensions, FieldError> {
     let field = |name: &str| format!("{root}.podprobe.{name}");
     if handler != "httpGet" {
-        let set = if podprobe.method.is_some() {
-            "method"
-        } else {
-            "expect"
-        };
-        if podprobe.method.is_some() || podprobe.expect.is_some() {
+        let set = [
+            ("method", podprobe.method.is_some()),
+            ("body", podprobe.body.is_some()),
+            ("http", podprobe.http.is_some()),
+            ("expect", podprobe.expect.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(name, set)| set.then_some(name));
+        if let Some(set) = set {
             return Err(FieldError::forbidden(
                 field(set),
                 &format!("may only be set for httpGet probes, not {handler}"),
@@ -227,17 +265,39 @@ pub(super) fn http_extensions(
     let method = match podprobe.method.as_deref() {
         None | Some("GET") => Method::Get,
         Some("HEAD") => Method::Head,
+        Some("POST") => Method::Post,
+        Some("PUT") => Method::Put,
         Some(other) => {
             return Err(FieldError::not_supported(
                 field("method"),
                 other,
-                &["GET", "HEAD"],
+                &["GET", "HEAD", "POST", "PUT"],
             ));
         }
+    };
+    let body = match &podprobe.body {
+        None => String::new(),
+        Some(_) if !method.sends_body() => {
+            return Err(FieldError::forbidden(
+                field("body"),
+                &format!(
+                    "a {} request has no body (method: POST or PUT)",
+                    method.as_str()
+                ),
+            ));
+        }
+        Some(body) if body.len() > MAX_REQUEST_BODY_BYTES => {
+            return Err(FieldError::too_long_bytes(
+                field("body"),
+                MAX_REQUEST_BODY_BYTES,
+            ));
+        }
+        Some(body) => body.clone(),
     };
     let Some(given) = &podprobe.expect else {
         return Ok(HttpExtensions {
             method,
+            body,
             ..HttpExtensions::default()
         });
     };
@@ -272,6 +332,7 @@ pub(super) fn http_extensions(
         .transpose()?;
     Ok(HttpExtensions {
         method,
+        body,
         expect: Expect {
             status_codes,
             body_contains,
@@ -517,12 +578,45 @@ mod tests {
             .unwrap();
         assert_eq!(head.method, Method::Head);
         assert_eq!(
-            built(serde_json::json!({"method": "POST"})),
-            Err(r#"readinessProbe.podprobe.method: Unsupported value: "POST": supported values: "GET", "HEAD""#.to_string())
+            built(serde_json::json!({"method": "PATCH"})).map(|_| ()),
+            Err(r#"readinessProbe.podprobe.method: Unsupported value: "PATCH": supported values: "GET", "HEAD", "POST", "PUT""#.to_string())
         );
         assert_eq!(
             built(serde_json::json!({"method": "head"})).map(|_| ()),
-            Err(r#"readinessProbe.podprobe.method: Unsupported value: "head": supported values: "GET", "HEAD""#.to_string())
+            Err(r#"readinessProbe.podprobe.method: Unsupported value: "head": supported values: "GET", "HEAD", "POST", "PUT""#.to_string())
+        );
+    }
+
+    #[test]
+    fn h24_post_and_put_carry_a_bounded_body_that_no_other_method_may_have() {
+        let post = built(serde_json::json!({"method": "POST", "body": "{\"deep\":true}"})).unwrap();
+        assert_eq!(
+            (post.method, post.body.as_str()),
+            (Method::Post, r#"{"deep":true}"#)
+        );
+        let put = built(serde_json::json!({"method": "PUT"})).unwrap();
+        assert_eq!((put.method, put.body.as_str()), (Method::Put, ""));
+        assert!(put.method.sends_body() && !Method::Get.sends_body());
+        for method in ["GET", "HEAD"] {
+            assert_eq!(
+                built(serde_json::json!({"method": method, "body": "x"})).map(|_| ()),
+                Err(format!(
+                    "readinessProbe.podprobe.body: Forbidden: a {method} request has no body (method: POST or PUT)"
+                ))
+            );
+        }
+        assert_eq!(
+            built(serde_json::json!({"body": "x"})).map(|_| ()),
+            Err("readinessProbe.podprobe.body: Forbidden: a GET request has no body (method: POST or PUT)".to_string())
+        );
+        let largest = "b".repeat(MAX_REQUEST_BODY_BYTES);
+        assert!(built(serde_json::json!({"method": "POST", "body": largest})).is_ok());
+        assert_eq!(
+            built(serde_json::json!({"method": "POST", "body": format!("{largest}b")})).map(|_| ()),
+            Err(
+                "readinessProbe.podprobe.body: Too long: may not be more than 4096 bytes"
+                    .to_string()
+            )
         );
     }
 
@@ -542,6 +636,14 @@ mod tests {
             assert_eq!(
                 refused(serde_json::json!({"method": "GET"})),
                 Err(format!("livenessProbe.podprobe.method: {detail}"))
+            );
+            assert_eq!(
+                refused(serde_json::json!({"body": "x"})),
+                Err(format!("livenessProbe.podprobe.body: {detail}"))
+            );
+            assert_eq!(
+                refused(serde_json::json!({"http": {"protocol": "HTTP2"}})),
+                Err(format!("livenessProbe.podprobe.http: {detail}"))
             );
             assert_eq!(refused(serde_json::json!({})), Ok(()), "empty: nothing set");
         }

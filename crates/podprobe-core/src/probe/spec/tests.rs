@@ -82,6 +82,7 @@ fn v1_defaults_applied_when_unset() {
             port: 8080,
             path: "/".into(),
             headers: vec![],
+            protocol: Default::default(),
             extensions: Default::default(),
         })
     );
@@ -147,6 +148,7 @@ fn v1_explicit_values_kept() {
                 ("accept".into(), "a".into()),
                 ("X-B".into(), "1".into()),
             ],
+            protocol: Default::default(),
             extensions: Default::default(),
         })
     );
@@ -465,19 +467,73 @@ fn g8_podprobe_tls_refines_grpc_mode_tls_and_conflicts_with_plaintext() {
 }
 
 #[test]
-fn v10_http2_is_refused_in_annotations_and_errors_every_run_in_the_spec() {
+fn h23_http2_is_h2c_in_annotations_and_in_the_spec() {
     let h2c = json!({"httpGet": {"port": "web", "protocol": "HTTP2"}, "periodSeconds": 3});
-    let message = r#"readinessProbe.httpGet.protocol: "HTTP2" (HTTP/2 over cleartext) is not supported by podprobe"#;
-    assert_eq!(err(ProbeKind::Readiness, h2c.clone()), message);
-    let accepted = normalize_accepted(ProbeKind::Readiness, &probe(h2c), &app()).unwrap();
+    let protocol = |spec: &ProbeSpec| match &spec.handler {
+        Handler::HttpGet(action) => action.protocol,
+        other => panic!("{other:?}"),
+    };
     assert_eq!(
-        accepted.handler,
-        Handler::unsupported(
-            "readinessProbe.httpGet.protocol",
-            r#""HTTP2" (HTTP/2 over cleartext) is not supported by podprobe"#
-        )
+        protocol(&ok(ProbeKind::Readiness, h2c.clone())),
+        HttpProtocol::Http2
     );
-    assert_eq!(accepted.period_seconds, 3, "the probe keeps its timing");
+    let accepted = normalize_accepted(ProbeKind::Readiness, &probe(h2c), &app()).unwrap();
+    assert_eq!(protocol(&accepted), HttpProtocol::Http2);
+    let http1 = json!({"httpGet": {"port": "web", "protocol": "HTTP1"}});
+    assert_eq!(
+        protocol(&ok(ProbeKind::Readiness, http1)),
+        HttpProtocol::Http1
+    );
+    assert_eq!(
+        protocol(&ok(
+            ProbeKind::Readiness,
+            json!({"httpGet": {"port": "web"}})
+        )),
+        HttpProtocol::Http1
+    );
+}
+
+#[test]
+fn h23_podprobe_http_protocol_is_http_get_protocol_with_its_rules() {
+    let object = |http_get: Value, protocol: &str| {
+        decode_probe_object(
+            ProbeKind::Readiness,
+            &json!({"httpGet": http_get, "podprobe": {"http": {"protocol": protocol}}}),
+        )
+        .unwrap()
+    };
+    let built = |http_get: Value, protocol: &str| {
+        normalize_object(ProbeKind::Readiness, &object(http_get, protocol), &app())
+            .map(|spec| match spec.handler {
+                Handler::HttpGet(action) => action.protocol,
+                other => panic!("{other:?}"),
+            })
+            .map_err(|e| e.to_string())
+    };
+    let port = json!({"port": "web"});
+    assert_eq!(built(port.clone(), "HTTP2"), Ok(HttpProtocol::Http2));
+    assert_eq!(built(port.clone(), "HTTP1"), Ok(HttpProtocol::Http1));
+    assert_eq!(
+        built(json!({"port": "web", "protocol": "HTTP2"}), "HTTP2"),
+        Ok(HttpProtocol::Http2)
+    );
+    assert_eq!(
+        built(json!({"port": "web", "protocol": "HTTP1"}), "HTTP2"),
+        Err("readinessProbe.podprobe.http.protocol: Forbidden: may not differ from `httpGet.protocol`".into())
+    );
+    assert_eq!(
+        built(port, "HTTP3"),
+        Err(r#"readinessProbe.podprobe.http.protocol: Unsupported value: "HTTP3": supported values: "HTTP1", "HTTP2""#.into())
+    );
+    assert_eq!(
+        built(json!({"port": "web", "scheme": "HTTPS"}), "HTTP2"),
+        Err(r#"readinessProbe.podprobe.http.protocol: Invalid value: "HTTP2": is only supported with HTTP (H2C)"#.into())
+    );
+    assert!(
+        built(json!({"port": "web", "host": "10.0.0.1"}), "HTTP2")
+            .unwrap_err()
+            .contains("must be empty when `protocol` is \"HTTP2\""),
+    );
 }
 
 #[test]

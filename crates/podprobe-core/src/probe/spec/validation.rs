@@ -290,6 +290,12 @@ fn validate_action(path: &str, handler: &HandlerRef<'_>) -> Vec<FieldError> {
     }
 }
 
+/// [`validate_http_protocol`] of `http` with its scheme defaulted.
+pub(super) fn http_protocol_error(path: &str, http: &HTTPGetAction) -> Option<FieldError> {
+    let scheme = http.scheme.as_deref().unwrap_or("HTTP");
+    validate_http_protocol(path, http, scheme)
+}
+
 /// V7, Kubernetes 1.37: `httpGet.protocol` is `HTTP1` or `HTTP2`, and
 /// `HTTP2` (h2c) needs scheme `HTTP` and no `host`; at most one error.
 fn validate_http_protocol(path: &str, http: &HTTPGetAction, scheme: &str) -> Option<FieldError> {
