@@ -505,8 +505,12 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 }
             }
         }
-        let paused = self.pods.values().filter(|t| t.pause.paused()).count();
-        self.metrics.set_liveness_paused(paused);
+        self.metrics.set_liveness_paused(self.paused_pods());
+    }
+
+    /// How many tracked pods have their liveness paused.
+    fn paused_pods(&self) -> usize {
+        self.pods.values().filter(|t| t.pause.paused()).count()
     }
 
     /// When the loop next wakes to end pauses whose time came (LP3).
@@ -656,6 +660,8 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         self.metrics.set_workers(self.manager.worker_count());
         self.metrics.set_pods_watched(pods.len());
         self.metrics.set_pods_tracked(self.pods.len());
+        // Deleted pods leave the count here; starts and ends update it at once.
+        self.metrics.set_liveness_paused(self.paused_pods());
         self.metrics.set_patch_tasks(self.patcher.tasks());
         let now = Instant::now();
         for pod in pods {
