@@ -30,7 +30,7 @@ use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
-use super::validation::FieldError;
+use super::validation::{FieldError, is_dns_subdomain};
 use crate::probe::go_quote;
 
 pub mod body_regex;
@@ -51,6 +51,13 @@ pub const MAX_BODY_CONTAINS_BYTES: usize = 1024;
 /// The longest request `body` of a POST or PUT probe, in bytes (#28): a
 /// health request, not an upload.
 pub const MAX_REQUEST_BODY_BYTES: usize = 4096;
+
+/// The most `http.headers` taken from Secrets one probe may name.
+pub const MAX_SECRET_HEADERS: usize = 8;
+
+/// The longest Secret key a header names: the API server's bound on a
+/// Secret's data keys.
+pub const MAX_SECRET_KEY_BYTES: usize = 253;
 
 /// The shortest `periodMilliseconds` (#14's contract). Below it a probe's
 /// own round trip (an exec through CRI, a TLS handshake) is a large part of
@@ -132,6 +139,47 @@ pub struct HttpFields {
     /// [`super::normalize_object`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
+    /// Request headers whose values are read from Secrets at run time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Vec<SecretHeaderFields>>,
+}
+
+/// One `http.headers` entry as written: `{name, valueFrom: {secretKeyRef:
+/// {name, key}}}`, the shape of a container's `env` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretHeaderFields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<HeaderValueFrom>,
+}
+
+/// `valueFrom` of an `http.headers` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderValueFrom {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyRef>,
+}
+
+/// A key of a Secret in the pod's namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// A request header whose value is the `key` of Secret `secret` in the
+/// pod's namespace, read when the probe runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretHeader {
+    pub name: String,
+    pub secret: String,
+    pub key: String,
 }
 
 /// `podprobe.expect` as written.
@@ -183,6 +231,9 @@ pub struct HttpExtensions {
     /// The request body of a `POST` or `PUT` ([`Method::sends_body`]);
     /// empty for the others.
     pub body: String,
+    /// `http.headers`: headers whose values come from Secrets, added to the
+    /// request after `httpHeaders` when the probe runs.
+    pub secret_headers: Vec<SecretHeader>,
     pub expect: Expect,
     /// `podprobe.tls` for scheme HTTPS; the default is the kubelet's
     /// unverified TLS. Boxed: most probes have none, and it is larger than
@@ -294,10 +345,15 @@ pub(super) fn http_extensions(
         }
         Some(body) => body.clone(),
     };
+    let secret_headers = match podprobe.http.as_ref().and_then(|h| h.headers.as_ref()) {
+        Some(given) => secret_headers(&field("http.headers"), given)?,
+        None => Vec::new(),
+    };
     let Some(given) = &podprobe.expect else {
         return Ok(HttpExtensions {
             method,
             body,
+            secret_headers,
             ..HttpExtensions::default()
         });
     };
@@ -333,6 +389,7 @@ pub(super) fn http_extensions(
     Ok(HttpExtensions {
         method,
         body,
+        secret_headers,
         expect: Expect {
             status_codes,
             body_contains,
@@ -340,6 +397,83 @@ pub(super) fn http_extensions(
         },
         tls: Box::default(),
     })
+}
+
+/// Validates `http.headers` (at `field`): at most [`MAX_SECRET_HEADERS`],
+/// each with a header name (an HTTP token) and a Secret's name and key.
+fn secret_headers(
+    field: &str,
+    given: &[SecretHeaderFields],
+) -> Result<Vec<SecretHeader>, FieldError> {
+    if given.len() > MAX_SECRET_HEADERS {
+        return Err(FieldError::too_many(
+            field.to_string(),
+            given.len(),
+            MAX_SECRET_HEADERS,
+        ));
+    }
+    let entries = given.iter().enumerate().map(|(index, entry)| {
+        let at = |name: &str| format!("{field}[{index}].{name}");
+        let name = match entry.name.as_deref() {
+            None | Some("") => return Err(FieldError::required(at("name"), "")),
+            Some(name) if !name.bytes().all(is_token_byte) => {
+                return Err(FieldError::invalid_string(
+                    at("name"),
+                    name,
+                    "a header name must be an HTTP token",
+                ));
+            }
+            Some(name) => name.to_string(),
+        };
+        let reference = entry
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref());
+        let Some(reference) = reference else {
+            return Err(FieldError::required(at("valueFrom.secretKeyRef"), ""));
+        };
+        let secret = match reference.name.as_deref() {
+            None | Some("") => {
+                return Err(FieldError::required(at("valueFrom.secretKeyRef.name"), ""));
+            }
+            Some(secret) if !is_dns_subdomain(secret) => {
+                return Err(FieldError::invalid_string(
+                    at("valueFrom.secretKeyRef.name"),
+                    secret,
+                    "a Secret name must be a lowercase RFC 1123 subdomain",
+                ));
+            }
+            Some(secret) => secret.to_string(),
+        };
+        let key = match reference.key.as_deref() {
+            None | Some("") => {
+                return Err(FieldError::required(at("valueFrom.secretKeyRef.key"), ""));
+            }
+            Some(key) if !is_secret_key(key) => {
+                return Err(FieldError::invalid_string(
+                    at("valueFrom.secretKeyRef.key"),
+                    key,
+                    "a Secret key consists of alphanumeric characters, '-', '_' or '.'",
+                ));
+            }
+            Some(key) => key.to_string(),
+        };
+        Ok(SecretHeader { name, secret, key })
+    });
+    entries.collect()
+}
+
+/// An HTTP token character (RFC 9110), what a header name is made of.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The API server's rule for a Secret's data keys.
+fn is_secret_key(key: &str) -> bool {
+    key.len() <= MAX_SECRET_KEY_BYTES
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 /// Validates `podprobe.periodMilliseconds` of the `root` probe: at least
@@ -617,6 +751,64 @@ mod tests {
                 "readinessProbe.podprobe.body: Too long: may not be more than 4096 bytes"
                     .to_string()
             )
+        );
+    }
+
+    #[test]
+    fn h25_secret_headers_name_a_header_and_a_secrets_key() {
+        let header = |name: &str, secret: &str, key: &str| serde_json::json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}});
+        let built_with = |headers: serde_json::Value| {
+            built(serde_json::json!({"http": {"headers": headers}})).map(|e| e.secret_headers)
+        };
+        assert_eq!(
+            built_with(serde_json::json!([header(
+                "Authorization",
+                "probe-auth",
+                "token.v1"
+            )])),
+            Ok(vec![SecretHeader {
+                name: "Authorization".into(),
+                secret: "probe-auth".into(),
+                key: "token.v1".into(),
+            }])
+        );
+        let field = "readinessProbe.podprobe.http.headers";
+        for (entry, error) in [
+            (
+                header("", "s", "k"),
+                format!("{field}[0].name: Required value"),
+            ),
+            (
+                header("Bad Name", "s", "k"),
+                format!(
+                    r#"{field}[0].name: Invalid value: "Bad Name": a header name must be an HTTP token"#
+                ),
+            ),
+            (
+                serde_json::json!({"name": "X"}),
+                format!("{field}[0].valueFrom.secretKeyRef: Required value"),
+            ),
+            (
+                header("X", "Probe", "k"),
+                format!(
+                    r#"{field}[0].valueFrom.secretKeyRef.name: Invalid value: "Probe": a Secret name must be a lowercase RFC 1123 subdomain"#
+                ),
+            ),
+            (
+                header("X", "s", "a/b"),
+                format!(
+                    r#"{field}[0].valueFrom.secretKeyRef.key: Invalid value: "a/b": a Secret key consists of alphanumeric characters, '-', '_' or '.'"#
+                ),
+            ),
+        ] {
+            assert_eq!(built_with(serde_json::json!([entry])), Err(error));
+        }
+        let many: Vec<_> = (0..=MAX_SECRET_HEADERS)
+            .map(|i| header(&format!("X-{i}"), "s", "k"))
+            .collect();
+        assert_eq!(
+            built_with(serde_json::json!(many)),
+            Err(format!("{field}: Too many: 9: must have at most 8 items"))
         );
     }
 
