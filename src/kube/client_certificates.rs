@@ -124,75 +124,118 @@ impl SecretReader for KubeSecrets {
     }
 }
 
-/// The client certificate of a Secret, or why there is none; the error
-/// names the Secret and says what to fix.
-pub type Lookup = Result<ClientIdentity, String>;
+/// What a Secret holds for a probe (`T`), or why it holds nothing usable;
+/// the error names the Secret and says what to fix.
+pub type Lookup<T> = Result<T, String>;
 
 /// Cached client certificates, shared by every probe of one podprobe.
-/// Cheap to clone; clones share the cache.
-#[derive(Clone)]
-pub struct ClientCertificates {
-    inner: Arc<Inner>,
+pub type ClientCertificates = SecretCache<ClientIdentity>;
+
+/// Secrets read for probes, each turned into what probes use of it (`T`)
+/// once per read, shared by every probe of one podprobe. Cheap to clone;
+/// clones share the cache.
+pub struct SecretCache<T> {
+    inner: Arc<Inner<T>>,
 }
 
-struct Inner {
+impl<T> Clone for SecretCache<T> {
+    fn clone(&self) -> Self {
+        SecretCache {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<T> {
     reader: Box<dyn SecretReader>,
     ttl: Duration,
-    entries: Mutex<HashMap<(String, String), Slot>>,
+    entries: Mutex<HashMap<(String, String), Slot<T>>>,
+    /// What a Secret is read for, in errors and logs (`client certificate`).
+    what: &'static str,
+    /// What probes use of a Secret, or why it is unusable.
+    convert: fn(&Secret) -> Result<T, String>,
 }
 
-struct Slot {
+struct Slot<T> {
     /// Held across the read, so that lookups of the same Secret wait for
     /// one read instead of each making their own.
-    entry: Arc<tokio::sync::Mutex<Entry>>,
+    entry: Arc<tokio::sync::Mutex<Entry<T>>>,
     last_used: Instant,
 }
 
-#[derive(Default)]
-struct Entry {
+struct Entry<T> {
     /// The last read's result and until when it is used.
-    cached: Option<(Lookup, Instant)>,
+    cached: Option<(Lookup<T>, Instant)>,
     /// Failed reads since the last success, for the backoff.
     failures: u32,
 }
 
+impl<T> Default for Entry<T> {
+    fn default() -> Self {
+        Entry {
+            cached: None,
+            failures: 0,
+        }
+    }
+}
+
 impl ClientIdentitySource for ClientCertificates {
-    fn client_identity<'a>(&'a self, namespace: &'a str, secret: &'a str) -> BoxFuture<'a, Lookup> {
+    fn client_identity<'a>(
+        &'a self,
+        namespace: &'a str,
+        secret: &'a str,
+    ) -> BoxFuture<'a, Lookup<ClientIdentity>> {
         Box::pin(self.get(namespace, secret))
     }
 }
 
-impl std::fmt::Debug for ClientCertificates {
+impl<T> std::fmt::Debug for SecretCache<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCertificates")
+        f.debug_struct("SecretCache")
+            .field("what", &self.inner.what)
             .field("ttl", &self.inner.ttl)
             .finish_non_exhaustive()
     }
 }
 
 impl ClientCertificates {
-    /// Reads through `reader`, each read good for `ttl`.
+    /// Reads client certificates through `reader`, each read good for `ttl`.
     pub fn new(reader: impl SecretReader, ttl: Duration) -> Self {
-        ClientCertificates {
+        SecretCache::reading(reader, ttl, "client certificate", identity)
+    }
+}
+
+impl<T: Clone> SecretCache<T> {
+    /// Reads through `reader`, each read good for `ttl` and turned into
+    /// what probes use by `convert`; `what` names the use in errors.
+    pub fn reading(
+        reader: impl SecretReader,
+        ttl: Duration,
+        what: &'static str,
+        convert: fn(&Secret) -> Result<T, String>,
+    ) -> Self {
+        SecretCache {
             inner: Arc::new(Inner {
                 reader: Box::new(reader),
                 ttl,
                 entries: Mutex::new(HashMap::new()),
+                what,
+                convert,
             }),
         }
     }
 
-    /// The client certificate of Secret `name` in `namespace`: from the
-    /// cache while its read is younger than the TTL (a failed read: within
-    /// its backoff), else read now. A failed read is logged when it is
-    /// made, not each time a probe reuses it, so the log repeats at the
+    /// What Secret `name` in `namespace` holds for probes: from the cache
+    /// while its read is younger than the TTL (a failed read: within its
+    /// backoff), else read now. A failed read is logged when it is made,
+    /// not each time a probe reuses it, so the log repeats at the
     /// backoff's pace; the caller's span names the pod and container.
     ///
     /// When the API server does not answer (as opposed to refusing, or
-    /// answering that the Secret is gone or unusable), a certificate read
-    /// before is presented until the Secret can be read again: an API
-    /// server outage must not fail every mTLS probe of the node.
-    pub async fn get(&self, namespace: &str, name: &str) -> Lookup {
+    /// answering that the Secret is gone or unusable), what was read before
+    /// is used until the Secret can be read again: an API server outage
+    /// must not fail every such probe of the node.
+    pub async fn get(&self, namespace: &str, name: &str) -> Lookup<T> {
         let slot = self.slot(namespace, name);
         let mut entry = slot.lock().await;
         if let Some((lookup, until)) = &entry.cached
@@ -205,21 +248,22 @@ impl ClientCertificates {
             (Err(ReadError::Failed(_)), Some((Ok(previous), _))) => Some(previous.clone()),
             _ => None,
         };
+        let what = self.inner.what;
         let result = read
             .map_err(|error| error.to_string())
-            .and_then(|secret| identity(&secret))
+            .and_then(|secret| (self.inner.convert)(&secret))
             .map_err(|why| {
                 format!(
-                    "client certificate: Secret {} in namespace {}: {why}",
+                    "{what}: Secret {} in namespace {}: {why}",
                     go_quote(name),
                     go_quote(namespace)
                 )
             });
         let now = Instant::now();
         let (lookup, until) = match result {
-            Ok(identity) => {
+            Ok(value) => {
                 entry.failures = 0;
-                (Ok(identity), now + self.inner.ttl)
+                (Ok(value), now + self.inner.ttl)
             }
             Err(why) => {
                 entry.failures = entry.failures.saturating_add(1);
@@ -229,7 +273,7 @@ impl ClientCertificates {
                         tracing::warn!(
                             secret = %name,
                             error = %why,
-                            "cannot read the probe's client certificate Secret again; presenting the certificate read before until it can"
+                            "cannot read the probe's {what} Secret again; using what was read before until it can"
                         );
                         (Ok(previous), until)
                     }
@@ -237,7 +281,7 @@ impl ClientCertificates {
                         tracing::warn!(
                             secret = %name,
                             error = %why,
-                            "cannot use the probe's client certificate Secret; the probe fails until it can"
+                            "cannot use the probe's {what} Secret; the probe fails until it can"
                         );
                         (Err(why), until)
                     }
@@ -250,7 +294,7 @@ impl ClientCertificates {
 
     /// The entry of one Secret, made on first use; idle entries are dropped
     /// while the map is held anyway.
-    fn slot(&self, namespace: &str, name: &str) -> Arc<tokio::sync::Mutex<Entry>> {
+    fn slot(&self, namespace: &str, name: &str) -> Arc<tokio::sync::Mutex<Entry<T>>> {
         let now = Instant::now();
         let mut entries = self
             .inner
