@@ -42,7 +42,7 @@ use crate::actuator::lifecycle::HookRunner;
 use crate::daemon::config::{Config, LogFormat, MetricsAuth, RunArgs};
 use crate::daemon::telemetry::Telemetry;
 use crate::kube::apiclient::{self, bounded};
-use crate::kube::client_certificates::{ClientCertificates, KubeSecrets};
+use crate::kube::client_certificates::{ClientCertificates, HeaderSecrets, KubeSecrets};
 use crate::kube::events::{self};
 use crate::kube::patcher::{KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
 use crate::kube::pods;
@@ -223,6 +223,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let prober = Prober::new(&kube_probe_version, Some(cri.clone()))
         .with_destinations(config.destinations.clone())
         .with_client_certificates(ClientCertificates::new(
+            KubeSecrets(client.clone()),
+            config.secret_ttl,
+        ))
+        .with_header_secrets(HeaderSecrets::new(
             KubeSecrets(client.clone()),
             config.secret_ttl,
         ));

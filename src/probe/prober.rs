@@ -9,13 +9,14 @@ use tokio::time::{Instant, timeout_at};
 
 use super::destinations::Destinations;
 use super::pod_network::PodNetwork;
-use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK};
+use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK, SecretHeader};
 use super::spec::{Handler, ProbeSpec};
-use super::verdict::{ProbeTarget, ProbeVerdict, probe_with_retries};
+use super::verdict::{ProbeTarget, ProbeVerdict, probe_with_retries, reasons};
 use super::{Attempt, ProbeError, ProbeKind, exec, go_quote, grpc, http, tcp};
 use std::sync::Arc;
 
 use super::client_identity::ClientIdentitySource;
+use super::header_secrets::HeaderSecretSource;
 use crate::runtime::cri::CriClient;
 
 /// Runs probes; shared by every worker.
@@ -25,6 +26,7 @@ pub struct Prober {
     cri: Option<CriClient>,
     destinations: Destinations,
     client_certificates: Option<Arc<dyn ClientIdentitySource>>,
+    header_secrets: Option<Arc<dyn HeaderSecretSource>>,
 }
 
 impl Prober {
@@ -36,6 +38,16 @@ impl Prober {
             cri,
             destinations: Destinations::default(),
             client_certificates: None,
+            header_secrets: None,
+        }
+    }
+
+    /// Probes taking header values from Secrets (`podprobe.http.headers`)
+    /// read them through `secrets`; without, such probes fail.
+    pub fn with_header_secrets(self, secrets: impl HeaderSecretSource) -> Self {
+        Prober {
+            header_secrets: Some(Arc::new(secrets)),
+            ..self
         }
     }
 
@@ -62,27 +74,62 @@ impl Prober {
     }
 
     /// Runs `spec` once, retrying errors up to [`super::verdict::MAX_PROBE_RETRIES`] times.
-    /// A `clientCertificate` Secret is read (or taken from the cache) once
-    /// per run, before the first attempt and outside `timeoutSeconds`: a
-    /// read is bounded by the API request timeout instead, and cancelling
-    /// it at the probe's deadline would leave nothing cached to back off
-    /// with, so a hung API server would be asked again every period.
+    /// A `clientCertificate` Secret, and the Secrets of `http.headers`
+    /// (H25), are read (or taken from the cache) once per run, before the
+    /// first attempt and outside `timeoutSeconds`: a read is bounded by the
+    /// API request timeout instead, and cancelling it at the probe's
+    /// deadline would leave nothing cached to back off with, so a hung API
+    /// server would be asked again every period.
     pub async fn probe(
         &self,
         kind: ProbeKind,
         spec: &ProbeSpec,
         target: ProbeTarget<'_>,
     ) -> ProbeVerdict {
-        let Some(secret) = spec.client_certificate_secret() else {
+        let secret = spec.client_certificate_secret();
+        if secret.is_none() && spec.secret_headers().is_empty() {
             return probe_with_retries(kind, || self.run_handler(spec, target)).await;
+        }
+        let mut resolved = spec.clone();
+        if let Some(secret) = secret {
+            match self.client_identity(secret, target).await {
+                Ok(identity) => resolved.present_client_identity(identity),
+                Err(message) => return ProbeVerdict::client_certificate_unavailable(kind, message),
+            };
+        }
+        let mut headers = Vec::with_capacity(spec.secret_headers().len());
+        for header in spec.secret_headers() {
+            match self.header_value(header, target).await {
+                Ok(value) => headers.push((header.name.clone(), value)),
+                Err(message) => {
+                    let reason = reasons::HEADER_SECRET_UNAVAILABLE;
+                    return ProbeVerdict::secret_unavailable(kind, reason, message);
+                }
+            }
+        }
+        resolved.present_secret_headers(headers);
+        probe_with_retries(kind, || self.run_handler(&resolved, target)).await
+    }
+
+    /// The value of `header` from its Secret in the target pod's namespace,
+    /// or why there is none.
+    async fn header_value(
+        &self,
+        header: &SecretHeader,
+        target: ProbeTarget<'_>,
+    ) -> Result<String, String> {
+        let read = match (&self.header_secrets, target.namespace) {
+            (Some(secrets), Some(namespace)) => {
+                secrets
+                    .header_value(namespace, &header.secret, &header.key)
+                    .await
+            }
+            _ => Err(format!(
+                "Secret {}: this prober reads no Secrets",
+                go_quote(&header.secret)
+            )),
         };
-        let identity = match self.client_identity(secret, target).await {
-            Ok(identity) => identity,
-            Err(message) => return ProbeVerdict::client_certificate_unavailable(kind, message),
-        };
-        let mut spec = spec.clone();
-        spec.present_client_identity(identity);
-        probe_with_retries(kind, || self.run_handler(&spec, target)).await
+        read.map_err(|why| format!("{}: {why}", header.name))
     }
 
     /// The client certificate of Secret `secret` in the target pod's
@@ -357,6 +404,94 @@ mod tests {
             v.output,
             r#"client certificate: Secret "app-client": this prober reads no Secrets"#
         );
+    }
+
+    /// H25: a probe's `http.headers` values are read from their Secret in
+    /// the pod's namespace and sent after `httpHeaders`; a Secret that
+    /// cannot give one fails the run without connecting, with a Warning.
+    #[tokio::test]
+    async fn h25_secret_headers_are_read_then_sent_or_the_run_fails() {
+        use k8s_openapi::ByteString;
+        use k8s_openapi::api::core::v1::Secret;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        use crate::kube::client_certificates::testing::Fake;
+        use crate::kube::client_certificates::{HeaderSecrets, ReadError, SECRET_TTL};
+        use crate::probe::spec::extension::SecretHeader;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                head.extend_from_slice(&buf[..n]);
+            }
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+            stream.write_all(answer).await.unwrap();
+            String::from_utf8(head).unwrap()
+        });
+        let mut probe = spec(Handler::HttpGet(HttpGetAction {
+            scheme: Scheme::Http,
+            host: None,
+            port,
+            path: "/".into(),
+            headers: vec![("X-Plain".into(), "1".into())],
+            protocol: Default::default(),
+            extensions: Default::default(),
+        }));
+        let Handler::HttpGet(action) = &mut probe.handler else {
+            unreachable!()
+        };
+        action.extensions.secret_headers = vec![SecretHeader {
+            name: "Authorization".into(),
+            secret: "probe-auth".into(),
+            key: "token".into(),
+        }];
+        let secret = |key: &str| Secret {
+            data: Some([(key.to_string(), ByteString(b"Bearer s3cret".to_vec()))].into()),
+            ..Secret::default()
+        };
+        let in_shop = ProbeTarget {
+            namespace: Some("shop"),
+            ..TARGET
+        };
+        let fake = Fake::new(Ok(secret("token")), Duration::ZERO);
+        let prober =
+            Prober::new("1.35", None).with_header_secrets(HeaderSecrets::new(fake, SECRET_TTL));
+        let v = prober.probe(ProbeKind::Readiness, &probe, in_shop).await;
+        assert_eq!((v.result, v.output.as_str()), (ProbeResult::Success, "ok"));
+        let head = server.await.unwrap();
+        assert!(head.contains("Authorization: Bearer s3cret\r\n"), "{head}");
+
+        for (answer, why) in [
+            (Err(ReadError::NotFound), "it does not exist"),
+            (Ok(secret("other")), r#"it has no key "token""#),
+        ] {
+            let fake = Fake::new(answer, Duration::ZERO);
+            let prober = Prober::new("1.35", None)
+                .with_header_secrets(HeaderSecrets::new(fake.clone(), SECRET_TTL));
+            let v = prober.probe(ProbeKind::Liveness, &probe, in_shop).await;
+            let message = format!(
+                r#"Authorization: header value: Secret "probe-auth" in namespace "shop": {why}"#
+            );
+            assert_eq!(
+                v,
+                ProbeVerdict {
+                    result: ProbeResult::Failure,
+                    output: message.clone(),
+                    error: None,
+                    event: Some(ProbeEvent {
+                        type_: EventType::Warning,
+                        reason: reasons::HEADER_SECRET_UNAVAILABLE,
+                        message: format!("Liveness probe failed: {message}"),
+                    }),
+                    attempts: 0,
+                }
+            );
+        }
     }
 
     fn verdict(attempt: Attempt) -> ProbeVerdict {

@@ -10,6 +10,7 @@
 pub mod client_identity;
 pub mod destinations;
 pub mod gofmt;
+pub mod header_secrets;
 pub mod pod_network;
 pub mod spec;
 pub mod verdict;

@@ -98,6 +98,24 @@ impl ProbeSpec {
         self.tls()?.client_certificate_secret.as_deref()
     }
 
+    /// The headers an `httpGet` probe takes from Secrets when it runs
+    /// (`podprobe.http.headers`, H25).
+    pub fn secret_headers(&self) -> &[extension::SecretHeader] {
+        match &self.handler {
+            Handler::HttpGet(action) => &action.extensions.secret_headers,
+            _ => &[],
+        }
+    }
+
+    /// Sends the headers read for [`Self::secret_headers`] (`values`, in
+    /// their order) after `httpHeaders`, in place of the references.
+    pub fn present_secret_headers(&mut self, values: Vec<(String, String)>) {
+        if let Handler::HttpGet(action) = &mut self.handler {
+            action.headers.extend(values);
+            action.extensions.secret_headers.clear();
+        }
+    }
+
     /// Presents `identity` on the probe's TLS connection, in place of any
     /// `clientCertificate` Secret (the certificate read from it, or one
     /// given on the command line); `false` if the probe makes no TLS

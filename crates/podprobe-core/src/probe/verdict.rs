@@ -49,6 +49,9 @@ pub mod reasons {
     /// podprobe's own: the probe's `clientCertificate` Secret cannot be
     /// read or used, so the probe fails without connecting.
     pub const CLIENT_CERTIFICATE_UNAVAILABLE: &str = "ClientCertificateUnavailable";
+    /// podprobe's own: a Secret a probe takes a header value from cannot
+    /// be read or used, so the probe fails without connecting (H25).
+    pub const HEADER_SECRET_UNAVAILABLE: &str = "HeaderSecretUnavailable";
 }
 
 /// What one probe run concluded, after retries.
@@ -77,11 +80,18 @@ impl ProbeVerdict {
     /// (D11), and a Secret that became unreadable would leave a ready pod
     /// ready. No attempt was made.
     pub fn client_certificate_unavailable(kind: ProbeKind, message: String) -> Self {
+        Self::secret_unavailable(kind, reasons::CLIENT_CERTIFICATE_UNAVAILABLE, message)
+    }
+
+    /// The verdict of a run whose `reason` Secret (one of [`reasons`]'
+    /// Secret reasons) could not be read or used: a failure, with `message`
+    /// as output and in a Warning, and no attempt made.
+    pub fn secret_unavailable(kind: ProbeKind, reason: &'static str, message: String) -> Self {
         ProbeVerdict {
             result: ProbeResult::Failure,
             event: Some(ProbeEvent {
                 type_: EventType::Warning,
-                reason: reasons::CLIENT_CERTIFICATE_UNAVAILABLE,
+                reason,
                 message: format!("{kind} probe failed: {message}"),
             }),
             output: message,
