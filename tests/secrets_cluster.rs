@@ -273,3 +273,128 @@ fn a_client_certificate_secret_is_read_only_once_granted_and_rotation_is_followe
     }
     assert!(!everything.contains("PRIVATE KEY"), "key material leaked");
 }
+
+/// H25: a header value from a Secret (`podprobe.http.headers`) is read only
+/// once a Role grants `get` on that Secret to podprobe; before, every run
+/// fails without connecting, with a `HeaderSecretUnavailable` Warning that
+/// says what to grant. The value reaches the server and never a log line
+/// or an Event.
+#[test]
+fn a_header_value_secret_is_read_only_once_granted() {
+    const HEADER_SECRET: &str = "probe-auth";
+    const TOKEN: &str = "Bearer s3cret-header-value";
+    let run_id = unique_id();
+    let ns = Namespace::create(&format!("podprobe-headers-{run_id}"));
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    cluster()
+        .kubectl(&[
+            "apply",
+            "-f",
+            &repo
+                .join("deploy/base/namespace.yaml")
+                .display()
+                .to_string(),
+            "-f",
+            &repo.join("deploy/base/rbac.yaml").display().to_string(),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let node = cluster().node_name();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = token_kubeconfig(
+        &node_token("podprobe-system", "podprobe", &node),
+        dir.path(),
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    // 200 only with the Secret's value as the Authorization header.
+    let server = runtime.block_on(TestServer::start("127.0.0.1:0", |request| {
+        if request.header("Authorization") == [TOKEN] {
+            reply(200, b"ok")
+        } else {
+            reply(401, b"who are you")
+        }
+    }));
+    ns.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        HEADER_SECRET,
+        &format!("--from-literal=token={TOKEN}"),
+    ]);
+    let mut pod = gated_pod(
+        "web",
+        "app",
+        BUSYBOX_IMAGE,
+        &["sh", "-c", SLEEP_LOOP],
+        &[],
+        json!({"readinessProbe": {
+            "httpGet": {"host": "127.0.0.1", "port": server.port()},
+            "periodSeconds": 1,
+            "podprobe": {"http": {"headers": [{
+                "name": "Authorization",
+                "valueFrom": {"secretKeyRef": {"name": HEADER_SECRET, "key": "token"}},
+            }]}},
+        }}),
+    );
+    pod["metadata"]["labels"] = json!({TEST_RUN_LABEL: run_id});
+    ns.create_pod(&pod);
+    let podprobe = HostPodprobe::start_with(
+        "gate",
+        &node,
+        &run_id,
+        &kubeconfig.display().to_string(),
+        &["--allow-probe-hosts", "127.0.0.1/32"],
+    );
+
+    let event = ns.wait_for(
+        "a HeaderSecretUnavailable event",
+        Duration::from_secs(60),
+        || {
+            events(&ns, "web", "HeaderSecretUnavailable")
+                .pop()
+                .ok_or_else(|| "none yet".to_string())
+        },
+    );
+    let message = event["message"].as_str().unwrap_or_default();
+    let expected = format!(
+        r#"Readiness probe failed: Authorization: header value: Secret "{HEADER_SECRET}" in namespace "{}": podprobe may not read it; grant get on it to podprobe's ServiceAccount with a Role and RoleBinding in the namespace"#,
+        ns.name
+    );
+    assert!(message.starts_with(&expected), "{message}");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(gate(&ns, "web").as_deref(), Ok("False"));
+    assert_eq!(
+        server.connections(),
+        0,
+        "no probe connected without its header"
+    );
+
+    ns.kubectl(&[
+        "create",
+        "role",
+        "podprobe-probe-auth",
+        "--verb=get",
+        "--resource=secrets",
+        &format!("--resource-name={HEADER_SECRET}"),
+    ]);
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "podprobe-probe-auth",
+        "--role=podprobe-probe-auth",
+        "--serviceaccount=podprobe-system:podprobe",
+    ]);
+    wait_gate(&ns, "web", "True", GRANT_NOTICED_WITHIN, &podprobe);
+    assert!(
+        server
+            .received()
+            .iter()
+            .any(|r| r.header("Authorization") == [TOKEN]),
+        "the header reached the server"
+    );
+    let everything = format!(
+        "{}\n{}",
+        podprobe.logs(),
+        ns.kubectl(&["get", "events", "-o", "json"])
+    );
+    assert!(!everything.contains("s3cret"), "the header value leaked");
+}
