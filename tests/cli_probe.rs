@@ -284,6 +284,22 @@ fn exec_probe_without_container_id_is_invalid_input() {
     assert!(stderr.contains("--container-id"), "{stderr}");
 }
 
+/// H25: header values from Secrets are refused (exit 64), saying how to
+/// try the probe with the value instead.
+#[test]
+fn secret_headers_are_invalid_input_pointing_to_http_headers() {
+    let stderr = invalid(
+        "httpGet: {port: 1}\npodprobe: {http: {headers: [{name: Authorization, valueFrom: {secretKeyRef: {name: probe-auth, key: token}}}]}}",
+        &[],
+    );
+    assert_eq!(
+        stderr.trim_end(),
+        "podprobe probe: invalid input: podprobe.http.headers \"Authorization\": podprobe probe reads \
+         no Secrets; put the value in httpHeaders to try the probe here (kubectl get secret \
+         probe-auth -o jsonpath='{.data.token}' | base64 -d)"
+    );
+}
+
 /// `network: pod` needs a pod to find the namespace of; the CLI has none
 /// and says how to run it inside one instead. `network` on exec is the
 /// annotation's field error.

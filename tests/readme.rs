@@ -167,6 +167,11 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
         ),
         (
             "README.md",
+            "kubectl -n shop create secret generic probe-auth --from-literal=token='Bearer <token>'",
+            By("tests/secrets_cluster.rs", r#""podprobe-probe-auth","#),
+        ),
+        (
+            "README.md",
             r#"kubectl annotate --overwrite pod web podprobe.io/pause-liveness-until="$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)""#,
             By("tests/run_gate.rs", r#""+%Y-%m-%dT%H:%M:%SZ""#),
         ),

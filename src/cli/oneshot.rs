@@ -175,6 +175,21 @@ fn with_client_certificate(
     Ok(selected)
 }
 
+/// `selected` unless it takes header values from Secrets (H25), which
+/// `podprobe probe` never reads, as for client certificates: it has no pod,
+/// so no namespace.
+fn without_secret_headers(selected: Selected) -> Result<Selected, ProbeInputError> {
+    match selected.spec.secret_headers().first() {
+        None => Ok(selected),
+        Some(header) => Err(ProbeInputError::Selection(format!(
+            "podprobe.http.headers {}: podprobe probe reads no Secrets; put the value in httpHeaders to try the probe here (kubectl get secret {} -o jsonpath='{{.data.{}}}' | base64 -d)",
+            go_quote(&header.name),
+            header.secret,
+            header.key
+        ))),
+    }
+}
+
 /// The JSON report, one object.
 #[derive(Debug, Serialize)]
 pub struct ProbeReport {
@@ -194,6 +209,7 @@ pub fn main(args: ProbeArgs) -> ExitCode {
     let selected = match read_input(&args.probe)
         .and_then(|doc| select(&doc, &args))
         .and_then(|selected| with_client_certificate(selected, &args))
+        .and_then(without_secret_headers)
     {
         Ok(s) => s,
         Err(e) => {

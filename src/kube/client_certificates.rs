@@ -1,6 +1,6 @@
-//! Client certificates from Secrets (`podprobe.tls.clientCertificate`, #14):
-//! the `kubernetes.io/tls` Secret a probe names, read with a GET by name in
-//! the pod's namespace, and nothing more. podprobe's ClusterRole grants no
+//! Client certificates (`podprobe.tls.clientCertificate`, #14) and header
+//! values (`podprobe.http.headers`, H25) from Secrets: the Secret a probe
+//! names, read with a GET by name in the pod's namespace, and nothing more. podprobe's ClusterRole grants no
 //! access to Secrets; a namespace owner grants `get` on one Secret's name
 //! to podprobe's ServiceAccount with a Role, and only there does the read
 //! succeed. Nothing here lists or watches Secrets.
