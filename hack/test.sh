@@ -130,7 +130,13 @@ started_kind=no
 go_pids=()
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
-  local pid
+  # Non-zero when a signal or a failing command ended the run early: the
+  # summary must not call a run that stopped half-way a success.
+  local ended=$? pid
+  if [ "$ended" != 0 ] && [ "$status" = 0 ]; then
+    echo "test.sh: stopped early (exit $ended); the phases after the last one listed did not run" >&2
+    status=$ended
+  fi
   for pid in "${go_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   if [ "$started_kind" = yes ]; then hack/kind-e2e.sh down || true; fi
   if [ "$started_agent" = yes ]; then hack/agent-node.sh down || true; fi
@@ -140,6 +146,8 @@ cleanup() {
   exit $status
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 phase install-deps hack/install-deps.sh
 export PODPROBE_DEPLOY=helm

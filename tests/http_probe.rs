@@ -1268,3 +1268,16 @@ async fn h23_h24_h2c_put_carries_its_body() {
     assert_eq!(request.header("content-length"), ["8"]);
     assert_eq!(request.body, b"state=ok");
 }
+
+/// H23 over a hostile server: a response header block larger than 64 KiB
+/// fails the probe instead of being buffered (hyper would take 16 MiB).
+#[tokio::test]
+async fn h23_an_oversized_http2_header_block_fails_the_probe() {
+    let h2c = serde_json::json!({"http": {"protocol": "HTTP2"}});
+    let fits = TestServer::start_h2c_with_header_bytes(LOCAL, 200, b"ok", 32 * 1024).await;
+    let got = outcome(&extended(fits.port(), "/", h2c.clone())).await;
+    assert_eq!(got, Outcome::new(ProbeResult::Success, "ok"));
+    let huge = TestServer::start_h2c_with_header_bytes(LOCAL, 200, b"ok", 256 * 1024).await;
+    let got = outcome(&extended(huge.port(), "/", h2c)).await;
+    assert_eq!(got.result, ProbeResult::Failure, "{got:?}");
+}

@@ -164,7 +164,7 @@ impl TestServer {
                     return;
                 };
                 let sni = stream.get_ref().1.server_name().map(str::to_string);
-                serve_h2(stream, sni, log, status, body).await;
+                serve_h2(stream, sni, log, status, body, 0).await;
             }
         })
         .await
@@ -174,8 +174,19 @@ impl TestServer {
     /// hyper's HTTP/2 server, as [`TestServer::start_h2`] does over TLS; a
     /// client speaking HTTP/1.1 gets no answer but a closed connection.
     pub async fn start_h2c(bind: &str, status: u16, body: &'static [u8]) -> TestServer {
+        Self::start_h2c_with_header_bytes(bind, status, body, 0).await
+    }
+
+    /// [`TestServer::start_h2c`] answering with `header_bytes` more of
+    /// response headers (`x-pad-<n>` lines of 1 KiB each).
+    pub async fn start_h2c_with_header_bytes(
+        bind: &str,
+        status: u16,
+        body: &'static [u8],
+        header_bytes: usize,
+    ) -> TestServer {
         Self::listen(bind, move |stream, log| {
-            serve_h2(stream, None, log, status, body)
+            serve_h2(stream, None, log, status, body, header_bytes)
         })
         .await
     }
@@ -336,9 +347,16 @@ async fn read_body<S: AsyncRead + Unpin>(stream: &mut S, head: &[u8], request: &
 }
 
 /// Serves one HTTP/2 connection with hyper, answering every request with
-/// `status` and `body` once its own body has arrived.
-async fn serve_h2<S>(stream: S, sni: Option<String>, log: Log, status: u16, body: &'static [u8])
-where
+/// `status`, `header_bytes` of padding headers and `body` once its own body
+/// has arrived.
+async fn serve_h2<S>(
+    stream: S,
+    sni: Option<String>,
+    log: Log,
+    status: u16,
+    body: &'static [u8],
+    header_bytes: usize,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -349,9 +367,11 @@ where
             let mut received = received_h2(&parts, sni);
             received.body = sent.unwrap_or_default().to_vec();
             log.lock().unwrap().push(received);
-            hyper::Response::builder()
-                .status(status)
-                .body(Full::new(Bytes::from_static(body)))
+            let mut response = hyper::Response::builder().status(status);
+            for n in 0..header_bytes / 1024 {
+                response = response.header(format!("x-pad-{n}"), "p".repeat(1000));
+            }
+            response.body(Full::new(Bytes::from_static(body)))
         }
     });
     let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())

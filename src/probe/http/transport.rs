@@ -52,6 +52,16 @@ use crate::probe::tls;
 /// timeout): the dialer needs an instant, and no probe waits this long.
 const NO_DEADLINE: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
+/// HTTP/2 flow-control windows of a probe's connection: room for the
+/// 10 KiB of body the probe reads (H14), not the megabytes hyper would let
+/// a server push into podprobe's memory before it is read.
+const H2_WINDOW_BYTES: u32 = 64 * 1024;
+
+/// The largest HTTP/2 response header block accepted (Go's client allows
+/// 10 MiB, hyper 16 MiB); a larger one fails the probe. As much as the
+/// HTTP/1.1 side reads of a response head.
+const H2_MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
+
 /// Go's `Transport.TLSHandshakeTimeout` as the kubelet's transport defaults set it.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -351,6 +361,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(H2_WINDOW_BYTES)
+        .initial_connection_window_size(H2_WINDOW_BYTES)
+        .max_header_list_size(H2_MAX_HEADER_LIST_BYTES)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
