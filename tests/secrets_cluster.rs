@@ -100,13 +100,12 @@ fn wait_gate(ns: &Namespace, pod: &str, status: &str, within: Duration, logs: &H
     );
 }
 
-#[test]
-fn a_client_certificate_secret_is_read_only_once_granted_and_rotation_is_followed() {
-    let run_id = unique_id();
-    let ns = Namespace::create(&format!("podprobe-secrets-{run_id}"));
+/// podprobe's namespace, ServiceAccount and ClusterRole as the chart
+/// renders them (deploy/base: no rule names Secrets), and a kubeconfig in a
+/// new temporary directory with that ServiceAccount's token bound to the
+/// node: (node, directory, kubeconfig).
+fn as_podprobe() -> (String, tempfile::TempDir, PathBuf) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // podprobe's namespace, ServiceAccount and ClusterRole as the chart
-    // renders them (deploy/base): no rule names Secrets.
     cluster()
         .kubectl(&[
             "apply",
@@ -125,6 +124,14 @@ fn a_client_certificate_secret_is_read_only_once_granted_and_rotation_is_followe
         &node_token("podprobe-system", "podprobe", &node),
         dir.path(),
     );
+    (node, dir, kubeconfig)
+}
+
+#[test]
+fn a_client_certificate_secret_is_read_only_once_granted_and_rotation_is_followed() {
+    let run_id = unique_id();
+    let ns = Namespace::create(&format!("podprobe-secrets-{run_id}"));
+    let (node, dir, kubeconfig) = as_podprobe();
 
     let server_ca = TestCa::new("server-ca");
     let clients = TestCa::new("client-ca");
@@ -285,25 +292,7 @@ fn a_header_value_secret_is_read_only_once_granted() {
     const TOKEN: &str = "Bearer s3cret-header-value";
     let run_id = unique_id();
     let ns = Namespace::create(&format!("podprobe-headers-{run_id}"));
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    cluster()
-        .kubectl(&[
-            "apply",
-            "-f",
-            &repo
-                .join("deploy/base/namespace.yaml")
-                .display()
-                .to_string(),
-            "-f",
-            &repo.join("deploy/base/rbac.yaml").display().to_string(),
-        ])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let node = cluster().node_name();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = token_kubeconfig(
-        &node_token("podprobe-system", "podprobe", &node),
-        dir.path(),
-    );
+    let (node, _dir, kubeconfig) = as_podprobe();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     // 200 only with the Secret's value as the Authorization header.
     let server = runtime.block_on(TestServer::start("127.0.0.1:0", |request| {

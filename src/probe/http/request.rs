@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::url::{ParseError, Url};
-use crate::probe::spec::extension::Method;
+use crate::probe::spec::extension::{Method, is_token_byte};
 use crate::probe::spec::{HttpGetAction, HttpProtocol, Scheme};
 use crate::probe::{go_quote, join_host_port};
 
@@ -269,11 +269,6 @@ fn referer(previous: &Url, next: &Url, explicit: &str) -> Option<String> {
 /// Go trims spaces and tabs around header values it writes.
 fn trim_value(value: &str) -> &str {
     value.trim_matches([' ', '\t'])
-}
-
-/// RFC 9110 `tchar`.
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Go's `httpguts` valid host bytes.

@@ -463,8 +463,9 @@ fn secret_headers(
     entries.collect()
 }
 
-/// An HTTP token character (RFC 9110), what a header name is made of.
-fn is_token_byte(b: u8) -> bool {
+/// An HTTP token character (RFC 9110 `tchar`), what a header name is made
+/// of.
+pub fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
