@@ -52,12 +52,14 @@ use crate::pod_store::PodStore;
 use crate::probe::netns::{self, NamespaceHelper};
 use crate::probe::spec::budget::NodeBudget;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
+use crate::probe_ledger::ProbeLedger;
 use crate::probe_rates::ProbeRates;
 use crate::results::ProbeCaches;
 use crate::runtime::cri::{CriClient, CriError};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::server::metrics::{Metrics, PatchOutcome};
+use crate::server::probe_status::ProbeStatus;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use crate::util::exit_code;
 use crate::util::watch_activity::WatchActivity;
@@ -214,8 +216,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let (client, node) = (client.clone(), config.node_name.clone());
         async move { event_queue.run(client, &node).await }
     });
-    let observer: Arc<dyn ProbeObserver> =
-        Arc::new(Telemetry::new(metrics.clone(), events.clone()));
+    let ledger = Arc::new(ProbeLedger::new(config.status_output_budget));
+    let observer: Arc<dyn ProbeObserver> = Arc::new(Telemetry::new(
+        metrics.clone(),
+        events.clone(),
+        ledger.clone(),
+        clock.clone(),
+    ));
     let kube_probe_version = match config.kube_probe_version.clone() {
         Some(given) => given,
         None => user_agent::of_node(client.clone(), &config.node_name).await,
@@ -243,7 +250,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         RetryPolicy::default(),
     );
     let health = Health::new(HEALTH_STALE_AFTER, watch_activity);
-    let server_config = server_config(&config, &client);
+    let server_config = server_config(&config, &client, ledger);
     let server = Server::bind(server_config, metrics.clone(), health.clone())
         .await
         .map_err(|e| DaemonError::Listen {
@@ -480,16 +487,20 @@ impl ProbeRunner for Prober {
 }
 
 /// What `podprobe run`'s flags ask of the server; delegated auth reviews
-/// through `client`.
-fn server_config(config: &Config, client: &kube::Client) -> ServerConfig {
+/// through `client`. Probe status is always served from `ledger`, and
+/// always reviewed: probe output is the pod owner's data.
+fn server_config(config: &Config, client: &kube::Client, ledger: Arc<ProbeLedger>) -> ServerConfig {
+    // One set of review caches for both.
+    let auth = DelegatedAuth::kube(client.clone());
     let metrics_access = match config.metrics_auth {
-        MetricsAuth::Delegated => MetricsAccess::Delegated(DelegatedAuth::kube(client.clone())),
+        MetricsAuth::Delegated => MetricsAccess::Delegated(auth.clone()),
         MetricsAuth::None => MetricsAccess::Open,
     };
     ServerConfig {
         listen: config.listen,
         metrics_access,
         plain_metrics_listen: config.plain_metrics_listen,
+        probe_status: Some(ProbeStatus::new(auth, ledger)),
         limits: Limits {
             max_connections: config.max_connections,
             ..Limits::default()

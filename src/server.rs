@@ -13,6 +13,13 @@
 //!   An extra listener ([`ServerConfig::plain_metrics_listen`]) can serve
 //!   them without authentication, for scrapers on the node.
 //!
+//! - `/pods/{namespace}/{name}/probes`: the last run of each of that pod's
+//!   probes, as JSON ([`probe_status`], PS2), for `kubectl podprobe`
+//!   through the API server's pods/proxy. The caller's bearer token comes
+//!   in [`probe_status::CALLER_TOKEN_HEADER`] (the API server's proxy drops
+//!   `Authorization`); the answer is given only if the API server says its
+//!   owner may `get` that pod. Main listener only.
+//!
 //! Anything else is 404 (405 for a method other than GET or HEAD on a known
 //! path, 413 for a request with a body). [`Server::serve`] stops accepting
 //! when its shutdown future completes and lets open connections finish their
@@ -37,6 +44,7 @@ mod connections;
 pub mod delegated_auth;
 pub mod health;
 pub mod metrics;
+pub mod probe_status;
 pub mod process_stats;
 
 use std::convert::Infallible;
@@ -61,7 +69,8 @@ use tokio::time::Instant;
 
 use self::connections::{Admission, Busy, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
-use self::delegated_auth::{AccessDecision, Review};
+use self::delegated_auth::{AccessDecision, Attributes, Review};
+use self::probe_status::{Answer, ProbeStatus};
 
 pub use self::health::Health;
 use self::metrics::{AuthOutcome, Metrics};
@@ -154,16 +163,20 @@ pub struct ServerConfig {
     /// Also serve `/metrics` and `/metrics/probes`, and nothing else,
     /// without authentication here.
     pub plain_metrics_listen: Option<SocketAddr>,
+    /// Serve `/pods/{namespace}/{name}/probes` on `listen`.
+    pub probe_status: Option<ProbeStatus>,
     pub limits: Limits,
 }
 
 impl ServerConfig {
-    /// `listen` with `metrics_access`, default limits, no plain listener.
+    /// `listen` with `metrics_access`, default limits, no plain listener,
+    /// no probe status.
     pub fn new(listen: SocketAddr, metrics_access: MetricsAccess) -> Self {
         ServerConfig {
             listen,
             metrics_access,
             plain_metrics_listen: None,
+            probe_status: None,
             limits: Limits::default(),
         }
     }
@@ -187,6 +200,7 @@ struct Endpoints {
     /// Whether `/healthz` and `/readyz` are served here (not on the plain
     /// metrics listener).
     health_checks: bool,
+    probe_status: Option<ProbeStatus>,
 }
 
 #[derive(Debug)]
@@ -223,6 +237,7 @@ impl Server {
                 health: health.clone(),
                 access: config.metrics_access,
                 health_checks: true,
+                probe_status: config.probe_status,
             }),
         };
         let plain_metrics = match config.plain_metrics_listen {
@@ -233,6 +248,7 @@ impl Server {
                     health,
                     access: MetricsAccess::Open,
                     health_checks: false,
+                    probe_status: None,
                 }),
             }),
             None => None,
@@ -457,10 +473,14 @@ async fn respond(
     busy: &Busy,
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path();
+    let pod = endpoints
+        .probe_status
+        .as_ref()
+        .and_then(|status| Some((status, probe_status::pod_of(path)?)));
     let known = match path {
         "/healthz" | "/readyz" => endpoints.health_checks,
         "/metrics" | "/metrics/probes" => true,
-        _ => false,
+        _ => pod.is_some(),
     };
     if !known {
         return text(StatusCode::NOT_FOUND, "not found\n".to_string());
@@ -480,24 +500,43 @@ async fn respond(
             "these endpoints take no request body\n".to_string(),
         );
     }
+    if let Some((status, (namespace, name))) = pod {
+        let attributes = Attributes::GetPod {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let token = probe_status::caller_token(request.headers());
+        let decision = reviewed(busy, status.auth().decide(token, attributes.clone())).await;
+        endpoints.metrics.probe_status_auth(outcome(&decision));
+        if let Some(refusal) = refusal(decision, &attributes) {
+            return refusal;
+        }
+        return match status.answer(namespace, name) {
+            Answer::Report(json) => {
+                let mut response = Response::new(Full::new(Bytes::from(json)));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Answer::NotFound(why) => text(StatusCode::NOT_FOUND, why),
+            Answer::Unencodable(why) => text(StatusCode::INTERNAL_SERVER_ERROR, why),
+        };
+    }
     match path {
         "/healthz" => check(endpoints.health.liveness()),
         "/readyz" => check(endpoints.health.readiness()),
         _ => {
             if let MetricsAccess::Delegated(auth) = &endpoints.access {
-                // Counted as reviewing even when the cache answers: that
-                // takes no time, so only requests a review holds up stay.
-                let decision = match busy.review(MAX_REVIEWS_PER_CONNECTION) {
-                    Some(reviewing) => {
-                        // HEAD is `get` to the authorizer, as in the kubelet.
-                        let decision = auth.authorize(request.headers(), path, "get").await;
-                        drop(reviewing);
-                        decision
-                    }
-                    None => AccessDecision::Throttled,
-                };
+                // HEAD is `get` to the authorizer, as in the kubelet.
+                let decision = reviewed(busy, auth.authorize(request.headers(), path, "get")).await;
                 endpoints.metrics.metrics_auth(outcome(&decision));
-                if let Some(refusal) = refusal(decision, path) {
+                let attributes = Attributes::NonResource {
+                    path: path.to_string(),
+                    verb: "get".to_string(),
+                };
+                if let Some(refusal) = refusal(decision, &attributes) {
                     return refusal;
                 }
             }
@@ -507,6 +546,20 @@ async fn respond(
                 exposition(endpoints.metrics.encode_probes())
             }
         }
+    }
+}
+
+/// `decision`, counted as one of the connection's reviews even when the
+/// cache answers (that takes no time, so only requests a review holds up
+/// stay); throttled when the connection has its share of reviews already.
+async fn reviewed(busy: &Busy, decision: impl Future<Output = AccessDecision>) -> AccessDecision {
+    match busy.review(MAX_REVIEWS_PER_CONNECTION) {
+        Some(reviewing) => {
+            let decision = decision.await;
+            drop(reviewing);
+            decision
+        }
+        None => AccessDecision::Throttled,
     }
 }
 
@@ -525,18 +578,18 @@ fn outcome(decision: &AccessDecision) -> AuthOutcome {
 /// kubelet's: 401, 403, or 500 when the access review failed; 429 when it
 /// could not be reviewed now. Logged at debug level only: anyone on the
 /// network can make these.
-fn refusal(decision: AccessDecision, path: &str) -> Option<Response<Full<Bytes>>> {
+fn refusal(decision: AccessDecision, attributes: &Attributes) -> Option<Response<Full<Bytes>>> {
     match decision {
         AccessDecision::Allowed { .. } => None,
         AccessDecision::Unauthenticated { reason } => {
-            tracing::debug!(path, reason, "unauthenticated metrics request");
+            tracing::debug!(%attributes, reason, "unauthenticated request");
             Some(unauthorized())
         }
         AccessDecision::Forbidden { user, reason } => {
-            tracing::debug!(path, user, reason, "forbidden metrics request");
+            tracing::debug!(%attributes, user, reason, "forbidden request");
             Some(text(
                 StatusCode::FORBIDDEN,
-                format!("Forbidden (user={user}, verb=get, path={path})\n"),
+                format!("Forbidden (user={user}, {attributes})\n"),
             ))
         }
         // Logged by `DelegatedAuth`.
@@ -552,7 +605,7 @@ fn refusal(decision: AccessDecision, path: &str) -> Option<Response<Full<Bytes>>
             "Internal Server Error: the access review failed\n".to_string(),
         )),
         AccessDecision::Throttled => {
-            tracing::debug!(path, "throttled metrics request: too many reviews waiting");
+            tracing::debug!(%attributes, "throttled request: too many reviews waiting");
             let mut response = text(
                 StatusCode::TOO_MANY_REQUESTS,
                 "Too many requests, please try again later.\n".to_string(),

@@ -21,8 +21,8 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use podprobe::server::delegated_auth::{
-    Authentication, Authorization, MAX_QUEUED_REVIEWS, MAX_REVIEWS_IN_FLIGHT, REVIEW_TIMEOUT,
-    ReviewError, Reviewer, UserInfo,
+    Attributes, Authentication, Authorization, MAX_QUEUED_REVIEWS, MAX_REVIEWS_IN_FLIGHT,
+    REVIEW_TIMEOUT, ReviewError, Reviewer, UserInfo,
 };
 use podprobe::server::health::Reachability;
 use podprobe::server::metrics::{self, Metrics};
@@ -528,8 +528,7 @@ impl Reviewer for Gated {
     fn review_access<'a>(
         &'a self,
         _user: &'a UserInfo,
-        _path: &'a str,
-        _verb: &'a str,
+        _attributes: &'a Attributes,
     ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
         Box::pin(async { Ok(Authorization::Allowed) })
     }
@@ -711,8 +710,7 @@ impl Reviewer for Scripted {
     fn review_access<'a>(
         &'a self,
         user: &'a UserInfo,
-        _path: &'a str,
-        _verb: &'a str,
+        _attributes: &'a Attributes,
     ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
         Box::pin(async move {
             Ok(if user.username.ends_with(":scraper") {
@@ -840,8 +838,7 @@ impl Reviewer for Stalled {
     fn review_access<'a>(
         &'a self,
         _user: &'a UserInfo,
-        _path: &'a str,
-        _verb: &'a str,
+        _attributes: &'a Attributes,
     ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
         Box::pin(async { Ok(Authorization::Allowed) })
     }

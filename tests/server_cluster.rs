@@ -626,3 +626,159 @@ fn get_body(
         _ => Err(response),
     }
 }
+
+/// `GET path` on `addr` with `token` in `X-Podprobe-Authorization`: the
+/// status code and body.
+fn probe_status(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let caller = token
+        .map(|t| format!("X-Podprobe-Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{caller}Connection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .get(9..12)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP response: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// PS1-PS2 on the cluster: a pod's probe status, with the probe's output,
+/// is answered to a ServiceAccount that may get the pod (a real
+/// `TokenReview` and `SubjectAccessReview`), refused (403, without the
+/// output) to one that may not and (401) to a caller without a token; a
+/// pod the reader may get but podprobe runs no probe of is 404.
+#[test]
+fn ps2_a_pods_probe_status_is_answered_only_to_a_caller_who_may_get_the_pod() {
+    let id = unique_id();
+    let ns = Namespace::create(&format!("podprobe-status-{id}"));
+    let podprobe = HostPodprobe::start_with_args(
+        "gate",
+        &cluster().node_name(),
+        &id,
+        &["--log-level", "info"],
+    );
+    let addr: SocketAddr = podprobe.listen_addr().parse().expect("listen address");
+    let probes = r#"{"app": {"readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}}}"#;
+    let pod = |name: &str, probes: Option<&str>| {
+        let mut manifest = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns.name, "labels": {cluster::TEST_RUN_LABEL: id}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "readinessGates": [{"conditionType": "podprobe.io/ready"}],
+                "containers": [{
+                    "name": "app",
+                    "image": cluster::BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                }],
+            },
+        });
+        if let Some(probes) = probes {
+            manifest["metadata"]["annotations"] = serde_json::json!({"podprobe.io/probes": probes});
+        }
+        cluster().apply(&manifest).unwrap_or_else(|e| panic!("{e}"));
+    };
+    pod("seen", Some(probes));
+    pod("unprobed", None);
+    ns.kubectl(&["create", "serviceaccount", "reader"]);
+    ns.kubectl(&["create", "serviceaccount", "stranger"]);
+    ns.kubectl(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get",
+        "--resource=pods",
+    ]);
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "pod-reader",
+        "--role=pod-reader",
+        &format!("--serviceaccount={}:reader", ns.name),
+    ]);
+    let as_reader = format!("--as=system:serviceaccount:{}:reader", ns.name);
+    ns.wait_for("the reader may get pods", Duration::from_secs(30), || {
+        cluster().kubectl(&[
+            "-n",
+            &ns.name,
+            "auth",
+            "can-i",
+            "get",
+            "pods/seen",
+            &as_reader,
+        ])
+    });
+    let reader = ns
+        .kubectl(&["create", "token", "reader"])
+        .trim()
+        .to_string();
+    let stranger = ns
+        .kubectl(&["create", "token", "stranger"])
+        .trim()
+        .to_string();
+    let path = format!("/pods/{}/seen/probes", ns.name);
+
+    // The readiness probe fails (no /tmp/ready) once a second: within its
+    // failure threshold (3) plus slack for the pod to start, podprobe has
+    // a failure of count 3 to tell.
+    let report: Value = ns.wait_for(
+        "a report with the third failure",
+        Duration::from_secs(90),
+        || {
+            let (status, body) = probe_status(addr, &path, Some(&reader));
+            if status != 200 {
+                return Err(format!("{status}: {body}"));
+            }
+            let report: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+            let probe = &report["probes"][0];
+            (probe["result"] == "failure" && probe["consecutive"].as_i64() >= Some(3))
+                .then_some(report.clone())
+                .ok_or(body)
+        },
+    );
+    let probe = &report["probes"][0];
+    assert_eq!(report["name"], "seen");
+    assert_eq!(probe["container"], "app");
+    assert_eq!(probe["probe"], "readiness");
+    assert_eq!(probe["threshold"], 3);
+    let output = probe["output"].as_str().unwrap_or_default();
+    assert!(output.contains("/tmp/ready"), "{report}");
+
+    let (status, body) = probe_status(addr, &path, Some(&stranger));
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(&format!("user=system:serviceaccount:{}:stranger", ns.name))
+            && !body.contains("/tmp/ready"),
+        "{body}"
+    );
+    let (status, _) = probe_status(addr, &path, None);
+    assert_eq!(status, 401);
+    let (status, _) = probe_status(addr, &path, Some("not-a-token"));
+    assert_eq!(status, 401);
+    // The reader may get no pod in kube-system: refused before any lookup.
+    let (status, _) = probe_status(addr, "/pods/kube-system/seen/probes", Some(&reader));
+    assert_eq!(status, 403);
+    let (status, body) = probe_status(
+        addr,
+        &format!("/pods/{}/unprobed/probes", ns.name),
+        Some(&reader),
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("has run no probe of pod"), "{body}");
+    drop(podprobe);
+}

@@ -334,6 +334,18 @@ pub struct RunArgs {
         default_value_t = crate::liveness_pause::DEFAULT_MAX_PAUSE.as_secs()
     )]
     pub max_liveness_pause_seconds: u64,
+
+    /// Most bytes of probe output kept node-wide for `kubectl podprobe
+    /// status` (the last output of every probe: at most 4 KiB each, 16 KiB
+    /// per pod; the first 256 bytes of each are kept whatever this says).
+    /// The kubelet keeps probe output only in Events.
+    #[arg(
+        long,
+        env = "PODPROBE_STATUS_OUTPUT_BUDGET_BYTES",
+        value_name = "BYTES",
+        default_value_t = crate::probe_ledger::DEFAULT_NODE_OUTPUT_BYTES as u64
+    )]
+    pub status_output_budget_bytes: u64,
 }
 
 /// A request rate flag: a finite number, at least 0.
@@ -421,6 +433,8 @@ pub struct Config {
     pub node_probe_rate: u32,
     /// `--max-liveness-pause-seconds`.
     pub max_liveness_pause: Duration,
+    /// `--status-output-budget-bytes`.
+    pub status_output_budget: usize,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -507,6 +521,8 @@ impl RunArgs {
             pod_probe_rate: self.max_pod_probe_rate,
             node_probe_rate: self.max_node_probe_rate,
             max_liveness_pause: Duration::from_secs(self.max_liveness_pause_seconds),
+            status_output_budget: usize::try_from(self.status_output_budget_bytes)
+                .unwrap_or(usize::MAX),
             api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),

@@ -1,27 +1,39 @@
 //! The [`ProbeObserver`] of `podprobe run`: every probe run feeds the
-//! metrics and records the Event the kubelet would.
+//! metrics, records the Event the kubelet would and is kept in the ledger
+//! that `kubectl podprobe status` reads.
 
 use crate::events::recorder::EventRecorder;
 use std::sync::Arc;
 
 use crate::kube::events::PodEvent;
+use crate::probe_ledger::ProbeLedger;
 use crate::server::metrics::Metrics;
-use crate::worker::{ProbeObserver, ProbeRun, WorkerConfig};
+use crate::worker::{Clock, ProbeObserver, ProbeRun, WorkerConfig};
 
 /// The [`ProbeObserver`] of `podprobe run`: probe metrics (M2, M3, M5) and
-/// the events of probe runs (P3-P5).
-#[derive(Debug, Clone)]
+/// the events of probe runs (P3-P5), the ledger of last runs (PS1).
+#[derive(Clone)]
 pub struct Telemetry {
     metrics: Metrics,
     events: Arc<dyn EventRecorder>,
+    ledger: Arc<ProbeLedger>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Telemetry {
-    /// Feeds `metrics` and queues events on `events`.
-    pub fn new(metrics: Metrics, events: impl EventRecorder) -> Self {
+    /// Feeds `metrics`, queues events on `events` and keeps every run in
+    /// `ledger`, stamped with `clock`'s time.
+    pub fn new(
+        metrics: Metrics,
+        events: impl EventRecorder,
+        ledger: Arc<ProbeLedger>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Telemetry {
             metrics,
             events: Arc::new(events),
+            ledger,
+            clock,
         }
     }
 }
@@ -38,10 +50,12 @@ impl ProbeObserver for Telemetry {
         if let Some(event) = &run.verdict.event {
             self.events.record_opt(PodEvent::probe(run.config, event));
         }
+        self.ledger.record(run, self.clock.now());
     }
 
     fn worker_stopped(&self, config: &WorkerConfig) {
         self.metrics.worker_stopped(config);
+        self.ledger.forget(config);
     }
 
     fn probe_delayed(&self, _config: &WorkerConfig, delay: std::time::Duration) {
@@ -56,14 +70,18 @@ mod tests {
 
     use super::*;
     use crate::probe::{Outcome, ProbeError, ProbeKind, ProbeResult, ProbeVerdict};
+    use crate::probe_ledger::RunResult;
     use crate::results::CachedResult;
-    use crate::testing::{container, pod, probe_spec};
+    use crate::testing::{container, epoch, pod, probe_spec};
+    use crate::worker::TokioClock;
 
-    #[test]
-    fn telemetry_counts_and_queues_the_verdict_event() {
+    #[tokio::test(start_paused = true)]
+    async fn telemetry_counts_queues_the_verdict_event_and_keeps_the_run() {
         let metrics = Metrics::new();
         let recorded = Recorded::default();
-        let telemetry = Telemetry::new(metrics.clone(), recorded.clone());
+        let ledger = Arc::new(ProbeLedger::default());
+        let clock = Arc::new(TokioClock::new(epoch()));
+        let telemetry = Telemetry::new(metrics.clone(), recorded.clone(), ledger.clone(), clock);
         let app = container("app");
         let pod = pod("uid-1", vec![app.clone()], vec![]);
         let config = WorkerConfig::new(
@@ -82,6 +100,7 @@ mod tests {
             container_id: "containerd://abc",
             verdict: &failed,
             result: Some(CachedResult::Failure),
+            consecutive: 1,
             duration: Duration::from_millis(5),
         });
         // D11/M2: an errored run is not counted but its event is recorded (P3).
@@ -95,6 +114,7 @@ mod tests {
             container_id: "containerd://abc",
             verdict: &errored,
             result: None,
+            consecutive: 1,
             duration: Duration::from_millis(5),
         });
 
@@ -131,8 +151,15 @@ mod tests {
             ]
         );
 
+        // PS1: the ledger holds the last run, the error as its output.
+        let report = ledger.report("default", "pod-uid-1").expect("a report");
+        assert_eq!(report.probes.len(), 1);
+        assert_eq!(report.probes[0].result, RunResult::Error);
+        assert_eq!(report.probes[0].output, "connection refused");
+
         telemetry.worker_stopped(&config);
         assert!(!metrics.encode().contains("prober_probe_total{"));
+        assert_eq!(ledger.report("default", "pod-uid-1"), None);
     }
 
     /// The Events recorded, in order.

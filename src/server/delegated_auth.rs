@@ -11,6 +11,10 @@
 //!     verbs: [get]
 //! ```
 //!
+//! The probe status of a pod (`kubectl podprobe status`, PS2) is decided the
+//! same way, with `resourceAttributes`: whether the caller may `get` that
+//! pod ([`Attributes::GetPod`]).
+//!
 //! [`DelegatedAuth::authorize`] is the decision: 401 without a token the API
 //! server accepts, 403 when RBAC denies, as the kubelet answers. Both
 //! reviews are cached for a short time, keyed by a keyed hash of the token
@@ -38,7 +42,7 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::Api;
 use kube::api::PostParams;
@@ -127,14 +131,37 @@ pub trait Reviewer: Send + Sync + 'static {
         token: &'a str,
     ) -> BoxFuture<'a, Result<Authentication, ReviewError>>;
 
-    /// Whether `user` may `verb` the non-resource URL `path` (a
+    /// Whether `user` may do what `attributes` say (a
     /// `SubjectAccessReview`).
     fn review_access<'a>(
         &'a self,
         user: &'a UserInfo,
-        path: &'a str,
-        verb: &'a str,
+        attributes: &'a Attributes,
     ) -> BoxFuture<'a, Result<Authorization, ReviewError>>;
+}
+
+/// What a request asks to do, in a `SubjectAccessReview`'s terms.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Attributes {
+    /// `verb` on the non-resource URL `path` (`get /metrics`).
+    NonResource { path: String, verb: String },
+    /// `get` on the pod `namespace/name` (its probe status, PS2).
+    GetPod { namespace: String, name: String },
+}
+
+impl std::fmt::Display for Attributes {
+    /// As the API server's forbidden message names them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Attributes::NonResource { path, verb } => write!(f, "verb={verb}, path={path}"),
+            Attributes::GetPod { namespace, name } => {
+                write!(
+                    f,
+                    "verb=get, resource=pods, namespace={namespace}, name={name}"
+                )
+            }
+        }
+    }
 }
 
 /// [`Reviewer`] through the API server (needs `create` on
@@ -191,23 +218,39 @@ impl Reviewer for KubeReviewer {
     fn review_access<'a>(
         &'a self,
         user: &'a UserInfo,
-        path: &'a str,
-        verb: &'a str,
+        attributes: &'a Attributes,
     ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
         const KIND: &str = "SubjectAccessReview";
         Box::pin(async move {
             let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+            let (non_resource_attributes, resource_attributes) = match attributes {
+                Attributes::NonResource { path, verb } => (
+                    Some(NonResourceAttributes {
+                        path: Some(path.clone()),
+                        verb: Some(verb.clone()),
+                    }),
+                    None,
+                ),
+                Attributes::GetPod { namespace, name } => (
+                    None,
+                    Some(ResourceAttributes {
+                        namespace: Some(namespace.clone()),
+                        verb: Some("get".to_string()),
+                        version: Some("v1".to_string()),
+                        resource: Some("pods".to_string()),
+                        name: Some(name.clone()),
+                        ..ResourceAttributes::default()
+                    }),
+                ),
+            };
             let review = SubjectAccessReview {
                 spec: SubjectAccessReviewSpec {
                     user: non_empty(&user.username),
                     uid: non_empty(&user.uid),
                     groups: Some(user.groups.clone()),
                     extra: Some(user.extra.clone()),
-                    non_resource_attributes: Some(NonResourceAttributes {
-                        path: Some(path.to_string()),
-                        verb: Some(verb.to_string()),
-                    }),
-                    resource_attributes: None,
+                    non_resource_attributes,
+                    resource_attributes,
                 },
                 ..SubjectAccessReview::default()
             };
@@ -239,7 +282,7 @@ pub enum AccessDecision {
     Allowed { user: String },
     /// 401: no bearer token, or one the API server does not accept.
     Unauthenticated { reason: String },
-    /// 403: RBAC does not let `user` get the path.
+    /// 403: RBAC does not let `user` do it.
     Forbidden { user: String, reason: String },
     /// A review got no verdict: 401 when it was the `TokenReview`, 500 when
     /// the `SubjectAccessReview`, as the kubelet answers.
@@ -278,7 +321,7 @@ struct Inner {
     reviewer: Box<dyn Reviewer>,
     keys: (RandomState, RandomState),
     tokens: Mutex<Verdicts<TokenKey, Authentication>>,
-    access: Mutex<Verdicts<(TokenKey, String, String), Authorization>>,
+    access: Mutex<Verdicts<(TokenKey, Attributes), Authorization>>,
     /// Reviews in flight or waiting for a turn: a request that gets no
     /// place is throttled.
     places: Semaphore,
@@ -317,7 +360,16 @@ impl DelegatedAuth {
     /// Decides a request for the non-resource URL `path` with `verb` (`get`
     /// for GET and HEAD) from its `Authorization: Bearer` header.
     pub async fn authorize(&self, headers: &HeaderMap, path: &str, verb: &str) -> AccessDecision {
-        let Some(token) = bearer_token(headers) else {
+        let attributes = Attributes::NonResource {
+            path: path.to_string(),
+            verb: verb.to_string(),
+        };
+        self.decide(bearer_token(headers), attributes).await
+    }
+
+    /// Decides whether the owner of `token` may do what `attributes` say.
+    pub async fn decide(&self, token: Option<&str>, attributes: Attributes) -> AccessDecision {
+        let Some(token) = token else {
             return AccessDecision::Unauthenticated {
                 reason: "no bearer token".to_string(),
             };
@@ -330,7 +382,7 @@ impl DelegatedAuth {
             }
             Err(error) => return self.failed(Review::Token, error),
         };
-        match self.authorize_user(key, &user, path, verb).await {
+        match self.authorize_user(key, &user, attributes).await {
             Ok(Authorization::Allowed) => AccessDecision::Allowed {
                 user: user.username,
             },
@@ -363,10 +415,10 @@ impl DelegatedAuth {
         if warn {
             tracing::warn!(
                 %error,
-                "cannot review a /metrics request; refusing it (more failures in the next minute are logged at debug level)"
+                "cannot review a request for /metrics or a pod's probe status; refusing it (more failures in the next minute are logged at debug level)"
             );
         } else {
-            tracing::debug!(%error, "cannot review a /metrics request; refusing it");
+            tracing::debug!(%error, "cannot review a request; refusing it");
         }
         AccessDecision::Failed {
             review,
@@ -401,17 +453,16 @@ impl DelegatedAuth {
         &self,
         key: TokenKey,
         user: &UserInfo,
-        path: &str,
-        verb: &str,
+        attributes: Attributes,
     ) -> Result<Authorization, ReviewError> {
-        let cache_key = (key, path.to_string(), verb.to_string());
+        let cache_key = (key, attributes);
         if let Some(cached) = lock(&self.inner.access).get(&cache_key, Instant::now()) {
             return Ok(cached);
         }
         let verdict = self
             .bounded(
                 "SubjectAccessReview",
-                self.inner.reviewer.review_access(user, path, verb),
+                self.inner.reviewer.review_access(user, &cache_key.1),
             )
             .await?;
         let granted = verdict == Authorization::Allowed;
@@ -454,7 +505,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// bearer token authenticator parses it (scheme case-insensitive, exactly
 /// one space, the token up to the next space).
 pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    bearer_token_in(headers, AUTHORIZATION)
+}
+
+/// The token of `<name>: Bearer <token>`, parsed as [`bearer_token`] parses
+/// `Authorization`.
+pub fn bearer_token_in(headers: &HeaderMap, name: impl http::header::AsHeaderName) -> Option<&str> {
+    let value = headers.get(name)?.to_str().ok()?.trim();
     let mut parts = value.splitn(3, ' ');
     let scheme = parts.next()?;
     let token = parts.next()?;
@@ -605,8 +662,7 @@ mod tests {
         fn review_access<'a>(
             &'a self,
             user: &'a UserInfo,
-            path: &'a str,
-            verb: &'a str,
+            attributes: &'a Attributes,
         ) -> BoxFuture<'a, Result<Authorization, ReviewError>> {
             Box::pin(async move {
                 self.access_reviews.fetch_add(1, Ordering::SeqCst);
@@ -616,7 +672,7 @@ mod tests {
                     });
                 }
                 Ok(if user.username == "stranger" {
-                    Authorization::Denied(format!("{} may not {verb} {path}", user.username))
+                    Authorization::Denied(format!("{} may not {attributes}", user.username))
                 } else {
                     Authorization::Allowed
                 })
@@ -723,7 +779,7 @@ mod tests {
         let headers = bearer("Bearer good-stranger");
         let forbidden = AccessDecision::Forbidden {
             user: "stranger".into(),
-            reason: "stranger may not get /metrics".into(),
+            reason: "stranger may not verb=get, path=/metrics".into(),
         };
         assert_eq!(auth.authorize(&headers, "/metrics", "get").await, forbidden);
         tokio::time::advance(UNAUTHORIZED_TTL - Duration::from_secs(1)).await;

@@ -232,6 +232,7 @@ pub struct Metrics {
     result_to_status: Histogram,
     events: Family<EventLabels, Counter>,
     metrics_auth: Family<AuthLabels, Counter>,
+    probe_status_auth: Family<AuthLabels, Counter>,
     workers: Gauge,
     pods_watched: Gauge,
     pods_tracked: Gauge,
@@ -272,6 +273,7 @@ impl Metrics {
         let result_to_status = Histogram::new(RESULT_TO_STATUS_BUCKETS);
         let events = Family::<EventLabels, Counter>::default();
         let metrics_auth = Family::<AuthLabels, Counter>::default();
+        let probe_status_auth = Family::<AuthLabels, Counter>::default();
         let workers = Gauge::default();
         let pods_watched = Gauge::default();
         let pods_tracked = Gauge::default();
@@ -317,6 +319,11 @@ impl Metrics {
             "podprobe_metrics_auth_decisions",
             "Requests for /metrics and /metrics/probes checked by delegated authentication, by outcome (allowed; unauthenticated: 401; forbidden: 403; failed: a review got no verdict; throttled: 429, too many requests waited on reviews)",
             metrics_auth.clone(),
+        );
+        own.register(
+            "podprobe_probe_status_requests",
+            "Requests for a pod's probe status (kubectl podprobe) by the outcome of their review (allowed; unauthenticated: 401; forbidden: 403, the caller may not get the pod; failed: a review got no verdict; throttled: 429)",
+            probe_status_auth.clone(),
         );
         own.register(
             "podprobe_workers",
@@ -412,6 +419,7 @@ impl Metrics {
             AuthOutcome::Throttled,
         ] {
             metrics_auth.get_or_create_owned(&AuthLabels { outcome });
+            probe_status_auth.get_or_create_owned(&AuthLabels { outcome });
         }
         for probe_type in [
             ProbeKind::Startup,
@@ -431,6 +439,7 @@ impl Metrics {
             result_to_status,
             events,
             metrics_auth,
+            probe_status_auth,
             workers,
             pods_watched,
             pods_tracked,
@@ -530,6 +539,14 @@ impl Metrics {
     /// decided.
     pub fn metrics_auth(&self, outcome: AuthOutcome) {
         self.metrics_auth
+            .get_or_create(&AuthLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one request for a pod's probe status by what delegated
+    /// authentication decided.
+    pub fn probe_status_auth(&self, outcome: AuthOutcome) {
+        self.probe_status_auth
             .get_or_create(&AuthLabels { outcome })
             .inc();
     }

@@ -8,7 +8,7 @@
 //! checked by `tests/layering.rs`):
 //! - the core: the kubelet's prober state machines ([`worker`], [`manager`],
 //!   [`results`]), the pod store ([`pod_store`]), [`pod_sync`], [`takeover`],
-//!   [`probe_rates`], [`liveness_pause`] and the Event records ([`events::record`],
+//!   [`probe_rates`], [`liveness_pause`], [`probe_ledger`], [`not_ready`] and the Event records ([`events::record`],
 //!   [`events::recorder`]);
 //! - [`status`]: pure desired status, conditions and patches;
 //! - the probe spec: what a probe is and concludes ([`probe::spec`],
@@ -18,9 +18,11 @@
 pub mod events;
 pub mod liveness_pause;
 pub mod manager;
+pub mod not_ready;
 pub mod pod_store;
 pub mod pod_sync;
 pub mod probe;
+pub mod probe_ledger;
 pub mod probe_rates;
 pub mod restart_policy;
 pub mod results;

@@ -96,6 +96,9 @@ pub struct ProbeRun<'a> {
     /// The cached result the run maps to, or `None` when every attempt
     /// errored: such a run is thrown away (D11) and not counted (M2).
     pub result: Option<CachedResult>,
+    /// How many runs in a row had `result` (D13), counting this one; for an
+    /// errored run, the count of the runs before it.
+    pub consecutive: i64,
     /// From the start of the iteration (status lookup included) to the end of
     /// the probe, as the kubelet measures `prober_probe_duration_seconds` (M3,
     /// which the kubelet observes for successful runs only).
@@ -401,11 +404,13 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
             verdict = probe => verdict,
         };
         let result = verdict_result(&verdict);
+        let consecutive = result.map_or(self.state.result_run, |r| self.state.run_after(r));
         self.context.observer.probe_ran(&ProbeRun {
             config: &self.config,
             container_id: &container_id,
             verdict: &verdict,
             result,
+            consecutive,
             duration: began.elapsed(),
         });
         if let Some(event) = verdict

@@ -24,7 +24,9 @@ pub use verdict::{ProbeEvent, ProbeTarget, ProbeVerdict};
 
 /// The three probe kinds; `Display` gives the capitalised form the kubelet
 /// uses in events and metrics (`Liveness`, `Readiness`, `Startup`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ProbeKind {
     Liveness,

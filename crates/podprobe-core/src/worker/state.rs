@@ -156,6 +156,16 @@ impl WorkerState {
         self.on_hold = false;
     }
 
+    /// D13: how many runs in a row will have had `result` once it is
+    /// recorded.
+    pub fn run_after(&self, result: CachedResult) -> i64 {
+        if result == self.last_result {
+            self.result_run.saturating_add(1)
+        } else {
+            1
+        }
+    }
+
     /// Thresholds and holding after a probe returned `result` without error
     /// (D13-D17): the write to make, if the result crossed its threshold.
     pub fn after_probe(
@@ -164,12 +174,8 @@ impl WorkerState {
         result: CachedResult,
     ) -> Option<CacheWrite> {
         // D13
-        if result == self.last_result {
-            self.result_run = self.result_run.saturating_add(1);
-        } else {
-            self.last_result = result;
-            self.result_run = 1;
-        }
+        self.result_run = self.run_after(result);
+        self.last_result = result;
         // D14
         let below_threshold = match result {
             CachedResult::Failure => self.result_run < i64::from(config.spec.failure_threshold),
