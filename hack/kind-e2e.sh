@@ -159,6 +159,8 @@ up() {
 # hack/test.sh's `--features testing`, so that its test build is reused.
 run_tests() {
     cd "$ROOT"
+    # tests/e2e_kind.rs runs `kubectl podprobe` from beside its own binary.
+    cargo build --locked -p kubectl-podprobe >&2
     KUBECONFIG="$KUBECONFIG_PATH" PODPROBE_E2E_DEPLOYED=1 PODPROBE_KIND_ENGINE="$ENGINE" \
         cargo test --locked --features testing --no-fail-fast \
         --test e2e_gate --test e2e_upstream --test e2e_kind \

@@ -143,6 +143,7 @@ fn defaults_are_deploy_base() {
             "ClusterRole",
             "ClusterRoleBinding",
             "DaemonSet",
+            "Role",
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
@@ -157,6 +158,7 @@ fn defaults_are_deploy_base() {
         ("ClusterRole", "podprobe"),
         ("ClusterRole", "podprobe-metrics-reader"),
         ("ClusterRoleBinding", "podprobe"),
+        ("Role", "podprobe-status-reader"),
         ("ValidatingAdmissionPolicy", "podprobe-status-writes"),
         ("ValidatingAdmissionPolicyBinding", "podprobe-status-writes"),
         ("ValidatingAdmissionPolicy", "podprobe-event-writes"),
@@ -184,6 +186,7 @@ fn defaults_are_deploy_base() {
             "--max-concurrent-execs-per-pod=8",
             "--max-exec-timeout-seconds=60",
             "--max-liveness-pause-seconds=86400",
+            "--status-output-budget-bytes=1048576",
         ]
     );
     let (_, volume, mount) = cri(&docs);
@@ -699,5 +702,36 @@ fn readme_documents_every_value() {
     assert!(
         missing.is_empty(),
         "charts/podprobe/README.md's values table lacks {missing:?}"
+    );
+}
+
+/// PS3: the Role that reaches podprobe for `kubectl podprobe` lists pods and
+/// gets pods/proxy in the release's namespace, nothing else; it is bound to
+/// `statusReaders.groups` only when some are given.
+#[test]
+fn the_status_reader_role_reaches_podprobe_and_is_bound_only_when_asked() {
+    let docs = template(&[]);
+    let role = find(&docs, "Role", "podprobe-status-reader");
+    assert_eq!(role["metadata"]["namespace"], "podprobe-system");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
+        ])
+    );
+    assert!(!kinds(&docs).contains("RoleBinding"));
+    let docs = template(&[
+        "--set",
+        "statusReaders.groups={system:authenticated,team-a}",
+    ]);
+    let binding = find(&docs, "RoleBinding", "podprobe-status-reader");
+    assert_eq!(binding["roleRef"]["name"], "podprobe-status-reader");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([
+            {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:authenticated"},
+            {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "team-a"},
+        ])
     );
 }

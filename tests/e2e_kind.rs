@@ -533,3 +533,220 @@ fn a_drained_nodes_pods_are_probed_and_gated_on_another_node() {
         "podprobe on {moved_node} never logged the moved pod {name}"
     );
 }
+
+/// The `kubectl-podprobe` binary beside this test's (`cargo build -p
+/// kubectl-podprobe` puts it there; hack/kind-e2e.sh builds it).
+fn kubectl_podprobe() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let plugin = dir.join("kubectl-podprobe");
+    assert!(
+        plugin.is_file(),
+        "{} is missing: `cargo build -p kubectl-podprobe` (hack/kind-e2e.sh does)",
+        plugin.display()
+    );
+    plugin
+}
+
+/// `kubectl podprobe args` as the user of `kubeconfig`, the plugin found
+/// on PATH as kubectl finds plugins: its stdout, or its stderr.
+fn kubectl_podprobe_as(kubeconfig: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let plugin = kubectl_podprobe();
+    let path = format!(
+        "{}:{}",
+        plugin.parent().expect("plugin directory").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new(&cluster().kubectl)
+        .env("KUBECONFIG", kubeconfig)
+        .env("PATH", path)
+        .arg("podprobe")
+        .args(args)
+        .output()
+        .expect("run kubectl podprobe");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+    if output.status.success() {
+        Ok(text(&output.stdout))
+    } else {
+        Err(text(&output.stderr))
+    }
+}
+
+/// Deletes a RoleBinding of podprobe's namespace when dropped.
+struct PodprobeRoleBinding(String);
+
+impl Drop for PodprobeRoleBinding {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "delete",
+            "rolebinding",
+            &self.0,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// PS2-PS4 through the real path: the chart's podprobe on a worker, the
+/// plugin as kubectl runs it, the API server's pods/proxy. A reader
+/// (ServiceAccount with `get` on pods in its namespace and the chart's
+/// status-reader Role) sees the failing probe's count, threshold and output
+/// and a paragraph naming it; a stranger (the status-reader Role only) is
+/// refused the pod by the API server, and when it asks podprobe through
+/// the same proxy path directly, podprobe refuses it (403) without the
+/// output.
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn ps3_ps4_kubectl_podprobe_answers_a_reader_and_refuses_a_stranger() {
+    let _stay = podprobe_pods_stay();
+    let ns = setup("plugin");
+    let node = workers()[0].clone();
+    // No /tmp/ready: the readiness probe fails every second.
+    ns.create_pod(&pod_on("seen", &node, ""));
+    wait_running(&ns, "seen");
+
+    ns.kubectl(&["create", "serviceaccount", "reader"]);
+    ns.kubectl(&["create", "serviceaccount", "stranger"]);
+    ns.kubectl(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get",
+        "--resource=pods",
+    ]);
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "pod-reader",
+        "--role=pod-reader",
+        &format!("--serviceaccount={}:reader", ns.name),
+    ]);
+    let binding = PodprobeRoleBinding(ns.name.clone());
+    cluster()
+        .kubectl(&[
+            "-n",
+            PODPROBE_NAMESPACE,
+            "create",
+            "rolebinding",
+            &binding.0,
+            "--role=podprobe-status-reader",
+            &format!("--group=system:serviceaccounts:{}", ns.name),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let may = |who: &str, verb: &str, what: &str, namespace: &str| {
+        let as_ = format!("--as=system:serviceaccount:{}:{who}", ns.name);
+        let group = format!("--as-group=system:serviceaccounts:{}", ns.name);
+        ns.wait_for(
+            &format!("{who} may {verb} {what}"),
+            Duration::from_secs(30),
+            || cluster().kubectl(&["-n", namespace, "auth", "can-i", verb, what, &as_, &group]),
+        );
+    };
+    may("reader", "get", "pods/seen", &ns.name);
+    may("stranger", "get", "pods/proxy", PODPROBE_NAMESPACE);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let kubeconfig_of = |who: &str| {
+        let token = ns.kubectl(&["create", "token", who]).trim().to_string();
+        let sub = dir.path().join(who);
+        std::fs::create_dir(&sub).expect("mkdir");
+        (token_kubeconfig(&token, &sub), token)
+    };
+    let (reader, _) = kubeconfig_of("reader");
+    let (stranger, stranger_token) = kubeconfig_of("stranger");
+
+    // The reader: the report, once the probe has failed (threshold 1).
+    let report: Value = ns.wait_for("the reader's report of a failure", START, || {
+        let json = kubectl_podprobe_as(&reader, &["status", "seen", "-n", &ns.name, "-o", "json"])?;
+        let report: Value = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+        (report["probes"][0]["result"] == "failure")
+            .then_some(report.clone())
+            .ok_or(json)
+    });
+    let probe = &report["probes"][0];
+    assert_eq!(
+        (probe["container"].as_str(), probe["probe"].as_str()),
+        (Some("app"), Some("readiness"))
+    );
+    assert_eq!(probe["threshold"], 1);
+    assert!(probe["consecutive"].as_i64() >= Some(1), "{report}");
+    assert!(
+        probe["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/tmp/ready"),
+        "{report}"
+    );
+    let table = kubectl_podprobe_as(&reader, &["status", "seen", "-n", &ns.name])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        table.contains("CONTAINER")
+            && table.contains("readiness")
+            && table.contains("failure")
+            && table.contains("/tmp/ready"),
+        "{table}"
+    );
+    let why = kubectl_podprobe_as(&reader, &["why", "seen", "-n", &ns.name])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        why.starts_with(&format!(
+            "Pod {}/seen is not Ready. The readiness probe of container \"app\" failed its last",
+            ns.name
+        )) && why.contains("(failureThreshold 1, reached). It saw: ")
+            && why.contains("/tmp/ready"),
+        "{why}"
+    );
+
+    // The stranger: the API server refuses it the pod ...
+    let refused = kubectl_podprobe_as(&stranger, &["status", "seen", "-n", &ns.name])
+        .expect_err("the stranger got a status");
+    assert!(
+        refused.contains("cannot get pod") && refused.contains("forbidden"),
+        "{refused}"
+    );
+    // ... and podprobe refuses the same request through the proxy.
+    let (podprobe, _) = podprobe_on(&node);
+    let path = format!(
+        "/api/v1/namespaces/{PODPROBE_NAMESPACE}/pods/{podprobe}:9440/proxy/pods/{}/seen/probes",
+        ns.name
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (status, body) = runtime.block_on(async {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&stranger).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("config");
+        let client = kube::Client::try_from(config).expect("client");
+        let request = http::Request::get(&path)
+            .header(
+                "x-podprobe-authorization",
+                format!("Bearer {stranger_token}"),
+            )
+            .body(kube::client::Body::empty())
+            .expect("request");
+        let response = client.send(request).await.expect("proxy request");
+        let status = response.status().as_u16();
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&body).to_string())
+    });
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(&format!(
+            "Forbidden (user=system:serviceaccount:{}:stranger, verb=get, resource=pods",
+            ns.name
+        )) && !body.contains("/tmp/ready"),
+        "{body}"
+    );
+    drop(binding);
+}

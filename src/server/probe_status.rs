@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn the_caller_token_is_read_from_its_own_header() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::AUTHORIZATION, "Bearer api".parse().unwrap());
+        headers.insert(http::header::AUTHORIZATION, "Bearer api".parse().unwrap());
         assert_eq!(caller_token(&headers), None);
         headers.insert(CALLER_TOKEN_HEADER, "bearer caller".parse().unwrap());
         assert_eq!(caller_token(&headers), Some("caller"));

@@ -34,6 +34,10 @@ podprobe-metrics-reader, policy podprobe-status-writes.
 {{- end -}}
 {{- end -}}
 
+{{- define "podprobe.statusReader" -}}
+{{- printf "%s-status-reader" (include "podprobe.fullname" .) -}}
+{{- end -}}
+
 {{- define "podprobe.metricsReader" -}}
 {{- printf "%s-metrics-reader" (include "podprobe.fullname" .) -}}
 {{- end -}}
