@@ -172,6 +172,14 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
         ),
         (
             "README.md",
+            "cargo install --locked --path crates/kubectl-podprobe",
+            By(
+                "tests/e2e_kind.rs",
+                "--role=podprobe-status-reader",
+            ),
+        ),
+        (
+            "README.md",
             r#"kubectl annotate --overwrite pod web podprobe.io/pause-liveness-until="$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)""#,
             By("tests/run_gate.rs", r#""+%Y-%m-%dT%H:%M:%SZ""#),
         ),
