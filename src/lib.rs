@@ -16,7 +16,7 @@
 //!   (kills and their preStop hooks);
 //! - the core (`podprobe_core`): [`worker`], [`manager`], [`results`],
 //!   [`pod_store`], [`pod_sync`], [`takeover`], [`probe_rates`], [`liveness_pause`],
-//!   [`probe_ledger`], [`not_ready`],
+//!   [`probe_ledger`], [`not_ready`], [`markers`],
 //!   the Event records;
 //!   [`status`]: pure desired status, conditions and patches;
 //! - [`probe`]: the spec (the core's) and the handlers that run one;
@@ -35,6 +35,6 @@ pub(crate) mod testing;
 
 /// The pure core's modules, at the same paths as in `podprobe_core`.
 pub use podprobe_core::{
-    KUBE_PROBE_VERSION, events, liveness_pause, manager, not_ready, pod_store, pod_sync,
+    KUBE_PROBE_VERSION, events, liveness_pause, manager, markers, not_ready, pod_store, pod_sync,
     probe_ledger, probe_rates, restart_policy, results, status, takeover, util, worker,
 };

@@ -8,7 +8,7 @@
 //! checked by `tests/layering.rs`):
 //! - the core: the kubelet's prober state machines ([`worker`], [`manager`],
 //!   [`results`]), the pod store ([`pod_store`]), [`pod_sync`], [`takeover`],
-//!   [`probe_rates`], [`liveness_pause`], [`probe_ledger`], [`not_ready`] and the Event records ([`events::record`],
+//!   [`probe_rates`], [`liveness_pause`], [`probe_ledger`], [`not_ready`], [`markers`] and the Event records ([`events::record`],
 //!   [`events::recorder`]);
 //! - [`status`]: pure desired status, conditions and patches;
 //! - the probe spec: what a probe is and concludes ([`probe::spec`],
@@ -18,6 +18,7 @@
 pub mod events;
 pub mod liveness_pause;
 pub mod manager;
+pub mod markers;
 pub mod not_ready;
 pub mod pod_store;
 pub mod pod_sync;

@@ -165,7 +165,8 @@ impl PodProbes {
         changes
     }
 
-    fn entries(&self) -> impl Iterator<Item = (&str, ProbeKind, &ProbeSpec)> {
+    /// Every probe: its container, kind and spec, by container then kind.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, ProbeKind, &ProbeSpec)> {
         self.containers.iter().flat_map(|(container, probes)| {
             probes
                 .iter()

@@ -62,6 +62,8 @@ pub struct ProbeSpec {
     pub termination_grace_period_seconds: Option<i64>,
     /// `podprobe.network` (#14): where a network probe's sockets are made.
     pub network: Network,
+    /// `podprobe.markers` (MK1): what the probe's result writes on its pod.
+    pub markers: Vec<extension::markers::Marker>,
 }
 
 impl ProbeSpec {
@@ -348,6 +350,10 @@ pub fn normalize_object(
     }
     spec.network =
         extension::network(kind.field_name(), handler, podprobe).map_err(to_spec_error)?;
+    if let Some(given) = &podprobe.markers {
+        let field = format!("{}.{EXTENSIONS_KEY}.markers", kind.field_name());
+        spec.markers = extension::markers::markers(&field, given).map_err(to_spec_error)?;
+    }
     Ok(spec)
 }
 
@@ -392,6 +398,7 @@ fn spec_with(handler: Handler, probe: &Probe) -> ProbeSpec {
         failure_threshold: int(probe.failure_threshold),
         termination_grace_period_seconds: probe.termination_grace_period_seconds,
         network: Network::Node,
+        markers: Vec::new(),
     }
 }
 

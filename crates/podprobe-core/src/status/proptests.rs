@@ -216,6 +216,7 @@ fn annotated(container: &str, kind: ProbeKind) -> AnnotatedProbe {
             failure_threshold: 3,
             termination_grace_period_seconds: None,
             network: Default::default(),
+            markers: Vec::new(),
         },
     }
 }

@@ -34,6 +34,7 @@ use super::validation::{FieldError, is_dns_subdomain};
 use crate::probe::go_quote;
 
 pub mod body_regex;
+pub mod markers;
 pub mod tls;
 
 pub use self::body_regex::{BodyRegex, GaveUp, MAX_COMPILED_REGEX_BYTES, MAX_REGEX_DFA_BYTES};
@@ -86,6 +87,9 @@ pub struct ProbeExtensions {
     /// Overrides `periodSeconds` (see [`period_milliseconds`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub period_milliseconds: Option<i32>,
+    /// The probe's result as labels or annotations of its pod (MK1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub markers: Option<Vec<markers::MarkerFields>>,
 }
 
 /// Where a network probe's sockets are made (`podprobe.network`).
