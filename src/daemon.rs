@@ -19,9 +19,11 @@
 
 pub mod config;
 mod heap_trim;
+mod markers;
 mod sync_loop;
 
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
+use self::markers::MarkerWriter;
 use self::sync_loop::{READING_THREADS, SHUTDOWN_TIMEOUT, SyncLoop};
 pub mod telemetry;
 
@@ -44,6 +46,7 @@ use crate::daemon::telemetry::Telemetry;
 use crate::kube::apiclient::{self, bounded};
 use crate::kube::client_certificates::{ClientCertificates, HeaderSecrets, KubeSecrets};
 use crate::kube::events::{self};
+use crate::kube::markers::KubeMarkers;
 use crate::kube::patcher::{KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
 use crate::kube::pods;
 use crate::kube::user_agent;
@@ -295,6 +298,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
     let (readings_sender, readings) = mpsc::unbounded_channel();
+    let markers = MarkerWriter::new(KubeMarkers(client.clone()), metrics.clone());
     let daemon = SyncLoop {
         mode: config.mode,
         destinations: config.destinations.clone(),
@@ -313,6 +317,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         readings: readings_sender,
         max_liveness_pause: config.max_liveness_pause,
         next_pause_end: None,
+        marker_keys: config.marker_keys.clone(),
+        markers,
     };
     daemon.run(pod_events, receivers, readings, shutdown).await;
     let _ = stop.send(true);

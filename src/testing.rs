@@ -1,6 +1,6 @@
 //! The root crate's test fixtures: the core's (`podprobe_core::testing`),
-//! a fake API server for the status patcher and a killer that records what
-//! the daemon's loop asks of it.
+//! a fake API server for the status patcher, and a killer and a marker API
+//! that record what the daemon's loop asks of them.
 
 pub use podprobe_core::testing::*;
 
@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+use crate::kube::markers::MarkerApi;
 use crate::kube::patcher::{ApiError, StatusApi};
 use crate::manager::{Killer, ProbeKill};
 use crate::status::READY_CONDITION;
@@ -162,4 +163,30 @@ impl Killer for RecordingKiller {
     }
 
     fn retain(&self, _: &HashSet<String>) {}
+}
+
+// Markers: the metadata patches the daemon's loop sends.
+
+/// A [`MarkerApi`] that records every patch and accepts it.
+#[derive(Debug, Clone, Default)]
+pub struct RecordingMarkers {
+    patches: Arc<Mutex<Vec<Value>>>,
+}
+
+impl RecordingMarkers {
+    pub fn patches(&self) -> Vec<Value> {
+        self.patches.lock().unwrap().clone()
+    }
+}
+
+impl MarkerApi for RecordingMarkers {
+    fn patch_metadata<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        patch: &'a Value,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::kube::apiclient::RequestError>> {
+        self.patches.lock().unwrap().push(patch.clone());
+        Box::pin(async { Ok(()) })
+    }
 }

@@ -14,6 +14,7 @@ use crate::kube::events;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
 use crate::probe::spec::budget::{self, BudgetLimits};
 use crate::probe::spec::is_dns_subdomain;
+use crate::markers::MarkerKeys;
 use crate::runtime::cri::DEFAULT_ENDPOINT;
 use crate::server::DEFAULT_MAX_CONNECTIONS;
 use crate::status::Mode;
@@ -346,6 +347,20 @@ pub struct RunArgs {
         default_value_t = crate::probe_ledger::DEFAULT_NODE_OUTPUT_BYTES as u64
     )]
     pub status_output_budget_bytes: u64,
+
+    /// Label and annotation keys that probes' `podprobe.markers` may write
+    /// on their own pods, comma-separated (e.g.
+    /// `role,controller.kubernetes.io/pod-deletion-cost`). A marker of
+    /// another key is refused with a MarkerNotAllowed event. Empty: no
+    /// marker is written. The kubelet writes no labels or annotations.
+    #[arg(
+        long,
+        env = "PODPROBE_MARKER_KEYS",
+        value_name = "KEYS",
+        value_delimiter = ',',
+        num_args = 0..
+    )]
+    pub marker_keys: Vec<String>,
 }
 
 /// A request rate flag: a finite number, at least 0.
@@ -435,6 +450,8 @@ pub struct Config {
     pub max_liveness_pause: Duration,
     /// `--status-output-budget-bytes`.
     pub status_output_budget: usize,
+    /// `--marker-keys`.
+    pub marker_keys: MarkerKeys,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -523,6 +540,12 @@ impl RunArgs {
             max_liveness_pause: Duration::from_secs(self.max_liveness_pause_seconds),
             status_output_budget: usize::try_from(self.status_output_budget_bytes)
                 .unwrap_or(usize::MAX),
+            marker_keys: MarkerKeys::new(
+                self.marker_keys
+                    .iter()
+                    .map(|k| k.trim().to_string())
+                    .filter(|k| !k.is_empty()),
+            ),
             api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),

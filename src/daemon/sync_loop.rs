@@ -27,6 +27,7 @@ use crate::kube::patcher::{Intent, Owned, Patcher, StatusApi};
 use crate::kube::pods::PodUpdate;
 use crate::liveness_pause::{self, LivenessPause, PauseChange};
 use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
+use crate::markers::{MarkerKeys, PodMarkers};
 use crate::pod_store::{PodStore, with_started};
 use crate::pod_sync::{self, SyncSchedule};
 use crate::probe::destinations::Destinations;
@@ -45,6 +46,8 @@ use crate::status::{
 use crate::takeover;
 use crate::util::pod::{all_container_statuses, pod_name, pod_namespace};
 use crate::worker::ProbeRunner;
+
+use super::markers::MarkerWriter;
 
 /// How often every pod's desired status and kills are checked again, besides
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
@@ -78,6 +81,8 @@ pub(super) struct Tracked {
     /// `podprobe.io/pause-liveness-until` (LP1-LP4), observed once the pod
     /// is probed.
     pause: LivenessPause,
+    /// What the probes' results write on the pod (MK1-MK4).
+    markers: PodMarkers,
 }
 
 /// A pod podprobe probes and writes status for.
@@ -122,6 +127,10 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     /// No pause ends before this (LP3): when the loop next looks for pauses
     /// whose time came.
     pub(super) next_pause_end: Option<Timestamp>,
+    /// The marker keys this node writes (`--marker-keys`, MK2).
+    pub(super) marker_keys: MarkerKeys,
+    /// Writes the pods' markers (MK3, MK4).
+    pub(super) markers: MarkerWriter,
 }
 
 /// Gate mode: a pod's `podprobe.io/probes` annotation, parsed and compiled
@@ -274,6 +283,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 sync,
                 read_at: Instant::now(),
                 pause: LivenessPause::default(),
+                markers: PodMarkers::default(),
             },
         );
         if let Some(probes) = probes {
@@ -294,6 +304,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         if let Some(tracked) = self.pods.get_mut(uid) {
             tracked.probes = Some(probes);
         }
+        self.read_markers(uid, pod);
         // A pod paused before podprobe saw it never starts its liveness
         // workers (LP1).
         self.observe_pause(uid, pod);
@@ -402,6 +413,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         // previous probe reported about it.
         next.manager.vouch([]);
         *current = next;
+        self.read_markers(uid, pod);
         if changes.is_empty() {
             // Same probes written differently: only `owned` may differ.
             return;
@@ -419,6 +431,30 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         self.manager.stop_probes(pod, &stopped);
         if let Some(running) = self.running_probes(uid) {
             self.manager.add_pod(pod, &running);
+        }
+    }
+
+    /// MK2: the markers of a tracked pod's probes that this node writes;
+    /// each refused one is a Warning Event and a log line.
+    fn read_markers(&mut self, uid: &str, pod: &Pod) {
+        let Some(tracked) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let Some(probes) = &tracked.probes else {
+            return;
+        };
+        let (markers, refusals) = PodMarkers::of(&probes.manager, &self.marker_keys);
+        tracked.markers = markers;
+        for refusal in refusals {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                container = refusal.container,
+                probe = %refusal.kind,
+                "{}",
+                refusal.message
+            );
+            self.events.record_opt(PodEvent::marker_refused(pod, &refusal));
         }
     }
 
@@ -631,6 +667,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         }
         self.manager.remove_pod(pod);
         self.patcher.forget(uid);
+        self.markers.forget(uid);
         self.cache.forget_started(uid);
     }
 
@@ -758,6 +795,12 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             result_at,
         });
         if pod.metadata.deletion_timestamp.is_none() {
+            if let Some(tracked) = self.pods.get(uid)
+                && !tracked.markers.is_empty()
+            {
+                self.markers
+                    .write(pod, &tracked.markers, &self.manager.view(uid));
+            }
             let no_status = PodStatus::default();
             let api_status = pod.status.as_ref().unwrap_or(&no_status);
             let kills = probe_kills(pod, &probes.manager, api_status, &self.manager.view(uid));
@@ -878,7 +921,7 @@ mod tests {
     use crate::results::ProbeCaches;
     use crate::status::conditions::{CONTAINERS_READY, POD_READY};
     use crate::testing::{
-        FakeApi, RecordingEvents, RecordingKiller, Scripted, ScriptedRunner, first_container_status,
+        FakeApi, RecordingEvents, RecordingKiller, RecordingMarkers, Scripted, ScriptedRunner, first_container_status,
     };
     use crate::util::watch_activity::WatchActivity;
     use crate::worker::ProbeObserver;
@@ -1204,6 +1247,7 @@ mod tests {
         results: ResultReceivers,
         readings: mpsc::UnboundedReceiver<Reading>,
         events: Arc<RecordingEvents>,
+        markers: RecordingMarkers,
     }
 
     fn sync_loop(mode: Mode, pod: &Pod, runner: Arc<ScriptedRunner>) -> Harness {
@@ -1228,6 +1272,7 @@ mod tests {
         let metrics = Metrics::new();
         let events = Arc::new(RecordingEvents::default());
         let killer = RecordingKiller::default();
+        let markers_api = RecordingMarkers::default();
         let (readings_sender, readings) = mpsc::unbounded_channel();
         let daemon = SyncLoop {
             mode,
@@ -1247,6 +1292,8 @@ mod tests {
             readings: readings_sender,
             max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
             next_pause_end: None,
+            marker_keys: MarkerKeys::new(["role".to_string()]),
+            markers: MarkerWriter::new(markers_api.clone(), Metrics::new()),
         };
         Harness {
             daemon,
@@ -1257,6 +1304,7 @@ mod tests {
             results,
             readings,
             events,
+            markers: markers_api,
         }
     }
 
@@ -1891,5 +1939,53 @@ mod tests {
         restarted.applied(&replaced);
         settle().await;
         assert_eq!(restarted.authority_fields(), started_and_ready(false));
+    }
+
+    /// A gated pod whose readiness probe marks `role` (allowed here) and
+    /// `zone` (not allowed).
+    fn marked(mode: Mode) -> Pod {
+        let mut pod = named(mode);
+        let probes = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "podprobe": {"markers": [
+            {"label": "role", "onSuccess": "primary", "onFailure": "replica"},
+            {"label": "zone", "onSuccess": "a"}]}}}}"#;
+        pod.metadata.annotations = Some([(PROBES_ANNOTATION.to_string(), probes.to_string())].into());
+        pod
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn mk2_mk3_mk4_a_marker_is_written_on_its_result_once_and_repaired_after_drift() {
+        let pod = marked(Mode::Gate);
+        let mut sync = sync_loop(Mode::Gate, &pod, ScriptedRunner::always(ProbeResult::Success));
+        sync.start(&pod).await;
+        // MK2: the key the node does not allow is refused, once.
+        assert_eq!(sync.events.reasons(), [reasons::MARKER_NOT_ALLOWED]);
+        // MK3: no result yet, nothing written.
+        settle().await;
+        assert_eq!(sync.markers.patches(), Vec::<serde_json::Value>::new());
+        tokio::time::sleep(PERIOD + TIMEOUT).await;
+        sync.feed_results();
+        settle().await;
+        let patches = sync.markers.patches();
+        let primary = serde_json::json!({"metadata": {"uid": "uid", "labels": {"role": "primary"}}});
+        assert_eq!(patches.last(), Some(&primary), "{patches:?}");
+        let sent = patches.len();
+        // MK4: the same patch is not sent again while the watch has not
+        // shown it ...
+        sync.daemon.resync();
+        settle().await;
+        assert_eq!(sync.markers.patches().len(), sent);
+        // ... nor once it has.
+        let mut labelled = pod.clone();
+        labelled.metadata.labels = Some([("role".to_string(), "primary".to_string())].into());
+        sync.applied(&labelled);
+        tokio::time::advance(super::super::markers::SENT_HOLD).await;
+        sync.daemon.resync();
+        settle().await;
+        assert_eq!(sync.markers.patches().len(), sent);
+        // Someone else removes it: the next resync puts it back.
+        sync.applied(&pod);
+        sync.daemon.resync();
+        settle().await;
+        assert_eq!(sync.markers.patches()[sent..], [primary]);
     }
 }

@@ -275,6 +275,7 @@ mod tests {
             failure_threshold: 3,
             termination_grace_period_seconds: None,
             network: Default::default(),
+            markers: Vec::new(),
         }
     }
 

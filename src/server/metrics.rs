@@ -237,6 +237,7 @@ pub struct Metrics {
     pods_watched: Gauge,
     pods_tracked: Gauge,
     liveness_paused: Gauge,
+    marker_writes: Family<EventLabels, Counter>,
     patch_tasks: Gauge,
     exec_in_flight: Gauge,
     watch_idle: Gauge<f64, AtomicU64>,
@@ -278,6 +279,7 @@ impl Metrics {
         let pods_watched = Gauge::default();
         let pods_tracked = Gauge::default();
         let liveness_paused = Gauge::default();
+        let marker_writes = Family::<EventLabels, Counter>::default();
         let patch_tasks = Gauge::default();
         let exec_in_flight = Gauge::default();
         let budget_refusals = Family::<BudgetLabels, Counter>::default();
@@ -339,6 +341,11 @@ impl Metrics {
             "podprobe_pods_tracked",
             "Pods podprobe holds state for (probes, verdicts), including pods without probes",
             pods_tracked.clone(),
+        );
+        own.register(
+            "podprobe_marker_writes",
+            "Patches of pod labels and annotations that probe markers asked for (podprobe.markers), by outcome (sent: accepted; failed: an error, retried at the next resync)",
+            marker_writes.clone(),
         );
         own.register(
             "podprobe_liveness_paused_pods",
@@ -411,6 +418,9 @@ impl Metrics {
                 outcome: outcome.as_str(),
             });
         }
+        for outcome in ["sent", "failed"] {
+            marker_writes.get_or_create_owned(&EventLabels { outcome });
+        }
         for outcome in [
             AuthOutcome::Allowed,
             AuthOutcome::Unauthenticated,
@@ -444,6 +454,7 @@ impl Metrics {
             pods_watched,
             pods_tracked,
             liveness_paused,
+            marker_writes,
             patch_tasks,
             exec_in_flight,
             watch_idle,
@@ -564,6 +575,14 @@ impl Metrics {
     /// Sets the number of pods the daemon holds state for.
     pub fn set_pods_tracked(&self, count: usize) {
         self.pods_tracked.set(gauge_value(count));
+    }
+
+    /// Counts one marker patch, sent or failed.
+    pub fn marker_write(&self, sent: bool) {
+        let outcome = if sent { "sent" } else { "failed" };
+        self.marker_writes
+            .get_or_create(&EventLabels { outcome })
+            .inc();
     }
 
     /// Sets the number of pods whose liveness probes are paused.

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::manager::ProbeChanges;
+use crate::markers::MarkerRefusal;
 use crate::probe::spec::budget::OverBudget;
 use crate::probe::verdict::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
@@ -63,6 +64,9 @@ pub mod reasons {
     pub const LIVENESS_RESUMED: &str = "LivenessResumed";
     /// The pod's pause annotation is refused (LP4).
     pub const LIVENESS_PAUSE_INVALID: &str = "LivenessPauseInvalid";
+    /// A probe's marker is not written: its key is not allowed on the
+    /// node, or another probe marks it (MK2).
+    pub const MARKER_NOT_ALLOWED: &str = "MarkerNotAllowed";
 }
 
 /// One Event to record, with the object it is about.
@@ -202,6 +206,22 @@ impl PodEvent {
             reason,
             action: "PauseLiveness",
             note: truncate_note(note),
+        })
+    }
+
+    /// A Warning on the container: a marker of its probe is not written
+    /// (MK2).
+    pub fn marker_refused(pod: &Pod, refusal: &MarkerRefusal) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, Some(container_field_path(pod, &refusal.container)))?,
+            type_: EventType::Warning,
+            reason: reasons::MARKER_NOT_ALLOWED,
+            action: "WriteMarkers",
+            note: truncate_note(format!(
+                "{} probe: {}",
+                refusal.kind.as_str(),
+                refusal.message
+            )),
         })
     }
 
