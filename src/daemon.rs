@@ -22,8 +22,8 @@ mod heap_trim;
 mod markers;
 mod sync_loop;
 
-pub use self::sync_loop::STATUS_RESYNC_PERIOD;
 use self::markers::MarkerWriter;
+pub use self::sync_loop::STATUS_RESYNC_PERIOD;
 use self::sync_loop::{READING_THREADS, SHUTDOWN_TIMEOUT, SyncLoop};
 pub mod telemetry;
 

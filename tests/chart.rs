@@ -735,3 +735,56 @@ fn the_status_reader_role_reaches_podprobe_and_is_bound_only_when_asked() {
         ])
     );
 }
+
+/// MK2: marker keys reach the flag, and only then does podprobe get `patch`
+/// on pods, with the policy that narrows it to those keys.
+#[test]
+fn marker_keys_grant_patch_on_pods_only_with_their_policy() {
+    let docs = template(&[]);
+    let role = find(&docs, "ClusterRole", "podprobe");
+    let patches_pods = |role: &Value| {
+        role["rules"].as_array().unwrap().iter().any(|rule| {
+            rule["resources"] == serde_json::json!(["pods"])
+                && rule["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v == "patch")
+        })
+    };
+    assert!(!patches_pods(role));
+    assert!(!args(&docs).iter().any(|a| a.starts_with("--marker-keys")));
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == "podprobe-marker-writes")
+    );
+
+    let docs = template(&[
+        "--set",
+        "markers.allowedKeys={role,controller.kubernetes.io/pod-deletion-cost}",
+    ]);
+    assert!(patches_pods(find(&docs, "ClusterRole", "podprobe")));
+    assert!(
+        args(&docs)
+            .contains(&"--marker-keys=role,controller.kubernetes.io/pod-deletion-cost".to_string())
+    );
+    let policy = find(&docs, "ValidatingAdmissionPolicy", "podprobe-marker-writes");
+    let allowed = policy["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "allowedKeys")
+        .unwrap();
+    assert_eq!(
+        allowed["expression"],
+        r#"["role","controller.kubernetes.io/pod-deletion-cost"]"#
+    );
+    find(
+        &docs,
+        "ValidatingAdmissionPolicyBinding",
+        "podprobe-marker-writes",
+    );
+    // Keys the API server would refuse are refused at install.
+    assert!(template_error(&["--set", "markers.allowedKeys={Bad Key}"]).contains("allowedKeys"));
+}

@@ -111,6 +111,7 @@ async fn e5_exec_in_missing_container_errors_and_is_retried() {
         failure_threshold: 3,
         termination_grace_period_seconds: None,
         network: Default::default(),
+        markers: Vec::new(),
     };
     let missing = format!("containerd://{:064x}", rand::random::<u128>());
     let target = ProbeTarget {
@@ -330,6 +331,7 @@ fn exec_spec(command: &[&str], timeout_seconds: i32) -> ProbeSpec {
         failure_threshold: 3,
         termination_grace_period_seconds: None,
         network: Default::default(),
+        markers: Vec::new(),
     }
 }
 

@@ -78,6 +78,7 @@ fn readiness_worker(pod: &Pod) -> WorkerConfig {
         failure_threshold: 3,
         termination_grace_period_seconds: None,
         network: Default::default(),
+        markers: Vec::new(),
     };
     WorkerConfig::new(
         ProbeKind::Readiness,

@@ -445,6 +445,7 @@ fn spec(server: &HostileServer) -> ProbeSpec {
         failure_threshold: 3,
         termination_grace_period_seconds: None,
         network: Default::default(),
+        markers: Vec::new(),
     }
 }
 

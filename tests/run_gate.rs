@@ -1522,3 +1522,108 @@ fn lp4_a_pause_beyond_the_bound_is_a_warning_and_liveness_kills() {
     );
     rig.wait_restarted("refused", "app", Duration::from_secs(60));
 }
+
+/// MK1-MK4 on the cluster: a Service selects `role=primary`; a pod's
+/// readiness probe (`cat /tmp/primary`, every second, thresholds 1) marks
+/// its pod `role=primary` on success and `role=replica` on failure. The
+/// Service's EndpointSlice follows the file, and a label someone else
+/// changes is put back. A marker of a key the node does not allow is a
+/// MarkerNotAllowed event and is never written.
+#[test]
+fn mk1_mk4_a_service_selecting_role_primary_follows_a_probe() {
+    let rig = Rig::with_args(&["--marker-keys", "role"]);
+    let probes = r#"{"app": {"readinessProbe": {"exec": {"command": ["cat", "/tmp/primary"]}, "periodSeconds": 1, "failureThreshold": 1, "podprobe": {"markers": [
+        {"label": "role", "onSuccess": "primary", "onFailure": "replica"},
+        {"annotation": "example.com/not-allowed", "onSuccess": "x"}]}}}"#;
+    let mut manifest = rig.manifest("db-0", Some(probes), true, busybox_spec(IDLE));
+    manifest["metadata"]["labels"]["app"] = json!("db");
+    cluster().apply(&manifest).expect("create pod");
+    let service = json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "primary", "namespace": rig.ns.name},
+        "spec": {
+            "selector": {"app": "db", "role": "primary", TEST_RUN_LABEL: rig.run_id},
+            "ports": [{"port": 80, "targetPort": 8080}],
+        },
+    });
+    cluster().apply(&service).expect("create service");
+    rig.wait_running("db-0");
+    // A marker follows the cached result (MK3): one failed run, a status
+    // resync (10 s) at most for the write, and slack for a loaded machine.
+    let within = Duration::from_secs(1 + 1 + 10 + 20);
+    let label_is = |want: &str| {
+        wait_for(
+            &format!("db-0 labelled role={want}"),
+            within,
+            || {
+                let pod = rig.pod("db-0")?;
+                let role = pod["metadata"]["labels"]["role"]
+                    .as_str()
+                    .unwrap_or("(none)")
+                    .to_string();
+                (role == want).then_some(()).ok_or(format!("role={role}"))
+            },
+            || rig.diagnostics(),
+        )
+    };
+    // The Service's endpoints: the pods it selects, ready or not.
+    let endpoints = || -> Result<Vec<String>, String> {
+        let slices = cluster().kubectl(&[
+            "-n",
+            &rig.ns.name,
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=primary",
+            "-o",
+            "json",
+        ])?;
+        let slices: Value = serde_json::from_str(&slices).map_err(|e| e.to_string())?;
+        Ok(slices["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter_map(|e| e["targetRef"]["name"].as_str().map(str::to_string))
+            .collect())
+    };
+    let endpoints_are = |want: &[&str]| {
+        wait_for(
+            &format!("the Service's endpoints {want:?}"),
+            within,
+            || {
+                let have = endpoints()?;
+                (have == want).then_some(()).ok_or(format!("{have:?}"))
+            },
+            || rig.diagnostics(),
+        )
+    };
+    label_is("replica");
+    endpoints_are(&[]);
+    let refused = rig.wait_event("db-0", "MarkerNotAllowed");
+    assert!(
+        refused.contains("marker annotation \"example.com/not-allowed\" is not written")
+            && refused.contains("--marker-keys, chart markers.allowedKeys: role"),
+        "{refused}"
+    );
+
+    rig.exec("db-0", &["touch", "/tmp/primary"]);
+    label_is("primary");
+    endpoints_are(&["db-0"]);
+
+    rig.exec("db-0", &["rm", "/tmp/primary"]);
+    label_is("replica");
+    endpoints_are(&[]);
+
+    // Drift: someone else marks it primary; podprobe puts it back.
+    rig.ns
+        .kubectl(&["label", "--overwrite", "pod", "db-0", "role=primary"]);
+    label_is("replica");
+    let pod = rig.pod("db-0").expect("pod");
+    assert!(
+        pod["metadata"]["annotations"]["example.com/not-allowed"].is_null(),
+        "a key the node does not allow was written: {}",
+        pod["metadata"]
+    );
+}

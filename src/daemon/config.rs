@@ -11,10 +11,10 @@ use tracing_subscriber::EnvFilter;
 
 use crate::kube::apiclient;
 use crate::kube::events;
+use crate::markers::MarkerKeys;
 use crate::probe::destinations::{AllowedHost, Cidr, CidrError, Destinations};
 use crate::probe::spec::budget::{self, BudgetLimits};
 use crate::probe::spec::is_dns_subdomain;
-use crate::markers::MarkerKeys;
 use crate::runtime::cri::DEFAULT_ENDPOINT;
 use crate::server::DEFAULT_MAX_CONNECTIONS;
 use crate::status::Mode;

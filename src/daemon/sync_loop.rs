@@ -454,7 +454,8 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 "{}",
                 refusal.message
             );
-            self.events.record_opt(PodEvent::marker_refused(pod, &refusal));
+            self.events
+                .record_opt(PodEvent::marker_refused(pod, &refusal));
         }
     }
 
@@ -921,7 +922,8 @@ mod tests {
     use crate::results::ProbeCaches;
     use crate::status::conditions::{CONTAINERS_READY, POD_READY};
     use crate::testing::{
-        FakeApi, RecordingEvents, RecordingKiller, RecordingMarkers, Scripted, ScriptedRunner, first_container_status,
+        FakeApi, RecordingEvents, RecordingKiller, RecordingMarkers, Scripted, ScriptedRunner,
+        first_container_status,
     };
     use crate::util::watch_activity::WatchActivity;
     use crate::worker::ProbeObserver;
@@ -1948,14 +1950,19 @@ mod tests {
         let probes = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "podprobe": {"markers": [
             {"label": "role", "onSuccess": "primary", "onFailure": "replica"},
             {"label": "zone", "onSuccess": "a"}]}}}}"#;
-        pod.metadata.annotations = Some([(PROBES_ANNOTATION.to_string(), probes.to_string())].into());
+        pod.metadata.annotations =
+            Some([(PROBES_ANNOTATION.to_string(), probes.to_string())].into());
         pod
     }
 
     #[tokio::test(start_paused = true)]
     async fn mk2_mk3_mk4_a_marker_is_written_on_its_result_once_and_repaired_after_drift() {
         let pod = marked(Mode::Gate);
-        let mut sync = sync_loop(Mode::Gate, &pod, ScriptedRunner::always(ProbeResult::Success));
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
         sync.start(&pod).await;
         // MK2: the key the node does not allow is refused, once.
         assert_eq!(sync.events.reasons(), [reasons::MARKER_NOT_ALLOWED]);
@@ -1966,7 +1973,8 @@ mod tests {
         sync.feed_results();
         settle().await;
         let patches = sync.markers.patches();
-        let primary = serde_json::json!({"metadata": {"uid": "uid", "labels": {"role": "primary"}}});
+        let primary =
+            serde_json::json!({"metadata": {"uid": "uid", "labels": {"role": "primary"}}});
         assert_eq!(patches.last(), Some(&primary), "{patches:?}");
         let sent = patches.len();
         // MK4: the same patch is not sent again while the watch has not

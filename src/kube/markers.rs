@@ -38,10 +38,8 @@ impl MarkerApi for KubeMarkers {
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..PatchParams::default()
             };
-            let api = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
-                self.0.clone(),
-                namespace,
-            );
+            let api =
+                kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.0.clone(), namespace);
             bounded(api.patch_metadata(name, &params, &Patch::Strategic(patch))).await?;
             Ok(())
         })

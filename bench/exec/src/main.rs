@@ -398,6 +398,7 @@ fn exec_spec(cmd: &[String], timeout_s: i32) -> ProbeSpec {
         failure_threshold: 3,
         termination_grace_period_seconds: None,
         network: Network::Node,
+        markers: Vec::new(),
     }
 }
 

@@ -90,14 +90,14 @@ impl PodMarkers {
                         "marker {what} is not written: this node writes only the keys its operator allows (--marker-keys, chart markers.allowedKeys: {})",
                         allowed.listed()
                     ))
-                } else if let Some(first) = kept.iter().find(|e| e.marker.key == marker.key) {
-                    Some(format!(
-                        "marker {what} is not written: the {} probe of container {:?} marks it already",
-                        first.kind.as_str().to_lowercase(),
-                        first.container
-                    ))
                 } else {
-                    None
+                    kept.iter().find(|e| e.marker.key == marker.key).map(|first| {
+                        format!(
+                            "marker {what} is not written: the {} probe of container {:?} marks it already",
+                            first.kind.as_str().to_lowercase(),
+                            first.container
+                        )
+                    })
                 };
                 match refuse {
                     Some(message) => refusals.push(MarkerRefusal {
@@ -218,7 +218,12 @@ mod tests {
     }
 
     fn role() -> Marker {
-        marker(MarkerTarget::Label, "role", Some("primary"), Some("replica"))
+        marker(
+            MarkerTarget::Label,
+            "role",
+            Some("primary"),
+            Some("replica"),
+        )
     }
 
     #[test]
@@ -254,9 +259,16 @@ mod tests {
         let probes = probes(&[("app", ProbeKind::Readiness, vec![role()])]);
         let (markers, _) = PodMarkers::of(&probes, &MarkerKeys::new(["role".to_string()]));
         let mut pod = pod("u1", vec![container("app")], vec![]);
-        pod.status = Some(pod_status(vec![running("app", "c://1", epoch(), Some(true))], vec![]));
+        pod.status = Some(pod_status(
+            vec![running("app", "c://1", epoch(), Some(true))],
+            vec![],
+        ));
         let results = |r: Option<CachedResult>| {
-            Results(r.map(|r| ((ProbeKind::Readiness, "c://1".to_string()), r)).into_iter().collect())
+            Results(
+                r.map(|r| ((ProbeKind::Readiness, "c://1".to_string()), r))
+                    .into_iter()
+                    .collect(),
+            )
         };
         // No result yet: nothing asked, nothing written.
         assert!(markers.desired(&pod, &results(None)).is_empty());

@@ -132,6 +132,7 @@ async fn probe(
         failure_threshold: 3,
         termination_grace_period_seconds: None,
         network: Network::Node,
+        markers: Vec::new(),
     });
     #[derive(Default)]
     struct Tally {

@@ -112,7 +112,10 @@ fn marker(field: &str, entry: &MarkerFields) -> Result<Marker, FieldError> {
             "a marker sets `onSuccess`, `onFailure` or both",
         ));
     }
-    for (name, value) in [("onSuccess", &entry.on_success), ("onFailure", &entry.on_failure)] {
+    for (name, value) in [
+        ("onSuccess", &entry.on_success),
+        ("onFailure", &entry.on_failure),
+    ] {
         let Some(value) = value else { continue };
         match target {
             MarkerTarget::Label => {
@@ -182,7 +185,8 @@ mod tests {
 
     fn built(value: serde_json::Value) -> Result<Vec<Marker>, String> {
         let given: Vec<MarkerFields> = serde_json::from_value(value).unwrap();
-        markers("readinessProbe.podprobe.markers", &given).map_err(|e| format!("{}: {}", e.field, e.message))
+        markers("readinessProbe.podprobe.markers", &given)
+            .map_err(|e| format!("{}: {}", e.field, e.message))
     }
 
     #[test]
@@ -213,16 +217,41 @@ mod tests {
             refused(serde_json::json!([{"onSuccess": "x"}])),
             format!("{field}: Required value: must set `label` or `annotation`")
         );
-        assert!(refused(serde_json::json!([{"label": "a", "annotation": "b", "onSuccess": "x"}])).starts_with(&format!("{field}.annotation: Forbidden")));
-        assert!(refused(serde_json::json!([{"label": "Bad_Prefix/role", "onSuccess": "x"}])).contains("prefix part"));
-        assert!(refused(serde_json::json!([{"label": "-role", "onSuccess": "x"}])).contains("name part"));
-        assert!(refused(serde_json::json!([{"label": "podprobe.io/ready", "onSuccess": "x"}])).contains("podprobe's own"));
-        assert!(refused(serde_json::json!([{"label": "role"}])).starts_with(&format!("{field}.onSuccess: Required value")));
-        assert!(refused(serde_json::json!([{"label": "role", "onSuccess": "a b"}])).starts_with(&format!("{field}.onSuccess: Invalid value: \"a b\"")));
-        assert!(refused(serde_json::json!([{"label": "role", "onFailure": "x".repeat(64)}])).contains("63 characters"));
+        assert!(
+            refused(serde_json::json!([{"label": "a", "annotation": "b", "onSuccess": "x"}]))
+                .starts_with(&format!("{field}.annotation: Forbidden"))
+        );
+        assert!(
+            refused(serde_json::json!([{"label": "Bad_Prefix/role", "onSuccess": "x"}]))
+                .contains("prefix part")
+        );
+        assert!(
+            refused(serde_json::json!([{"label": "-role", "onSuccess": "x"}]))
+                .contains("name part")
+        );
+        assert!(
+            refused(serde_json::json!([{"label": "podprobe.io/ready", "onSuccess": "x"}]))
+                .contains("podprobe's own")
+        );
+        assert!(
+            refused(serde_json::json!([{"label": "role"}]))
+                .starts_with(&format!("{field}.onSuccess: Required value"))
+        );
+        assert!(
+            refused(serde_json::json!([{"label": "role", "onSuccess": "a b"}]))
+                .starts_with(&format!("{field}.onSuccess: Invalid value: \"a b\""))
+        );
+        assert!(
+            refused(serde_json::json!([{"label": "role", "onFailure": "x".repeat(64)}]))
+                .contains("63 characters")
+        );
         let long = "x".repeat(MAX_ANNOTATION_VALUE_BYTES + 1);
-        assert!(refused(serde_json::json!([{"annotation": "note", "onFailure": long}])).contains("Too long: may not be more than 1024 bytes"));
-        let five = serde_json::Value::Array(vec![serde_json::json!({"label": "a", "onSuccess": "x"}); 5]);
+        assert!(
+            refused(serde_json::json!([{"annotation": "note", "onFailure": long}]))
+                .contains("Too long: may not be more than 1024 bytes")
+        );
+        let five =
+            serde_json::Value::Array(vec![serde_json::json!({"label": "a", "onSuccess": "x"}); 5]);
         assert_eq!(
             refused(five),
             "readinessProbe.podprobe.markers: Too many: 5: must have at most 4 items"
