@@ -172,6 +172,14 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
         ),
         (
             "README.md",
+            r#"kubectl annotate --overwrite pod db-0 podprobe.io/probes='{"db": {"readinessProbe": {"exec": {"command": ["sh", "-c", "test -f /run/primary"]}, "podprobe": {"markers": [{"label": "role", "onSuccess": "primary", "onFailure": "replica"}]}}}}'"#,
+            By(
+                "tests/run_gate.rs",
+                r#"{"label": "role", "onSuccess": "primary", "onFailure": "replica"}"#,
+            ),
+        ),
+        (
+            "README.md",
             "cargo install --locked --path crates/kubectl-podprobe",
             By("tests/e2e_kind.rs", "--role=podprobe-status-reader"),
         ),

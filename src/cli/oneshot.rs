@@ -20,7 +20,9 @@ use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
+use crate::markers::value_on;
 use crate::probe::client_pem::client_identity_from_pem;
+use crate::probe::spec::extension::markers::MarkerTarget;
 use crate::probe::spec::extension::{Method, Network};
 use crate::probe::spec::{self, Handler, HttpProtocol, Scheme};
 use crate::probe::{
@@ -30,6 +32,7 @@ use crate::probe::{
 use crate::runtime::cri::{CriClient, DEFAULT_ENDPOINT};
 use crate::util::exit_code;
 use crate::util::pod::probed_containers;
+use crate::worker::verdict_result;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
@@ -202,6 +205,21 @@ pub struct ProbeReport {
     pub event: Option<ProbeEvent>,
     pub attempts: u32,
     pub duration_ms: f64,
+    /// What the probe's markers would write had this result been cached
+    /// (MK3; `podprobe run` applies the thresholds first); none for an
+    /// errored run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub markers: Vec<MarkerWrite>,
+}
+
+/// One marker's write, for the report.
+#[derive(Debug, Serialize)]
+pub struct MarkerWrite {
+    /// `label` or `annotation`.
+    pub target: &'static str,
+    pub key: String,
+    /// `None`: the key is removed.
+    pub value: Option<String>,
 }
 
 /// Entry point of `podprobe probe`.
@@ -467,7 +485,27 @@ pub fn describe_handler(handler: &Handler, pod_ip: &str) -> String {
 }
 
 fn report(selected: &Selected, pod_ip: &str, verdict: ProbeVerdict, took: Duration) -> ProbeReport {
+    let markers = verdict_result(&verdict)
+        .map(|result| {
+            selected
+                .spec
+                .markers
+                .iter()
+                .filter_map(|marker| {
+                    Some(MarkerWrite {
+                        target: match marker.target {
+                            MarkerTarget::Label => "label",
+                            MarkerTarget::Annotation => "annotation",
+                        },
+                        key: marker.key.clone(),
+                        value: value_on(marker, result)?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     ProbeReport {
+        markers,
         kind: selected.kind,
         container: selected.container.clone(),
         handler: describe_handler(&selected.spec.handler, pod_ip),
@@ -501,6 +539,18 @@ pub fn render_text(report: &ProbeReport) -> String {
             "event: {:?} {}: {}\n",
             event.type_, event.reason, event.message
         ));
+    }
+    for marker in &report.markers {
+        match &marker.value {
+            Some(value) => out.push_str(&format!(
+                "marker: {} {}={value}\n",
+                marker.target, marker.key
+            )),
+            None => out.push_str(&format!(
+                "marker: {} {} removed\n",
+                marker.target, marker.key
+            )),
+        }
     }
     out.push_str(&format!("took {:.1} ms\n", report.duration_ms));
     out
@@ -663,6 +713,7 @@ mod tests {
             event: None,
             attempts: 1,
             duration_ms: 0.0,
+            markers: Vec::new(),
         };
         assert_eq!(report_exit_code(&report(ProbeResult::Success, None)), 0);
         assert_eq!(report_exit_code(&report(ProbeResult::Warning, None)), 0);
@@ -672,5 +723,34 @@ mod tests {
             report_exit_code(&report(ProbeResult::Failure, Some("reset"))),
             2
         );
+    }
+
+    /// MK3 in `podprobe probe`: what the markers would write on this
+    /// result; nothing for an errored run.
+    #[test]
+    fn mk3_the_report_says_what_the_markers_would_write() {
+        let doc = serde_json::json!({"exec": {"command": ["false"]}, "podprobe": {"markers": [
+            {"label": "role", "onSuccess": "primary", "onFailure": "replica"},
+            {"annotation": "example.com/up", "onSuccess": "yes"}]}});
+        let selected = select(&doc, &args(None, Some(KindArg::Readiness))).expect("selected");
+        let failed = ProbeVerdict::from_attempt(
+            ProbeKind::Readiness,
+            Ok(crate::probe::Outcome::new(ProbeResult::Failure, "")),
+            1,
+        );
+        let text = render_text(&report(&selected, "127.0.0.1", failed, Duration::ZERO));
+        assert!(
+            text.contains(
+                "marker: label role=replica\nmarker: annotation example.com/up removed\n"
+            ),
+            "{text}"
+        );
+        let errored = ProbeVerdict::from_attempt(
+            ProbeKind::Readiness,
+            Err(crate::probe::ProbeError::unknown("reset")),
+            3,
+        );
+        let text = render_text(&report(&selected, "127.0.0.1", errored, Duration::ZERO));
+        assert!(!text.contains("marker:"), "{text}");
     }
 }

@@ -130,14 +130,22 @@ impl PodMarkers {
                 .find(|c| c.name == entry.container)
                 .and_then(|c| c.container_id.as_deref())
                 .filter(|id| !id.is_empty());
-            let value = match id.and_then(|id| view.cached(entry.kind, id)) {
-                Some(CachedResult::Success) => entry.marker.on_success.clone(),
-                Some(CachedResult::Failure) => entry.marker.on_failure.clone(),
-                Some(CachedResult::Unknown) | None => continue,
-            };
-            desired.insert((entry.marker.target, entry.marker.key.clone()), value);
+            let result = id.and_then(|id| view.cached(entry.kind, id));
+            if let Some(value) = result.and_then(|r| value_on(&entry.marker, r)) {
+                desired.insert((entry.marker.target, entry.marker.key.clone()), value);
+            }
         }
         desired
+    }
+}
+
+/// MK3: what `marker` writes on `result`: the value, `Some(None)` to
+/// remove the key, `None` (for `Unknown`) nothing.
+pub fn value_on(marker: &Marker, result: CachedResult) -> Option<Option<String>> {
+    match result {
+        CachedResult::Success => Some(marker.on_success.clone()),
+        CachedResult::Failure => Some(marker.on_failure.clone()),
+        CachedResult::Unknown => None,
     }
 }
 
