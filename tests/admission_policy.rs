@@ -17,6 +17,8 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/go_tools.rs"]
+mod go_tools;
 #[path = "support/host_podprobe.rs"]
 mod host_podprobe;
 
@@ -33,6 +35,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use podprobe::kube::events::{PodEvent, series_patch};
 use podprobe::status::{ContainerProbeView, Mode, build_patch, desired_authority_status};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -1194,5 +1197,191 @@ async fn podprobe_run_in_gate_mode_works_under_the_policy() {
         !logs.contains(DENIED) && !logs.contains(EVENT_DENIED),
         "podprobe was refused by a policy:\n{}",
         host.log_tail(60)
+    );
+}
+
+/// The chart's marker policy (`markers.allowedKeys={role}`) and a
+/// ClusterRole granting podprobe's gate-mode account `patch` on pods, as
+/// the chart adds them; removed again when dropped. The shared ClusterRole
+/// of the other tests is left as it is.
+struct MarkerGrant;
+
+const MARKER_POLICY: &str = "podprobe-marker-writes";
+const MARKER_DENIED: &str = "ValidatingAdmissionPolicy 'podprobe-marker-writes'";
+const MARKER_ROLE: &str = "podprobe-admission-test-markers";
+
+impl MarkerGrant {
+    fn apply() -> MarkerGrant {
+        let rendered = std::process::Command::new(go_tools::helm())
+            .args([
+                "template",
+                "podprobe",
+                &repo_file("charts/podprobe"),
+                "--namespace",
+                NAMESPACE,
+                "--set",
+                "markers.allowedKeys={role}",
+                "--show-only",
+                "templates/admission-policy.yaml",
+            ])
+            .output()
+            .expect("run helm");
+        assert!(
+            rendered.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rendered.stderr)
+        );
+        let text = String::from_utf8_lossy(&rendered.stdout).to_string();
+        let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+            .map(|doc| Value::deserialize(doc).expect("YAML"))
+            .filter(|doc| doc["metadata"]["name"] == MARKER_POLICY)
+            .collect();
+        assert_eq!(docs.len(), 2, "the policy and its binding: {text}");
+        let grant = MarkerGrant;
+        for doc in &docs {
+            cluster().apply(doc).unwrap_or_else(|e| panic!("{e}"));
+        }
+        kubectl(&[
+            "create",
+            "clusterrole",
+            MARKER_ROLE,
+            "--verb=patch",
+            "--resource=pods",
+        ]);
+        kubectl(&[
+            "create",
+            "clusterrolebinding",
+            MARKER_ROLE,
+            &format!("--clusterrole={MARKER_ROLE}"),
+            &format!("--serviceaccount={NAMESPACE}:{GATE_SA}"),
+        ]);
+        grant
+    }
+}
+
+impl Drop for MarkerGrant {
+    fn drop(&mut self) {
+        for (kind, name) in [
+            ("clusterrolebinding", MARKER_ROLE),
+            ("clusterrole", MARKER_ROLE),
+            ("validatingadmissionpolicybinding", MARKER_POLICY),
+            ("validatingadmissionpolicy", MARKER_POLICY),
+        ] {
+            let _ = cluster().kubectl(&["delete", kind, name, "--ignore-not-found"]);
+        }
+    }
+}
+
+/// A strategic-merge patch of the pod itself (not its status) as `client`,
+/// as podprobe sends a marker.
+async fn patch_pod(client: &kube::Client, name: &str, patch: &Value) -> Result<Pod, kube::Error> {
+    Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+}
+
+/// MK2 on the API server: with `markers.allowedKeys={role}`, podprobe's
+/// token bound to its node may set and remove the `role` label of a pod on
+/// that node, and nothing else: no other label or annotation, nothing of
+/// the spec, no pod of another node, not without a node claim.
+#[tokio::test]
+async fn mk2_the_marker_policy_lets_podprobe_write_only_the_allowed_keys_of_its_own_nodes_pods() {
+    ensure_policy().await;
+    let _grant = MarkerGrant::apply();
+    let id = unique_id();
+    let node = cluster().node_name();
+    let own = Holder::create(&format!("marker-own-{id}"), GATE_SA, &node);
+    let other = Holder::create(&format!("marker-other-{id}"), GATE_SA, ABSENT_NODE);
+    let podprobe = Identity::new(&node_token(GATE_SA, &node)).await;
+    let role =
+        |uid: &str, value: Value| json!({"metadata": {"uid": uid, "labels": {"role": value}}});
+    // RBAC and the policy reach the API server through informers: wait
+    // until a write it refuses is refused by it.
+    let forged = json!({"metadata": {"labels": {"other": "x"}}});
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match patch_pod(&podprobe.client, &own.name, &forged).await {
+            Err(kube::Error::Api(status)) if status.message.contains(MARKER_DENIED) => break,
+            other if tokio::time::Instant::now() > deadline => {
+                panic!("the marker policy is not enforced after 30 s: {other:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    let written = assert_allowed(
+        "the role label of a pod on its node",
+        patch_pod(
+            &podprobe.client,
+            &own.name,
+            &role(&own.uid, json!("primary")),
+        )
+        .await,
+    );
+    assert_eq!(
+        written
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("role")
+            .map(String::as_str),
+        Some("primary")
+    );
+    assert_allowed(
+        "removing it",
+        patch_pod(&podprobe.client, &own.name, &role(&own.uid, Value::Null)).await,
+    );
+    assert_refused_by(
+        MARKER_DENIED,
+        "another label",
+        patch_pod(&podprobe.client, &own.name, &forged).await,
+        &[
+            "may not change other on pod",
+            "it writes only the marker keys role",
+        ],
+    );
+    assert_refused_by(
+        MARKER_DENIED,
+        "an annotation",
+        patch_pod(
+            &podprobe.client,
+            &own.name,
+            &json!({"metadata": {"annotations": {"role-note": "x"}}}),
+        )
+        .await,
+        &["may not change role-note"],
+    );
+    assert_refused_by(
+        MARKER_DENIED,
+        "the spec",
+        patch_pod(
+            &podprobe.client,
+            &own.name,
+            &json!({"spec": {"activeDeadlineSeconds": 30}}),
+        )
+        .await,
+        &["not its spec or other metadata"],
+    );
+    assert_refused_by(
+        MARKER_DENIED,
+        "a pod of another node",
+        patch_pod(
+            &podprobe.client,
+            &other.name,
+            &role(&other.uid, json!("primary")),
+        )
+        .await,
+        &[&format!("on node {ABSENT_NODE}: only pods on its own node")],
+    );
+    let unbound = Identity::new(&unbound_token(GATE_SA)).await;
+    assert_refused_by(
+        MARKER_DENIED,
+        "a token without a node",
+        patch_pod(
+            &unbound.client,
+            &own.name,
+            &role(&own.uid, json!("primary")),
+        )
+        .await,
+        &["its token names no node"],
     );
 }
