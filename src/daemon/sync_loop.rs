@@ -487,10 +487,6 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         let observed = tracked
             .pause
             .observe(liveness_pause::annotation(pod), now, max);
-        let liveness: Vec<String> = (probes.manager.containers_with(ProbeKind::Liveness))
-            .into_iter()
-            .map(str::to_string)
-            .collect();
         let (name, namespace) = (pod_name(pod), pod_namespace(pod));
         if let Some(refused) = &observed.refused {
             tracing::warn!(
@@ -511,6 +507,10 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         };
         match change {
             PauseChange::Started(until) | PauseChange::Moved(until) => {
+                let liveness: Vec<String> = (probes.manager.containers_with(ProbeKind::Liveness))
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
                 let note = pause_note(self.mode, pod, &liveness, until);
                 tracing::info!(pod = name, namespace, %until, "{note}");
                 self.events.record_opt(PodEvent::liveness_pause(

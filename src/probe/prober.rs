@@ -94,7 +94,13 @@ impl Prober {
         if let Some(secret) = secret {
             match self.client_identity(secret, target).await {
                 Ok(identity) => resolved.present_client_identity(identity),
-                Err(message) => return ProbeVerdict::client_certificate_unavailable(kind, message),
+                Err(message) => {
+                    return ProbeVerdict::secret_unavailable(
+                        kind,
+                        reasons::CLIENT_CERTIFICATE_UNAVAILABLE,
+                        message,
+                    );
+                }
             };
         }
         let mut headers = Vec::with_capacity(spec.secret_headers().len());

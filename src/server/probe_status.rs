@@ -17,6 +17,7 @@ use http::HeaderMap;
 
 use super::DelegatedAuth;
 use super::delegated_auth::bearer_token_in;
+use crate::probe::spec::is_dns_subdomain;
 use crate::probe_ledger::ProbeLedger;
 
 /// The header with the caller's `Bearer` token.
@@ -24,9 +25,6 @@ pub const CALLER_TOKEN_HEADER: &str = "x-podprobe-authorization";
 
 /// Longest namespace (a DNS-1123 label).
 const MAX_NAMESPACE_LEN: usize = 63;
-
-/// Longest pod name (a DNS-1123 subdomain).
-const MAX_NAME_LEN: usize = 253;
 
 /// What the endpoint reads: who may ask, and the ledger.
 #[derive(Debug, Clone)]
@@ -76,30 +74,16 @@ pub(super) fn caller_token(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The namespace and name that `path` (`/pods/{namespace}/{name}/probes`)
-/// names, if both are valid names.
+/// names, if both are valid: a namespace is a DNS label, a pod name a DNS
+/// subdomain.
 pub fn pod_of(path: &str) -> Option<(&str, &str)> {
     let rest = path.strip_prefix("/pods/")?.strip_suffix("/probes")?;
     let (namespace, name) = rest.split_once('/')?;
-    let valid = is_dns_label(namespace, MAX_NAMESPACE_LEN)
-        && name.len() <= MAX_NAME_LEN
-        && name
-            .split('.')
-            .all(|label| is_dns_label(label, MAX_NAMESPACE_LEN));
+    let valid = namespace.len() <= MAX_NAMESPACE_LEN
+        && !namespace.contains('.')
+        && is_dns_subdomain(namespace)
+        && is_dns_subdomain(name);
     valid.then_some((namespace, name))
-}
-
-/// A DNS-1123 label of at most `max` bytes: lowercase alphanumerics and
-/// `-`, starting and ending with an alphanumeric.
-fn is_dns_label(s: &str, max: usize) -> bool {
-    let bytes = s.as_bytes();
-    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    !s.is_empty()
-        && s.len() <= max
-        && edge(bytes.first())
-        && edge(bytes.last())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }
 
 #[cfg(test)]

@@ -74,18 +74,13 @@ impl ProbeVerdict {
         self.error.is_none() && matches!(self.result, ProbeResult::Success | ProbeResult::Warning)
     }
 
-    /// The verdict of a run whose client certificate could not be had
-    /// (`message` says why): a failure, not an error, so that it counts
-    /// towards the failure threshold; an errored run would be thrown away
-    /// (D11), and a Secret that became unreadable would leave a ready pod
-    /// ready. No attempt was made.
-    pub fn client_certificate_unavailable(kind: ProbeKind, message: String) -> Self {
-        Self::secret_unavailable(kind, reasons::CLIENT_CERTIFICATE_UNAVAILABLE, message)
-    }
-
     /// The verdict of a run whose `reason` Secret (one of [`reasons`]'
-    /// Secret reasons) could not be read or used: a failure, with `message`
-    /// as output and in a Warning, and no attempt made.
+    /// Secret reasons: a client certificate, a header value) could not be
+    /// read or used: a failure, with `message` as output and in a Warning,
+    /// and no attempt made. A failure, not an error, so that it counts
+    /// towards the failure threshold: an errored run would be thrown away
+    /// (D11), and a Secret that became unreadable would leave a ready pod
+    /// ready.
     pub fn secret_unavailable(kind: ProbeKind, reason: &'static str, message: String) -> Self {
         ProbeVerdict {
             result: ProbeResult::Failure,
