@@ -1534,7 +1534,7 @@ fn mk1_mk4_a_service_selecting_role_primary_follows_a_probe() {
     let rig = Rig::with_args(&["--marker-keys", "role"]);
     let probes = r#"{"app": {"readinessProbe": {"exec": {"command": ["cat", "/tmp/primary"]}, "periodSeconds": 1, "failureThreshold": 1, "podprobe": {"markers": [
         {"label": "role", "onSuccess": "primary", "onFailure": "replica"},
-        {"annotation": "example.com/not-allowed", "onSuccess": "x"}]}}}"#;
+        {"annotation": "example.com/not-allowed", "onSuccess": "x"}]}}}}"#;
     let mut manifest = rig.manifest("db-0", Some(probes), true, busybox_spec(IDLE));
     manifest["metadata"]["labels"]["app"] = json!("db");
     cluster().apply(&manifest).expect("create pod");
