@@ -637,17 +637,31 @@ fn ps3_ps4_kubectl_podprobe_answers_a_reader_and_refuses_a_stranger() {
             &format!("--group=system:serviceaccounts:{}", ns.name),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-    let may = |who: &str, verb: &str, what: &str, namespace: &str| {
+    // RBAC reaches the authorizer through an informer: wait for it.
+    let may = |who: &str, namespace: &str, what: &[&str]| {
         let as_ = format!("--as=system:serviceaccount:{}:{who}", ns.name);
         let group = format!("--as-group=system:serviceaccounts:{}", ns.name);
+        let mut args = vec![
+            "-n",
+            namespace,
+            "auth",
+            "can-i",
+            as_.as_str(),
+            group.as_str(),
+        ];
+        args.extend_from_slice(what);
         ns.wait_for(
-            &format!("{who} may {verb} {what}"),
+            &format!("{who} may {what:?}"),
             Duration::from_secs(30),
-            || cluster().kubectl(&["-n", namespace, "auth", "can-i", verb, what, &as_, &group]),
+            || cluster().kubectl(&args),
         );
     };
-    may("reader", "get", "pods/seen", &ns.name);
-    may("stranger", "get", "pods/proxy", PODPROBE_NAMESPACE);
+    may("reader", &ns.name, &["get", "pods/seen"]);
+    may(
+        "stranger",
+        PODPROBE_NAMESPACE,
+        &["get", "pods", "--subresource=proxy"],
+    );
     let dir = tempfile::tempdir().expect("temporary directory");
     let kubeconfig_of = |who: &str| {
         let token = ns.kubectl(&["create", "token", who]).trim().to_string();

@@ -91,15 +91,16 @@ fn not_ready_reasons(pod: &Pod, report: Option<&PodReport>) -> Vec<String> {
             reasons.push(probe_reason(startup));
             continue;
         }
-        if status.ready {
-            continue;
-        }
+        // Gate mode: the container's `ready` is the kubelet's view, which
+        // podprobe's readiness probe does not set; its last run says more.
         match probe(ProbeKind::Readiness) {
-            Some(readiness) => reasons.push(probe_reason(readiness)),
-            None => reasons.push(format!(
+            Some(readiness) if !passes(readiness) => reasons.push(probe_reason(readiness)),
+            Some(_) => {}
+            None if !status.ready => reasons.push(format!(
                 "Container {:?} is running but not ready, and podprobe has no readiness probe result for it: the kubelet's own prober or status decides.",
                 status.name
             )),
+            None => {}
         }
     }
     reasons.extend(other_gates(pod));
@@ -147,6 +148,12 @@ fn not_running(status: &ContainerStatus) -> Option<String> {
         ));
     }
     None
+}
+
+/// Whether a probe's last run holds nobody back: a success at or past its
+/// threshold.
+fn passes(probe: &ProbeReport) -> bool {
+    probe.result == RunResult::Success && probe.consecutive >= i64::from(probe.threshold)
 }
 
 /// One probe's part, from its last run.
