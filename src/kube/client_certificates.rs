@@ -54,6 +54,17 @@ pub const FAILURE_BACKOFF: RetryPolicy = RetryPolicy {
     attempts: u32::MAX,
 };
 
+/// Most Secrets of one namespace a cache holds: a namespace's owner may
+/// grant podprobe any number of Secrets and name each in a probe, and each
+/// may hold up to [`MAX_SECRET_FIELD_BYTES`] twice (a certificate) or
+/// [`MAX_HEADER_SECRET_KEYS`] values. A probe naming one more fails with
+/// its Secret reason, without a read, until one of them goes idle.
+pub const MAX_SECRETS_PER_NAMESPACE: usize = 32;
+
+/// Most Secrets a cache holds node-wide, whatever their namespaces: with
+/// the per-namespace bound, eight namespaces at their most.
+pub const MAX_SECRETS: usize = 256;
+
 /// The largest `tls.crt` and the largest `tls.key` accepted, in bytes of
 /// PEM. A chain of a few certificates takes a few KiB; the API server's
 /// own bound on a Secret (1 MiB) would let one pod's Secret hold a
@@ -244,7 +255,19 @@ impl<T: Clone> SecretCache<T> {
     /// is used until the Secret can be read again: an API server outage
     /// must not fail every such probe of the node.
     pub async fn get(&self, namespace: &str, name: &str) -> Lookup<T> {
-        let slot = self.slot(namespace, name);
+        let slot = match self.slot(namespace, name) {
+            Ok(slot) => slot,
+            Err(full) => {
+                let why = format!(
+                    "{}: Secret {} in namespace {}: not read: {full}",
+                    self.inner.what,
+                    go_quote(name),
+                    go_quote(namespace)
+                );
+                tracing::warn!(secret = %name, error = %why, "cannot use the probe's Secret");
+                return Err(why);
+            }
+        };
         let mut entry = slot.lock().await;
         if let Some((lookup, until)) = &entry.cached
             && *until > Instant::now()
@@ -300,9 +323,15 @@ impl<T: Clone> SecretCache<T> {
         lookup
     }
 
-    /// The entry of one Secret, made on first use; idle entries are dropped
-    /// while the map is held anyway.
-    fn slot(&self, namespace: &str, name: &str) -> Arc<tokio::sync::Mutex<Entry<T>>> {
+    /// The entry of one Secret, made on first use unless the cache holds
+    /// [`MAX_SECRETS_PER_NAMESPACE`] of its namespace or [`MAX_SECRETS`]
+    /// already (why not, then); idle entries are dropped while the map is
+    /// held anyway.
+    fn slot(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<tokio::sync::Mutex<Entry<T>>>, String> {
         let now = Instant::now();
         let mut entries = self
             .inner
@@ -310,14 +339,27 @@ impl<T: Clone> SecretCache<T> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         entries.retain(|_, slot| now.duration_since(slot.last_used) < IDLE_EVICTION);
-        let slot = entries
-            .entry((namespace.to_string(), name.to_string()))
-            .or_insert_with(|| Slot {
-                entry: Arc::default(),
-                last_used: now,
-            });
+        let key = (namespace.to_string(), name.to_string());
+        if !entries.contains_key(&key) {
+            let in_namespace = entries.keys().filter(|(ns, _)| ns == namespace).count();
+            if in_namespace >= MAX_SECRETS_PER_NAMESPACE {
+                return Err(format!(
+                    "podprobe holds {in_namespace} Secrets of this namespace for probes already, the most it holds per namespace; one is let go 10 minutes after its last use"
+                ));
+            }
+            if entries.len() >= MAX_SECRETS {
+                return Err(format!(
+                    "podprobe holds {} Secrets for probes already, the most it holds on a node; one is let go 10 minutes after its last use",
+                    entries.len()
+                ));
+            }
+        }
+        let slot = entries.entry(key).or_insert_with(|| Slot {
+            entry: Arc::default(),
+            last_used: now,
+        });
         slot.last_used = now;
-        slot.entry.clone()
+        Ok(slot.entry.clone())
     }
 
     #[cfg(test)]
@@ -613,6 +655,43 @@ mod tests {
                     .into()
             )
         );
+    }
+
+    /// A namespace holds at most its share of the cache, and the node at
+    /// most the whole; a Secret over either fails without a read, and
+    /// fits again once one goes idle.
+    #[tokio::test(start_paused = true)]
+    async fn secrets_held_are_bounded_per_namespace_and_per_node() {
+        let (crt, key) = pem_pair();
+        let fake = Fake::new(Ok(tls_secret(&crt, &key)), Duration::ZERO);
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        for i in 0..MAX_SECRETS_PER_NAMESPACE {
+            assert!(certificates.get("shop", &format!("s{i}")).await.is_ok());
+        }
+        let refused = certificates.get("shop", "one-more").await.unwrap_err();
+        assert_eq!(
+            refused,
+            "client certificate: Secret \"one-more\" in namespace \"shop\": not read: podprobe holds 32 Secrets of this namespace for probes already, the most it holds per namespace; one is let go 10 minutes after its last use"
+        );
+        assert_eq!(fake.gets(), MAX_SECRETS_PER_NAMESPACE, "no read for it");
+        assert!(
+            certificates.get("shop", "s0").await.is_ok(),
+            "a held one still serves"
+        );
+        let mut namespace = 0;
+        while certificates.len() < MAX_SECRETS {
+            let _ = certificates
+                .get(
+                    &format!("ns{namespace}"),
+                    &format!("s{}", certificates.len()),
+                )
+                .await;
+            namespace += 1;
+        }
+        let refused = certificates.get("fresh", "s").await.unwrap_err();
+        assert!(refused.contains("the most it holds on a node"), "{refused}");
+        tokio::time::advance(IDLE_EVICTION).await;
+        assert!(certificates.get("shop", "one-more").await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
