@@ -198,6 +198,7 @@ impl Target {
                 port: cfg.port,
                 path: "/healthz".to_string(),
                 headers: Vec::new(),
+                protocol: Default::default(),
                 extensions: Default::default(),
             },
             port: cfg.port,

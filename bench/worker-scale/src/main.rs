@@ -463,6 +463,7 @@ fn probe_spec(args: &FleetArgs) -> ProbeSpec {
             port,
             path: "/healthz".to_string(),
             headers: Vec::new(),
+            protocol: Default::default(),
             extensions: Default::default(),
         }),
     };
@@ -478,6 +479,7 @@ fn probe_spec(args: &FleetArgs) -> ProbeSpec {
         failure_threshold: 3,
         termination_grace_period_seconds: None,
         network: Default::default(),
+        markers: Vec::new(),
     }
 }
 
