@@ -29,7 +29,12 @@ use crate::reach::{Podprobe, ReachError};
 /// Role `podprobe-status-reader`); and a bearer token (your kubeconfig's,
 /// or --token), which podprobe has the API server review.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl podprobe", version, max_term_width = 100)]
+#[command(
+    name = "kubectl podprobe",
+    bin_name = "kubectl podprobe",
+    version,
+    max_term_width = 100
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,7 +51,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        env = "PODPROBE_NAMESPACE",
+        env = "KUBECTL_PODPROBE_NAMESPACE",
         default_value = "podprobe-system"
     )]
     podprobe_namespace: String,
@@ -55,7 +60,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        env = "PODPROBE_SELECTOR",
+        env = "KUBECTL_PODPROBE_SELECTOR",
         default_value = "app.kubernetes.io/name=podprobe"
     )]
     podprobe_selector: String,
@@ -63,7 +68,12 @@ struct Cli {
     /// Bearer token to identify you to podprobe [default: the kubeconfig
     /// user's token or token file]. Needed when the kubeconfig
     /// authenticates with a client certificate or an exec plugin.
-    #[arg(long, global = true, env = "PODPROBE_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "KUBECTL_PODPROBE_TOKEN",
+        hide_env_values = true
+    )]
     token: Option<String>,
 }
 
