@@ -1297,10 +1297,13 @@ async fn mk2_the_marker_policy_lets_podprobe_write_only_the_allowed_keys_of_its_
         |uid: &str, value: Value| json!({"metadata": {"uid": uid, "labels": {"role": value}}});
     // RBAC and the policy reach the API server through informers: wait
     // until a write it refuses is refused by it.
-    let forged = json!({"metadata": {"labels": {"other": "x"}}});
+    // Each attempt a change of its own: one that went through before the
+    // policy was in force would make the same patch a no-op, which the
+    // policy lets pass.
+    let forged = |attempt: u32| json!({"metadata": {"labels": {"other": format!("x{attempt}")}}});
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match patch_pod(&podprobe.client, &own.name, &forged).await {
+    for attempt in 0.. {
+        match patch_pod(&podprobe.client, &own.name, &forged(attempt)).await {
             Err(kube::Error::Api(status)) if status.message.contains(MARKER_DENIED) => break,
             other if tokio::time::Instant::now() > deadline => panic!(
                 "the marker policy is not enforced after 30 s: {:?}",
@@ -1334,7 +1337,7 @@ async fn mk2_the_marker_policy_lets_podprobe_write_only_the_allowed_keys_of_its_
     assert_refused_by(
         MARKER_DENIED,
         "another label",
-        patch_pod(&podprobe.client, &own.name, &forged).await,
+        patch_pod(&podprobe.client, &own.name, &forged(u32::MAX)).await,
         &[
             "may not change other on pod",
             "it writes only the marker keys role",
