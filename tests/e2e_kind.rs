@@ -609,22 +609,7 @@ fn ps3_ps4_kubectl_podprobe_answers_a_reader_and_refuses_a_stranger() {
     ns.create_pod(&pod_on("seen", &node, ""));
     wait_running(&ns, "seen");
 
-    ns.kubectl(&["create", "serviceaccount", "reader"]);
-    ns.kubectl(&["create", "serviceaccount", "stranger"]);
-    ns.kubectl(&[
-        "create",
-        "role",
-        "pod-reader",
-        "--verb=get",
-        "--resource=pods",
-    ]);
-    ns.kubectl(&[
-        "create",
-        "rolebinding",
-        "pod-reader",
-        "--role=pod-reader",
-        &format!("--serviceaccount={}:reader", ns.name),
-    ]);
+    ns.create_reader_and_stranger();
     let binding = PodprobeRoleBinding(ns.name.clone());
     cluster()
         .kubectl(&[

@@ -695,22 +695,7 @@ fn ps2_a_pods_probe_status_is_answered_only_to_a_caller_who_may_get_the_pod() {
     };
     pod("seen", Some(probes));
     pod("unprobed", None);
-    ns.kubectl(&["create", "serviceaccount", "reader"]);
-    ns.kubectl(&["create", "serviceaccount", "stranger"]);
-    ns.kubectl(&[
-        "create",
-        "role",
-        "pod-reader",
-        "--verb=get",
-        "--resource=pods",
-    ]);
-    ns.kubectl(&[
-        "create",
-        "rolebinding",
-        "pod-reader",
-        "--role=pod-reader",
-        &format!("--serviceaccount={}:reader", ns.name),
-    ]);
+    ns.create_reader_and_stranger();
     let as_reader = format!("--as=system:serviceaccount:{}:reader", ns.name);
     ns.wait_for("the reader may get pods", Duration::from_secs(30), || {
         cluster().kubectl(&[

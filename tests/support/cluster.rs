@@ -287,6 +287,28 @@ impl Namespace {
         ns
     }
 
+    /// Two ServiceAccounts here: `reader`, whom a Role lets `get` pods,
+    /// and `stranger`, whom nothing does (the two users of a probe-status
+    /// test). RBAC reaches the authorizer later; callers wait for it.
+    pub fn create_reader_and_stranger(&self) {
+        self.kubectl(&["create", "serviceaccount", "reader"]);
+        self.kubectl(&["create", "serviceaccount", "stranger"]);
+        self.kubectl(&[
+            "create",
+            "role",
+            "pod-reader",
+            "--verb=get",
+            "--resource=pods",
+        ]);
+        self.kubectl(&[
+            "create",
+            "rolebinding",
+            "pod-reader",
+            "--role=pod-reader",
+            &format!("--serviceaccount={}:reader", self.name),
+        ]);
+    }
+
     /// `kubectl -n <namespace> args`, which must succeed.
     pub fn kubectl(&self, args: &[&str]) -> String {
         let mut all = vec!["-n", self.name.as_str()];

@@ -10,7 +10,7 @@
 //! [`OUTPUT_FLOOR_BYTES`] (the gate message's size), so every probe keeps
 //! the start of what it saw; [`ProbeReport::output_truncated`] says so.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -80,7 +80,7 @@ pub struct PodReport {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    /// Probes in container order as the ledger met them, then by kind.
+    /// Probes by container name, then kind.
     pub probes: Vec<ProbeReport>,
 }
 
@@ -94,8 +94,10 @@ pub struct ProbeLedger {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// By namespace and name: what a caller asks for.
-    pods: HashMap<(String, String), PodEntry>,
+    /// By namespace, then name: what a caller asks for. Nested, so that a
+    /// run finds its pod without building a key (this is on every run's
+    /// path).
+    pods: HashMap<String, HashMap<String, PodEntry>>,
     /// Output bytes kept node-wide.
     bytes: usize,
 }
@@ -103,7 +105,8 @@ struct Inner {
 #[derive(Debug)]
 struct PodEntry {
     uid: String,
-    probes: BTreeMap<(String, ProbeKind), ProbeReport>,
+    /// A few per pod: found by a scan.
+    probes: Vec<ProbeReport>,
     bytes: usize,
 }
 
@@ -124,6 +127,8 @@ impl ProbeLedger {
     }
 
     /// Keeps `run`, which ended at wall-clock `now`, as its probe's last.
+    /// The probe's entry is updated in place; its output is copied only
+    /// when it changed.
     pub fn record(&self, run: &ProbeRun<'_>, now: Timestamp) {
         let config = run.config;
         let spec = config.spec();
@@ -138,84 +143,103 @@ impl ProbeLedger {
         };
         let began = now.checked_sub(run.duration).unwrap_or(now);
         let next_run = began.checked_add(spec.period()).unwrap_or(Timestamp::MAX);
-        let key = (config.container_name().to_string(), config.kind());
-        let mut inner = lock(&self.inner);
-        let Inner { pods, bytes } = &mut *inner;
-        let pod = pod_entry(pods, bytes, config);
-        let previous = pod.probes.remove(&key);
-        let freed = previous.as_ref().map_or(0, |p| p.output.len());
-        pod.bytes -= freed;
-        *bytes -= freed;
-        let room = MAX_OUTPUT_BYTES
-            .min(MAX_POD_OUTPUT_BYTES.saturating_sub(pod.bytes))
-            .min(self.node_budget.saturating_sub(*bytes))
-            .max(OUTPUT_FLOOR_BYTES);
-        let full_len = output.len();
-        let kept = truncate_at_char(output, room);
-        // The same output run after run is the common case: keep the
-        // string already held rather than allocate a copy.
-        let output = match previous {
-            Some(previous) if previous.output == kept => previous.output,
-            _ => kept.to_string(),
-        };
-        pod.bytes += output.len();
-        *bytes += output.len();
         let consecutive = if result == RunResult::Error {
             run.consecutive
         } else {
             run.consecutive.max(1)
         };
-        pod.probes.insert(
-            key.clone(),
-            ProbeReport {
-                container: key.0,
-                probe: key.1,
-                result,
-                ran_at: Time(now),
-                duration_ms: u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX),
-                consecutive,
-                threshold,
-                next_run: Time(next_run),
-                output_truncated: output.len() < full_len,
-                output,
-            },
-        );
+        let mut inner = lock(&self.inner);
+        let Inner { pods, bytes } = &mut *inner;
+        let pod = pod_entry(pods, bytes, config);
+        let (container, kind) = (config.container_name(), config.kind());
+        let index = match pod
+            .probes
+            .iter()
+            .position(|p| p.container == container && p.probe == kind)
+        {
+            Some(index) => index,
+            None => {
+                pod.probes.push(ProbeReport {
+                    container: container.to_string(),
+                    probe: kind,
+                    result,
+                    ran_at: Time(now),
+                    duration_ms: 0,
+                    consecutive: 0,
+                    threshold,
+                    next_run: Time(next_run),
+                    output: String::new(),
+                    output_truncated: false,
+                });
+                pod.probes.len() - 1
+            }
+        };
+        let report = &mut pod.probes[index];
+        let held = report.output.len();
+        let room = MAX_OUTPUT_BYTES
+            .min((MAX_POD_OUTPUT_BYTES + held).saturating_sub(pod.bytes))
+            .min((self.node_budget + held).saturating_sub(*bytes))
+            .max(OUTPUT_FLOOR_BYTES);
+        let kept = truncate_at_char(output, room);
+        if report.output != kept {
+            report.output = kept.to_string();
+        }
+        pod.bytes = pod.bytes - held + report.output.len();
+        *bytes = *bytes - held + report.output.len();
+        report.output_truncated = report.output.len() < output.len();
+        report.result = result;
+        report.ran_at = Time(now);
+        report.duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
+        report.consecutive = consecutive;
+        report.threshold = threshold;
+        report.next_run = Time(next_run);
     }
 
     /// Forgets the probe of a worker that ended (W10).
     pub fn forget(&self, config: &WorkerConfig) {
         let mut inner = lock(&self.inner);
-        let inner = &mut *inner;
-        let key = (
-            pod_namespace(config.pod()).to_string(),
-            pod_name(config.pod()).to_string(),
-        );
-        let Some(pod) = inner.pods.get_mut(&key) else {
+        let Inner { pods, bytes } = &mut *inner;
+        let namespace = pod_namespace(config.pod());
+        let Some(names) = pods.get_mut(namespace) else {
+            return;
+        };
+        let name = pod_name(config.pod());
+        let Some(pod) = names.get_mut(name) else {
             return;
         };
         if pod.uid != config.pod_uid() {
             // A worker of an older pod of the same name.
             return;
         }
-        let probe = (config.container_name().to_string(), config.kind());
-        if let Some(report) = pod.probes.remove(&probe) {
+        let (container, kind) = (config.container_name(), config.kind());
+        if let Some(index) = pod
+            .probes
+            .iter()
+            .position(|p| p.container == container && p.probe == kind)
+        {
+            let report = pod.probes.swap_remove(index);
             pod.bytes -= report.output.len();
-            inner.bytes -= report.output.len();
+            *bytes -= report.output.len();
         }
         if pod.probes.is_empty() {
-            inner.pods.remove(&key);
+            names.remove(name);
+            if names.is_empty() {
+                pods.remove(namespace);
+            }
         }
     }
 
-    /// The pod `namespace/name`'s probes, if any ran.
+    /// The pod `namespace/name`'s probes, if any ran, by container and kind.
     pub fn report(&self, namespace: &str, name: &str) -> Option<PodReport> {
         let inner = lock(&self.inner);
-        let pod = inner.pods.get(&(namespace.to_string(), name.to_string()))?;
+        let pod = inner.pods.get(namespace)?.get(name)?;
+        let mut probes = pod.probes.clone();
+        probes.sort_by(|a, b| (&a.container, a.probe).cmp(&(&b.container, b.probe)));
         Some(PodReport {
             namespace: namespace.to_string(),
             name: name.to_string(),
             uid: pod.uid.clone(),
-            probes: pod.probes.values().cloned().collect(),
+            probes,
         })
     }
 
@@ -226,22 +250,26 @@ impl ProbeLedger {
 }
 
 /// The pod's entry, a new one when the pod of that name is new (its older
-/// namesake's probes go).
+/// namesake's probes go); keys are built only for a pod not seen yet.
 fn pod_entry<'a>(
-    pods: &'a mut HashMap<(String, String), PodEntry>,
+    pods: &'a mut HashMap<String, HashMap<String, PodEntry>>,
     node_bytes: &mut usize,
     config: &WorkerConfig,
 ) -> &'a mut PodEntry {
-    let key = (
-        pod_namespace(config.pod()).to_string(),
-        pod_name(config.pod()).to_string(),
-    );
+    let (namespace, name) = (pod_namespace(config.pod()), pod_name(config.pod()));
     let fresh = || PodEntry {
         uid: config.pod_uid().to_string(),
-        probes: BTreeMap::new(),
+        probes: Vec::new(),
         bytes: 0,
     };
-    let pod = pods.entry(key).or_insert_with(fresh);
+    if !pods.contains_key(namespace) {
+        pods.insert(namespace.to_string(), HashMap::new());
+    }
+    let names = pods.get_mut(namespace).expect("inserted above");
+    if !names.contains_key(name) {
+        names.insert(name.to_string(), fresh());
+    }
+    let pod = names.get_mut(name).expect("inserted above");
     if pod.uid != config.pod_uid() {
         *node_bytes -= pod.bytes;
         *pod = fresh();
