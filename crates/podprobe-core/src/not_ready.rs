@@ -322,6 +322,29 @@ mod tests {
         assert!(why.reasons[0].contains("could not run"), "{why:?}");
     }
 
+    /// Gate mode: the kubelet calls the container ready (it has no
+    /// readiness probe of its own); podprobe's failing one is the reason.
+    #[test]
+    fn ps4_a_failing_readiness_probe_counts_when_the_kubelet_calls_the_container_ready() {
+        let mut kubelet_ready = running("app", "c://1", epoch(), Some(true));
+        kubelet_ready.ready = true;
+        let pod = with_status(vec![kubelet_ready], "False");
+        let failing = probe(ProbeKind::Readiness, RunResult::Failure, 4, "503");
+        let why = explain(&pod, Some(&report(vec![failing])));
+        assert!(
+            why.reasons[0]
+                .starts_with("The readiness probe of container \"app\" failed its last 4 run(s)"),
+            "{why:?}"
+        );
+        // A passing one is no reason: the kubelet's condition is quoted.
+        let passing = probe(ProbeKind::Readiness, RunResult::Success, 3, "");
+        let why = explain(&pod, Some(&report(vec![passing])));
+        assert!(
+            why.reasons[0].starts_with("The kubelet reports Ready=False"),
+            "{why:?}"
+        );
+    }
+
     #[test]
     fn ps4_an_unstarted_container_is_its_startup_probes_part() {
         let pod = with_status(vec![running("app", "c://1", epoch(), Some(false))], "False");
