@@ -74,6 +74,19 @@ fn tls_secret(ns: &Namespace, cert: &Path, key: &Path) -> String {
     ])
 }
 
+/// The latest Event about `pod` with `reason`, once there is one.
+fn wait_event(ns: &Namespace, pod: &str, reason: &str) -> Value {
+    ns.wait_for(
+        &format!("a {reason} event"),
+        Duration::from_secs(60),
+        || {
+            events(ns, pod, reason)
+                .pop()
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+}
+
 fn events(ns: &Namespace, pod: &str, reason: &str) -> Vec<Value> {
     ns.events_for(pod)
         .into_iter()
@@ -187,15 +200,7 @@ fn a_client_certificate_secret_is_read_only_once_granted_and_rotation_is_followe
 
     // Without a Role: a Warning Event that says what to grant, the gate
     // False, and no connection made without the certificate.
-    let event = ns.wait_for(
-        "a ClientCertificateUnavailable event",
-        Duration::from_secs(60),
-        || {
-            events(&ns, "web", "ClientCertificateUnavailable")
-                .pop()
-                .ok_or_else(|| "none yet".to_string())
-        },
-    );
+    let event = wait_event(&ns, "web", "ClientCertificateUnavailable");
     let message = event["message"].as_str().unwrap_or_default();
     let expected = format!(
         r#"Readiness probe failed: client certificate: Secret "{SECRET}" in namespace "{}": podprobe may not read it; grant get on it to podprobe's ServiceAccount with a Role and RoleBinding in the namespace (secrets "{SECRET}" is forbidden: User "system:serviceaccount:podprobe-system:podprobe" cannot get resource "secrets""#,
@@ -334,15 +339,7 @@ fn a_header_value_secret_is_read_only_once_granted() {
         &["--allow-probe-hosts", "127.0.0.1/32"],
     );
 
-    let event = ns.wait_for(
-        "a HeaderSecretUnavailable event",
-        Duration::from_secs(60),
-        || {
-            events(&ns, "web", "HeaderSecretUnavailable")
-                .pop()
-                .ok_or_else(|| "none yet".to_string())
-        },
-    );
+    let event = wait_event(&ns, "web", "HeaderSecretUnavailable");
     let message = event["message"].as_str().unwrap_or_default();
     let expected = format!(
         r#"Readiness probe failed: Authorization: header value: Secret "{HEADER_SECRET}" in namespace "{}": podprobe may not read it; grant get on it to podprobe's ServiceAccount with a Role and RoleBinding in the namespace"#,
