@@ -315,7 +315,10 @@ pub struct RunArgs {
     pub max_pod_probe_rate: u32,
 
     /// Probe runs a second all pods' probes may start together, after their
-    /// pod's budget; 0: no limit.
+    /// pod's budget, bursts of as many; shared fairly between pods: when it
+    /// runs out, the next run goes to the waiting pod that took the fewest
+    /// lately, so a few pods at their own maximum cannot starve the rest.
+    /// 0: no limit.
     #[arg(
         long,
         env = "PODPROBE_MAX_NODE_PROBE_RATE",

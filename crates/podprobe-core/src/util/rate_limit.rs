@@ -104,6 +104,14 @@ impl TokenBucket {
         let owed = u32::try_from(-self.tokens).unwrap_or(u32::MAX);
         (self.since + self.per_token.saturating_mul(owed)).saturating_duration_since(now)
     }
+
+    /// Puts back a token taken or reserved and then not used (up to
+    /// `burst`): the next reservation goes out one token sooner, so a
+    /// caller that gave up leaves no gap in the bucket's rate.
+    pub fn give_back(&mut self, now: Instant) {
+        self.refill(now);
+        self.tokens = (self.tokens + 1).min(self.burst);
+    }
 }
 
 #[cfg(test)]
@@ -137,6 +145,22 @@ mod tests {
         // Tokens lent ahead are not there to take.
         assert!(!bucket.try_take(start + ms(1500)));
         assert!(bucket.try_take(start + ms(2000)));
+    }
+
+    #[test]
+    fn a_token_given_back_goes_to_the_next_caller() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut bucket = TokenBucket::new(1, ms(500), start);
+        assert_eq!(bucket.reserve(start), ms(0));
+        assert_eq!(bucket.reserve(start), ms(500));
+        bucket.give_back(start);
+        assert_eq!(bucket.reserve(start), ms(500));
+        // A full bucket holds no more than its burst.
+        let later = start + ms(5000);
+        bucket.give_back(later);
+        assert!(bucket.try_take(later));
+        assert!(!bucket.try_take(later));
     }
 
     #[test]
