@@ -736,23 +736,49 @@ fn the_status_reader_role_reaches_podprobe_and_is_bound_only_when_asked() {
     );
 }
 
+/// Whether the ClusterRole `podprobe` grants `patch` on pods themselves (not
+/// pods/status).
+fn patches_pods(docs: &[Value]) -> bool {
+    find(docs, "ClusterRole", "podprobe")["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|rule| {
+            rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "pods")
+                && rule["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v == "patch" || v == "*")
+        })
+}
+
+/// Whether the marker policy `podprobe-marker-writes` and its binding are
+/// rendered (both or neither).
+fn has_marker_policy(docs: &[Value]) -> bool {
+    let of_kind = |kind: &str| {
+        docs.iter()
+            .any(|d| d["kind"] == kind && d["metadata"]["name"] == "podprobe-marker-writes")
+    };
+    let policy = of_kind("ValidatingAdmissionPolicy");
+    assert_eq!(
+        policy,
+        of_kind("ValidatingAdmissionPolicyBinding"),
+        "the marker policy and its binding go together"
+    );
+    policy
+}
+
 /// MK2: marker keys reach the flag, and only then does podprobe get `patch`
 /// on pods, with the policy that narrows it to those keys.
 #[test]
 fn marker_keys_grant_patch_on_pods_only_with_their_policy() {
     let docs = template(&[]);
-    let role = find(&docs, "ClusterRole", "podprobe");
-    let patches_pods = |role: &Value| {
-        role["rules"].as_array().unwrap().iter().any(|rule| {
-            rule["resources"] == serde_json::json!(["pods"])
-                && rule["verbs"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|v| v == "patch")
-        })
-    };
-    assert!(!patches_pods(role));
+    assert!(!patches_pods(&docs));
     assert!(!args(&docs).iter().any(|a| a.starts_with("--marker-keys")));
     assert!(
         !docs
@@ -764,7 +790,7 @@ fn marker_keys_grant_patch_on_pods_only_with_their_policy() {
         "--set",
         "markers.allowedKeys={role,controller.kubernetes.io/pod-deletion-cost}",
     ]);
-    assert!(patches_pods(find(&docs, "ClusterRole", "podprobe")));
+    assert!(patches_pods(&docs));
     assert!(
         args(&docs)
             .contains(&"--marker-keys=role,controller.kubernetes.io/pod-deletion-cost".to_string())
@@ -787,4 +813,97 @@ fn marker_keys_grant_patch_on_pods_only_with_their_policy() {
     );
     // Keys the API server would refuse are refused at install.
     assert!(template_error(&["--set", "markers.allowedKeys={Bad Key}"]).contains("allowedKeys"));
+}
+
+/// #37: marker keys without the admission policy would leave podprobe's
+/// `patch pods` unnarrowed (any pod, any namespace, any field, from one
+/// node's token), so the chart refuses to render them, saying why and what
+/// to do; with or without the schema.
+#[test]
+fn marker_keys_without_the_admission_policy_are_refused() {
+    for extra in [&[][..], &["--skip-schema-validation"][..]] {
+        let mut all = extra.to_vec();
+        all.extend_from_slice(&[
+            "--set",
+            "markers.allowedKeys={role},admissionPolicy.enabled=false",
+        ]);
+        let error = template_error(&all);
+        assert!(
+            error.contains("markers.allowedKeys needs admissionPolicy.enabled")
+                && error.contains("podprobe-marker-writes")
+                && error.contains("any pod")
+                && error.contains("set admissionPolicy.enabled=true")
+                && error.contains("or remove markers.allowedKeys"),
+            "{extra:?}: {error}"
+        );
+    }
+    // The schema admits no other spelling of "off" that the templates would
+    // read as off, nor leaving the value out.
+    let error = template_error(&[
+        "--set",
+        "markers.allowedKeys={role}",
+        "--set-string",
+        "admissionPolicy.enabled=false",
+    ]);
+    assert!(names(&error, "admissionPolicy.enabled"), "{error}");
+    let error = template_error(&[
+        "--set",
+        "markers.allowedKeys={role},admissionPolicy.enabled=null",
+    ]);
+    assert!(
+        error.contains("/admissionPolicy") && error.contains("'enabled'"),
+        "{error}"
+    );
+    // Without the schema, keys that are not a list of keys are refused too
+    // (a string would reach the flag and the policy's CEL as one value).
+    for keys in ["markers.allowedKeys=role", "markers.allowedKeys.role=true"] {
+        let error = template_error(&["--skip-schema-validation", "--set", keys]);
+        assert!(
+            error.contains("markers.allowedKeys must be a list of label or annotation keys"),
+            "{keys}: {error}"
+        );
+    }
+}
+
+/// #37: `patch` on pods is granted only with both marker keys and the
+/// admission policy, and then the marker policy narrows it; no keys, no
+/// `patch` on pods, no marker policy and no flag, whatever the policy.
+#[test]
+fn patch_on_pods_needs_marker_keys_and_the_admission_policy() {
+    let docs = template(&[
+        "--set",
+        "markers.allowedKeys={role},admissionPolicy.enabled=true",
+    ]);
+    assert!(patches_pods(&docs));
+    assert!(has_marker_policy(&docs));
+    assert!(args(&docs).contains(&"--marker-keys=role".to_string()));
+
+    for enabled in [true, false] {
+        let policy = format!("admissionPolicy.enabled={enabled}");
+        // No keys: the default [], or the value taken away with null (which
+        // only the schema refuses; the templates read it as no keys).
+        for keys in [
+            &[][..],
+            &[
+                "--skip-schema-validation",
+                "--set",
+                "markers.allowedKeys=null",
+            ][..],
+        ] {
+            let mut all = vec!["--set", policy.as_str()];
+            all.extend_from_slice(keys);
+            let docs = template(&all);
+            assert!(!patches_pods(&docs), "{all:?}");
+            assert!(!has_marker_policy(&docs), "{all:?}");
+            assert!(
+                !args(&docs).iter().any(|a| a.starts_with("--marker-keys")),
+                "{all:?}"
+            );
+            assert_eq!(
+                kinds(&docs).contains("ValidatingAdmissionPolicy"),
+                enabled,
+                "{all:?}"
+            );
+        }
+    }
 }

@@ -66,6 +66,29 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- fail (printf "metrics.auth must be delegated or none, not %q" .Values.metrics.auth) -}}
 {{- end -}}
 {{- $socket := include "podprobe.criSocket" . -}}
+{{- $keys := .Values.markers.allowedKeys -}}
+{{- if $keys -}}
+{{- $list := kindIs "slice" $keys -}}
+{{- if $list -}}
+{{- range $keys -}}
+{{- if not (and (kindIs "string" .) .) -}}
+{{- $list = false -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $list -}}
+{{- fail (printf "markers.allowedKeys must be a list of label or annotation keys (e.g. --set 'markers.allowedKeys={role}'), not %s" (toJson $keys)) -}}
+{{- end -}}
+{{- end -}}
+{{- /*
+Markers need the admission policy: RBAC's `patch pods` (rbac.yaml) is every
+pod of every namespace, and only <release>-marker-writes
+(admission-policy.yaml) narrows it to the listed keys of pods on podprobe's
+own node. rbac.yaml grants it only with both, too.
+*/ -}}
+{{- if and $keys (not .Values.admissionPolicy.enabled) -}}
+{{- fail (printf "markers.allowedKeys needs admissionPolicy.enabled: probe markers grant podprobe `patch` on pods, which RBAC cannot narrow, and only the admission policy %s-marker-writes limits it to the keys %s on pods of podprobe's own node; without the policy, one node's podprobe token could change any pod in any namespace (its image, labels, anything). Either set admissionPolicy.enabled=true (needs Kubernetes 1.30 or later), or remove markers.allowedKeys (no probe markers are written)" (include "podprobe.fullname" .) (join ", " $keys)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The CRI socket's path on the node, from cri.runtime (and cri.socketPath). */}}
