@@ -12,23 +12,40 @@
 //! reads it again, so a rotated certificate is presented within one TTL.
 //! Probes naming the same Secret wait for one read in flight rather than
 //! each sending their own. A read that fails (forbidden, not found, not a
-//! usable certificate) is cached too, for a backoff that grows from
+//! usable certificate) is remembered too, for a backoff that grows from
 //! [`FAILURE_BACKOFF`]'s `initial` to the TTL, so that a pod probing every
 //! second while its Role is missing costs the API server a request every
 //! minute at most, not every second. When the API server does not answer
 //! at all, a certificate read before stays in use until it does.
 //!
+//! What a cache keeps is bounded so that one namespace cannot fill it for
+//! another (#37):
+//! - Failed reads take no room from Secrets read: any pod may name Secrets
+//!   that do not exist, no grant needed. Each is remembered apart, as its
+//!   error and backoff only, at most [`MAX_FAILED_READS_PER_NAMESPACE`] of
+//!   one namespace; a namespace's next failure makes it forget its own
+//!   failure due soonest, never another namespace's.
+//! - Secrets read are held up to [`MAX_SECRETS_PER_NAMESPACE`] of one
+//!   namespace, and [`MAX_SECRETS`] and [`MAX_SECRET_BYTES`] in all. When
+//!   a cache is full, a namespace under its share (the bound divided among
+//!   the namespaces holding Secrets, itself included) takes room from the
+//!   namespace holding the most, which lets go of its least recently used
+//!   Secret; a namespace at its share gets no more, and its probe fails
+//!   saying which bound it met.
+//!
 //! The certificate and key never leave this module but as a
 //! [`ClientIdentity`], whose `Debug` shows no key material; errors name the
 //! Secret and the field, never their contents.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::kube::apiclient::{RequestError, bounded};
@@ -61,9 +78,32 @@ pub const FAILURE_BACKOFF: RetryPolicy = RetryPolicy {
 /// its Secret reason, without a read, until one of them goes idle.
 pub const MAX_SECRETS_PER_NAMESPACE: usize = 32;
 
-/// Most Secrets a cache holds node-wide, whatever their namespaces: with
-/// the per-namespace bound, eight namespaces at their most.
+/// Most Secrets a cache holds node-wide, whatever their namespaces. Once it
+/// holds this many, a namespace holding fewer than its share (this divided
+/// among the namespaces holding Secrets, itself included) takes room from
+/// the namespace holding the most, which lets go of its least recently
+/// used Secret (and reads it again, room permitting, when a probe next
+/// names it); a namespace at its share gets no more until one goes idle.
 pub const MAX_SECRETS: usize = 256;
+
+/// Most bytes of Secrets a cache holds node-wide, shared between
+/// namespaces as [`MAX_SECRETS`] is. A certificate counts its `tls.crt`
+/// and `tls.key` PEM (more than the DER kept), header values their keys
+/// and values (or why a value is unusable). Entries alone would let
+/// [`MAX_SECRETS`] certificates of [`MAX_SECRET_FIELD_BYTES`] twice hold
+/// 32 MiB; this is what one namespace at its most holds of them.
+pub const MAX_SECRET_BYTES: usize = 4 * 1024 * 1024;
+
+/// Most failed reads of one namespace a cache remembers, each as its error
+/// and backoff only, apart from the Secrets held, so that Secrets that do
+/// not exist (which any pod may name) take no room from those read. One
+/// more forgets that namespace's failure due soonest, never another
+/// namespace's: the name forgotten is read again the next time a probe
+/// names it, its backoff starting over, so a namespace naming more than
+/// this many Secrets that fail has them read as often as its probes run,
+/// within the API client's rate limit. A namespace with no more Secrets
+/// that fail than this keeps each one's backoff.
+pub const MAX_FAILED_READS_PER_NAMESPACE: usize = 32;
 
 /// The largest `tls.crt` and the largest `tls.key` accepted, in bytes of
 /// PEM. A chain of a few certificates takes a few KiB; the API server's
@@ -82,8 +122,9 @@ pub const MAX_HEADER_VALUE_BYTES: usize = 4096;
 /// tls`, cert-manager's Certificates).
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
 
-/// An entry unused for this long (its pods gone, their probes changed) is
-/// dropped at the next lookup of any Secret.
+/// A Secret held or a failure remembered that is unused for this long (its
+/// pods gone, their probes changed) is dropped at the next lookup of any
+/// Secret.
 const IDLE_EVICTION: Duration = Duration::from_secs(10 * 60);
 
 /// Why a Secret could not be read.
@@ -168,34 +209,78 @@ impl<T> Clone for SecretCache<T> {
 struct Inner<T> {
     reader: Box<dyn SecretReader>,
     ttl: Duration,
-    entries: Mutex<HashMap<(String, String), Slot<T>>>,
+    state: Mutex<State<T>>,
     /// What a Secret is read for, in errors and logs (`client certificate`).
     what: &'static str,
-    /// What probes use of a Secret, or why it is unusable.
-    convert: fn(&Secret) -> Result<T, String>,
+    /// What probes use of a Secret and the bytes it holds, or why it is
+    /// unusable.
+    convert: fn(&Secret) -> Result<(T, usize), String>,
 }
 
-struct Slot<T> {
-    /// Held across the read, so that lookups of the same Secret wait for
-    /// one read instead of each making their own.
-    entry: Arc<tokio::sync::Mutex<Entry<T>>>,
+/// A Secret: its namespace and name.
+type Key = (String, String);
+
+/// What a cache knows of Secrets: plain data, changed under one lock that
+/// is never held across a read.
+struct State<T> {
+    /// Secrets read and usable, within [`MAX_SECRETS_PER_NAMESPACE`],
+    /// [`MAX_SECRETS`] and [`MAX_SECRET_BYTES`].
+    held: HashMap<Key, Held<T>>,
+    /// Failed reads by namespace, then name, within
+    /// [`MAX_FAILED_READS_PER_NAMESPACE`]; never of a Secret held.
+    failed: HashMap<String, HashMap<String, Failed>>,
+    /// Reads in flight, which lookups of the same Secret wait for instead of
+    /// each making their own.
+    reading: HashMap<Key, Arc<OnceCell<Lookup<T>>>>,
+}
+
+impl<T> Default for State<T> {
+    fn default() -> Self {
+        State {
+            held: HashMap::new(),
+            failed: HashMap::new(),
+            reading: HashMap::new(),
+        }
+    }
+}
+
+struct Held<T> {
+    value: T,
+    bytes: usize,
+    /// Until when `value` is used without a read: a TTL after a read, a
+    /// backoff while the API server does not answer.
+    until: Instant,
+    /// Reads since the last success that got no answer, for the backoff.
+    failures: u32,
     last_used: Instant,
 }
 
-struct Entry<T> {
-    /// The last read's result and until when it is used.
-    cached: Option<(Lookup<T>, Instant)>,
+struct Failed {
+    /// The error, as probes naming the Secret within the backoff get it.
+    why: String,
+    until: Instant,
     /// Failed reads since the last success, for the backoff.
     failures: u32,
+    last_used: Instant,
 }
 
-impl<T> Default for Entry<T> {
-    fn default() -> Self {
-        Entry {
-            cached: None,
-            failures: 0,
-        }
-    }
+/// What a lookup does next.
+enum Next<T> {
+    Cached(Lookup<T>),
+    /// Not read: what it read could not be held (why).
+    Refused(String),
+    /// Read, or wait for the read in flight.
+    Read(Arc<OnceCell<Lookup<T>>>),
+}
+
+/// What a read came to.
+enum Outcome<T> {
+    /// What probes use of the Secret, and the bytes it holds.
+    Usable(T, usize),
+    /// Nothing was said about the Secret (see [`ReadError::Failed`]).
+    Unanswered(String),
+    /// Forbidden, not found, or not usable.
+    Unusable(String),
 }
 
 impl ClientIdentitySource for ClientCertificates {
@@ -220,24 +305,34 @@ impl<T> std::fmt::Debug for SecretCache<T> {
 impl ClientCertificates {
     /// Reads client certificates through `reader`, each read good for `ttl`.
     pub fn new(reader: impl SecretReader, ttl: Duration) -> Self {
-        SecretCache::reading(reader, ttl, "client certificate", identity)
+        SecretCache::reading(reader, ttl, "client certificate", |secret| {
+            let identity = identity(secret)?;
+            // The PEM read: more than the DER kept, and known before parsing.
+            let bytes = ["tls.crt", "tls.key"]
+                .iter()
+                .filter_map(|key| secret.data.as_ref()?.get(*key))
+                .map(|value| value.0.len())
+                .sum();
+            Ok((identity, bytes))
+        })
     }
 }
 
 impl<T: Clone> SecretCache<T> {
     /// Reads through `reader`, each read good for `ttl` and turned into
-    /// what probes use by `convert`; `what` names the use in errors.
+    /// what probes use, and the bytes that holds, by `convert`; `what`
+    /// names the use in errors.
     pub fn reading(
         reader: impl SecretReader,
         ttl: Duration,
         what: &'static str,
-        convert: fn(&Secret) -> Result<T, String>,
+        convert: fn(&Secret) -> Result<(T, usize), String>,
     ) -> Self {
         SecretCache {
             inner: Arc::new(Inner {
                 reader: Box::new(reader),
                 ttl,
-                entries: Mutex::new(HashMap::new()),
+                state: Mutex::default(),
                 what,
                 convert,
             }),
@@ -255,120 +350,315 @@ impl<T: Clone> SecretCache<T> {
     /// is used until the Secret can be read again: an API server outage
     /// must not fail every such probe of the node.
     pub async fn get(&self, namespace: &str, name: &str) -> Lookup<T> {
-        let slot = match self.slot(namespace, name) {
-            Ok(slot) => slot,
-            Err(full) => {
-                let why = format!(
-                    "{}: Secret {} in namespace {}: not read: {full}",
-                    self.inner.what,
-                    go_quote(name),
-                    go_quote(namespace)
-                );
+        let next = self.state().next(namespace, name, Instant::now());
+        let reading = match next {
+            Next::Cached(lookup) => return lookup,
+            Next::Refused(full) => {
+                let why = self.why(namespace, name, &format!("not read: {full}"));
                 tracing::warn!(secret = %name, error = %why, "cannot use the probe's Secret");
                 return Err(why);
             }
+            Next::Read(reading) => reading,
         };
-        let mut entry = slot.lock().await;
-        if let Some((lookup, until)) = &entry.cached
-            && *until > Instant::now()
-        {
-            return lookup.clone();
-        }
-        let read = self.inner.reader.get(namespace, name).await;
-        let stale = match (&read, &entry.cached) {
-            (Err(ReadError::Failed(_)), Some((Ok(previous), _))) => Some(previous.clone()),
-            _ => None,
-        };
-        let what = self.inner.what;
-        let result = read
-            .map_err(|error| error.to_string())
-            .and_then(|secret| (self.inner.convert)(&secret))
-            .map_err(|why| {
-                format!(
-                    "{what}: Secret {} in namespace {}: {why}",
-                    go_quote(name),
-                    go_quote(namespace)
-                )
-            });
-        let now = Instant::now();
-        let (lookup, until) = match result {
-            Ok(value) => {
-                entry.failures = 0;
-                (Ok(value), now + self.inner.ttl)
-            }
-            Err(why) => {
-                entry.failures = entry.failures.saturating_add(1);
-                let until = now + FAILURE_BACKOFF.jittered(entry.failures).min(self.inner.ttl);
-                match stale {
-                    Some(previous) => {
-                        tracing::warn!(
-                            secret = %name,
-                            error = %why,
-                            "cannot read the probe's {what} Secret again; using what was read before until it can"
-                        );
-                        (Ok(previous), until)
-                    }
-                    None => {
-                        tracing::warn!(
-                            secret = %name,
-                            error = %why,
-                            "cannot use the probe's {what} Secret; the probe fails until it can"
-                        );
-                        (Err(why), until)
-                    }
-                }
-            }
-        };
-        entry.cached = Some((lookup.clone(), until));
-        lookup
+        // Should the probe that started the read give up on it (its
+        // timeout), one still waiting makes it instead.
+        reading
+            .get_or_init(|| self.read(namespace, name))
+            .await
+            .clone()
     }
 
-    /// The entry of one Secret, made on first use unless the cache holds
-    /// [`MAX_SECRETS_PER_NAMESPACE`] of its namespace or [`MAX_SECRETS`]
-    /// already (why not, then); idle entries are dropped while the map is
-    /// held anyway.
-    fn slot(
+    async fn read(&self, namespace: &str, name: &str) -> Lookup<T> {
+        let outcome = match self.inner.reader.get(namespace, name).await {
+            Ok(secret) => match (self.inner.convert)(&secret) {
+                Ok((value, bytes)) => Outcome::Usable(value, bytes),
+                Err(why) => Outcome::Unusable(why),
+            },
+            Err(error @ ReadError::Failed(_)) => Outcome::Unanswered(error.to_string()),
+            Err(error) => Outcome::Unusable(error.to_string()),
+        };
+        let mut state = self.state();
+        state
+            .reading
+            .remove(&(namespace.to_string(), name.to_string()));
+        self.settle(&mut state, namespace, name, outcome)
+    }
+
+    /// Keeps what a read of `name` in `namespace` came to, and says what
+    /// probes get of it.
+    fn settle(
         &self,
+        state: &mut State<T>,
         namespace: &str,
         name: &str,
-    ) -> Result<Arc<tokio::sync::Mutex<Entry<T>>>, String> {
+        outcome: Outcome<T>,
+    ) -> Lookup<T> {
         let now = Instant::now();
-        let mut entries = self
-            .inner
-            .entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        entries.retain(|_, slot| now.duration_since(slot.last_used) < IDLE_EVICTION);
+        let what = self.inner.what;
         let key = (namespace.to_string(), name.to_string());
-        if !entries.contains_key(&key) {
-            let in_namespace = entries.keys().filter(|(ns, _)| ns == namespace).count();
-            if in_namespace >= MAX_SECRETS_PER_NAMESPACE {
-                return Err(format!(
-                    "podprobe holds {in_namespace} Secrets of this namespace for probes already, the most it holds per namespace; one is let go 10 minutes after its last use"
-                ));
-            }
-            if entries.len() >= MAX_SECRETS {
-                return Err(format!(
-                    "podprobe holds {} Secrets for probes already, the most it holds on a node; one is let go 10 minutes after its last use",
-                    entries.len()
-                ));
-            }
+        // Out of the way while the read finds room: what it holds now
+        // replaces it.
+        let held = state.held.remove(&key);
+        let failures = match (&held, state.failure(namespace, name)) {
+            (Some(held), _) => held.failures,
+            (None, Some(failed)) => failed.failures,
+            (None, None) => 0,
         }
-        let slot = entries.entry(key).or_insert_with(|| Slot {
-            entry: Arc::default(),
-            last_used: now,
-        });
-        slot.last_used = now;
-        Ok(slot.entry.clone())
+        .saturating_add(1);
+        let backoff = FAILURE_BACKOFF.jittered(failures).min(self.inner.ttl);
+        let why = match (outcome, held) {
+            (Outcome::Usable(value, bytes), _) => match state.room(namespace, bytes) {
+                Ok(evicted) => {
+                    for (other, secret) in evicted {
+                        tracing::info!(
+                            namespace = %other,
+                            secret = %secret,
+                            for_namespace = %namespace,
+                            "let go of a {what} Secret held for probes: its namespace holds the most, and another holds less than its share"
+                        );
+                        state.held.remove(&(other, secret));
+                    }
+                    state.forget_failure(namespace, name);
+                    state.held.insert(
+                        key,
+                        Held {
+                            value: value.clone(),
+                            bytes,
+                            until: now + self.inner.ttl,
+                            failures: 0,
+                            last_used: now,
+                        },
+                    );
+                    return Ok(value);
+                }
+                Err(full) => format!("read, but not held: {full}"),
+            },
+            (Outcome::Unanswered(why), Some(mut held)) => {
+                tracing::warn!(
+                    secret = %name,
+                    error = %self.why(namespace, name, &why),
+                    "cannot read the probe's {what} Secret again; using what was read before until it can"
+                );
+                held.failures = failures;
+                held.until = now + backoff;
+                held.last_used = now;
+                let value = held.value.clone();
+                state.held.insert(key, held);
+                return Ok(value);
+            }
+            (Outcome::Unanswered(why) | Outcome::Unusable(why), _) => why,
+        };
+        let why = self.why(namespace, name, &why);
+        tracing::warn!(
+            secret = %name,
+            error = %why,
+            "cannot use the probe's {what} Secret; the probe fails until it can"
+        );
+        state.remember_failure(
+            namespace,
+            name,
+            Failed {
+                why: why.clone(),
+                until: now + backoff,
+                failures,
+                last_used: now,
+            },
+        );
+        Err(why)
+    }
+
+    /// An error about Secret `name` in `namespace`, for probes and logs.
+    fn why(&self, namespace: &str, name: &str, why: &str) -> String {
+        format!(
+            "{}: Secret {} in namespace {}: {why}",
+            self.inner.what,
+            go_quote(name),
+            go_quote(namespace)
+        )
+    }
+
+    fn state(&self) -> MutexGuard<'_, State<T>> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.inner
-            .entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+    fn counts(&self) -> Counts {
+        let state = self.state();
+        Counts {
+            held: state.held.len(),
+            bytes: state.held.values().map(|held| held.bytes).sum(),
+            failed: state.failed.values().map(HashMap::len).sum(),
+            reading: state.reading.len(),
+        }
+    }
+}
+
+/// What a cache holds, for the tests.
+#[cfg(test)]
+#[derive(Debug, PartialEq, Eq)]
+struct Counts {
+    held: usize,
+    bytes: usize,
+    failed: usize,
+    reading: usize,
+}
+
+impl<T: Clone> State<T> {
+    /// What a lookup of `name` in `namespace` at `now` does: answer from
+    /// the cache, refuse without a read a Secret that could not be held
+    /// once read, or read (with the lookups already waiting for a read).
+    fn next(&mut self, namespace: &str, name: &str, now: Instant) -> Next<T> {
+        self.forget_idle(now);
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(held) = self.held.get_mut(&key) {
+            held.last_used = now;
+            if held.until > now {
+                return Next::Cached(Ok(held.value.clone()));
+            }
+        } else {
+            if let Some(failed) = self
+                .failed
+                .get_mut(namespace)
+                .and_then(|names| names.get_mut(name))
+            {
+                failed.last_used = now;
+                if failed.until > now {
+                    return Next::Cached(Err(failed.why.clone()));
+                }
+            }
+            // Its size is known once read; the number of Secrets before.
+            if let Err(full) = self.room(namespace, 0) {
+                return Next::Refused(full);
+            }
+        }
+        Next::Read(self.reading.entry(key).or_default().clone())
+    }
+
+    fn forget_idle(&mut self, now: Instant) {
+        let live = |last_used: Instant| now.duration_since(last_used) < IDLE_EVICTION;
+        self.held.retain(|_, held| live(held.last_used));
+        self.failed.retain(|_, names| {
+            names.retain(|_, failed| live(failed.last_used));
+            !names.is_empty()
+        });
+        // A read that every lookup waiting for it gave up on, before it
+        // was made.
+        self.reading
+            .retain(|_, reading| Arc::strong_count(reading) > 1);
+    }
+
+    fn failure(&self, namespace: &str, name: &str) -> Option<&Failed> {
+        self.failed.get(namespace)?.get(name)
+    }
+
+    /// Remembers a failed read, forgetting the failure of the same
+    /// namespace due soonest if it remembers as many as it may.
+    fn remember_failure(&mut self, namespace: &str, name: &str, failed: Failed) {
+        let names = self.failed.entry(namespace.to_string()).or_default();
+        if !names.contains_key(name) && names.len() >= MAX_FAILED_READS_PER_NAMESPACE {
+            let soonest = names
+                .iter()
+                .min_by_key(|(_, failed)| failed.until)
+                .map(|(name, _)| name.clone());
+            if let Some(soonest) = soonest {
+                names.remove(&soonest);
+            }
+        }
+        names.insert(name.to_string(), failed);
+    }
+
+    fn forget_failure(&mut self, namespace: &str, name: &str) {
+        if let Some(names) = self.failed.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                self.failed.remove(namespace);
+            }
+        }
+    }
+
+    /// Room for one more Secret of `namespace`, holding `bytes`: the
+    /// Secrets of other namespaces to let go of for it (none while the
+    /// cache is not full), or why there is none.
+    fn room(&self, namespace: &str, bytes: usize) -> Result<Vec<Key>, String> {
+        /// What one namespace holds.
+        #[derive(Default)]
+        struct Holding<'a> {
+            count: usize,
+            bytes: usize,
+            /// Its Secrets, the least recently used last.
+            by_use: Vec<(Instant, &'a Key, usize)>,
+        }
+        let mut holdings: BTreeMap<&str, Holding> = BTreeMap::new();
+        for (key, held) in &self.held {
+            let holding = holdings.entry(&key.0).or_default();
+            holding.count += 1;
+            holding.bytes += held.bytes;
+            holding.by_use.push((held.last_used, key, held.bytes));
+        }
+        let (count, held_bytes) = holdings
+            .get(namespace)
+            .map_or((0, 0), |holding| (holding.count, holding.bytes));
+        if count >= MAX_SECRETS_PER_NAMESPACE {
+            return Err(format!(
+                "podprobe holds {count} Secrets of this namespace for probes already, the most it holds per namespace; one is let go 10 minutes after its last use"
+            ));
+        }
+        let mut total = self.held.len();
+        let mut total_bytes: usize = holdings.values().map(|holding| holding.bytes).sum();
+        if total < MAX_SECRETS && total_bytes + bytes <= MAX_SECRET_BYTES {
+            return Ok(Vec::new());
+        }
+        let sharing = holdings.len() + usize::from(!holdings.contains_key(namespace));
+        let share = MAX_SECRETS / sharing;
+        if total >= MAX_SECRETS && count >= share {
+            return Err(format!(
+                "podprobe holds {total} Secrets for probes already, the most it holds on a node, and this namespace holds {count} of them, its share of {MAX_SECRETS} among the {sharing} namespaces holding some; one is let go 10 minutes after its last use"
+            ));
+        }
+        let share_bytes = MAX_SECRET_BYTES / sharing;
+        if total_bytes + bytes > MAX_SECRET_BYTES && held_bytes + bytes > share_bytes {
+            return Err(format!(
+                "podprobe holds {total_bytes} bytes of Secrets for probes already, and with this one's {bytes} would hold more than the {MAX_SECRET_BYTES} it holds on a node; this namespace would hold {}, more than its share of them, {share_bytes} among the {sharing} namespaces holding some; one is let go 10 minutes after its last use",
+                held_bytes + bytes
+            ));
+        }
+        for holding in holdings.values_mut() {
+            holding
+                .by_use
+                .sort_by_key(|(last_used, ..)| Reverse(*last_used));
+        }
+        let mut evicted = Vec::new();
+        while total >= MAX_SECRETS || total_bytes + bytes > MAX_SECRET_BYTES {
+            let by_count = total >= MAX_SECRETS;
+            // Of the namespaces holding the most of what is short, the one
+            // whose least recently used Secret is the oldest. Never this
+            // one: under its share, it holds less than the others do on
+            // average.
+            let most = holdings
+                .values_mut()
+                .max_by_key(|holding| {
+                    let held = if by_count {
+                        holding.count
+                    } else {
+                        holding.bytes
+                    };
+                    (held, Reverse(holding.by_use.last().map(|(used, ..)| *used)))
+                })
+                .expect("a full cache holds Secrets");
+            let (_, key, freed) = most
+                .by_use
+                .pop()
+                .expect("the namespace holding the most holds some");
+            most.count -= 1;
+            most.bytes -= freed;
+            total -= 1;
+            total_bytes -= freed;
+            evicted.push(key.clone());
+        }
+        Ok(evicted)
     }
 }
 
@@ -382,7 +672,16 @@ pub type HeaderSecrets = SecretCache<HeaderValues>;
 impl HeaderSecrets {
     /// Reads header values through `reader`, each read good for `ttl`.
     pub fn new(reader: impl SecretReader, ttl: Duration) -> Self {
-        SecretCache::reading(reader, ttl, "header value", header_values)
+        SecretCache::reading(reader, ttl, "header value", |secret| {
+            let values = header_values(secret)?;
+            let bytes = values
+                .iter()
+                .map(|(key, value)| match value {
+                    Ok(text) | Err(text) => key.len() + text.len(),
+                })
+                .sum();
+            Ok((values, bytes))
+        })
     }
 }
 
@@ -657,9 +956,10 @@ mod tests {
         );
     }
 
-    /// A namespace holds at most its share of the cache, and the node at
-    /// most the whole; a Secret over either fails without a read, and
-    /// fits again once one goes idle.
+    /// A namespace holds at most [`MAX_SECRETS_PER_NAMESPACE`], and once
+    /// the node holds [`MAX_SECRETS`], a namespace at its share of them no
+    /// more; a Secret over either fails without a read, and fits again
+    /// once one goes idle.
     #[tokio::test(start_paused = true)]
     async fn secrets_held_are_bounded_per_namespace_and_per_node() {
         let (crt, key) = pem_pair();
@@ -678,30 +978,284 @@ mod tests {
             certificates.get("shop", "s0").await.is_ok(),
             "a held one still serves"
         );
-        let mut namespace = 0;
-        while certificates.len() < MAX_SECRETS {
-            let _ = certificates
-                .get(
-                    &format!("ns{namespace}"),
-                    &format!("s{}", certificates.len()),
-                )
-                .await;
-            namespace += 1;
+        // 224 namespaces of one Secret each fill the node: with 225
+        // namespaces holding some, a namespace's share is one.
+        for namespace in 0..MAX_SECRETS - MAX_SECRETS_PER_NAMESPACE {
+            certificates
+                .get(&format!("ns{namespace}"), "s")
+                .await
+                .unwrap();
         }
-        let refused = certificates.get("fresh", "s").await.unwrap_err();
-        assert!(refused.contains("the most it holds on a node"), "{refused}");
+        assert_eq!(certificates.counts().held, MAX_SECRETS);
+        let gets = fake.gets();
+        let refused = certificates.get("ns0", "another").await.unwrap_err();
+        assert_eq!(
+            refused,
+            "client certificate: Secret \"another\" in namespace \"ns0\": not read: podprobe holds 256 Secrets for probes already, the most it holds on a node, and this namespace holds 1 of them, its share of 256 among the 225 namespaces holding some; one is let go 10 minutes after its last use"
+        );
+        assert_eq!(fake.gets(), gets, "no read for it");
+        assert_eq!(certificates.counts().held, MAX_SECRETS, "nothing let go");
         tokio::time::advance(IDLE_EVICTION).await;
         assert!(certificates.get("shop", "one-more").await.is_ok());
     }
 
+    /// The attack of #37: a tenant with pods on one node in eight
+    /// namespaces names 32 Secrets in each that do not exist (no grant
+    /// needed). Their failures are remembered apart from the Secrets held,
+    /// so another namespace's Secret is still read and held.
+    #[tokio::test(start_paused = true)]
+    async fn failed_reads_fill_no_slot_another_namespace_needs() {
+        let fake = Fake::new(Err(ReadError::NotFound), Duration::ZERO);
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        for namespace in 0..8 {
+            for name in 0..MAX_SECRETS_PER_NAMESPACE {
+                let failed = certificates
+                    .get(&format!("tenant{namespace}"), &format!("missing{name}"))
+                    .await;
+                assert!(failed.unwrap_err().ends_with("it does not exist"));
+            }
+        }
+        let (crt, key) = pem_pair();
+        fake.answer(Ok(tls_secret(&crt, &key)));
+        assert_eq!(
+            certificates.get("victim", "client").await,
+            Ok(identity_of(&crt, &key))
+        );
+        let gets = fake.gets();
+        assert_eq!(
+            certificates.get("victim", "client").await,
+            Ok(identity_of(&crt, &key))
+        );
+        assert_eq!(fake.gets(), gets, "held: no second read");
+        assert_eq!(certificates.counts().held, 1);
+        assert_eq!(certificates.counts().failed, 8 * MAX_SECRETS_PER_NAMESPACE);
+    }
+
+    /// Once the node holds [`MAX_SECRETS`], a namespace under its share
+    /// takes room from the namespace holding the most, whose least
+    /// recently used Secret is let go; a namespace at its share takes
+    /// none.
+    #[tokio::test(start_paused = true)]
+    async fn a_namespace_under_its_share_takes_room_from_the_one_holding_most() {
+        let (crt, key) = pem_pair();
+        let fake = Fake::new(Ok(tls_secret(&crt, &key)), Duration::ZERO);
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        let fill = async |namespace: &str, names: std::ops::Range<usize>| {
+            for i in names {
+                certificates.get(namespace, &format!("s{i}")).await.unwrap();
+            }
+        };
+        // Eight namespaces at the most each holds; "hog"'s s0 is the
+        // least recently used of all.
+        fill("hog", 0..MAX_SECRETS_PER_NAMESPACE).await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        fill("hog", 1..MAX_SECRETS_PER_NAMESPACE).await;
+        for namespace in 0..7 {
+            fill(&format!("ns{namespace}"), 0..MAX_SECRETS_PER_NAMESPACE).await;
+        }
+        assert_eq!(certificates.counts().held, MAX_SECRETS);
+        let gets = fake.gets();
+        // With nine namespaces holding some, each one's share is 28.
+        assert_eq!(
+            certificates.get("new", "s0").await,
+            Ok(identity_of(&crt, &key))
+        );
+        assert_eq!(fake.gets(), gets + 1);
+        assert_eq!(certificates.counts().held, MAX_SECRETS);
+        let refused = certificates.get("hog", "s0").await.unwrap_err();
+        assert_eq!(
+            refused,
+            "client certificate: Secret \"s0\" in namespace \"hog\": not read: podprobe holds 256 Secrets for probes already, the most it holds on a node, and this namespace holds 31 of them, its share of 256 among the 9 namespaces holding some; one is let go 10 minutes after its last use"
+        );
+        assert!(certificates.get("hog", "s1").await.is_ok());
+        assert_eq!(fake.gets(), gets + 1, "hog's others are held still");
+        // "new" takes room until it holds its share, then no more.
+        fill("new", 1..28).await;
+        let gets = fake.gets();
+        let refused = certificates.get("new", "s28").await.unwrap_err();
+        assert!(
+            refused.ends_with("not read: podprobe holds 256 Secrets for probes already, the most it holds on a node, and this namespace holds 28 of them, its share of 256 among the 9 namespaces holding some; one is let go 10 minutes after its last use"),
+            "{refused}"
+        );
+        assert_eq!(fake.gets(), gets, "no read for it");
+        // Each gave way only while it held the most: none holds less than
+        // its share, and none of the refused lookups read.
+        for namespace in ["hog", "ns0", "ns1", "ns2", "ns3", "ns4", "ns5", "ns6"] {
+            let mut held = 0;
+            for i in 0..MAX_SECRETS_PER_NAMESPACE {
+                held += usize::from(certificates.get(namespace, &format!("s{i}")).await.is_ok());
+            }
+            assert!(
+                (28..MAX_SECRETS_PER_NAMESPACE).contains(&held),
+                "{namespace}: {held}"
+            );
+        }
+        assert_eq!(fake.gets(), gets);
+        assert_eq!(certificates.counts().held, MAX_SECRETS);
+    }
+
+    /// A namespace's failures are remembered up to
+    /// [`MAX_FAILED_READS_PER_NAMESPACE`]; one more forgets that
+    /// namespace's failure due soonest, never another namespace's.
+    #[tokio::test(start_paused = true)]
+    async fn failed_reads_are_remembered_per_namespace_and_never_forgotten_for_another() {
+        let fake = Fake::new(Err(ReadError::NotFound), Duration::ZERO);
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        for i in 0..MAX_FAILED_READS_PER_NAMESPACE {
+            let _ = certificates.get("a", &format!("a{i}")).await;
+        }
+        // b0's backoff ends within 2 to 3 s, the others' 1.1 s later.
+        let _ = certificates.get("b", "b0").await;
+        tokio::time::advance(Duration::from_millis(1100)).await;
+        for i in 1..MAX_FAILED_READS_PER_NAMESPACE {
+            let _ = certificates.get("b", &format!("b{i}")).await;
+        }
+        assert_eq!(fake.gets(), 2 * MAX_FAILED_READS_PER_NAMESPACE);
+        let _ = certificates.get("b", "b32").await;
+        assert_eq!(
+            certificates.counts().failed,
+            2 * MAX_FAILED_READS_PER_NAMESPACE
+        );
+        let gets = fake.gets();
+        for i in 0..MAX_FAILED_READS_PER_NAMESPACE {
+            let failed = certificates.get("a", &format!("a{i}")).await;
+            assert!(failed.unwrap_err().ends_with("it does not exist"));
+        }
+        for i in 1..=MAX_FAILED_READS_PER_NAMESPACE {
+            let _ = certificates.get("b", &format!("b{i}")).await;
+        }
+        assert_eq!(fake.gets(), gets, "all remembered, within their backoff");
+        let _ = certificates.get("b", "b0").await;
+        assert_eq!(fake.gets(), gets + 1, "b0 was forgotten, and read again");
+    }
+
+    /// A header Secret of 16 keys of 4 KiB, as [`HeaderSecrets`] counts it.
+    fn large_header_secret() -> (Secret, usize) {
+        let data = (0..MAX_HEADER_SECRET_KEYS).map(|i| {
+            (
+                format!("k{i:02}"),
+                k8s_openapi::ByteString(vec![b'v'; MAX_HEADER_VALUE_BYTES]),
+            )
+        });
+        let secret = Secret {
+            data: Some(data.collect()),
+            ..Secret::default()
+        };
+        (
+            secret,
+            MAX_HEADER_SECRET_KEYS * (3 + MAX_HEADER_VALUE_BYTES),
+        )
+    }
+
+    /// The bytes a cache holds stay within [`MAX_SECRET_BYTES`], shared
+    /// between namespaces as the Secrets are: a Secret that would take a
+    /// namespace over its share of a full cache is refused once read (its
+    /// size is known only then) and the refusal is remembered as a failed
+    /// read; a namespace under its share takes room from the one holding
+    /// the most bytes.
+    #[tokio::test(start_paused = true)]
+    async fn bytes_held_are_bounded_and_shared_between_namespaces() {
+        let (secret, size) = large_header_secret();
+        let fake = Fake::new(Ok(secret), Duration::ZERO);
+        let headers = HeaderSecrets::new(fake.clone(), SECRET_TTL);
+        for i in 0..MAX_SECRETS_PER_NAMESPACE {
+            headers.get("big", &format!("s{i}")).await.unwrap();
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let fit = MAX_SECRET_BYTES / size;
+        for i in 0..fit - MAX_SECRETS_PER_NAMESPACE {
+            headers.get("second", &format!("s{i}")).await.unwrap();
+        }
+        assert_eq!(
+            headers.counts(),
+            Counts {
+                held: fit,
+                bytes: fit * size,
+                failed: 0,
+                reading: 0
+            }
+        );
+        let refused = headers.get("second", "s31").await.unwrap_err();
+        assert_eq!(
+            refused,
+            "header value: Secret \"s31\" in namespace \"second\": read, but not held: podprobe holds 4131792 bytes of Secrets for probes already, and with this one's 65584 would hold more than the 4194304 it holds on a node; this namespace would hold 2098688, more than its share of them, 2097152 among the 2 namespaces holding some; one is let go 10 minutes after its last use"
+        );
+        let gets = fake.gets();
+        assert_eq!(headers.get("second", "s31").await.unwrap_err(), refused);
+        assert_eq!(fake.gets(), gets, "refused within its backoff, unread");
+        // A third namespace takes room from "big", which holds the most.
+        headers.get("third", "s0").await.unwrap();
+        assert_eq!(
+            headers.counts(),
+            Counts {
+                held: fit,
+                bytes: fit * size,
+                failed: 1,
+                reading: 0
+            }
+        );
+        let gets = fake.gets();
+        for i in 0..fit - MAX_SECRETS_PER_NAMESPACE {
+            headers.get("second", &format!("s{i}")).await.unwrap();
+        }
+        assert_eq!(fake.gets(), gets, "none of second's let go");
+        for i in 0..MAX_SECRETS_PER_NAMESPACE {
+            let _ = headers.get("big", &format!("s{i}")).await;
+        }
+        assert_eq!(fake.gets(), gets + 1, "one of big's let go, read again");
+        assert!(headers.counts().bytes <= MAX_SECRET_BYTES);
+    }
+
+    /// Probes naming a Secret wait for one read whatever it comes to, and a
+    /// read the first probe gives up on is made by the next one waiting, or
+    /// leaves nothing behind if none is.
+    #[tokio::test(start_paused = true)]
+    async fn a_read_in_flight_is_shared_and_outlives_the_probe_that_gave_up() {
+        let fake = Fake::new(Err(ReadError::NotFound), Duration::from_millis(50));
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        let answers =
+            futures::future::join_all((0..8).map(|_| certificates.get("shop", "gone"))).await;
+        assert_eq!(fake.gets(), 1, "one GET for eight probes");
+        assert!(answers.iter().all(|answer| answer == &answers[0]));
+        let (crt, key) = pem_pair();
+        fake.answer(Ok(tls_secret(&crt, &key)));
+        let (first, second) = tokio::join!(
+            tokio::time::timeout(
+                Duration::from_millis(10),
+                certificates.get("shop", "client")
+            ),
+            certificates.get("shop", "client"),
+        );
+        assert!(first.is_err(), "gave up");
+        assert_eq!(second, Ok(identity_of(&crt, &key)));
+        assert_eq!(fake.gets(), 3, "the read given up on, and the second's");
+        let given_up =
+            tokio::time::timeout(Duration::from_millis(10), certificates.get("shop", "other"))
+                .await;
+        assert!(given_up.is_err());
+        let _ = certificates.get("shop", "client").await;
+        assert_eq!(certificates.counts().reading, 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn idle_entries_are_dropped() {
-        let fake = Fake::new(Err(ReadError::NotFound), Duration::ZERO);
-        let certificates = ClientCertificates::new(fake, SECRET_TTL);
+        let (crt, key) = pem_pair();
+        let fake = Fake::new(Ok(tls_secret(&crt, &key)), Duration::ZERO);
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        certificates.get("shop", "kept").await.unwrap();
+        fake.answer(Err(ReadError::NotFound));
         let _ = certificates.get("shop", "gone").await;
         tokio::time::advance(IDLE_EVICTION).await;
         let _ = certificates.get("shop", "used").await;
-        assert_eq!(certificates.len(), 1);
+        assert_eq!(
+            certificates.counts(),
+            Counts {
+                held: 0,
+                bytes: 0,
+                failed: 1,
+                reading: 0
+            }
+        );
     }
 
     #[test]
