@@ -53,7 +53,9 @@ use crate::kube::user_agent;
 use crate::manager::ProberManager;
 use crate::pod_store::PodStore;
 use crate::probe::netns::{self, NamespaceHelper};
+use crate::probe::prober::NetworkLimits;
 use crate::probe::spec::budget::NodeBudget;
+use crate::probe::spec::timeout_caps::TimeoutCaps;
 use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
 use crate::probe_ledger::ProbeLedger;
 use crate::probe_rates::ProbeRates;
@@ -65,6 +67,7 @@ use crate::server::metrics::{Metrics, PatchOutcome};
 use crate::server::probe_status::ProbeStatus;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use crate::util::exit_code;
+use crate::util::fair_slots::FairSlots;
 use crate::util::watch_activity::WatchActivity;
 use crate::worker::ProbeRunner;
 use crate::worker::{Clock, ProbeObserver, SystemClock};
@@ -232,6 +235,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     let prober = Prober::new(&kube_probe_version, Some(cri.clone()))
         .with_destinations(config.destinations.clone())
+        .with_network_limits(NetworkLimits {
+            // A pod holding none always gets one: pods that fill the node
+            // cannot keep another's probes from running on time.
+            slots: FairSlots::with_guaranteed(
+                config.max_concurrent_network_probes,
+                config.max_concurrent_network_probes_per_pod,
+                1,
+            ),
+            max_timeout: config.max_network_timeout,
+        })
         .with_client_certificates(ClientCertificates::new(
             KubeSecrets(client.clone()),
             config.secret_ttl,
@@ -318,6 +331,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         max_liveness_pause: config.max_liveness_pause,
         next_pause_end: None,
         marker_keys: config.marker_keys.clone(),
+        timeout_caps: TimeoutCaps {
+            exec: config.max_exec_timeout,
+            network: config.max_network_timeout,
+        },
         markers,
     };
     daemon.run(pod_events, receivers, readings, shutdown).await;

@@ -19,7 +19,7 @@ enum Command {
     /// Run the node daemon: probe the pods of this node and publish their
     /// readiness (gate mode: the `podprobe.io/ready` condition of annotated
     /// pods; authority mode: container ready/started and Ready/ContainersReady).
-    Run(podprobe::daemon::config::RunArgs),
+    Run(Box<podprobe::daemon::config::RunArgs>),
     /// Simulate a pod's probes in virtual time against a script of how its
     /// containers behave, printing what the kubelet would observe and do.
     #[command(after_help = podprobe::cli::simulate::AFTER_HELP)]
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Probe(args) => podprobe::cli::oneshot::main(args),
-        Command::Run(args) => podprobe::daemon::main(args),
+        Command::Run(args) => podprobe::daemon::main(*args),
         Command::Simulate(args) => podprobe::cli::simulate::main(args),
         Command::Lint(args) => podprobe::cli::lint::main(args),
         Command::NetnsHelper => match podprobe::probe::netns::helper::serve() {

@@ -26,11 +26,15 @@ use http_body_util::StreamBody;
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
+use podprobe::probe::http::MAX_RESPONSE_HEAD_BYTES;
+use podprobe::probe::prober::NetworkLimits;
 use podprobe::probe::spec::{GrpcAction, Handler, HttpGetAction, Scheme};
 use podprobe::probe::verdict::MAX_PROBE_RETRIES;
 use podprobe::probe::{
     MAX_OUTPUT_BYTES, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
 };
+use podprobe::util::fair_slots::FairSlots;
+use podprobe::util::pod::ContainerIdentity;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -57,20 +61,21 @@ const CHUNK: usize = 64 * 1024;
 const GIB: usize = 1 << 30;
 /// Size of the huge response heads.
 const HEAD_BYTES: usize = 1 << 20;
+/// Size of the head [`Behaviour::StalledHead`] sends before it stalls.
+const STALLED_HEAD_BYTES: usize = 300 * 1024;
 /// Go's `CheckRedirect` default stops at this many requests.
 const REDIRECT_REQUESTS: usize = 10;
 /// The whole message [`Behaviour::GrpcHeldMessage`] sends: 61 chunks,
 /// 3.8 MiB, under grpc-go's 4 MiB limit.
 const HELD_MESSAGE_BYTES: usize = 61 * CHUNK;
 /// Peak RSS growth allowed while the probes run, about twice what was
-/// measured (+40 to +51 MiB over six runs, debug build, both ends of
-/// every connection in this process). Run alone, 495 probes of one
-/// behaviour grow it by 21 to 46 MiB, except `HugeHeader`: +156 MiB, as
-/// hyper's HTTP/1 client grows a connection's read buffer up to its
-/// 408 KiB limit before it gives up on the head (Go's client would read up
-/// to 10 MiB). Buffering a body, a head or a gRPC message without a limit
-/// would take gigabytes here.
-const RSS_GROWTH_BOUND_KIB: u64 = 96 * 1024;
+/// measured (+29 MiB, debug build, both ends of every connection in this
+/// process, 15 behaviours). Before the 64 KiB bound on HTTP/1.1 heads
+/// (#37) the 11 behaviours of then grew it by +40 to +51 MiB, and 495
+/// probes of `HugeHeader` alone by +156 MiB, as hyper's client grew a
+/// connection's read buffer up to 408 KiB. Buffering a body, a head or a
+/// gRPC message without a limit would take gigabytes here.
+const RSS_GROWTH_BOUND_KIB: u64 = 64 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Behaviour {
@@ -90,8 +95,19 @@ enum Behaviour {
     HugeHeader,
     /// A 200 head with 1 MiB of 64-byte header lines (16 Ki headers).
     ManyHeaders,
+    /// 300 KiB of a head (under hyper's default 408 KiB buffer), then
+    /// nothing more: a client that buffers it holds it until its deadline.
+    StalledHead,
+    /// `100 Continue` responses, one after another, for ever.
+    EndlessContinue,
+    /// Answers an HTTP/1.1 request with the HTTP/2 connection preface, as
+    /// a server that switched to h2c under its clients would.
+    H2Preface,
     /// Accepts and reads, never sends a byte: no HTTP/2 SETTINGS.
     GrpcSilent,
+    /// Answers a gRPC client with an HTTP/1.1 response, as a server that
+    /// switched protocols under its clients would.
+    GrpcToHttp1,
     /// Completes the HTTP/2 handshake and never answers the Check call.
     GrpcNoAnswer,
     /// Answers the Check call with a message whose length prefix says
@@ -103,7 +119,7 @@ enum Behaviour {
     GrpcHeldMessage,
 }
 
-const BEHAVIOURS: [Behaviour; 11] = [
+const BEHAVIOURS: [Behaviour; 15] = [
     Behaviour::SlowHead,
     Behaviour::SlowBody,
     Behaviour::EndlessBody,
@@ -111,7 +127,11 @@ const BEHAVIOURS: [Behaviour; 11] = [
     Behaviour::RedirectLoop,
     Behaviour::HugeHeader,
     Behaviour::ManyHeaders,
+    Behaviour::StalledHead,
+    Behaviour::EndlessContinue,
+    Behaviour::H2Preface,
     Behaviour::GrpcSilent,
+    Behaviour::GrpcToHttp1,
     Behaviour::GrpcNoAnswer,
     Behaviour::GrpcHugeMessage,
     Behaviour::GrpcHeldMessage,
@@ -122,6 +142,7 @@ impl Behaviour {
         matches!(
             self,
             Behaviour::GrpcSilent
+                | Behaviour::GrpcToHttp1
                 | Behaviour::GrpcNoAnswer
                 | Behaviour::GrpcHugeMessage
                 | Behaviour::GrpcHeldMessage
@@ -157,6 +178,7 @@ impl Behaviour {
             Behaviour::SlowHead
                 | Behaviour::SlowBody
                 | Behaviour::GrpcSilent
+                | Behaviour::GrpcToHttp1
                 | Behaviour::GrpcNoAnswer
         )
     }
@@ -179,7 +201,10 @@ impl Behaviour {
     /// redirect hop, a retry), so that it may briefly hold two: the old one
     /// while its server has yet to notice the close, and the new one.
     fn reconnects(self) -> bool {
-        matches!(self, Behaviour::RedirectLoop | Behaviour::SlowBody)
+        matches!(
+            self,
+            Behaviour::RedirectLoop | Behaviour::SlowBody | Behaviour::GrpcToHttp1
+        )
     }
 }
 
@@ -192,6 +217,7 @@ struct Payloads {
     data: Bytes,
     huge_header: Bytes,
     many_headers: Bytes,
+    stalled_head: Bytes,
 }
 
 impl Payloads {
@@ -205,6 +231,11 @@ impl Payloads {
         huge_header.resize(huge_header.len() + HEAD_BYTES, b'a');
         huge_header.extend_from_slice(b"\r\nContent-Length: 2\r\n\r\nok");
 
+        let mut stalled_head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..STALLED_HEAD_BYTES / 64 {
+            stalled_head.extend_from_slice(format!("X-Held-{i:05}: {:a<49}\r\n", "").as_bytes());
+        }
+
         let mut many_headers = b"HTTP/1.1 200 OK\r\n".to_vec();
         for i in 0..HEAD_BYTES / 64 {
             // 64 bytes a line: 14 of name, 48 of value, CRLF.
@@ -217,6 +248,7 @@ impl Payloads {
             data: data.into(),
             huge_header: huge_header.into(),
             many_headers: many_headers.into(),
+            stalled_head: stalled_head.into(),
         }
     }
 }
@@ -281,6 +313,17 @@ async fn serve(
             let mut sink = [0u8; 4096];
             while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
         }
+        Behaviour::GrpcToHttp1 => {
+            let mut preface = [0u8; 24];
+            if stream.read_exact(&mut preface).await.is_err() {
+                return;
+            }
+            requests.fetch_add(1, Ordering::SeqCst);
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+            let _ = stream.write_all(answer).await;
+            let mut sink = [0u8; 4096];
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        }
         Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage | Behaviour::GrpcHeldMessage => {
             serve_grpc(behaviour, stream, payloads, requests).await;
         }
@@ -336,13 +379,34 @@ async fn serve_http(
         }
         Behaviour::HugeHeader => stream.write_all(&payloads.huge_header).await,
         Behaviour::ManyHeaders => stream.write_all(&payloads.many_headers).await,
+        Behaviour::StalledHead => {
+            stream.write_all(&payloads.stalled_head).await?;
+            until_closed(stream).await
+        }
+        Behaviour::EndlessContinue => loop {
+            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        },
+        Behaviour::H2Preface => {
+            stream
+                .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                .await?;
+            until_closed(stream).await
+        }
         Behaviour::GrpcSilent
+        | Behaviour::GrpcToHttp1
         | Behaviour::GrpcNoAnswer
         | Behaviour::GrpcHugeMessage
         | Behaviour::GrpcHeldMessage => {
             unreachable!("gRPC behaviours are served over HTTP/2")
         }
     }
+}
+
+/// Sends nothing more; returns once the client has closed the connection.
+async fn until_closed(stream: &mut TcpStream) -> std::io::Result<()> {
+    let mut sink = [0u8; 4096];
+    while stream.read(&mut sink).await? > 0 {}
+    Ok(())
 }
 
 /// Sends `bytes` one at a time, one every [`DRIP`].
@@ -477,13 +541,29 @@ fn check_verdict(behaviour: Behaviour, port: u16, verdict: &ProbeVerdict) {
         Behaviour::EndlessBody | Behaviour::GigabyteBody => (ProbeResult::Success, body, None, 1),
         // H12: Go's client gives up after 10 requests, naming the Location.
         Behaviour::RedirectLoop => failure(r#"Get "/": stopped after 10 redirects"#.to_string()),
-        // hyper's HTTP/1 client gives up on a response head past ~400 KiB
-        // or 100 header lines. Go's (`MaxResponseHeaderBytes` unset: 10 MiB,
-        // no line limit) would read these heads and report success: a known
-        // difference from the kubelet, pinned here so that it is noticed
-        // when it changes.
-        Behaviour::HugeHeader | Behaviour::ManyHeaders => failure(format!(
-            "Get {url:?}: net/http: HTTP/1.x transport connection broken: message head is too large"
+        // podprobe reads at most 64 KiB or 100 lines of a response head,
+        // and gives up as soon as it has that much. Go's client
+        // (`MaxResponseHeaderBytes` unset: 10 MiB, no line limit) would read
+        // the first two and report success, and wait out the third: a
+        // known difference from the kubelet (#37).
+        Behaviour::HugeHeader | Behaviour::ManyHeaders | Behaviour::StalledHead => {
+            failure(format!(
+                "Get {url:?}: net/http: server response headers exceeded \
+                 {MAX_RESPONSE_HEAD_BYTES} bytes or 100 lines; aborted"
+            ))
+        }
+        // Go's transport gives up after five 1xx responses.
+        Behaviour::EndlessContinue => failure(format!(
+            "Get {url:?}: net/http: too many 1xx informational responses"
+        )),
+        Behaviour::H2Preface => failure(format!(
+            "Get {url:?}: net/http: HTTP/1.x transport connection broken: invalid HTTP version parsed"
+        )),
+        // Not an HTTP/2 server: the blocking dial tries again until its
+        // deadline, as grpc-go's.
+        Behaviour::GrpcToHttp1 => failure(format!(
+            "timeout: failed to connect service {addr:?} within {TIMEOUT_SECONDS}s: \
+             context deadline exceeded"
         )),
         // G5: without the server's SETTINGS the blocking dial never
         // completes.
@@ -715,6 +795,15 @@ async fn hostile_servers_get_verdicts_on_time_with_bounded_memory_and_descriptor
             Behaviour::SlowBody => per_server * MAX_PROBE_RETRIES as usize,
             // Never gets as far as a request.
             Behaviour::GrpcSilent => 0,
+            // Connects again and again until the deadline: at least once
+            // per probe, however many times the loaded machine allows.
+            Behaviour::GrpcToHttp1 => {
+                assert!(
+                    requests >= per_server,
+                    "GrpcToHttp1: {requests} connections"
+                );
+                continue;
+            }
             _ => per_server,
         };
         assert_eq!(requests, expected, "{:?}: requests", server.behaviour);
@@ -744,4 +833,89 @@ async fn hostile_servers_get_verdicts_on_time_with_bounded_memory_and_descriptor
         fds_end <= fds_before + 2,
         "{fds_end} descriptors open after the servers stopped, {fds_before} before they started"
     );
+}
+
+/// #37: one pod's 120 probes with `timeoutSeconds: 3600` against a server
+/// that stalls before its head ends hold at most the pod's share of
+/// connections at once, each for at most the node's timeout cap, and
+/// another pod's probe through the same prober is answered at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_pods_stalled_probes_hold_at_most_its_share_for_at_most_the_cap() {
+    const HOSTILE_PROBES: usize = 120;
+    const PER_POD: usize = 16;
+    const CAP: Duration = Duration::from_secs(1);
+    let payloads = Payloads::new();
+    let stalled = Arc::new(HostileServer::start(Behaviour::SlowHead, payloads.clone()).await);
+    let answering = HostileServer::start(Behaviour::EndlessBody, payloads).await;
+    let prober = Arc::new(
+        Prober::new("1.35", None).with_network_limits(NetworkLimits {
+            slots: FairSlots::with_guaranteed(64, PER_POD, 1),
+            max_timeout: CAP,
+        }),
+    );
+    let probe = |prober: Arc<Prober>, server: Arc<HostileServer>, pod: &'static str| async move {
+        let mut spec = spec(&server);
+        spec.timeout_seconds = 3600;
+        let target = ProbeTarget {
+            pod_ip: "127.0.0.1",
+            container_id: None,
+            identity: Some(ContainerIdentity {
+                pod_uid: pod,
+                container_name: "app",
+            }),
+            namespace: Some("tenant"),
+        };
+        let start = Instant::now();
+        let verdict = prober.probe(ProbeKind::Readiness, &spec, target).await;
+        (start.elapsed(), verdict)
+    };
+    let started = Instant::now();
+    let mut hostile = JoinSet::new();
+    for _ in 0..HOSTILE_PROBES {
+        hostile.spawn(probe(prober.clone(), stalled.clone(), "hostile"));
+    }
+    // Nothing frees a slot before the cap: whatever the scheduling, the
+    // server has seen at most the pod's share of requests until then.
+    tokio::time::sleep_until(started + CAP * 9 / 10).await;
+    let first_wave = stalled.requests.load(Ordering::SeqCst);
+    let (bystander_time, bystander) = probe(prober.clone(), Arc::new(answering), "bystander").await;
+    let mut verdicts = Vec::new();
+    while let Some(joined) = hostile.join_next().await {
+        verdicts.push(joined.unwrap_or_else(|error| panic!("a probe task failed: {error}")));
+    }
+    eprintln!(
+        "first wave {first_wave} requests; bystander in {bystander_time:.2?}; \
+         all hostile verdicts in {:.2?}",
+        started.elapsed()
+    );
+    assert!(
+        (1..=PER_POD).contains(&first_wave),
+        "{first_wave} connections of one pod before its first slot could free, at most {PER_POD}"
+    );
+    assert_eq!(bystander.result, ProbeResult::Success, "{bystander:?}");
+    assert!(
+        bystander_time <= SLACK,
+        "the bystander's probe took {bystander_time:?}"
+    );
+    let timed_out = format!(
+        "Get \"http://127.0.0.1:{}/\": context deadline exceeded \
+         (Client.Timeout exceeded while awaiting headers)",
+        stalled.addr.port()
+    );
+    for (elapsed, verdict) in &verdicts {
+        // An attempt waits for its slot for at most the cap, then runs for
+        // at most the cap; only errors (no slot) are retried.
+        assert!(
+            *elapsed <= 2 * CAP * MAX_PROBE_RETRIES + SLACK,
+            "a verdict after {elapsed:?}"
+        );
+        let busy = verdict
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("no network probe slot became free for this pod"));
+        assert!(
+            verdict.output == timed_out || busy,
+            "neither the deadline nor a busy slot: {verdict:?}"
+        );
+    }
 }

@@ -172,6 +172,46 @@ pub struct RunArgs {
     )]
     pub max_exec_timeout_seconds: u32,
 
+    /// Most network probe attempts (HTTP, TCP, gRPC) in flight at once,
+    /// node-wide: each holds a connection and its response buffers (at
+    /// most about 130 KiB) until it ends. A pod holding none gets one even
+    /// when all are taken, so the node holds at most this plus one per pod.
+    /// An attempt that gets none within its timeout errors (no verdict, no
+    /// kill). The kubelet has no such bound.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_CONCURRENT_NETWORK_PROBES",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CONCURRENT_NETWORK_PROBES,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_concurrent_network_probes: u32,
+
+    /// Most network probe attempts one pod's probes may have in flight at
+    /// once; a freed slot goes to the waiting pod holding the fewest.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_CONCURRENT_NETWORK_PROBES_PER_POD",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CONCURRENT_NETWORK_PROBES_PER_POD,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_concurrent_network_probes_per_pod: u32,
+
+    /// Longest a network probe attempt (HTTP, TCP, gRPC) may run: a longer
+    /// timeoutSeconds is cut to this (a ProbeTimeoutCapped Warning), and
+    /// the attempt times out after it. The kubelet waits out any
+    /// timeoutSeconds; a server that stalls holds podprobe's connection
+    /// and buffers for as long.
+    #[arg(
+        long,
+        env = "PODPROBE_MAX_NETWORK_TIMEOUT_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_MAX_NETWORK_TIMEOUT_SECONDS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_network_timeout_seconds: u32,
+
     /// Gate mode: run probes with `podprobe.network: pod` from inside the
     /// pod's network namespace (found through the CRI), so that a server
     /// bound to the pod's loopback can be probed. Needs CAP_SYS_ADMIN (to
@@ -388,6 +428,19 @@ pub const DEFAULT_MAX_CONCURRENT_EXECS_PER_POD: u32 = 8;
 /// kubelet's own e2e probe specs use (30 s).
 pub const DEFAULT_MAX_EXEC_TIMEOUT_SECONDS: u32 = 60;
 
+/// Default of `--max-concurrent-network-probes`: a probe attempt takes
+/// milliseconds, so 110 pods with three probes each at 1 s periods have a
+/// few in flight; 256 leaves room for slow servers, and holds at most about
+/// 32 MiB of response buffers.
+pub const DEFAULT_MAX_CONCURRENT_NETWORK_PROBES: u32 = 256;
+
+/// Default of `--max-concurrent-network-probes-per-pod`: every probe of a
+/// pod of five containers at once.
+pub const DEFAULT_MAX_CONCURRENT_NETWORK_PROBES_PER_POD: u32 = 16;
+
+/// Default of `--max-network-timeout-seconds`: as for exec probes.
+pub const DEFAULT_MAX_NETWORK_TIMEOUT_SECONDS: u32 = DEFAULT_MAX_EXEC_TIMEOUT_SECONDS;
+
 /// `--mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
@@ -434,6 +487,11 @@ pub struct Config {
     pub max_concurrent_execs: usize,
     pub max_concurrent_execs_per_pod: usize,
     pub max_exec_timeout: Duration,
+    /// `--max-concurrent-network-probes`, `...-per-pod`.
+    pub max_concurrent_network_probes: usize,
+    pub max_concurrent_network_probes_per_pod: usize,
+    /// `--max-network-timeout-seconds`.
+    pub max_network_timeout: Duration,
     /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
     pub pod_network: bool,
 
@@ -534,6 +592,10 @@ impl RunArgs {
             max_concurrent_execs: self.max_concurrent_execs as usize,
             max_concurrent_execs_per_pod: self.max_concurrent_execs_per_pod as usize,
             max_exec_timeout: Duration::from_secs(self.max_exec_timeout_seconds.into()),
+            max_concurrent_network_probes: self.max_concurrent_network_probes as usize,
+            max_concurrent_network_probes_per_pod: self.max_concurrent_network_probes_per_pod
+                as usize,
+            max_network_timeout: Duration::from_secs(self.max_network_timeout_seconds.into()),
             pod_network: self.pod_network,
 
             secret_ttl: Duration::from_secs(self.secret_ttl_seconds.into()),

@@ -33,6 +33,7 @@ use crate::pod_sync::{self, SyncSchedule};
 use crate::probe::destinations::Destinations;
 use crate::probe::spec::UnknownProbeField;
 use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, PodBudget};
+use crate::probe::spec::timeout_caps::TimeoutCaps;
 use crate::probe::verdict::EventType;
 use crate::probe::{ProbeKind, SpecError};
 use crate::results::{ResultReceivers, ResultUpdate};
@@ -131,6 +132,8 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) marker_keys: MarkerKeys,
     /// Writes the pods' markers (MK3, MK4).
     pub(super) markers: MarkerWriter,
+    /// The longest timeouts probes run with (#37).
+    pub(super) timeout_caps: TimeoutCaps,
 }
 
 /// Gate mode: a pod's `podprobe.io/probes` annotation, parsed and compiled
@@ -304,6 +307,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         if let Some(tracked) = self.pods.get_mut(uid) {
             tracked.probes = Some(probes);
         }
+        self.report_capped_timeouts(uid, pod);
         self.read_markers(uid, pod);
         // A pod paused before podprobe saw it never starts its liveness
         // workers (LP1).
@@ -418,6 +422,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             // Same probes written differently: only `owned` may differ.
             return;
         }
+        self.report_capped_timeouts(uid, pod);
         tracing::info!(
             pod = pod_name(pod),
             namespace = pod_namespace(pod),
@@ -431,6 +436,25 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         self.manager.stop_probes(pod, &stopped);
         if let Some(running) = self.running_probes(uid) {
             self.manager.add_pod(pod, &running);
+        }
+    }
+
+    /// Each probe whose timeout is cut to the node's cap: a Warning Event
+    /// and a log line, once per reading of the pod's probes.
+    fn report_capped_timeouts(&self, uid: &str, pod: &Pod) {
+        let Some(probes) = self.pods.get(uid).and_then(|t| t.probes.as_ref()) else {
+            return;
+        };
+        for capped in self.timeout_caps.capped(probes.manager.entries()) {
+            tracing::warn!(
+                pod = pod_name(pod),
+                namespace = pod_namespace(pod),
+                container = capped.container,
+                probe = %capped.kind,
+                "{capped}"
+            );
+            self.events
+                .record_opt(PodEvent::timeout_capped(pod, &capped));
         }
     }
 
@@ -1295,6 +1319,10 @@ mod tests {
             max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
             next_pause_end: None,
             marker_keys: MarkerKeys::new(["role".to_string()]),
+            timeout_caps: TimeoutCaps {
+                exec: Duration::from_secs(60),
+                network: Duration::from_secs(60),
+            },
             markers: MarkerWriter::new(markers_api.clone(), Metrics::new()),
         };
         Harness {

@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use self::request::Hop;
+pub use self::transport::MAX_RESPONSE_HEAD_BYTES;
 use self::transport::{Exchange, TransportError};
 use super::destinations::Destinations;
 use super::spec::HttpGetAction;

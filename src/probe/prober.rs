@@ -18,6 +18,7 @@ use std::sync::Arc;
 use super::client_identity::ClientIdentitySource;
 use super::header_secrets::HeaderSecretSource;
 use crate::runtime::cri::CriClient;
+use crate::util::fair_slots::{FairSlots, Slot, SlotsBusy};
 
 /// Runs probes; shared by every worker.
 #[derive(Clone, Debug)]
@@ -27,6 +28,31 @@ pub struct Prober {
     destinations: Destinations,
     client_certificates: Option<Arc<dyn ClientIdentitySource>>,
     header_secrets: Option<Arc<dyn HeaderSecretSource>>,
+    network_limits: Option<NetworkLimits>,
+}
+
+/// What the network probes (HTTP, TCP, gRPC) of the node's pods may hold
+/// (#37): a probe holds a connection, and the buffers of its response, for
+/// up to its timeout, which a pod's server chooses to use to the end.
+#[derive(Clone, Debug)]
+pub struct NetworkLimits {
+    /// Attempts in flight (each holds at most one connection), node-wide
+    /// and per pod (`--max-concurrent-network-probes`, `...-per-pod`).
+    pub slots: Arc<FairSlots>,
+    /// The longest timeout a network probe runs with
+    /// (`--max-network-timeout-seconds`).
+    pub max_timeout: Duration,
+}
+
+/// The error of an attempt that got no slot within its timeout.
+fn network_slots_busy(slots: &FairSlots, waited: Duration) -> ProbeError {
+    ProbeError::unknown(format!(
+        "probe not started: no network probe slot became free for this pod within {waited:?} \
+         ({} on this node, --max-concurrent-network-probes; at most {} per pod, \
+         --max-concurrent-network-probes-per-pod)",
+        slots.limit(),
+        slots.per_pod()
+    ))
 }
 
 impl Prober {
@@ -39,6 +65,17 @@ impl Prober {
             destinations: Destinations::default(),
             client_certificates: None,
             header_secrets: None,
+            network_limits: None,
+        }
+    }
+
+    /// Network probes hold at most `limits`' slots and run with at most its
+    /// timeout; without, as many as the probes ask for, as long (the
+    /// kubelet's way, and `podprobe probe`'s).
+    pub fn with_network_limits(self, limits: NetworkLimits) -> Self {
+        Prober {
+            network_limits: Some(limits),
+            ..self
         }
     }
 
@@ -158,7 +195,7 @@ impl Prober {
 
     /// One attempt, dispatched to the spec's handler.
     pub async fn run_handler(&self, spec: &ProbeSpec, target: ProbeTarget<'_>) -> Attempt {
-        let mut timeout = spec.timeout();
+        let (_slot, mut timeout) = self.network_slot(spec, target).await?;
         let (pod_ip, destinations) = match spec.network {
             Network::Node => (target.pod_ip, Cow::Borrowed(&self.destinations)),
             Network::Pod => {
@@ -225,6 +262,37 @@ impl Prober {
 }
 
 impl Prober {
+    /// A network probe's slot (none for exec probes, without limits, or
+    /// without a pod to charge it to) and the attempt's timeout: its own,
+    /// cut to the longest allowed. The wait for the slot, up to that
+    /// timeout, does not shorten the attempt (as for exec slots): a probe
+    /// kept waiting by other pods errors (no verdict) rather than failing
+    /// on a deadline the kubelet would not have set.
+    async fn network_slot(
+        &self,
+        spec: &ProbeSpec,
+        target: ProbeTarget<'_>,
+    ) -> Result<(Option<Slot>, Duration), ProbeError> {
+        let timeout = spec.timeout();
+        let network = matches!(
+            spec.handler,
+            Handler::HttpGet(_) | Handler::TcpSocket(_) | Handler::Grpc(_)
+        );
+        let Some(limits) = self.network_limits.as_ref().filter(|_| network) else {
+            return Ok((None, timeout));
+        };
+        let timeout = match timeout.is_zero() {
+            true => limits.max_timeout,
+            false => timeout.min(limits.max_timeout),
+        };
+        let Some(identity) = target.identity else {
+            return Ok((None, timeout));
+        };
+        let slot = (limits.slots.acquire(identity.pod_uid, timeout).await)
+            .map_err(|SlotsBusy| network_slots_busy(&limits.slots, timeout))?;
+        Ok((Some(slot), timeout))
+    }
+
     /// `network: pod`: the network namespace of the target's pod, found
     /// through the runtime by the pod's UID. An error fails the attempt as
     /// an error (retried, never a verdict), as a runtime failure of an exec

@@ -17,6 +17,7 @@
 //! runtime request timeout, 2 min, plus what the call itself may take).
 
 use crate::runtime::grpc_status::{GrpcStatus, WithoutStatusDetails, without_status_details};
+use crate::util::fair_slots::{FairSlots, SlotsBusy};
 use crate::util::pod::{self, ContainerIdentity};
 use std::collections::HashMap;
 use std::error::Error as _;
@@ -31,12 +32,10 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-mod exec_slots;
 mod in_flight;
 #[cfg(feature = "testing")]
 mod node_agent;
 
-pub use self::exec_slots::{ExecSlot, ExecSlots, SlotsBusy};
 pub use self::in_flight::{InFlightGauge, InFlightGuard};
 
 /// Code generated from `proto/api.proto` by `build.rs`.
@@ -180,7 +179,7 @@ pub struct CriClient {
     exec_in_flight: InFlightGauge,
     /// Bounds the `ExecSync` calls in flight, node-wide and per pod, and
     /// how long one may hold a slot; `None`: no bound.
-    exec_slots: Option<(Arc<ExecSlots>, Duration)>,
+    exec_slots: Option<(Arc<FairSlots>, Duration)>,
     /// What the runtime said about containers that holds for their life.
     facts: Arc<Mutex<ContainerFacts>>,
 }
@@ -274,14 +273,14 @@ impl CriClient {
     /// At most `limit` (at least 1) `ExecSync` calls of this client and its
     /// clones run at once, at most `per_pod` of one pod's, each for at most
     /// `max_timeout`; the others wait, fairly between pods
-    /// ([`ExecSlots`]), up to their timeout.
+    /// ([`FairSlots`]), up to their timeout.
     pub fn limit_concurrent_execs(
         mut self,
         limit: usize,
         per_pod: usize,
         max_timeout: Duration,
     ) -> Self {
-        self.exec_slots = Some((ExecSlots::new(limit, per_pod), max_timeout));
+        self.exec_slots = Some((FairSlots::new(limit, per_pod), max_timeout));
         self
     }
 

@@ -1,10 +1,12 @@
 //! Small pure helpers every layer may use: pod accessors ([`pod`]), token
-//! buckets ([`rate_limit`]), retry delays ([`backoff`]), the exit codes
+//! buckets ([`rate_limit`]), slots shared fairly between pods
+//! ([`fair_slots`]), retry delays ([`backoff`]), the exit codes
 //! ([`exit_code`]) and when the watch last heard from the API server
 //! ([`watch_activity`]).
 
 pub mod backoff;
 pub mod exit_code;
+pub mod fair_slots;
 pub mod pod;
 pub mod rate_limit;
 pub mod watch_activity;

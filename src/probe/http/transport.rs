@@ -25,6 +25,8 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -35,6 +37,7 @@ use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
@@ -60,7 +63,23 @@ const H2_WINDOW_BYTES: u32 = 64 * 1024;
 /// The largest HTTP/2 response header block accepted (Go's client allows
 /// 10 MiB, hyper 16 MiB); a larger one fails the probe. As much as the
 /// HTTP/1.1 side reads of a response head.
-const H2_MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
+const H2_MAX_HEADER_LIST_BYTES: u32 = MAX_RESPONSE_HEAD_BYTES as u32;
+
+/// The largest HTTP/1.1 response head read (status line and header lines),
+/// and the most of a connection hyper buffers: as much as the HTTP/2 side
+/// accepts. Go's client reads up to 10 MiB (`MaxResponseHeaderBytes`) and
+/// hyper's would buffer about 400 KiB, which a server that sends a large
+/// head and stalls holds in podprobe's memory until the probe's deadline.
+pub const MAX_RESPONSE_HEAD_BYTES: usize = 64 * 1024;
+
+/// The most header lines of a response head: hyper's fixed limit (Go has
+/// none, but 64 KiB of head holds few more real ones).
+const MAX_RESPONSE_HEADER_LINES: usize = 100;
+
+/// Informational (1xx) responses accepted before the final one: Go's
+/// transport gives up after five (`max1xxResponses`); hyper would read any
+/// number until the deadline.
+pub const MAX_INFORMATIONAL_RESPONSES: usize = 5;
 
 /// Go's `Transport.TLSHandshakeTimeout` as the kubelet's transport defaults set it.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -344,10 +363,47 @@ where
 {
     let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
         .title_case_headers(true)
+        .max_buf_size(MAX_RESPONSE_HEAD_BYTES)
+        .max_header_size(MAX_RESPONSE_HEAD_BYTES)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
-    finish(connection, sender.send_request(request), addrs).await
+    let mut request = request;
+    let informational = Informational::count(&mut request);
+    let response = async {
+        tokio::select! {
+            response = sender.send_request(request) => response.map_err(Some),
+            () = informational.too_many() => Err(None),
+        }
+    };
+    finish(connection, response, addrs).await
+}
+
+/// The 1xx responses of one HTTP/1.1 request, counted as hyper parses them.
+#[derive(Clone, Default)]
+struct Informational(Arc<(AtomicUsize, Notify)>);
+
+impl Informational {
+    fn count(request: &mut Request) -> Self {
+        let counted = Informational::default();
+        let counter = counted.clone();
+        hyper::ext::on_informational(request, move |response| {
+            // 101 ends the exchange (an upgrade), as in Go.
+            if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                return;
+            }
+            let (seen, too_many) = &*counter.0;
+            if seen.fetch_add(1, Ordering::Relaxed) + 1 > MAX_INFORMATIONAL_RESPONSES {
+                too_many.notify_one();
+            }
+        });
+        counted
+    }
+
+    /// Resolves once more than [`MAX_INFORMATIONAL_RESPONSES`] arrived.
+    async fn too_many(&self) {
+        self.0.1.notified().await;
+    }
 }
 
 /// Performs an HTTP/2 exchange over a TLS connection that negotiated `h2`,
@@ -367,13 +423,15 @@ where
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
-    finish(connection, sender.send_request(request), addrs).await
+    let response = sender.send_request(request);
+    finish(connection, async { response.await.map_err(Some) }, addrs).await
 }
 
-/// Drives `connection` in its own task while waiting for `response`.
+/// Drives `connection` in its own task while waiting for `response`, which
+/// fails with `None` after too many 1xx responses.
 async fn finish<C>(
     connection: C,
-    response: impl Future<Output = hyper::Result<http::Response<Incoming>>>,
+    response: impl Future<Output = Result<http::Response<Incoming>, Option<hyper::Error>>>,
     addrs: ConnAddrs,
 ) -> Result<Exchange, TransportError>
 where
@@ -384,9 +442,12 @@ where
         // Its errors reach the response and the body; nothing to add here.
         let _ = connection.await;
     }));
-    let response = response
-        .await
-        .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
+    let response = response.await.map_err(|e| {
+        TransportError::Failed(match e {
+            Some(e) => response_error_text(&e, addrs),
+            None => "net/http: too many 1xx informational responses".into(),
+        })
+    })?;
     Ok(Exchange {
         response,
         addrs,
@@ -508,6 +569,12 @@ fn response_error_text(err: &hyper::Error, addrs: ConnAddrs) -> String {
     }
     if err.is_incomplete_message() {
         return "EOF".into();
+    }
+    if err.is_parse_too_large() {
+        return format!(
+            "net/http: server response headers exceeded {MAX_RESPONSE_HEAD_BYTES} bytes or \
+             {MAX_RESPONSE_HEADER_LINES} lines; aborted"
+        );
     }
     format!("net/http: HTTP/1.x transport connection broken: {err}")
 }

@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::manager::ProbeChanges;
 use crate::markers::MarkerRefusal;
 use crate::probe::spec::budget::OverBudget;
+use crate::probe::spec::timeout_caps::CappedTimeout;
 use crate::probe::verdict::EventType;
 use crate::probe::{ProbeEvent, ProbeKind, SpecError};
 use crate::status::annotation::AnnotationError;
@@ -67,6 +68,9 @@ pub mod reasons {
     /// A probe's marker is not written: its key is not allowed on the
     /// node, or another probe marks it (MK2).
     pub const MARKER_NOT_ALLOWED: &str = "MarkerNotAllowed";
+    /// A probe's `timeoutSeconds` is longer than the node allows, so it is
+    /// cut (#37).
+    pub const PROBE_TIMEOUT_CAPPED: &str = "ProbeTimeoutCapped";
 }
 
 /// One Event to record, with the object it is about.
@@ -222,6 +226,18 @@ impl PodEvent {
                 refusal.kind.as_str(),
                 refusal.message
             )),
+        })
+    }
+
+    /// A Warning on the container: one of its probes runs with a shorter
+    /// timeout than it asks for.
+    pub fn timeout_capped(pod: &Pod, capped: &CappedTimeout) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, Some(container_field_path(pod, &capped.container)))?,
+            type_: EventType::Warning,
+            reason: reasons::PROBE_TIMEOUT_CAPPED,
+            action: "ReadProbes",
+            note: truncate_note(capped.to_string()),
         })
     }
 

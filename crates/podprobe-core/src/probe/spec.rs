@@ -25,6 +25,7 @@ mod expand;
 pub mod extension;
 mod port;
 mod skew;
+pub mod timeout_caps;
 mod validation;
 
 use std::time::Duration;

@@ -1,13 +1,15 @@
-//! The node's exec slots, shared fairly between pods (#25).
+//! Slots of a node-wide resource shared fairly between pods: the exec
+//! probes in flight (`--max-concurrent-execs`, #25) and the network probes
+//! in flight (`--max-concurrent-network-probes`, #37).
 //!
-//! `--max-concurrent-execs` bounds the `ExecSync` calls in flight. With one
-//! FIFO semaphore, 32 exec probes of one pod that never finish (`sleep
-//! infinity`, a huge `timeoutSeconds`) held every slot for as long as their
-//! pod lived, and every other pod's exec probes errored with
-//! `ExecSlotsBusy`. Here a pod holds at most `per_pod` slots, and a freed
-//! slot goes to the waiting pod that holds the fewest (first come, first
-//! served among equals), so a pod that holds none is served at the next
-//! free slot whatever the others queue.
+//! With one FIFO semaphore, 32 exec probes of one pod that never finish
+//! (`sleep infinity`, a huge `timeoutSeconds`) held every exec slot for as
+//! long as their pod lived, and every other pod's exec probes errored; 120
+//! HTTP probes of one pod against a server that sends a large head and
+//! stalls held 120 connections and their buffers. Here a pod holds at most
+//! `per_pod` slots, and a freed slot goes to the waiting pod that holds the
+//! fewest (first come, first served among equals), so a pod that holds none
+//! is served at the next free slot whatever the others queue.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,11 +17,12 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-/// Slots for `ExecSync` calls, keyed by pod.
+/// Slots of one resource, keyed by pod.
 #[derive(Debug)]
-pub struct ExecSlots {
+pub struct FairSlots {
     limit: usize,
     per_pod: usize,
+    guaranteed: usize,
     state: Mutex<State>,
 }
 
@@ -41,8 +44,8 @@ struct Waiter {
 
 /// One slot, given back when dropped.
 #[derive(Debug)]
-pub struct ExecSlot {
-    slots: Arc<ExecSlots>,
+pub struct Slot {
+    slots: Arc<FairSlots>,
     pod: String,
 }
 
@@ -50,12 +53,22 @@ pub struct ExecSlot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotsBusy;
 
-impl ExecSlots {
+impl FairSlots {
     /// `limit` slots (at least 1), at most `per_pod` (at least 1) per pod.
     pub fn new(limit: usize, per_pod: usize) -> Arc<Self> {
-        Arc::new(ExecSlots {
+        Self::with_guaranteed(limit, per_pod, 0)
+    }
+
+    /// As [`new`](Self::new), but a pod holding fewer than `guaranteed`
+    /// slots gets one even when all `limit` are taken: pods that fill the
+    /// node cannot keep another pod waiting at all, and the node holds at
+    /// most `limit` plus `guaranteed` per pod.
+    pub fn with_guaranteed(limit: usize, per_pod: usize, guaranteed: usize) -> Arc<Self> {
+        let per_pod = per_pod.clamp(1, limit.max(1));
+        Arc::new(FairSlots {
             limit: limit.max(1),
-            per_pod: per_pod.clamp(1, limit.max(1)),
+            per_pod,
+            guaranteed: guaranteed.min(per_pod),
             state: Mutex::default(),
         })
     }
@@ -69,11 +82,7 @@ impl ExecSlots {
     }
 
     /// A slot for `pod`, waiting at most `within`.
-    pub async fn acquire(
-        self: &Arc<Self>,
-        pod: &str,
-        within: Duration,
-    ) -> Result<ExecSlot, SlotsBusy> {
+    pub async fn acquire(self: &Arc<Self>, pod: &str, within: Duration) -> Result<Slot, SlotsBusy> {
         let (ticket, mut granted) = {
             let mut state = self.lock();
             if state.waiting.is_empty() && self.may_take(&state, pod) {
@@ -110,22 +119,23 @@ impl ExecSlots {
         }
     }
 
-    fn slot(self: &Arc<Self>, pod: &str) -> ExecSlot {
-        ExecSlot {
+    fn slot(self: &Arc<Self>, pod: &str) -> Slot {
+        Slot {
             slots: self.clone(),
             pod: pod.to_string(),
         }
     }
 
     fn may_take(&self, state: &State, pod: &str) -> bool {
-        state.in_use < self.limit && state.held.get(pod).copied().unwrap_or(0) < self.per_pod
+        let held = state.held.get(pod).copied().unwrap_or(0);
+        held < self.per_pod && (state.in_use < self.limit || held < self.guaranteed)
     }
 
     /// Gives free slots to waiters: each time to the one whose pod holds
     /// the fewest (under its share), the longest waiting among equals. A
     /// waiter whose probe was cancelled is dropped on the way.
     fn dispatch(&self, state: &mut State) {
-        while state.in_use < self.limit {
+        loop {
             let next = state
                 .waiting
                 .iter()
@@ -172,7 +182,7 @@ fn give_back(state: &mut State, pod: &str) {
     }
 }
 
-impl Drop for ExecSlot {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.slots.release(&self.pod);
     }
@@ -186,7 +196,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_pod_holds_at_most_its_share() {
-        let slots = ExecSlots::new(4, 2);
+        let slots = FairSlots::new(4, 2);
         let a1 = slots.acquire("a", WAIT).await.unwrap();
         let _a2 = slots.acquire("a", WAIT).await.unwrap();
         assert_eq!(
@@ -204,7 +214,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_freed_slot_goes_to_the_pod_holding_fewest() {
-        let slots = ExecSlots::new(2, 2);
+        let slots = FairSlots::new(2, 2);
         let hostile1 = slots.acquire("hostile", WAIT).await.unwrap();
         let _hostile2 = slots.acquire("hostile", WAIT).await.unwrap();
         // The hostile pod queues more before the bystander arrives.
@@ -232,8 +242,41 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_pod_under_its_guarantee_never_waits_for_pods_that_fill_the_node() {
+        let slots = FairSlots::with_guaranteed(4, 2, 1);
+        let mut hostile = Vec::new();
+        for pod in ["h1", "h2"] {
+            for _ in 0..2 {
+                hostile.push(slots.acquire(pod, WAIT).await.unwrap());
+            }
+        }
+        // The node is full and its pods queue more.
+        let queued = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.acquire("h3", WAIT).await })
+        };
+        tokio::task::yield_now().await;
+        let started = tokio::time::Instant::now();
+        let bystander = slots.acquire("bystander", WAIT).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        // Its guarantee is one slot: a second waits like any other.
+        assert_eq!(
+            slots
+                .acquire("bystander", Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+            SlotsBusy
+        );
+        // h3 holds none either: it got its guaranteed slot too.
+        let h3 = queued.await.unwrap().expect("a pod holding none gets one");
+        assert_eq!(slots.lock().in_use, 6);
+        drop((bystander, h3, hostile));
+        assert_eq!(slots.lock().in_use, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_waiter_that_gives_up_or_is_cancelled_holds_nothing() {
-        let slots = ExecSlots::new(1, 1);
+        let slots = FairSlots::new(1, 1);
         let held = slots.acquire("a", WAIT).await.unwrap();
         assert_eq!(
             slots
