@@ -95,8 +95,9 @@ enum Behaviour {
     HugeHeader,
     /// A 200 head with 1 MiB of 64-byte header lines (16 Ki headers).
     ManyHeaders,
-    /// 300 KiB of a head (under hyper's default 408 KiB buffer), then
-    /// nothing more: a client that buffers it holds it until its deadline.
+    /// 300 KiB of a head in four lines (under hyper's default 408 KiB
+    /// buffer), then nothing more: a client that buffers it holds it until
+    /// its deadline.
     StalledHead,
     /// `100 Continue` responses, one after another, for ever.
     EndlessContinue,
@@ -231,9 +232,13 @@ impl Payloads {
         huge_header.resize(huge_header.len() + HEAD_BYTES, b'a');
         huge_header.extend_from_slice(b"\r\nContent-Length: 2\r\n\r\nok");
 
+        // A few long lines, so that no limit on the number of lines ends
+        // it before the limit on its bytes.
         let mut stalled_head = b"HTTP/1.1 200 OK\r\n".to_vec();
-        for i in 0..STALLED_HEAD_BYTES / 64 {
-            stalled_head.extend_from_slice(format!("X-Held-{i:05}: {:a<49}\r\n", "").as_bytes());
+        for i in 0..4 {
+            stalled_head.extend_from_slice(format!("X-Held-{i}: ").as_bytes());
+            stalled_head.resize(stalled_head.len() + STALLED_HEAD_BYTES / 4, b'a');
+            stalled_head.extend_from_slice(b"\r\n");
         }
 
         let mut many_headers = b"HTTP/1.1 200 OK\r\n".to_vec();
