@@ -749,3 +749,315 @@ fn ps3_ps4_kubectl_podprobe_answers_a_reader_and_refuses_a_stranger() {
     );
     drop(binding);
 }
+
+/// A pod `name` on `node` whose containers (each a `container_script`
+/// under `sh -c`) carry `probes`, an annotation object keyed by container
+/// name; gated on podprobe.
+fn hostile_pod(name: &str, node: &str, containers: &[(String, String)], probes: Value) -> Value {
+    let containers: Vec<Value> = containers
+        .iter()
+        .map(|(container, script)| {
+            json!({"name": container, "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                   "command": ["sh", "-c", script]})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"podprobe.io/probes": probes.to_string()}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 2,
+            "readinessGates": [{"conditionType": GATE}],
+            "containers": containers,
+        },
+    })
+}
+
+/// A container that only waits to be stopped, without waking up every
+/// second (a node running a hundred of them stays quiet).
+const IDLE: &str = "trap 'exit 0' TERM; sleep 86400 & wait";
+
+/// The working set of podprobe's container on `node` (bytes) and its
+/// restart count, from the kubelet's summary API and the pod's status.
+fn podprobe_memory_and_restarts(node: &str) -> (u64, u64) {
+    let (name, _) = podprobe_on(node);
+    let summary = cluster()
+        .json(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
+        ])
+        .expect("the kubelet's summary API");
+    let working_set = summary["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["podRef"]["name"] == name.as_str())
+        .and_then(|p| p["containers"].as_array())
+        .into_iter()
+        .flatten()
+        .find_map(|c| c["memory"]["workingSetBytes"].as_u64())
+        .unwrap_or_else(|| panic!("no working set of {name} in the summary of {node}"));
+    let pod = cluster()
+        .json(&["-n", PODPROBE_NAMESPACE, "get", "pod", &name])
+        .expect("podprobe's pod");
+    let restarts = pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["restartCount"].as_u64())
+        .sum();
+    (working_set, restarts)
+}
+
+/// podprobe's working set on a node under the hostile matrix, at most:
+/// about 11 MiB idle, well inside the chart's 256 Mi limit. Before the
+/// bounds of #37, 60 probes against one stalled 400 KB head took it to
+/// 73 MB, and a few hundred past the limit.
+const HOSTILE_MAX_WORKING_SET: u64 = 96 * 1024 * 1024;
+
+/// Namespaces whose pods name Secrets that do not exist, and how many each:
+/// before #37 these 8 × 34 failed reads took all 256 of the node's Secret
+/// slots for 10 minutes, and every other namespace's new Secret-backed
+/// probe failed.
+const SECRET_FILL_NAMESPACES: usize = 8;
+const SECRET_FILL_CONTAINERS: usize = 17;
+
+/// #37: the hostile-pod matrix on one node. Pods that make podprobe hold
+/// stalled HTTP heads (60 probes against a server that sends 300 KiB of
+/// head and stalls, 1xx responses without end, a head dripped a byte a
+/// second, all with `timeoutSeconds: 3600`), a probe storm (300 runs a
+/// second), and eight namespaces naming Secrets that do not exist, beside a
+/// bystander whose exec readiness flips and whose HTTP readiness needs a
+/// Secret it is granted. The bystander's gate follows its file within the
+/// kubelet's timing, its Secret is read, podprobe's working set stays under
+/// [`HOSTILE_MAX_WORKING_SET`] and it never restarts.
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
+    let _stay = podprobe_pods_stay();
+    let ns = setup("hostile");
+    let node = workers()[0].clone();
+    let (_, restarts_before) = podprobe_memory_and_restarts(&node);
+
+    // Stalled heads, 1xx without end, a dripped head: one server container,
+    // 29 idle ones, each with a readiness and a liveness probe.
+    let serve = |port: u16, script: &str| format!("nc -ll -p {port} -e sh -c '{script}' & ");
+    let server = [
+        serve(
+            8080,
+            "printf \"HTTP/1.1 200 OK\\r\\nX-Held: \"; head -c 307200 /dev/zero | tr \"\\0\" a; \
+             exec sleep 3600",
+        ),
+        serve(
+            8081,
+            "while printf \"HTTP/1.1 100 Continue\\r\\n\\r\\n\"; do :; done",
+        ),
+        serve(
+            8082,
+            "printf \"HTTP/1.1 200 OK\\r\\n\"; while printf a; do sleep 1; done",
+        ),
+        IDLE.to_string(),
+    ]
+    .concat();
+    let mut containers = vec![("server".to_string(), server)];
+    containers.extend((1..30).map(|i| (format!("s{i}"), IDLE.to_string())));
+    let probes: serde_json::Map<String, Value> = containers
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let ready_port = if i % 3 == 2 { 8082 } else { 8080 };
+            (
+                name.clone(),
+                json!({
+                    "readinessProbe": {"httpGet": {"port": ready_port}, "timeoutSeconds": 3600,
+                                       "periodSeconds": 1},
+                    "livenessProbe": {"httpGet": {"port": 8081}, "timeoutSeconds": 3600,
+                                      "periodSeconds": 1, "failureThreshold": 100000},
+                }),
+            )
+        })
+        .collect();
+    ns.create_pod(&hostile_pod(
+        "stalled-heads",
+        &node,
+        &containers,
+        Value::Object(probes),
+    ));
+
+    // A probe storm: 10 containers, three TCP probes each at 100 ms.
+    let mut storm = vec![("web".to_string(), format!("httpd -p 8080 -h /tmp; {IDLE}"))];
+    storm.extend((1..10).map(|i| (format!("t{i}"), IDLE.to_string())));
+    let tcp = json!({"tcpSocket": {"port": 8080}, "podprobe": {"periodMilliseconds": 100}});
+    let storm_probes: serde_json::Map<String, Value> = storm
+        .iter()
+        .map(|(name, _)| {
+            let startup = json!({"tcpSocket": {"port": 8080}, "failureThreshold": 1000,
+                                 "podprobe": {"periodMilliseconds": 100}});
+            (
+                name.clone(),
+                json!({"startupProbe": startup, "readinessProbe": tcp, "livenessProbe": tcp}),
+            )
+        })
+        .collect();
+    ns.create_pod(&hostile_pod(
+        "probe-storm",
+        &node,
+        &storm,
+        Value::Object(storm_probes),
+    ));
+
+    // Eight namespaces naming Secrets that do not exist (no grant needed):
+    // 17 containers each, a readiness and a liveness probe each.
+    let fillers: Vec<Namespace> = (0..SECRET_FILL_NAMESPACES)
+        .map(|i| Namespace::create(&format!("{}-fill-{i}", ns.name)))
+        .collect();
+    for filler in &fillers {
+        let containers: Vec<(String, String)> = (0..SECRET_FILL_CONTAINERS)
+            .map(|i| (format!("c{i}"), IDLE.to_string()))
+            .collect();
+        let probes: serde_json::Map<String, Value> = containers
+            .iter()
+            .map(|(name, _)| {
+                let missing = |kind: &str| {
+                    json!({"httpGet": {"port": 8080}, "periodSeconds": 1,
+                           "failureThreshold": 100000,
+                           "podprobe": {"http": {"headers": [{"name": "Authorization",
+                               "valueFrom": {"secretKeyRef": {
+                                   "name": format!("missing-{name}-{kind}"), "key": "token"}}}]}}})
+                };
+                (
+                    name.clone(),
+                    json!({"readinessProbe": missing("r"), "livenessProbe": missing("l")}),
+                )
+            })
+            .collect();
+        filler.create_pod(&hostile_pod(
+            "secret-filler",
+            &node,
+            &containers,
+            Value::Object(probes),
+        ));
+    }
+    for filler in &fillers {
+        filler.wait_for("the filler's Secrets failing", START, || {
+            let events = filler.events_for("secret-filler");
+            let unavailable = events
+                .iter()
+                .filter(|e| e["reason"] == "HeaderSecretUnavailable")
+                .count();
+            (unavailable >= 2 * SECRET_FILL_CONTAINERS)
+                .then_some(())
+                .ok_or(format!("{unavailable} HeaderSecretUnavailable events"))
+        });
+    }
+    ns.wait_for("a ProbeTimeoutCapped Warning", START, || {
+        let events = ns.events_for("stalled-heads");
+        events
+            .iter()
+            .find(|e| e["reason"] == "ProbeTimeoutCapped")
+            .map(|e| e["message"].to_string())
+            .ok_or(format!("{} events", events.len()))
+    });
+
+    // The bystander, a tenant of its own whose header Secret podprobe may
+    // read: an exec readiness probe on a file, and an HTTP readiness probe
+    // that sends the Secret.
+    ns.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "probe-auth",
+        "--from-literal=token=Bearer bystander",
+    ]);
+    let podprobe_account = format!("{PODPROBE_NAMESPACE}:podprobe");
+    ns.kubectl(&[
+        "create",
+        "role",
+        "podprobe-probe-auth",
+        "--verb=get",
+        "--resource=secrets",
+        "--resource-name=probe-auth",
+    ]);
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "podprobe-probe-auth",
+        "--role=podprobe-probe-auth",
+        &format!("--serviceaccount={podprobe_account}"),
+    ]);
+    let bystander_containers = vec![
+        ("app".to_string(), format!("touch /tmp/ready; {SLEEP_LOOP}")),
+        (
+            "web".to_string(),
+            format!("mkdir -p /www && echo ok > /www/index.html && httpd -p 8090 -h /www; {IDLE}"),
+        ),
+    ];
+    let bystander_probes = json!({
+        "app": {"readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]},
+                                   "periodSeconds": 1, "failureThreshold": 1}},
+        "web": {"readinessProbe": {"httpGet": {"port": 8090, "path": "/index.html"},
+                                   "periodSeconds": 1,
+                                   "podprobe": {"http": {"headers": [{"name": "Authorization",
+                                       "valueFrom": {"secretKeyRef": {
+                                           "name": "probe-auth", "key": "token"}}}]}}}},
+    });
+    ns.create_pod(&hostile_pod(
+        "bystander",
+        &node,
+        &bystander_containers,
+        bystander_probes,
+    ));
+    // Its Secret is read whatever the fillers named (a Role reaches the
+    // authorizer within seconds; the failed read backs off 2 s at first).
+    wait_gate(&ns, "bystander", true, START);
+
+    // Its exec readiness follows its file within the kubelet's timing,
+    // twice each way, while the hostile pods are at work.
+    for _ in 0..2 {
+        ns.kubectl(&["exec", "bystander", "-c", "app", "--", "rm", "/tmp/ready"]);
+        wait_gate(&ns, "bystander", false, FAST_FALSE_WITHIN);
+        ns.kubectl(&[
+            "exec",
+            "bystander",
+            "-c",
+            "app",
+            "--",
+            "touch",
+            "/tmp/ready",
+        ]);
+        wait_gate(&ns, "bystander", true, FAST_FALSE_WITHIN);
+    }
+    let events = ns.events_for("bystander");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["reason"] == "HeaderSecretUnavailable"
+                && e["message"].as_str().is_some_and(|m| m.contains("holds"))),
+        "the bystander's Secret was refused for room: {events:?}"
+    );
+
+    let (working_set, restarts) = podprobe_memory_and_restarts(&node);
+    eprintln!(
+        "podprobe on {node}: working set {:.1} MiB under the hostile pods (bound {} MiB), \
+         restarts {restarts_before} -> {restarts}",
+        working_set as f64 / (1024.0 * 1024.0),
+        HOSTILE_MAX_WORKING_SET / (1024 * 1024)
+    );
+    assert!(
+        working_set <= HOSTILE_MAX_WORKING_SET,
+        "podprobe's working set is {working_set} bytes\n{}",
+        ns.diagnostics()
+    );
+    assert_eq!(restarts, restarts_before, "podprobe restarted");
+    let logs = podprobe_logs_on(&node);
+    assert!(
+        !logs.contains("panicked"),
+        "podprobe panicked:\n{}",
+        logs.lines()
+            .filter(|l| l.contains("panicked"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
