@@ -185,6 +185,9 @@ fn defaults_are_deploy_base() {
             "--max-node-probe-rate=1000",
             "--max-concurrent-execs-per-pod=8",
             "--max-exec-timeout-seconds=60",
+            "--max-concurrent-network-probes=256",
+            "--max-concurrent-network-probes-per-pod=16",
+            "--max-network-timeout-seconds=60",
             "--max-liveness-pause-seconds=86400",
             "--status-output-budget-bytes=1048576",
         ]
