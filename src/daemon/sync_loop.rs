@@ -2024,4 +2024,27 @@ mod tests {
         settle().await;
         assert_eq!(sync.markers.patches()[sent..], [primary]);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_longer_than_the_nodes_cap_is_a_warning_once_per_reading() {
+        let mut pod = named(Mode::Gate);
+        let probes = r#"{"app": {
+            "readinessProbe": {"httpGet": {"port": 8080}, "timeoutSeconds": 3600},
+            "livenessProbe": {"exec": {"command": ["true"]}, "timeoutSeconds": 60}}}"#;
+        pod.metadata.annotations =
+            Some([(PROBES_ANNOTATION.to_string(), probes.to_string())].into());
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Success),
+        );
+        sync.start(&pod).await;
+        // Only the network probe is over its cap (60 s); the exec one is at it.
+        assert_eq!(sync.events.reasons(), [reasons::PROBE_TIMEOUT_CAPPED]);
+        // A resync and an unchanged pod read nothing again.
+        sync.daemon.resync();
+        sync.applied(&pod);
+        settle().await;
+        assert_eq!(sync.events.reasons(), [reasons::PROBE_TIMEOUT_CAPPED]);
+    }
 }
