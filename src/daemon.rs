@@ -196,7 +196,8 @@ async fn shutdown_signal() {
 /// waits (bounded) for in-flight patches.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
     let watch_activity = WatchActivity::new();
-    let client = kube_client(&config, watch_activity.clone()).await?;
+    let clients = kube_clients(&config, watch_activity.clone()).await?;
+    let client = clients.api;
     let all_pods: Api<Pod> = Api::all(client.clone());
     check_selectors(&all_pods, &config).await?;
     let metrics = Metrics::new();
@@ -266,7 +267,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         RetryPolicy::default(),
     );
     let health = Health::new(HEALTH_STALE_AFTER, watch_activity);
-    let server_config = server_config(&config, &client, ledger);
+    let server_config = server_config(&config, clients.reviews, ledger);
     let server = Server::bind(server_config, metrics.clone(), health.clone())
         .await
         .map_err(|e| DaemonError::Listen {
@@ -350,10 +351,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
-async fn kube_client(
+async fn kube_clients(
     config: &Config,
     watch: Arc<WatchActivity>,
-) -> Result<kube::Client, DaemonError> {
+) -> Result<apiclient::Clients, DaemonError> {
     let kube_config = match &config.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -367,7 +368,8 @@ async fn kube_client(
             .await
             .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
     };
-    apiclient::build(kube_config, watch, config.api_rate).map_err(DaemonError::Client)
+    apiclient::build(kube_config, watch, config.api_rate, config.review_rate)
+        .map_err(DaemonError::Client)
 }
 
 /// Checks every [`STATUS_RESYNC_PERIOD`] that the runtime answers, for `/readyz`;
@@ -510,11 +512,12 @@ impl ProbeRunner for Prober {
 }
 
 /// What `podprobe run`'s flags ask of the server; delegated auth reviews
-/// through `client`. Probe status is always served from `ledger`, and
-/// always reviewed: probe output is the pod owner's data.
-fn server_config(config: &Config, client: &kube::Client, ledger: Arc<ProbeLedger>) -> ServerConfig {
+/// through `reviews`, the review client (`--review-qps`). Probe status is
+/// always served from `ledger`, and always reviewed: probe output is the
+/// pod owner's data.
+fn server_config(config: &Config, reviews: kube::Client, ledger: Arc<ProbeLedger>) -> ServerConfig {
     // One set of review caches for both.
-    let auth = DelegatedAuth::kube(client.clone());
+    let auth = DelegatedAuth::kube(reviews);
     let metrics_access = match config.metrics_auth {
         MetricsAuth::Delegated => MetricsAccess::Delegated(auth.clone()),
         MetricsAuth::None => MetricsAccess::Open,

@@ -19,6 +19,7 @@ enum Command {
     /// Run the node daemon: probe the pods of this node and publish their
     /// readiness (gate mode: the `podprobe.io/ready` condition of annotated
     /// pods; authority mode: container ready/started and Ready/ContainersReady).
+    // Boxed: its flags are most of the enum's size.
     Run(Box<podprobe::daemon::config::RunArgs>),
     /// Simulate a pod's probes in virtual time against a script of how its
     /// containers behave, printing what the kubelet would observe and do.

@@ -342,6 +342,29 @@ pub struct RunArgs {
     )]
     pub kube_api_burst: u32,
 
+    /// TokenReviews and SubjectAccessReviews a second, sent through a client
+    /// of their own (for `/metrics` and `kubectl podprobe status` callers),
+    /// so that a flood of forged tokens never holds a status patch back; 0:
+    /// no limit. The kubelet sends its reviews through its main client.
+    #[arg(
+        long,
+        env = "PODPROBE_REVIEW_QPS",
+        value_name = "QPS",
+        default_value_t = apiclient::DEFAULT_REVIEW_QPS,
+        value_parser = non_negative_rate
+    )]
+    pub review_qps: f64,
+
+    /// Reviews allowed at once above --review-qps.
+    #[arg(
+        long,
+        env = "PODPROBE_REVIEW_BURST",
+        value_name = "N",
+        default_value_t = apiclient::DEFAULT_REVIEW_BURST,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub review_burst: u32,
+
     /// Probe runs a second one pod's probes may start, bursts of as many
     /// (a token bucket); a run over it waits, late rather than failed
     /// (podprobe_probe_rate_delayed_total). 0: no limit. The kubelet needs
@@ -504,6 +527,8 @@ pub struct Config {
     pub event_rate: RateLimit,
     /// `--kube-api-qps`, `--kube-api-burst`.
     pub api_rate: RateLimit,
+    /// `--review-qps`, `--review-burst`.
+    pub review_rate: RateLimit,
     /// `--max-pod-probe-rate`, `--max-node-probe-rate`.
     pub pod_probe_rate: u32,
     pub node_probe_rate: u32,
@@ -612,6 +637,7 @@ impl RunArgs {
                     .filter(|k| !k.is_empty()),
             ),
             api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
+            review_rate: RateLimit::new(self.review_qps, self.review_burst),
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),
                 command_bytes: usize::try_from(self.max_pod_command_bytes).unwrap_or(usize::MAX),
@@ -878,6 +904,27 @@ mod tests {
             .mut_args(|arg| arg.env(None::<&'static str>))
             .try_get_matches_from(["podprobe", "--node-name=n", "--max-connections=0"]);
         assert!(zero.is_err());
+    }
+
+    #[test]
+    fn reviews_have_a_rate_of_their_own() {
+        let config = args(&[]).validate().expect("valid");
+        assert_eq!(
+            config.api_rate,
+            RateLimit::new(apiclient::DEFAULT_API_QPS, apiclient::DEFAULT_API_BURST)
+        );
+        assert_eq!(config.review_rate, RateLimit::new(20.0, 40));
+        let config = args(&["--review-qps=5", "--review-burst=10", "--kube-api-qps=7"])
+            .validate()
+            .expect("valid");
+        assert_eq!(config.review_rate, RateLimit::new(5.0, 10));
+        assert_eq!(config.api_rate.qps, 7.0);
+        for bad in ["--review-qps=-1", "--review-burst=0"] {
+            let refused = Cli::command()
+                .mut_args(|arg| arg.env(None::<&'static str>))
+                .try_get_matches_from(["podprobe", "--node-name=n", bad]);
+            assert!(refused.is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -14,6 +14,12 @@
 //! Event writes are left out of that limit: they have their own
 //! (`events::DEFAULT_EVENT_QPS`), as the kubelet sends Events through a
 //! client of their own, so a flood of Events never holds a status patch.
+//! The `TokenReview`s and `SubjectAccessReview`s of `/metrics` and probe
+//! status callers go through a second client ([`Clients::reviews`]) with a
+//! limit of its own ([`DEFAULT_REVIEW_QPS`]): anyone who reaches the port
+//! can make reviews, one per forged token, and in a shared bucket those
+//! would hold the status patches back. (The kubelet reviews through its
+//! main client; its reviews wait in the same bucket as its status updates.)
 
 use std::fmt::Display;
 use std::future::Future;
@@ -45,6 +51,33 @@ pub const DEFAULT_API_QPS: f64 = 50.0;
 /// (the kubelet's `kubeAPIBurst`).
 pub const DEFAULT_API_BURST: u32 = 100;
 
+/// Reviews a second podprobe's review client sends on average. A scraper
+/// needs two reviews per token and path every two minutes (the review
+/// caches' `AUTHORIZED_TTL`) and a `kubectl podprobe status` one or two, so
+/// this is far above what real callers ask; it bounds what a flood of
+/// forged tokens makes each node send the API server, below
+/// [`DEFAULT_API_QPS`] because every node may be flooded at once. At most
+/// 16 reviews are in flight or waiting for a turn
+/// (`delegated_auth::MAX_REVIEWS_IN_FLIGHT`, `MAX_QUEUED_REVIEWS`), so a
+/// review waits at most 0.8 s for a token, well within the 10 s it may take.
+pub const DEFAULT_REVIEW_QPS: f64 = 20.0;
+
+/// Reviews the review client may send at once above
+/// [`DEFAULT_REVIEW_QPS`]: a restarted podprobe's scrapers, both metrics
+/// paths, two reviews each, are answered without waiting.
+pub const DEFAULT_REVIEW_BURST: u32 = 40;
+
+/// podprobe's two clients of one API server, each with a request limit of
+/// its own.
+#[derive(Clone)]
+pub struct Clients {
+    /// Everything but reviews: the pod watch, status and marker patches,
+    /// reads, Events (whose writes have their own limit).
+    pub api: kube::Client,
+    /// `TokenReview`s and `SubjectAccessReview`s only.
+    pub reviews: kube::Client,
+}
+
 /// A request that did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -64,19 +97,26 @@ pub async fn bounded<T>(
     }
 }
 
-/// Builds the client of `config`, with the pod watch's responses reported
-/// to `activity` and every request but Event writes held to `limit` (the
-/// kubelet's default: [`DEFAULT_API_QPS`], [`DEFAULT_API_BURST`]).
+/// Builds the clients of `config`: [`Clients::api`] with the pod watch's
+/// responses reported to `activity` and every request but Event writes
+/// held to `api_limit` (the kubelet's default: [`DEFAULT_API_QPS`],
+/// [`DEFAULT_API_BURST`]), [`Clients::reviews`] held to `review_limit`
+/// ([`DEFAULT_REVIEW_QPS`], [`DEFAULT_REVIEW_BURST`]). Each has its own
+/// connections, so neither waits for the other's either.
 pub fn build(
     config: kube::Config,
     activity: Arc<WatchActivity>,
-    limit: RateLimit,
-) -> Result<kube::Client, kube::Error> {
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(builder
+    api_limit: RateLimit,
+    review_limit: RateLimit,
+) -> Result<Clients, kube::Error> {
+    let api = kube::client::ClientBuilder::try_from(config.clone())?
         .with_layer(&TrackWatchesLayer(activity))
-        .with_layer(&LimitRequestsLayer::new(limit))
-        .build())
+        .with_layer(&LimitRequestsLayer::new(api_limit))
+        .build();
+    let reviews = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&LimitRequestsLayer::new(review_limit))
+        .build();
+    Ok(Clients { api, reviews })
 }
 
 /// Whether `uri` is a watch request (`?watch=true`, as kube sends it).
@@ -275,6 +315,54 @@ mod tests {
             matches!(error, RequestError::Timeout(REQUEST_TIMEOUT)),
             "{error}"
         );
+    }
+
+    /// #37: reviews wait in a bucket of their own. Both clients as [`build`]
+    /// makes them, against a server on 127.0.0.1 logging what it is sent;
+    /// in real time, since a paused clock would skip the bucket's wait
+    /// whenever the sockets are idle.
+    #[tokio::test]
+    async fn rule9_6_reviews_wait_in_a_bucket_of_their_own() {
+        const REVIEW: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+        const PATCH: &str = "/api/v1/namespaces/a/pods/p/status";
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let log = sent.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let log = log.clone();
+                let answer = hyper::service::service_fn(move |request: Request<_>| {
+                    log.lock().unwrap().push(request.uri().path().to_string());
+                    let body = http_body_util::Full::new(Bytes::from_static(b"{}"));
+                    async move { Ok::<_, std::convert::Infallible>(Response::new(body)) }
+                });
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), answer);
+                tokio::spawn(connection);
+            }
+        });
+        // One request at once, the next 1,000 s later.
+        let one = RateLimit::new(0.001, 1);
+        let config = kube::Config::new(url.parse().unwrap());
+        let clients = build(config, WatchActivity::new(), one, one).unwrap();
+        let post = |path: &str| {
+            Request::post(path)
+                .body(kube::client::Body::empty())
+                .unwrap()
+        };
+
+        clients.reviews.send(post(REVIEW)).await.unwrap();
+        let reviews = clients.reviews.clone();
+        let waiting = tokio::spawn(async move { reviews.send(post(REVIEW)).await });
+        let patched = tokio::time::timeout(Duration::from_secs(5), clients.api.send(post(PATCH)));
+        assert!(
+            patched.await.is_ok_and(|sent| sent.is_ok()),
+            "the status patch waited behind the reviews"
+        );
+        assert_eq!(*sent.lock().unwrap(), [REVIEW, PATCH]);
+        assert!(!waiting.is_finished(), "the second review waits its turn");
+        waiting.abort();
     }
 
     #[tokio::test(start_paused = true)]

@@ -22,7 +22,11 @@
 //! [`AUTHORIZED_TTL`], rejected ones for [`UNAUTHORIZED_TTL`], at most
 //! [`CACHE_CAPACITY`] of each kind in each cache, so that a flood of forged
 //! tokens, whose rejections anyone can make, never pushes the real
-//! scraper's accepted token out. A failed review is not cached.
+//! scraper's accepted token out. Granted verdicts are charged to the user
+//! the `TokenReview` named, at most [`PER_USER_CAPACITY`] each, and a full
+//! cache evicts from the users holding the most: one user who mints tokens,
+//! or asks about every pod name RBAC lets it get, pushes out only its own
+//! verdicts, never the scraper's one or two. A failed review is not cached.
 //!
 //! At most [`MAX_REVIEWS_IN_FLIGHT`] reviews are sent at once and
 //! [`MAX_QUEUED_REVIEWS`] more wait for a turn; a request that would need
@@ -30,7 +34,9 @@
 //! that a flood of forged tokens holds neither the API server nor the
 //! flooders' connections for longer than those few reviews take. The
 //! reviews go through the [`Reviewer`] trait: [`KubeReviewer`] asks the API
-//! server, tests script the answers.
+//! server, through a client of its own with its own request limit
+//! (`--review-qps`, `kube::apiclient::Clients::reviews`), so that reviews
+//! never hold podprobe's status patches back; tests script the answers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -58,8 +64,18 @@ pub const AUTHORIZED_TTL: Duration = Duration::from_secs(120);
 pub const UNAUTHORIZED_TTL: Duration = Duration::from_secs(30);
 
 /// Most tokens and most (token, path, verb) decisions remembered, granted
-/// (an accepted token, an allowed request) and refused ones each.
+/// (an accepted token, an allowed request) and refused ones each: the
+/// backstop of [`PER_USER_CAPACITY`].
 pub const CACHE_CAPACITY: usize = 1024;
+
+/// Most accepted tokens, and most allowed (token, path, verb) decisions, of
+/// one user (as the `TokenReview` names it) remembered. A scraper holds one
+/// or two tokens (a projected token is replaced hourly) and two paths each;
+/// a person running `kubectl podprobe status` one decision per pod asked
+/// about in the last [`AUTHORIZED_TTL`]. A user past it is still served,
+/// reviewed again; what it cannot do is push out another user's verdicts.
+/// At 64, sixteen users fill [`CACHE_CAPACITY`].
+pub const PER_USER_CAPACITY: usize = 64;
 
 /// How long one review may take, waiting for its turn included.
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -166,7 +182,8 @@ impl std::fmt::Display for Attributes {
 
 /// [`Reviewer`] through the API server (needs `create` on
 /// `tokenreviews.authentication.k8s.io` and
-/// `subjectaccessreviews.authorization.k8s.io`).
+/// `subjectaccessreviews.authorization.k8s.io`), with a client for reviews
+/// only.
 #[derive(Clone)]
 pub struct KubeReviewer {
     client: kube::Client,
@@ -337,7 +354,8 @@ impl std::fmt::Debug for DelegatedAuth {
 }
 
 impl DelegatedAuth {
-    /// Reviews through the API server `client` talks to.
+    /// Reviews through the API server `client` talks to; a client of its
+    /// own, whose request limit only reviews use.
     pub fn kube(client: kube::Client) -> Self {
         Self::new(KubeReviewer::new(client))
     }
@@ -348,8 +366,8 @@ impl DelegatedAuth {
             inner: Arc::new(Inner {
                 reviewer: Box::new(reviewer),
                 keys: (RandomState::new(), RandomState::new()),
-                tokens: Mutex::new(Verdicts::new(CACHE_CAPACITY)),
-                access: Mutex::new(Verdicts::new(CACHE_CAPACITY)),
+                tokens: Mutex::new(Verdicts::new(CACHE_CAPACITY, PER_USER_CAPACITY)),
+                access: Mutex::new(Verdicts::new(CACHE_CAPACITY, PER_USER_CAPACITY)),
                 places: Semaphore::new(MAX_REVIEWS_IN_FLIGHT + MAX_QUEUED_REVIEWS),
                 reviews: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
                 last_failure_warning: Mutex::new(None),
@@ -444,8 +462,15 @@ impl DelegatedAuth {
         let verdict = self
             .bounded("TokenReview", self.inner.reviewer.review_token(token))
             .await?;
-        let granted = matches!(verdict, Authentication::Authenticated(_));
-        lock(&self.inner.tokens).insert(key, verdict.clone(), granted, Instant::now());
+        let mut tokens = lock(&self.inner.tokens);
+        match &verdict {
+            Authentication::Authenticated(user) => {
+                tokens.grant(key, verdict.clone(), &user.username, Instant::now());
+            }
+            Authentication::Unauthenticated(_) => {
+                tokens.refuse(key, verdict.clone(), Instant::now());
+            }
+        }
         Ok(verdict)
     }
 
@@ -465,8 +490,13 @@ impl DelegatedAuth {
                 self.inner.reviewer.review_access(user, &cache_key.1),
             )
             .await?;
-        let granted = verdict == Authorization::Allowed;
-        lock(&self.inner.access).insert(cache_key, verdict.clone(), granted, Instant::now());
+        let mut access = lock(&self.inner.access);
+        match &verdict {
+            Authorization::Allowed => {
+                access.grant(cache_key, verdict.clone(), &user.username, Instant::now());
+            }
+            Authorization::Denied(_) => access.refuse(cache_key, verdict.clone(), Instant::now()),
+        }
         Ok(verdict)
     }
 
@@ -523,19 +553,23 @@ pub fn bearer_token_in(headers: &HeaderMap, name: impl http::header::AsHeaderNam
 /// in a bounded cache of its own: anyone can make refused verdicts, one per
 /// forged token, and in a shared cache those would push out the granted
 /// ones, which only a real client has, once a flood makes them the closest
-/// to expiring.
+/// to expiring. Granted verdicts are charged to the user the `TokenReview`
+/// named, at most [`PER_USER_CAPACITY`] each, since a user can make many of
+/// them too: a token per request (`create serviceaccounts/token`), or a
+/// pod name per request when RBAC lets it `get` every pod of a namespace.
 #[derive(Debug)]
 struct Verdicts<K, V> {
-    granted: TtlCache<K, V>,
-    refused: TtlCache<K, V>,
+    granted: TtlCache<K, V, String>,
+    refused: TtlCache<K, V, ()>,
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> Verdicts<K, V> {
-    /// At most `capacity` granted and `capacity` refused verdicts.
-    fn new(capacity: usize) -> Self {
+    /// At most `capacity` granted verdicts, `per_user` of one user, and
+    /// `capacity` refused ones.
+    fn new(capacity: usize, per_user: usize) -> Self {
         Verdicts {
-            granted: TtlCache::new(capacity),
-            refused: TtlCache::new(capacity),
+            granted: TtlCache::new(capacity, per_user),
+            refused: TtlCache::new(capacity, capacity),
         }
     }
 
@@ -547,14 +581,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Verdicts<K, V> {
 
     /// Remembers the latest verdict only: two requests with the same key may
     /// have been reviewed at once, and answered differently.
-    fn insert(&mut self, key: K, value: V, granted: bool, now: Instant) {
-        let (cache, other, ttl) = if granted {
-            (&mut self.granted, &mut self.refused, AUTHORIZED_TTL)
-        } else {
-            (&mut self.refused, &mut self.granted, UNAUTHORIZED_TTL)
-        };
-        other.remove(&key);
-        cache.insert(key, value, ttl, now);
+    fn grant(&mut self, key: K, value: V, user: &str, now: Instant) {
+        self.refused.remove(&key);
+        self.granted
+            .insert(key, value, user.to_string(), AUTHORIZED_TTL, now);
+    }
+
+    /// As [`Verdicts::grant`], for a refusal.
+    fn refuse(&mut self, key: K, value: V, now: Instant) {
+        self.granted.remove(&key);
+        self.refused.insert(key, value, (), UNAUTHORIZED_TTL, now);
     }
 
     #[cfg(test)]
@@ -563,57 +599,131 @@ impl<K: Hash + Eq + Clone, V: Clone> Verdicts<K, V> {
     }
 }
 
-/// A map whose entries expire, of bounded size: when full, expired entries
-/// go first, then the one closest to expiring.
+/// A map whose entries expire, each charged to an owner, of bounded size:
+/// at most `per_owner` entries of one owner, whose new entry replaces its
+/// own closest to expiring, and at most `capacity` in all. When full,
+/// expired entries go first, then the one closest to expiring of the owners
+/// holding the most, so an owner of a few entries keeps them whoever else
+/// fills the cache.
 #[derive(Debug)]
-struct TtlCache<K, V> {
-    entries: HashMap<K, (V, Instant)>,
+struct TtlCache<K, V, O> {
+    entries: HashMap<K, Entry<V, O>>,
+    /// Entries held by each owner that holds any.
+    held: HashMap<O, usize>,
     capacity: usize,
+    per_owner: usize,
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
-    fn new(capacity: usize) -> Self {
+#[derive(Debug)]
+struct Entry<V, O> {
+    value: V,
+    expires: Instant,
+    owner: O,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone, O: Hash + Eq + Clone> TtlCache<K, V, O> {
+    fn new(capacity: usize, per_owner: usize) -> Self {
         TtlCache {
             entries: HashMap::new(),
+            held: HashMap::new(),
             capacity: capacity.max(1),
+            per_owner: per_owner.max(1),
         }
     }
 
     fn get(&mut self, key: &K, now: Instant) -> Option<V> {
         match self.entries.get(key) {
-            Some((value, expires)) if *expires > now => Some(value.clone()),
+            Some(entry) if entry.expires > now => Some(entry.value.clone()),
             Some(_) => {
-                self.entries.remove(key);
+                self.remove(key);
                 None
             }
             None => None,
         }
     }
 
-    fn insert(&mut self, key: K, value: V, ttl: Duration, now: Instant) {
-        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
-            self.entries.retain(|_, (_, expires)| *expires > now);
-            if self.entries.len() >= self.capacity {
-                let soonest = self
-                    .entries
-                    .iter()
-                    .min_by_key(|(_, (_, expires))| *expires)
-                    .map(|(key, _)| key.clone());
-                if let Some(soonest) = soonest {
-                    self.entries.remove(&soonest);
-                }
+    fn insert(&mut self, key: K, value: V, owner: O, ttl: Duration, now: Instant) {
+        // A replaced entry makes room for its replacement: it never evicts
+        // another.
+        self.remove(&key);
+        if self.held(&owner) >= self.per_owner {
+            self.remove_expired(now);
+            if self.held(&owner) >= self.per_owner
+                && let Some(own) = self.soonest(|o| *o == owner)
+            {
+                self.remove(&own);
             }
         }
-        self.entries.insert(key, (value, now + ttl));
+        if self.entries.len() >= self.capacity {
+            self.remove_expired(now);
+            let most = self.held.values().copied().max().unwrap_or(0);
+            if self.entries.len() >= self.capacity
+                && let Some(largest) = self.soonest(|o| self.held(o) == most)
+            {
+                self.remove(&largest);
+            }
+        }
+        *self.held.entry(owner.clone()).or_default() += 1;
+        self.entries.insert(
+            key,
+            Entry {
+                value,
+                expires: now + ttl,
+                owner,
+            },
+        );
     }
 
     fn remove(&mut self, key: &K) {
-        self.entries.remove(key);
+        if let Some(entry) = self.entries.remove(key) {
+            self.release(&entry.owner);
+        }
+    }
+
+    fn held(&self, owner: &O) -> usize {
+        self.held.get(owner).copied().unwrap_or(0)
+    }
+
+    /// Takes one entry off `owner`'s count; an owner without entries is
+    /// forgotten.
+    fn release(&mut self, owner: &O) {
+        if let Some(held) = self.held.get_mut(owner) {
+            *held -= 1;
+            if *held == 0 {
+                self.held.remove(owner);
+            }
+        }
+    }
+
+    fn remove_expired(&mut self, now: Instant) {
+        let expired: Vec<K> = self
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.expires <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in expired {
+            self.remove(&key);
+        }
+    }
+
+    /// The entry closest to expiring of the owners `of` picks.
+    fn soonest(&self, of: impl Fn(&O) -> bool) -> Option<K> {
+        self.entries
+            .iter()
+            .filter(|(_, entry)| of(&entry.owner))
+            .min_by_key(|(_, entry)| entry.expires)
+            .map(|(key, _)| key.clone())
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    #[cfg(test)]
+    fn held_by(&self, owner: &O) -> usize {
+        self.held(owner)
     }
 }
 
@@ -625,9 +735,10 @@ mod tests {
 
     use super::*;
 
-    /// Tokens `good-*` belong to user `scraper` (allowed) or `stranger`
-    /// (`good-stranger`, denied); `flaky` makes the review fail; `slow`
-    /// never gets an answer; anything else is rejected. Counts the reviews.
+    /// Tokens `good-<user>` and `good-<user>/<n>` (more tokens of one user)
+    /// belong to `<user>`, who is allowed everything unless it is
+    /// `stranger` (denied); `flaky` makes the review fail; `slow` never
+    /// gets an answer; anything else is rejected. Counts the reviews.
     #[derive(Default)]
     struct Script {
         token_reviews: AtomicUsize,
@@ -650,7 +761,7 @@ mod tests {
                     }),
                     _ => Ok(match token.strip_prefix("good-") {
                         Some(user) => Authentication::Authenticated(UserInfo {
-                            username: user.to_string(),
+                            username: user.split('/').next().unwrap_or(user).to_string(),
                             ..UserInfo::default()
                         }),
                         None => Authentication::Unauthenticated("invalid bearer token".into()),
@@ -902,27 +1013,67 @@ mod tests {
     #[test]
     fn the_cache_is_bounded_and_drops_the_soonest_to_expire() {
         let now = Instant::now();
-        let mut cache = TtlCache::new(3);
-        cache.insert(1, "a", Duration::from_secs(30), now);
-        cache.insert(2, "b", Duration::from_secs(10), now);
-        cache.insert(3, "c", Duration::from_secs(20), now);
-        cache.insert(4, "d", Duration::from_secs(40), now);
+        let mut cache = TtlCache::new(3, 3);
+        cache.insert(1, "a", (), Duration::from_secs(30), now);
+        cache.insert(2, "b", (), Duration::from_secs(10), now);
+        cache.insert(3, "c", (), Duration::from_secs(20), now);
+        cache.insert(4, "d", (), Duration::from_secs(40), now);
         assert_eq!(cache.len(), 3);
         assert_eq!(cache.get(&2, now), None, "closest to expiring");
         assert_eq!(cache.get(&1, now), Some("a"));
 
         // Expired entries go first, however many.
         let later = now + Duration::from_secs(25);
-        cache.insert(5, "e", Duration::from_secs(1), later);
+        cache.insert(5, "e", (), Duration::from_secs(1), later);
         assert_eq!(cache.len(), 3);
         assert_eq!(cache.get(&3, later), None);
         assert_eq!(cache.get(&4, later), Some("d"));
         assert_eq!(cache.get(&5, later), Some("e"));
 
         // Replacing an entry never evicts another.
-        cache.insert(5, "E", Duration::from_secs(1), later);
+        cache.insert(5, "E", (), Duration::from_secs(1), later);
         assert_eq!(cache.len(), 3);
         assert_eq!(cache.get(&5, later), Some("E"));
+    }
+
+    #[test]
+    fn an_owner_at_its_cap_replaces_its_own_and_a_full_cache_the_largest_owners() {
+        let now = Instant::now();
+        let secs = Duration::from_secs;
+        let mut cache = TtlCache::new(6, 3);
+        // The scraper's entry is the closest to expiring throughout.
+        cache.insert(0, "scraper", "scraper", secs(10), now);
+        for i in 1..=4 {
+            cache.insert(i, "a", "a", secs(10 + i), now);
+        }
+        assert_eq!(cache.held_by(&"a"), 3, "a's fourth replaced its first");
+        assert_eq!(cache.get(&1, now), None);
+        assert_eq!(cache.get(&2, now), Some("a"));
+
+        // Full: b's third entry evicts from a, holding the most.
+        for i in 11..=13 {
+            cache.insert(i, "b", "b", secs(20 + i), now);
+        }
+        assert_eq!(cache.len(), 6);
+        assert_eq!(cache.get(&2, now), None, "a's closest to expiring");
+        assert_eq!((cache.held_by(&"a"), cache.held_by(&"b")), (2, 3));
+        // b at its cap replaces its own, never a's.
+        cache.insert(14, "b", "b", secs(40), now);
+        assert_eq!((cache.held_by(&"a"), cache.held_by(&"b")), (2, 3));
+        assert_eq!(cache.get(&11, now), None);
+        // A newcomer evicts from b, holding the most.
+        cache.insert(21, "c", "c", secs(50), now);
+        assert_eq!((cache.held_by(&"a"), cache.held_by(&"b")), (2, 2));
+        assert_eq!(cache.get(&0, now), Some("scraper"));
+
+        // An entry replaced by another owner's moves between them.
+        cache.insert(21, "a", "a", secs(50), now);
+        assert_eq!((cache.held_by(&"a"), cache.held_by(&"c")), (3, 0));
+        assert_eq!(cache.len(), 6);
+        // Expired entries are counted out.
+        let later = now + secs(100);
+        assert_eq!(cache.get(&0, later), None);
+        assert_eq!(cache.held_by(&"scraper"), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -965,12 +1116,107 @@ mod tests {
         assert_eq!(lock(&auth.inner.tokens).len(), (1, CACHE_CAPACITY));
     }
 
+    /// #37: a tenant who may `get` pods in its namespace asks for the
+    /// probe status of many pod names, each allowed (namespace-wide RBAC
+    /// allows any name), when the scraper's verdicts are the closest to
+    /// expiring.
+    #[tokio::test(start_paused = true)]
+    async fn one_users_many_allowed_requests_cannot_push_out_the_scrapers() {
+        let (auth, script) = auth();
+        let scraper = bearer("Bearer good-scraper");
+        let allowed = AccessDecision::Allowed {
+            user: "scraper".into(),
+        };
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let flood = 2 * CACHE_CAPACITY;
+        for i in 0..flood {
+            let pod = Attributes::GetPod {
+                namespace: "tenant".into(),
+                name: format!("pod-{i}"),
+            };
+            assert_eq!(
+                auth.decide(Some("good-tenant"), pod).await,
+                AccessDecision::Allowed {
+                    user: "tenant".into()
+                }
+            );
+        }
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+        assert_eq!(
+            script.counts(),
+            (2, 1 + flood),
+            "the scraper's request was reviewed again"
+        );
+        let access = lock(&auth.inner.access);
+        assert_eq!(access.granted.held_by(&"tenant".into()), PER_USER_CAPACITY);
+    }
+
+    /// Many users, each at its cap, fill the cache: the evictions come from
+    /// them, never from the scraper holding one entry.
+    #[tokio::test(start_paused = true)]
+    async fn a_cache_filled_by_many_users_evicts_from_the_largest_holders() {
+        let (auth, script) = auth();
+        let scraper = bearer("Bearer good-scraper");
+        assert!(matches!(
+            auth.authorize(&scraper, "/metrics", "get").await,
+            AccessDecision::Allowed { .. }
+        ));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let users = 2 * CACHE_CAPACITY / PER_USER_CAPACITY;
+        for user in 0..users {
+            let token = format!("good-tenant{user}");
+            for pod in 0..PER_USER_CAPACITY {
+                let pod = Attributes::GetPod {
+                    namespace: "tenant".into(),
+                    name: format!("pod-{pod}"),
+                };
+                auth.decide(Some(&token), pod).await;
+            }
+        }
+        assert!(matches!(
+            auth.authorize(&scraper, "/metrics", "get").await,
+            AccessDecision::Allowed { .. }
+        ));
+        assert_eq!(script.counts(), (1 + users, 1 + users * PER_USER_CAPACITY));
+        assert_eq!(lock(&auth.inner.access).len(), (CACHE_CAPACITY, 0));
+    }
+
+    /// #37: a user who can mint tokens (`create serviceaccounts/token`)
+    /// sends a new one with every request.
+    #[tokio::test(start_paused = true)]
+    async fn one_users_many_tokens_cannot_push_out_the_scrapers() {
+        let (auth, script) = auth();
+        let scraper = bearer("Bearer good-scraper");
+        let allowed = AccessDecision::Allowed {
+            user: "scraper".into(),
+        };
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let flood = 2 * CACHE_CAPACITY;
+        for i in 0..flood {
+            let minted = bearer(&format!("Bearer good-tenant/{i}"));
+            assert!(matches!(
+                auth.authorize(&minted, "/metrics", "get").await,
+                AccessDecision::Allowed { .. }
+            ));
+        }
+        assert_eq!(auth.authorize(&scraper, "/metrics", "get").await, allowed);
+        assert_eq!(
+            script.counts(),
+            (1 + flood, 1 + flood),
+            "the scraper's token or request was reviewed again"
+        );
+        let tokens = lock(&auth.inner.tokens);
+        assert_eq!(tokens.granted.held_by(&"tenant".into()), PER_USER_CAPACITY);
+    }
+
     #[test]
     fn a_new_verdict_replaces_the_other_kind() {
         let now = Instant::now();
-        let mut verdicts = Verdicts::new(2);
-        verdicts.insert(1, "refused", false, now);
-        verdicts.insert(1, "granted", true, now);
+        let mut verdicts = Verdicts::new(2, 2);
+        verdicts.refuse(1, "refused", now);
+        verdicts.grant(1, "granted", "user", now);
         assert_eq!(verdicts.len(), (1, 0));
         assert_eq!(verdicts.get(&1, now), Some("granted"));
         assert_eq!(
@@ -978,8 +1224,8 @@ mod tests {
             None,
             "granted verdicts last the authorized TTL"
         );
-        verdicts.insert(1, "granted", true, now);
-        verdicts.insert(1, "refused", false, now);
+        verdicts.grant(1, "granted", "user", now);
+        verdicts.refuse(1, "refused", now);
         assert_eq!(verdicts.len(), (0, 1));
         assert_eq!(verdicts.get(&1, now), Some("refused"));
         assert_eq!(verdicts.get(&1, now + UNAUTHORIZED_TTL), None);
