@@ -129,6 +129,29 @@ impl PatchOutcome {
     }
 }
 
+/// What became of one marker patch (MK4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerOutcome {
+    /// Accepted by the API server.
+    Sent,
+    /// An error; sent again at the next resync.
+    Failed,
+    /// Not sent yet: the pod's marker writes are at their rate; the next
+    /// sync with a token sends what the markers ask for then.
+    Deferred,
+}
+
+impl MarkerOutcome {
+    /// The `outcome` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerOutcome::Sent => "sent",
+            MarkerOutcome::Failed => "failed",
+            MarkerOutcome::Deferred => "deferred",
+        }
+    }
+}
+
 /// What delegated authentication decided for one request of `/metrics` or
 /// `/metrics/probes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -344,7 +367,7 @@ impl Metrics {
         );
         own.register(
             "podprobe_marker_writes",
-            "Patches of pod labels and annotations that probe markers asked for (podprobe.markers), by outcome (sent: accepted; failed: an error, retried at the next resync)",
+            "Patches of pod labels and annotations that probe markers asked for (podprobe.markers), by outcome (sent: accepted; failed: an error, retried at the next resync; deferred: held back by the pod's marker write rate, sent by a later sync)",
             marker_writes.clone(),
         );
         own.register(
@@ -418,8 +441,14 @@ impl Metrics {
                 outcome: outcome.as_str(),
             });
         }
-        for outcome in ["sent", "failed"] {
-            marker_writes.get_or_create_owned(&EventLabels { outcome });
+        for outcome in [
+            MarkerOutcome::Sent,
+            MarkerOutcome::Failed,
+            MarkerOutcome::Deferred,
+        ] {
+            marker_writes.get_or_create_owned(&EventLabels {
+                outcome: outcome.as_str(),
+            });
         }
         for outcome in [
             AuthOutcome::Allowed,
@@ -577,11 +606,12 @@ impl Metrics {
         self.pods_tracked.set(gauge_value(count));
     }
 
-    /// Counts one marker patch, sent or failed.
-    pub fn marker_write(&self, sent: bool) {
-        let outcome = if sent { "sent" } else { "failed" };
+    /// Counts one marker patch by its outcome.
+    pub fn marker_write(&self, outcome: MarkerOutcome) {
         self.marker_writes
-            .get_or_create(&EventLabels { outcome })
+            .get_or_create(&EventLabels {
+                outcome: outcome.as_str(),
+            })
             .inc();
     }
 
