@@ -85,19 +85,13 @@ impl fmt::Display for CappedTimeout {
 mod tests {
     use super::*;
     use crate::probe::spec::{ExecAction, TcpSocketAction};
+    use crate::testing::default_spec;
 
     fn spec(handler: Handler, timeout_seconds: i32) -> ProbeSpec {
         ProbeSpec {
             handler,
-            initial_delay_seconds: 0,
             timeout_seconds,
-            period_seconds: 10,
-            period_milliseconds: None,
-            success_threshold: 1,
-            failure_threshold: 3,
-            termination_grace_period_seconds: None,
-            network: Default::default(),
-            markers: Vec::new(),
+            ..default_spec()
         }
     }
 
