@@ -23,8 +23,15 @@
 //! - Failed reads take no room from Secrets read: any pod may name Secrets
 //!   that do not exist, no grant needed. Each is remembered apart, as its
 //!   error and backoff only, at most [`MAX_FAILED_READS_PER_NAMESPACE`] of
-//!   one namespace; a namespace's next failure makes it forget its own
-//!   failure due soonest, never another namespace's.
+//!   one namespace, and a namespace's first read of a Secret it does not
+//!   hold takes a place among them. While all its places are taken and
+//!   none is due for another read, a Secret it names for the first time
+//!   fails without a read, saying so; once one is due, the new one is read
+//!   in its place, its backoff continuing that one's. So a namespace naming
+//!   thousands of Secrets that do not exist costs the API client's budget
+//!   (shared with status patches and Events) at most that many reads per
+//!   backoff, not one per probe run, and another namespace's failures are
+//!   never forgotten for it.
 //! - Secrets read are held up to [`MAX_SECRETS_PER_NAMESPACE`] of one
 //!   namespace, and [`MAX_SECRETS`] and [`MAX_SECRET_BYTES`] in all. When
 //!   a cache is full, a namespace under its share (the bound divided among
@@ -38,7 +45,7 @@
 //! Secret and the field, never their contents.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -96,13 +103,25 @@ pub const MAX_SECRET_BYTES: usize = 4 * 1024 * 1024;
 
 /// Most failed reads of one namespace a cache remembers, each as its error
 /// and backoff only, apart from the Secrets held, so that Secrets that do
-/// not exist (which any pod may name) take no room from those read. One
-/// more forgets that namespace's failure due soonest, never another
-/// namespace's: the name forgotten is read again the next time a probe
-/// names it, its backoff starting over, so a namespace naming more than
-/// this many Secrets that fail has them read as often as its probes run,
-/// within the API client's rate limit. A namespace with no more Secrets
-/// that fail than this keeps each one's backoff.
+/// not exist (which any pod may name) take no room from those read. It
+/// bounds a namespace's reads of Secrets it does not hold too: a first read
+/// takes a place among the failures, and while a namespace remembers this
+/// many and none is due for another read, a Secret it names for the first
+/// time fails without a read (`not read: 32 Secrets of this namespace that
+/// probes name could not be read ...`, with when the next is due); once one
+/// is due, the new one is read in its place and takes over its count of
+/// failures, so that place's backoff grows from [`FAILURE_BACKOFF`]'s
+/// `initial` to the TTL whichever names take it in turn. A namespace's
+/// reads of Secrets it does not hold are thus at most this many per
+/// backoff: at the default TTL, at most 160 in its first minute (each place
+/// read at 0, 2, 6, 14 and 30 s at the earliest), then at most 32 per TTL
+/// once the backoff has reached it, 32 a minute, out of the API client's
+/// requests that status patches and Events share (`--kube-api-qps`). The
+/// backoff stops at the TTL, or at a minute (plus up to half again of
+/// jitter) when `--secret-ttl-seconds` is longer, so a TTL under a minute
+/// allows 32 per TTL. Secrets held are read apart, each once per TTL.
+/// Another namespace's failures are never forgotten for it, and a namespace
+/// with no more Secrets that fail than this keeps each one's own backoff.
 pub const MAX_FAILED_READS_PER_NAMESPACE: usize = 32;
 
 /// The largest `tls.crt` and the largest `tls.key` accepted, in bytes of
@@ -227,7 +246,9 @@ struct State<T> {
     /// [`MAX_SECRETS`] and [`MAX_SECRET_BYTES`].
     held: HashMap<Key, Held<T>>,
     /// Failed reads by namespace, then name, within
-    /// [`MAX_FAILED_READS_PER_NAMESPACE`]; never of a Secret held.
+    /// [`MAX_FAILED_READS_PER_NAMESPACE`], and first reads in flight of
+    /// Secrets not held, which take their place among them when they start;
+    /// never of a Secret held.
     failed: HashMap<String, HashMap<String, Failed>>,
     /// Reads in flight, which lookups of the same Secret wait for instead of
     /// each making their own.
@@ -256,8 +277,12 @@ struct Held<T> {
 }
 
 struct Failed {
-    /// The error, as probes naming the Secret within the backoff get it.
-    why: String,
+    /// The error, as probes naming the Secret within the backoff get it;
+    /// none while its first read is in flight, which holds its namespace's
+    /// place among the failures from the start. A first read that every
+    /// probe waiting for it gave up on leaves its place due at once, its
+    /// count of failures unchanged, as a retry given up on does.
+    why: Option<String>,
     until: Instant,
     /// Failed reads since the last success, for the backoff.
     failures: u32,
@@ -269,6 +294,8 @@ enum Next<T> {
     Cached(Lookup<T>),
     /// Not read: what it read could not be held (why).
     Refused(String),
+    /// Not read: its namespace's failed reads are all backing off (why).
+    BackingOff(String),
     /// Read, or wait for the read in flight.
     Read(Arc<OnceCell<Lookup<T>>>),
 }
@@ -356,6 +383,14 @@ impl<T: Clone> SecretCache<T> {
             Next::Refused(full) => {
                 let why = self.why(namespace, name, &format!("not read: {full}"));
                 tracing::warn!(secret = %name, error = %why, "cannot use the probe's Secret");
+                return Err(why);
+            }
+            Next::BackingOff(failing) => {
+                let why = self.why(namespace, name, &format!("not read: {failing}"));
+                // Each failure it waits for was logged when read; a warning
+                // per refused lookup would let one namespace naming
+                // thousands of Secrets flood the log instead.
+                tracing::debug!(secret = %name, error = %why, "cannot use the probe's Secret");
                 return Err(why);
             }
             Next::Read(reading) => reading,
@@ -458,7 +493,7 @@ impl<T: Clone> SecretCache<T> {
             namespace,
             name,
             Failed {
-                why: why.clone(),
+                why: Some(why.clone()),
                 until: now + backoff,
                 failures,
                 last_used: now,
@@ -519,22 +554,95 @@ impl<T: Clone> State<T> {
                 return Next::Cached(Ok(held.value.clone()));
             }
         } else {
-            if let Some(failed) = self
+            let failed = self
                 .failed
                 .get_mut(namespace)
-                .and_then(|names| names.get_mut(name))
-            {
+                .and_then(|names| names.get_mut(name));
+            let remembered = failed.is_some();
+            if let Some(failed) = failed {
                 failed.last_used = now;
-                if failed.until > now {
-                    return Next::Cached(Err(failed.why.clone()));
+                if let Some(why) = failed.why.as_ref().filter(|_| failed.until > now) {
+                    return Next::Cached(Err(why.clone()));
                 }
             }
             // Its size is known once read; the number of Secrets before.
             if let Err(full) = self.room(namespace, 0) {
                 return Next::Refused(full);
             }
+            if !remembered
+                && !self.reading.contains_key(&key)
+                && let Err(failing) = self.place_among_failures(namespace, name, now)
+            {
+                return Next::BackingOff(failing);
+            }
         }
         Next::Read(self.reading.entry(key).or_default().clone())
+    }
+
+    /// A place among `namespace`'s failed reads for the first read of
+    /// `name`, which is neither held nor remembered: a free one, or that
+    /// of a failure whose backoff has ended and that is not being read,
+    /// whose count of failures it takes over. Without one, why not.
+    ///
+    /// Any pod may name Secrets that do not exist, and a name forgotten
+    /// would be read again at once: were a new name read without a place,
+    /// a namespace naming thousands would have one read on nearly every
+    /// probe run. Taking over the count keeps the place's backoff growing
+    /// to the TTL whichever names take it in turn, so a namespace's reads
+    /// of Secrets it does not hold are at most
+    /// [`MAX_FAILED_READS_PER_NAMESPACE`] per backoff.
+    fn place_among_failures(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        now: Instant,
+    ) -> Result<(), String> {
+        let names = self.failed.entry(namespace.to_string()).or_default();
+        let failures = if names.len() < MAX_FAILED_READS_PER_NAMESPACE {
+            0
+        } else {
+            // One being read is due once its read ends, not before.
+            let being_read: HashSet<&str> = self
+                .reading
+                .keys()
+                .filter(|(of, _)| of == namespace)
+                .map(|(_, name)| name.as_str())
+                .collect();
+            let soonest = names
+                .iter()
+                .filter(|(other, _)| !being_read.contains(other.as_str()))
+                .min_by_key(|(_, failed)| failed.until);
+            match soonest {
+                Some((due, failed)) if failed.until <= now => {
+                    let (due, failures) = (due.clone(), failed.failures);
+                    names.remove(&due);
+                    failures
+                }
+                soonest => {
+                    let next = match soonest {
+                        Some((_, failed)) => format!(
+                            "the next read of one of them is due in {}s",
+                            (failed.until - now).as_secs_f64().ceil()
+                        ),
+                        None => "each of them is being read now".to_string(),
+                    };
+                    return Err(format!(
+                        "{} Secrets of this namespace that probes name could not be read, the most whose failures podprobe remembers per namespace, and none is due for another read; create the Secrets the probes name or grant podprobe get on them, or name fewer; {next}",
+                        names.len()
+                    ));
+                }
+            }
+        };
+        names.insert(
+            name.to_string(),
+            Failed {
+                why: None,
+                until: now,
+                failures,
+                last_used: now,
+            },
+        );
+        Ok(())
     }
 
     fn forget_idle(&mut self, now: Instant) {
@@ -555,7 +663,10 @@ impl<T: Clone> State<T> {
     }
 
     /// Remembers a failed read, forgetting the failure of the same
-    /// namespace due soonest if it remembers as many as it may.
+    /// namespace due soonest if it remembers as many as it may: a Secret
+    /// held that fails to read again takes a place without waiting for one,
+    /// as its reads are bounded by the Secrets held (a Secret not held
+    /// waits in [`Self::place_among_failures`]).
     fn remember_failure(&mut self, namespace: &str, name: &str, failed: Failed) {
         let names = self.failed.entry(namespace.to_string()).or_default();
         if !names.contains_key(name) && names.len() >= MAX_FAILED_READS_PER_NAMESPACE {
@@ -1095,8 +1206,10 @@ mod tests {
     }
 
     /// A namespace's failures are remembered up to
-    /// [`MAX_FAILED_READS_PER_NAMESPACE`]; one more forgets that
-    /// namespace's failure due soonest, never another namespace's.
+    /// [`MAX_FAILED_READS_PER_NAMESPACE`]. While none of them is due, a
+    /// Secret of that namespace named for the first time is not read; once
+    /// one is, the new one is read and takes its place, never the place of
+    /// one still backing off, nor another namespace's.
     #[tokio::test(start_paused = true)]
     async fn failed_reads_are_remembered_per_namespace_and_never_forgotten_for_another() {
         let fake = Fake::new(Err(ReadError::NotFound), Duration::ZERO);
@@ -1104,29 +1217,127 @@ mod tests {
         for i in 0..MAX_FAILED_READS_PER_NAMESPACE {
             let _ = certificates.get("a", &format!("a{i}")).await;
         }
-        // b0's backoff ends within 2 to 3 s, the others' 1.1 s later.
+        // b0's backoff ends within 2 to 3 s, the others' 1.1 s later (and
+        // a's at b0's).
         let _ = certificates.get("b", "b0").await;
         tokio::time::advance(Duration::from_millis(1100)).await;
         for i in 1..MAX_FAILED_READS_PER_NAMESPACE {
             let _ = certificates.get("b", &format!("b{i}")).await;
         }
         assert_eq!(fake.gets(), 2 * MAX_FAILED_READS_PER_NAMESPACE);
-        let _ = certificates.get("b", "b32").await;
-        assert_eq!(
-            certificates.counts().failed,
-            2 * MAX_FAILED_READS_PER_NAMESPACE
+        let refused = certificates.get("b", "b32").await.unwrap_err();
+        let expected = "client certificate: Secret \"b32\" in namespace \"b\": not read: 32 Secrets of this namespace that probes name could not be read, the most whose failures podprobe remembers per namespace, and none is due for another read; create the Secrets the probes name or grant podprobe get on them, or name fewer; the next read of one of them is due in ";
+        assert!(
+            [format!("{expected}1s"), format!("{expected}2s")].contains(&refused),
+            "{refused}"
         );
+        assert_eq!(fake.gets(), 2 * MAX_FAILED_READS_PER_NAMESPACE, "no read");
         let gets = fake.gets();
         for i in 0..MAX_FAILED_READS_PER_NAMESPACE {
             let failed = certificates.get("a", &format!("a{i}")).await;
             assert!(failed.unwrap_err().ends_with("it does not exist"));
         }
-        for i in 1..=MAX_FAILED_READS_PER_NAMESPACE {
+        for i in 0..MAX_FAILED_READS_PER_NAMESPACE {
             let _ = certificates.get("b", &format!("b{i}")).await;
         }
         assert_eq!(fake.gets(), gets, "all remembered, within their backoff");
-        let _ = certificates.get("b", "b0").await;
-        assert_eq!(fake.gets(), gets + 1, "b0 was forgotten, and read again");
+        // b0's backoff has ended (and a's), b1's to b31's have not.
+        tokio::time::advance(Duration::from_millis(1900)).await;
+        let failed = certificates.get("b", "b32").await;
+        assert!(failed.unwrap_err().ends_with("it does not exist"));
+        assert_eq!(fake.gets(), gets + 1, "read in b0's place");
+        for i in 1..=MAX_FAILED_READS_PER_NAMESPACE {
+            let _ = certificates.get("b", &format!("b{i}")).await;
+        }
+        let refused = certificates.get("b", "b0").await.unwrap_err();
+        assert!(
+            refused.replace("\"b0\"", "\"b32\"").starts_with(expected),
+            "{refused}"
+        );
+        assert_eq!(fake.gets(), gets + 1, "b0 was forgotten, and waits now");
+        let state = certificates.state();
+        for namespace in ["a", "b"] {
+            assert_eq!(
+                state.failed[namespace].len(),
+                MAX_FAILED_READS_PER_NAMESPACE
+            );
+        }
+        assert!(!state.failed["b"].contains_key("b0"));
+    }
+
+    /// The attack after #37 item 2: one namespace's probes name 1,000
+    /// Secrets that do not exist, each asked every second. The namespace's
+    /// reads of Secrets it does not hold are its remembered failures'
+    /// retries: each of the [`MAX_FAILED_READS_PER_NAMESPACE`] reads again
+    /// only once its backoff has ended, whichever name takes its place, so
+    /// a minute costs each at most the reads [`FAILURE_BACKOFF`] allows in
+    /// a minute, not one per probe run; another namespace is read as
+    /// always.
+    #[tokio::test(start_paused = true)]
+    async fn a_namespace_naming_many_missing_secrets_reads_at_the_backoffs_pace() {
+        let fake = Fake::new(Err(ReadError::NotFound), Duration::ZERO);
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        let minute = Duration::from_secs(60);
+        // One of them reads at 0 s, then after 2, 4, 8, 16 s at least
+        // (jitter only adds): at 0, 2, 6, 14 and 30 s, the next at 62.
+        let (mut per_failure, mut at) = (0, Duration::ZERO);
+        while at < minute {
+            per_failure += 1;
+            at += FAILURE_BACKOFF.delay(per_failure).min(SECRET_TTL);
+        }
+        let bound = MAX_FAILED_READS_PER_NAMESPACE * per_failure as usize;
+        assert_eq!(bound, 32 * 5);
+        let (crt, key) = pem_pair();
+        let mut tenant_gets = 0;
+        for second in 0..minute.as_secs() {
+            let gets = fake.gets();
+            for name in 0..1000 {
+                let failed = certificates.get("tenant", &format!("missing{name}")).await;
+                assert!(failed.is_err());
+            }
+            tenant_gets += fake.gets() - gets;
+            if second == 30 {
+                fake.answer(Ok(tls_secret(&crt, &key)));
+                assert_eq!(
+                    certificates.get("victim", "client").await,
+                    Ok(identity_of(&crt, &key))
+                );
+                fake.answer(Err(ReadError::NotFound));
+                let gets = fake.gets();
+                assert!(certificates.get("victim", "client").await.is_ok());
+                assert_eq!(fake.gets(), gets, "held: no second read");
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        assert!(
+            tenant_gets <= bound,
+            "{tenant_gets} GETs in a minute for 60,000 lookups, more than {bound}"
+        );
+        assert!(certificates.counts().failed <= MAX_FAILED_READS_PER_NAMESPACE);
+    }
+
+    /// A first read takes its place among the failures when it starts:
+    /// probes naming 100 new Secrets at once make 32 reads, not 100.
+    #[tokio::test(start_paused = true)]
+    async fn first_reads_in_flight_take_their_places() {
+        let fake = Fake::new(Err(ReadError::NotFound), Duration::from_millis(50));
+        let certificates = ClientCertificates::new(fake.clone(), SECRET_TTL);
+        let names: Vec<String> = (0..100).map(|i| format!("missing{i}")).collect();
+        let answers =
+            futures::future::join_all(names.iter().map(|name| certificates.get("tenant", name)))
+                .await;
+        assert_eq!(fake.gets(), MAX_FAILED_READS_PER_NAMESPACE);
+        let refused = answers
+            .iter()
+            .filter(|answer| {
+                answer
+                    .as_ref()
+                    .unwrap_err()
+                    .ends_with("; each of them is being read now")
+            })
+            .count();
+        assert_eq!(refused, 100 - MAX_FAILED_READS_PER_NAMESPACE);
+        assert_eq!(certificates.counts().failed, MAX_FAILED_READS_PER_NAMESPACE);
     }
 
     /// A header Secret of 16 keys of 4 KiB, as [`HeaderSecrets`] counts it.
