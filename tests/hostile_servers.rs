@@ -40,6 +40,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+/// The two tests of this file measure time and the process's memory and
+/// descriptors: they take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Probes fired at once, spread evenly over the behaviours.
 const PROBES: usize = 495;
 /// `timeoutSeconds` of the probes that run into their deadline.
@@ -603,8 +607,17 @@ fn check_verdict(behaviour: Behaviour, port: u16, verdict: &ProbeVerdict) {
         verdict.error.clone(),
         verdict.attempts,
     );
+    // On a machine loaded enough that the HTTP/2 handshake itself outlasts
+    // the deadline, the silent server's probe ends on the dial's deadline
+    // instead: the same failure at the same time, in the dial's words.
+    let slow_handshake = behaviour == Behaviour::GrpcNoAnswer
+        && got
+            == failure(format!(
+                "timeout: failed to connect service {addr:?} within {TIMEOUT_SECONDS}s: \
+                 context deadline exceeded"
+            ));
     assert!(
-        got == expected,
+        got == expected || slow_handshake,
         "{behaviour:?}: verdict\n  got      {}\n  expected {}",
         abbreviate(&format!("{got:?}")),
         abbreviate(&format!("{expected:?}")),
@@ -691,6 +704,7 @@ fn mib(kib: u64) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_servers_get_verdicts_on_time_with_bounded_memory_and_descriptors() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let payloads = Payloads::new();
     let (rss_before, fds_before) = (rss_kib(), open_fds());
     let mut servers = Vec::new();
@@ -846,6 +860,7 @@ async fn hostile_servers_get_verdicts_on_time_with_bounded_memory_and_descriptor
 /// another pod's probe through the same prober is answered at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_pods_stalled_probes_hold_at_most_its_share_for_at_most_the_cap() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     const HOSTILE_PROBES: usize = 120;
     const PER_POD: usize = 16;
     const CAP: Duration = Duration::from_secs(1);
