@@ -782,12 +782,13 @@ const IDLE: &str = "trap 'exit 0' TERM; sleep 86400 & wait";
 /// restart count, from the kubelet's summary API and the pod's status.
 fn podprobe_memory_and_restarts(node: &str) -> (u64, u64) {
     let (name, _) = podprobe_on(node);
-    let summary = cluster()
-        .json(&[
+    let summary: Value = cluster()
+        .kubectl(&[
             "get",
             "--raw",
             &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
         ])
+        .and_then(|raw| serde_json::from_str(&raw).map_err(|e| e.to_string()))
         .expect("the kubelet's summary API");
     let working_set = summary["pods"]
         .as_array()
