@@ -942,8 +942,9 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
             Value::Object(probes),
         ));
     }
-    // Every container running, and as many of its failures recorded as
-    // the per-pod Event burst lets through (25): its probes have run.
+    // Every container running, and its failures recorded: probes start at
+    // once (no initial delay), and the Event filter lets only some of a
+    // pod's many notes through, so one is the sign.
     for filler in &fillers {
         filler.wait_for("the filler's Secrets failing", START, || {
             let pod = filler.pod("secret-filler")?;
@@ -955,7 +956,7 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
                 .iter()
                 .filter(|e| e["reason"] == "HeaderSecretUnavailable")
                 .count();
-            (running == SECRET_FILL_CONTAINERS && unavailable >= 25)
+            (running == SECRET_FILL_CONTAINERS && unavailable > 0)
                 .then_some(())
                 .ok_or(format!(
                     "{running} containers running, {unavailable} HeaderSecretUnavailable events"
