@@ -838,7 +838,10 @@ const SECRET_FILL_CONTAINERS: usize = 17;
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
 fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
-    let _stay = podprobe_pods_stay();
+    // Alone: its load must not be another test's, and its pods are gone
+    // before any other test runs (a podprobe restarted beside 180
+    // terminating containers is slow to turn ready).
+    let _alone = podprobe_pods_change();
     let ns = setup("hostile");
     let node = workers()[0].clone();
     let (_, restarts_before) = podprobe_memory_and_restarts(&node);
@@ -1062,6 +1065,16 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
         ns.diagnostics()
     );
     assert_eq!(restarts, restarts_before, "podprobe restarted");
+    for namespace in fillers.iter().chain([&ns]) {
+        // A namespace left behind is deleted again when dropped.
+        let _ = cluster().kubectl(&[
+            "delete",
+            "namespace",
+            &namespace.name,
+            "--wait=true",
+            "--timeout=180s",
+        ]);
+    }
     let logs = podprobe_logs_on(&node);
     assert!(
         !logs.contains("panicked"),
