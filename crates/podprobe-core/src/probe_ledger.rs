@@ -22,6 +22,8 @@ use crate::results::CachedResult;
 use crate::util::pod::{pod_name, pod_namespace};
 use crate::worker::{ProbeRun, WorkerConfig};
 
+pub mod api;
+
 /// Most bytes of one probe's output kept: the 4 KB that Consul keeps of a
 /// check's output.
 pub const MAX_OUTPUT_BYTES: usize = 4096;
