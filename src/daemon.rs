@@ -64,7 +64,7 @@ use crate::runtime::cri::{CriClient, CriError};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::server::metrics::{Metrics, PatchOutcome};
-use crate::server::probe_status::ProbeStatus;
+use crate::server::status_api::StatusApi;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use crate::util::exit_code;
 use crate::util::fair_slots::FairSlots;
@@ -267,7 +267,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         RetryPolicy::default(),
     );
     let health = Health::new(HEALTH_STALE_AFTER, watch_activity);
-    let server_config = server_config(&config, clients.reviews, ledger);
+    let server_config = server_config(&config, clients.reviews.clone());
+    let status_api = config.status_api.clone().map(|status_api| {
+        StatusApi::new(
+            status_api,
+            config.node_name.clone(),
+            clients.reviews,
+            ledger,
+            metrics.clone(),
+            server_config.limits.clone(),
+        )
+    });
     let server = Server::bind(server_config, metrics.clone(), health.clone())
         .await
         .map_err(|e| DaemonError::Listen {
@@ -280,6 +290,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let server = tokio::spawn(server.serve(until_stopped(stopped.clone())));
+    // Stops with the others; answers nothing worth draining.
+    if let Some(status_api) = status_api {
+        tokio::spawn(status_api.run(until_stopped(stopped.clone())));
+    }
     // Ends with the runtime; it holds nothing to flush.
     tokio::spawn(heap_trim::run());
     let cri_checks = tokio::spawn(check_cri(
@@ -512,21 +526,16 @@ impl ProbeRunner for Prober {
 }
 
 /// What `podprobe run`'s flags ask of the server; delegated auth reviews
-/// through `reviews`, the review client (`--review-qps`). Probe status is
-/// always served from `ledger`, and always reviewed: probe output is the
-/// pod owner's data.
-fn server_config(config: &Config, reviews: kube::Client, ledger: Arc<ProbeLedger>) -> ServerConfig {
-    // One set of review caches for both.
-    let auth = DelegatedAuth::kube(reviews);
+/// through `reviews`, the review client (`--review-qps`).
+fn server_config(config: &Config, reviews: kube::Client) -> ServerConfig {
     let metrics_access = match config.metrics_auth {
-        MetricsAuth::Delegated => MetricsAccess::Delegated(auth.clone()),
+        MetricsAuth::Delegated => MetricsAccess::Delegated(DelegatedAuth::kube(reviews)),
         MetricsAuth::None => MetricsAccess::Open,
     };
     ServerConfig {
         listen: config.listen,
         metrics_access,
         plain_metrics_listen: config.plain_metrics_listen,
-        probe_status: Some(ProbeStatus::new(auth, ledger)),
         limits: Limits {
             max_connections: config.max_connections,
             ..Limits::default()

@@ -13,12 +13,8 @@
 //!   An extra listener ([`ServerConfig::plain_metrics_listen`]) can serve
 //!   them without authentication, for scrapers on the node.
 //!
-//! - `/pods/{namespace}/{name}/probes`: the last run of each of that pod's
-//!   probes, as JSON ([`probe_status`], PS2), for `kubectl podprobe`
-//!   through the API server's pods/proxy. The caller's bearer token comes
-//!   in [`probe_status::CALLER_TOKEN_HEADER`] (the API server's proxy drops
-//!   `Authorization`); the answer is given only if the API server says its
-//!   owner may `get` that pod. Main listener only.
+//! The probe status of pods (`kubectl podprobe`, PS2) is not served here but
+//! through the Kubernetes API, on a listener of its own ([`status_api`]).
 //!
 //! Anything else is 404 (405 for a method other than GET or HEAD on a known
 //! path, 413 for a request with a body). [`Server::serve`] stops accepting
@@ -44,8 +40,8 @@ mod connections;
 pub mod delegated_auth;
 pub mod health;
 pub mod metrics;
-pub mod probe_status;
 pub mod process_stats;
+pub mod status_api;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -70,7 +66,6 @@ use tokio::time::Instant;
 use self::connections::{Admission, Busy, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
 use self::delegated_auth::{AccessDecision, Attributes, Review};
-use self::probe_status::{Answer, ProbeStatus};
 
 pub use self::health::Health;
 use self::metrics::{AuthOutcome, Metrics};
@@ -163,20 +158,16 @@ pub struct ServerConfig {
     /// Also serve `/metrics` and `/metrics/probes`, and nothing else,
     /// without authentication here.
     pub plain_metrics_listen: Option<SocketAddr>,
-    /// Serve `/pods/{namespace}/{name}/probes` on `listen`.
-    pub probe_status: Option<ProbeStatus>,
     pub limits: Limits,
 }
 
 impl ServerConfig {
-    /// `listen` with `metrics_access`, default limits, no plain listener,
-    /// no probe status.
+    /// `listen` with `metrics_access`, default limits, no plain listener.
     pub fn new(listen: SocketAddr, metrics_access: MetricsAccess) -> Self {
         ServerConfig {
             listen,
             metrics_access,
             plain_metrics_listen: None,
-            probe_status: None,
             limits: Limits::default(),
         }
     }
@@ -200,7 +191,6 @@ struct Endpoints {
     /// Whether `/healthz` and `/readyz` are served here (not on the plain
     /// metrics listener).
     health_checks: bool,
-    probe_status: Option<ProbeStatus>,
 }
 
 #[derive(Debug)]
@@ -237,7 +227,6 @@ impl Server {
                 health: health.clone(),
                 access: config.metrics_access,
                 health_checks: true,
-                probe_status: config.probe_status,
             }),
         };
         let plain_metrics = match config.plain_metrics_listen {
@@ -248,7 +237,6 @@ impl Server {
                     health,
                     access: MetricsAccess::Open,
                     health_checks: false,
-                    probe_status: None,
                 }),
             }),
             None => None,
@@ -473,14 +461,10 @@ async fn respond(
     busy: &Busy,
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path();
-    let pod = endpoints
-        .probe_status
-        .as_ref()
-        .and_then(|status| Some((status, probe_status::pod_of(path)?)));
     let known = match path {
         "/healthz" | "/readyz" => endpoints.health_checks,
         "/metrics" | "/metrics/probes" => true,
-        _ => pod.is_some(),
+        _ => false,
     };
     if !known {
         return text(StatusCode::NOT_FOUND, "not found\n".to_string());
@@ -499,30 +483,6 @@ async fn respond(
             StatusCode::PAYLOAD_TOO_LARGE,
             "these endpoints take no request body\n".to_string(),
         );
-    }
-    if let Some((status, (namespace, name))) = pod {
-        let attributes = Attributes::GetPod {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        };
-        let token = probe_status::caller_token(request.headers());
-        let decision = reviewed(busy, status.auth().decide(token, attributes.clone())).await;
-        endpoints.metrics.probe_status_auth(outcome(&decision));
-        if let Some(refusal) = refusal(decision, &attributes) {
-            return refusal;
-        }
-        return match status.answer(namespace, name) {
-            Answer::Report(json) => {
-                let mut response = Response::new(Full::new(Bytes::from(json)));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    header::HeaderValue::from_static("application/json"),
-                );
-                response
-            }
-            Answer::NotFound(why) => text(StatusCode::NOT_FOUND, why),
-            Answer::Unencodable(why) => text(StatusCode::INTERNAL_SERVER_ERROR, why),
-        };
     }
     match path {
         "/healthz" => check(endpoints.health.liveness()),

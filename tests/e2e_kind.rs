@@ -587,111 +587,192 @@ fn kubectl_podprobe_as(kubeconfig: &std::path::Path, args: &[&str]) -> Result<St
     }
 }
 
-/// Deletes a RoleBinding of podprobe's namespace when dropped.
-struct PodprobeRoleBinding(String);
-
-impl Drop for PodprobeRoleBinding {
-    fn drop(&mut self) {
-        let _ = cluster().kubectl(&[
-            "-n",
-            PODPROBE_NAMESPACE,
-            "delete",
-            "rolebinding",
-            &self.0,
-            "--ignore-not-found",
-        ]);
-    }
+/// The APIService of podprobe's status API, once the API server calls it
+/// available (it reaches a podprobe and its discovery answers).
+fn status_api_available() {
+    let apiservice = "apiservice/v1alpha1.status.podprobe.io";
+    cluster::wait_for(
+        "the status APIService available",
+        START,
+        || {
+            let status = cluster().kubectl(&[
+            "get",
+            apiservice,
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Available")].status} {.status.conditions[?(@.type=="Available")].message}"#,
+        ])?;
+            status.starts_with("True").then_some(()).ok_or(status)
+        },
+        || {
+            cluster()
+                .kubectl(&["get", apiservice, "-o", "yaml"])
+                .unwrap_or_else(|e| e)
+        },
+    );
 }
 
-/// PS2-PS4 through the real path: the chart's podprobe on a worker, the
-/// plugin as kubectl runs it, the API server's pods/proxy. A reader
-/// (ServiceAccount with `get` on pods in its namespace and the chart's
-/// status-reader Role) sees the failing probe's count, threshold and output
-/// and a paragraph naming it; a stranger (the status-reader Role only) is
-/// refused the pod by the API server, and when it asks podprobe through
-/// the same proxy path directly, podprobe refuses it (403) without the
-/// output.
+/// `GET path` through the API server as the credentials of `kubeconfig`:
+/// the status, the podprobe that answered ([`SERVED_BY`]) and the body.
+fn raw_get_as(kubeconfig: &std::path::Path, path: &str) -> (u16, Option<String>, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("config");
+        let client = kube::Client::try_from(config).expect("client");
+        let request = http::Request::get(path)
+            .body(kube::client::Body::empty())
+            .expect("request");
+        let response = client.send(request).await.expect("a response");
+        let status = response.status().as_u16();
+        let served_by = response
+            .headers()
+            .get(SERVED_BY)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        (
+            status,
+            served_by,
+            String::from_utf8_lossy(&body).to_string(),
+        )
+    })
+}
+
+/// The response header naming the podprobe that served a status request.
+const SERVED_BY: &str = "x-podprobe-served-by";
+
+/// PS2-PS4 and #38 through the Kubernetes API itself: the aggregated
+/// `status.podprobe.io` served by the chart's podprobes, read by the
+/// plugin as kubectl runs it. The admin kubeconfig of kind (a client
+/// certificate, nothing to forward) works with no flag. A user with `get`
+/// on the pod and its log sees the failing probe's output; one with `get`
+/// on the pod only sees results and no output; a stranger (the
+/// status-reader ClusterRole and nothing else) and a user of another
+/// namespace are refused by podprobe (403) without the output. A pod on one
+/// node is answered whichever podprobe the API server picks (the others
+/// forward to its node's over mutual TLS). And a principal bound as the
+/// docs say reaches no node port: not the kubelet's nor podprobe's through
+/// `pods/proxy`, nothing but the `probes` objects through the aggregated
+/// path.
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
-fn ps3_ps4_kubectl_podprobe_answers_a_reader_and_refuses_a_stranger() {
+fn ps2_ps4_kubectl_podprobe_reads_the_status_api_as_rbac_allows() {
     let _stay = podprobe_pods_stay();
     let ns = setup("plugin");
+    let other = Namespace::create(&format!("{}-other", ns.name));
     let node = workers()[0].clone();
     // No /tmp/ready: the readiness probe fails every second.
     ns.create_pod(&pod_on("seen", &node, ""));
     wait_running(&ns, "seen");
+    status_api_available();
 
+    // reader: get pods; stranger: nothing; log-reader: get pods and
+    // pods/log; neighbour: get pods and pods/log, in another namespace.
+    // All may get probes.status.podprobe.io (the chart's ClusterRole bound
+    // to their namespaces' groups, as the docs suggest).
     ns.create_reader_and_stranger();
-    let binding = PodprobeRoleBinding(ns.name.clone());
+    ns.kubectl(&["create", "serviceaccount", "log-reader"]);
+    ns.kubectl(&[
+        "create",
+        "role",
+        "pod-log-reader",
+        "--verb=get",
+        "--resource=pods,pods/log",
+    ]);
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "pod-log-reader",
+        "--role=pod-log-reader",
+        &format!("--serviceaccount={}:log-reader", ns.name),
+    ]);
+    other.kubectl(&["create", "serviceaccount", "neighbour"]);
+    other.kubectl(&[
+        "create",
+        "role",
+        "pod-log-reader",
+        "--verb=get",
+        "--resource=pods,pods/log",
+    ]);
+    other.kubectl(&[
+        "create",
+        "rolebinding",
+        "pod-log-reader",
+        "--role=pod-log-reader",
+        &format!("--serviceaccount={}:neighbour", other.name),
+    ]);
+    let binding = ClusterRoleBinding(format!("{}-status-readers", ns.name));
     cluster()
         .kubectl(&[
-            "-n",
-            PODPROBE_NAMESPACE,
             "create",
-            "rolebinding",
+            "clusterrolebinding",
             &binding.0,
-            "--role=podprobe-status-reader",
+            "--clusterrole=podprobe-status-reader",
             &format!("--group=system:serviceaccounts:{}", ns.name),
+            &format!("--group=system:serviceaccounts:{}", other.name),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-    // RBAC reaches the authorizer through an informer: wait for it.
-    let may = |who: &str, namespace: &str, what: &[&str]| {
-        let as_ = format!("--as=system:serviceaccount:{}:{who}", ns.name);
-        let group = format!("--as-group=system:serviceaccounts:{}", ns.name);
-        let mut args = vec![
-            "-n",
-            namespace,
-            "auth",
-            "can-i",
-            as_.as_str(),
-            group.as_str(),
-        ];
-        args.extend_from_slice(what);
-        ns.wait_for(
-            &format!("{who} may {what:?}"),
-            Duration::from_secs(30),
-            || cluster().kubectl(&args),
-        );
-    };
-    may("reader", &ns.name, &["get", "pods/seen"]);
-    may(
-        "stranger",
-        PODPROBE_NAMESPACE,
-        &["get", "pods", "--subresource=proxy"],
-    );
     let dir = tempfile::tempdir().expect("temporary directory");
-    let kubeconfig_of = |who: &str| {
-        let token = ns.kubectl(&["create", "token", who]).trim().to_string();
+    let kubeconfig_of = |namespace: &Namespace, who: &str| {
+        let token = namespace
+            .kubectl(&["create", "token", who])
+            .trim()
+            .to_string();
         let sub = dir.path().join(who);
         std::fs::create_dir(&sub).expect("mkdir");
-        (token_kubeconfig(&token, &sub), token)
+        token_kubeconfig(&token, &sub)
     };
-    let (reader, _) = kubeconfig_of("reader");
-    let (stranger, stranger_token) = kubeconfig_of("stranger");
+    let reader = kubeconfig_of(&ns, "reader");
+    let stranger = kubeconfig_of(&ns, "stranger");
+    let log_reader = kubeconfig_of(&ns, "log-reader");
+    let neighbour = kubeconfig_of(&other, "neighbour");
+    let admin = std::path::PathBuf::from(&cluster().kubeconfig);
 
-    // The reader: the report, once the probe has failed (threshold 1).
-    let report: Value = ns.wait_for("the reader's report of a failure", START, || {
-        let json = kubectl_podprobe_as(&reader, &["status", "seen", "-n", &ns.name, "-o", "json"])?;
+    // The admin (client certificate): the report, once the probe has
+    // failed (threshold 1), output included.
+    let status_json = |kubeconfig: &std::path::Path| -> Result<Value, String> {
+        let json = kubectl_podprobe_as(
+            kubeconfig,
+            &["status", "seen", "-n", &ns.name, "-o", "json"],
+        )?;
         let report: Value = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
         (report["probes"][0]["result"] == "failure")
             .then_some(report.clone())
             .ok_or(json)
-    });
-    let probe = &report["probes"][0];
-    assert_eq!(
-        (probe["container"].as_str(), probe["probe"].as_str()),
-        (Some("app"), Some("readiness"))
-    );
-    assert_eq!(probe["threshold"], 1);
-    assert!(probe["consecutive"].as_i64() >= Some(1), "{report}");
-    assert!(
-        probe["output"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("/tmp/ready"),
-        "{report}"
-    );
-    let table = kubectl_podprobe_as(&reader, &["status", "seen", "-n", &ns.name])
+    };
+    // RBAC reaches the authorizer through an informer, and podprobe
+    // remembers a denial for a few seconds: wait for the grant.
+    for (who, kubeconfig) in [("admin", &admin), ("log-reader", &log_reader)] {
+        let report = ns.wait_for(&format!("the {who}'s report of a failure"), START, || {
+            status_json(kubeconfig)
+        });
+        let probe = &report["probes"][0];
+        assert_eq!(
+            (probe["container"].as_str(), probe["probe"].as_str()),
+            (Some("app"), Some("readiness")),
+            "{report}"
+        );
+        assert_eq!(probe["threshold"], 1);
+        assert_eq!(report["outputShown"], true, "{report}");
+        assert!(
+            probe["output"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("/tmp/ready"),
+            "{who}: {report}"
+        );
+    }
+    let table = kubectl_podprobe_as(&log_reader, &["status", "seen", "-n", &ns.name])
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         table.contains("CONTAINER")
@@ -700,65 +781,97 @@ fn ps3_ps4_kubectl_podprobe_answers_a_reader_and_refuses_a_stranger() {
             && table.contains("/tmp/ready"),
         "{table}"
     );
-    let why = kubectl_podprobe_as(&reader, &["why", "seen", "-n", &ns.name])
+    let why = kubectl_podprobe_as(&log_reader, &["why", "seen", "-n", &ns.name])
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         why.starts_with(&format!(
             "Pod {}/seen is not Ready. The readiness probe of container \"app\" failed its last",
             ns.name
-        )) && why.contains("(failureThreshold 1, reached). It saw: ")
+        )) && why.contains("(failureThreshold 1, reached).")
             && why.contains("/tmp/ready"),
         "{why}"
     );
 
-    // The stranger: the API server refuses it the pod ...
-    let refused = kubectl_podprobe_as(&stranger, &["status", "seen", "-n", &ns.name])
-        .expect_err("the stranger got a status");
+    // The reader without pods/log: results, no output.
+    let report = ns.wait_for("the reader's report", START, || status_json(&reader));
+    assert_eq!(report["outputShown"], false, "{report}");
+    assert_eq!(report["probes"][0]["output"], "", "{report}");
+    let table = kubectl_podprobe_as(&reader, &["status", "seen", "-n", &ns.name])
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        refused.contains("cannot get pod") && refused.contains("forbidden"),
-        "{refused}"
+        table.contains("failure") && !table.contains("/tmp/ready"),
+        "{table}"
     );
-    // ... and podprobe refuses the same request through the proxy.
-    let (podprobe, _) = podprobe_on(&node);
+
+    // The stranger and the neighbour, asking the API directly: podprobe
+    // refuses both the pod (403), and says nothing of it.
     let path = format!(
-        "/api/v1/namespaces/{PODPROBE_NAMESPACE}/pods/{podprobe}:9440/proxy/pods/{}/seen/probes",
+        "/apis/status.podprobe.io/v1alpha1/namespaces/{}/probes/seen",
         ns.name
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (status, body) = runtime.block_on(async {
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&stranger).expect("kubeconfig"),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .expect("config");
-        let client = kube::Client::try_from(config).expect("client");
-        let request = http::Request::get(&path)
-            .header(
-                "x-podprobe-authorization",
-                format!("Bearer {stranger_token}"),
-            )
-            .body(kube::client::Body::empty())
-            .expect("request");
-        let response = client.send(request).await.expect("proxy request");
-        let status = response.status().as_u16();
-        let body = http_body_util::BodyExt::collect(response.into_body())
-            .await
-            .expect("body")
-            .to_bytes();
-        (status, String::from_utf8_lossy(&body).to_string())
-    });
-    assert_eq!(status, 403, "{body}");
+    for (who, kubeconfig, namespace) in [
+        ("stranger", &stranger, &ns.name),
+        ("neighbour", &neighbour, &other.name),
+    ] {
+        let (status, _, body) =
+            ns.wait_for(&format!("the {who} refused by podprobe"), START, || {
+                let answer = raw_get_as(kubeconfig, &path);
+                (answer.0 == 403 && answer.2.contains("resource=pods"))
+                    .then_some(answer.clone())
+                    .ok_or(format!("{answer:?}"))
+            });
+        assert_eq!(status, 403);
+        assert!(
+            body.contains(&format!(
+                "user \\\"system:serviceaccount:{namespace}:{who}\\\" cannot verb=get, resource=pods"
+            )) && !body.contains("/tmp/ready"),
+            "{body}"
+        );
+    }
     assert!(
-        body.contains(&format!(
-            "Forbidden (user=system:serviceaccount:{}:stranger, verb=get, resource=pods",
-            ns.name
-        )) && !body.contains("/tmp/ready"),
-        "{body}"
+        kubectl_podprobe_as(&stranger, &["status", "seen", "-n", &ns.name]).is_err(),
+        "the plugin showed the stranger a status"
     );
+
+    // Whichever podprobe the API server picks answers for the pod's node:
+    // one that is not on it forwards the request there.
+    let pod_node = node.clone();
+    let forwarded = (0..60).find_map(|_| {
+        let (status, served_by, body) = raw_get_as(&admin, &path);
+        let answer: Value = serde_json::from_str(&body).ok()?;
+        (status == 200 && answer["node"] == pod_node.as_str())
+            .then_some(())
+            .and(served_by)
+            .filter(|by| *by != pod_node)
+    });
+    let forwarder = forwarded.unwrap_or_else(|| {
+        panic!("in 60 requests, no podprobe other than {pod_node}'s answered for its pod")
+    });
+    eprintln!("the podprobe of {forwarder} answered for a pod of {pod_node}");
+
+    // No door to node ports: the stranger cannot proxy to the kubelet's
+    // port or podprobe's own through pods/proxy, and the aggregated path
+    // serves only probes objects.
+    let (podprobe, _) = podprobe_on(&node);
+    for port in [10250, 9440] {
+        let proxied =
+            format!("/api/v1/namespaces/{PODPROBE_NAMESPACE}/pods/{podprobe}:{port}/proxy/healthz");
+        let (status, _, body) = raw_get_as(&stranger, &proxied);
+        assert_eq!(status, 403, "{proxied}: {body}");
+    }
+    for crafted in [
+        format!("{path}:10250"),
+        format!("{path}/proxy/healthz"),
+        "/apis/status.podprobe.io/v1alpha1/healthz".to_string(),
+        "/apis/status.podprobe.io/v1alpha1/namespaces/kube-system/probes/..%2f..%2fhealthz"
+            .to_string(),
+    ] {
+        let (status, _, body) = raw_get_as(&admin, &crafted);
+        assert!(
+            status == 404 && !body.trim_end().ends_with("ok"),
+            "{crafted}: {status} {body}"
+        );
+    }
     drop(binding);
 }
 

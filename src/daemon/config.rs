@@ -17,6 +17,7 @@ use crate::probe::spec::budget::{self, BudgetLimits};
 use crate::probe::spec::is_dns_subdomain;
 use crate::runtime::cri::DEFAULT_ENDPOINT;
 use crate::server::DEFAULT_MAX_CONNECTIONS;
+use crate::server::status_api::StatusApiConfig;
 use crate::status::Mode;
 use crate::util::rate_limit::RateLimit;
 
@@ -89,6 +90,33 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_connections: u32,
+
+    /// Serve the probe status of this node's pods as part of the Kubernetes
+    /// API (the aggregated group status.podprobe.io, behind the APIService
+    /// v1alpha1.status.podprobe.io; `kubectl podprobe` reads it) over TLS
+    /// on this address. Only the API server's front proxy and other
+    /// podprobes, each with a client certificate, are answered. Empty: not
+    /// served.
+    #[arg(long, env = "PODPROBE_STATUS_API_LISTEN", value_name = "ADDR")]
+    pub status_api_listen: Option<SocketAddr>,
+
+    /// Directory with the status API's certificate (`tls.crt`, `tls.key`)
+    /// and the CA bundle that signs podprobes' certificates (`ca.crt`),
+    /// re-read every 10 s (a rotated Secret takes effect without a restart).
+    #[arg(
+        long,
+        env = "PODPROBE_STATUS_API_TLS_DIR",
+        value_name = "DIR",
+        default_value = "/etc/podprobe/status-api"
+    )]
+    pub status_api_tls_dir: PathBuf,
+
+    /// The name another podprobe's status API certificate is verified under
+    /// when a request is forwarded to the pod's node (the Service's DNS
+    /// name, e.g. podprobe-status-api.podprobe-system.svc). Required with
+    /// --status-api-listen.
+    #[arg(long, env = "PODPROBE_STATUS_API_PEER_NAME", value_name = "DNS_NAME")]
+    pub status_api_peer_name: Option<String>,
 
     /// Kubeconfig file; default: in-cluster configuration, else `KUBECONFIG`
     /// or `~/.kube/config`.
@@ -538,6 +566,8 @@ pub struct Config {
     pub status_output_budget: usize,
     /// `--marker-keys`.
     pub marker_keys: MarkerKeys,
+    /// `--status-api-*`; `None`: not served.
+    pub status_api: Option<StatusApiConfig>,
 }
 
 /// A flag value podprobe cannot run with; the message names the flag, its
@@ -563,6 +593,10 @@ pub enum ConfigError {
     AllowProbeHosts(CidrError),
     #[error("--deny-probe-destinations (PODPROBE_DENY_PROBE_DESTINATIONS): {0}")]
     DenyProbeDestinations(CidrError),
+    #[error(
+        "--status-api-listen needs --status-api-peer-name (PODPROBE_STATUS_API_PEER_NAME), a DNS name in the status API certificate"
+    )]
+    StatusApiPeerName,
 }
 
 impl RunArgs {
@@ -593,6 +627,17 @@ impl RunArgs {
                 Some(selector)
             }
             None => None,
+        };
+        let status_api = match (self.status_api_listen, self.status_api_peer_name) {
+            (None, _) => None,
+            (Some(listen), Some(peer_name)) if is_dns_subdomain(&peer_name) => {
+                Some(StatusApiConfig {
+                    listen,
+                    tls_dir: self.status_api_tls_dir,
+                    peer_name,
+                })
+            }
+            (Some(_), _) => return Err(ConfigError::StatusApiPeerName),
         };
         if let Err(e) = EnvFilter::try_new(&self.log_level) {
             return Err(ConfigError::LogFilter {
@@ -658,6 +703,7 @@ impl RunArgs {
             kubeconfig: self.kubeconfig,
             log_format: self.log_format,
             log_filter: self.log_level,
+            status_api,
         })
     }
 }

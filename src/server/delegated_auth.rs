@@ -52,6 +52,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
+use podprobe_core::probe_ledger::api;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -163,6 +164,11 @@ pub enum Attributes {
     NonResource { path: String, verb: String },
     /// `get` on the pod `namespace/name` (its probe status, PS2).
     GetPod { namespace: String, name: String },
+    /// `get` on `pods/log` of the pod `namespace/name`: its probes' output
+    /// (PS2).
+    GetPodLog { namespace: String, name: String },
+    /// `get` on the pod's `probes` object of `status.podprobe.io` (PS2).
+    GetProbes { namespace: String, name: String },
 }
 
 impl std::fmt::Display for Attributes {
@@ -176,6 +182,14 @@ impl std::fmt::Display for Attributes {
                     "verb=get, resource=pods, namespace={namespace}, name={name}"
                 )
             }
+            Attributes::GetPodLog { namespace, name } => write!(
+                f,
+                "verb=get, resource=pods, subresource=log, namespace={namespace}, name={name}"
+            ),
+            Attributes::GetProbes { namespace, name } => write!(
+                f,
+                "verb=get, resource=probes.status.podprobe.io, namespace={namespace}, name={name}"
+            ),
         }
     }
 }
@@ -248,17 +262,30 @@ impl Reviewer for KubeReviewer {
                     }),
                     None,
                 ),
-                Attributes::GetPod { namespace, name } => (
-                    None,
-                    Some(ResourceAttributes {
-                        namespace: Some(namespace.clone()),
-                        verb: Some("get".to_string()),
-                        version: Some("v1".to_string()),
-                        resource: Some("pods".to_string()),
-                        name: Some(name.clone()),
-                        ..ResourceAttributes::default()
-                    }),
-                ),
+                Attributes::GetPod { namespace, name }
+                | Attributes::GetPodLog { namespace, name }
+                | Attributes::GetProbes { namespace, name } => {
+                    let (group, version, resource, subresource) = match attributes {
+                        Attributes::GetProbes { .. } => {
+                            (api::GROUP, api::VERSION, api::RESOURCE, None)
+                        }
+                        Attributes::GetPodLog { .. } => ("", "v1", "pods", Some("log")),
+                        _ => ("", "v1", "pods", None),
+                    };
+                    (
+                        None,
+                        Some(ResourceAttributes {
+                            namespace: Some(namespace.clone()),
+                            verb: Some("get".to_string()),
+                            group: non_empty(group),
+                            version: Some(version.to_string()),
+                            resource: Some(resource.to_string()),
+                            subresource: subresource.map(str::to_string),
+                            name: Some(name.clone()),
+                            ..ResourceAttributes::default()
+                        }),
+                    )
+                }
             };
             let review = SubjectAccessReview {
                 spec: SubjectAccessReviewSpec {
@@ -410,6 +437,34 @@ impl DelegatedAuth {
             },
             Err(error) => self.failed(Review::Access, error),
         }
+    }
+
+    /// Decides whether `user`, whom the API server authenticated and named
+    /// (the status API's front proxy), may do what `attributes` say: a
+    /// `SubjectAccessReview`, cached and capped per user as the token
+    /// owners' are.
+    pub async fn decide_for(&self, user: &UserInfo, attributes: Attributes) -> AccessDecision {
+        let key = self.user_key(user);
+        match self.authorize_user(key, user, attributes).await {
+            Ok(Authorization::Allowed) => AccessDecision::Allowed {
+                user: user.username.clone(),
+            },
+            Ok(Authorization::Denied(reason)) => AccessDecision::Forbidden {
+                user: user.username.clone(),
+                reason,
+            },
+            Err(error) => self.failed(Review::Access, error),
+        }
+    }
+
+    /// A keyed hash of everything a `SubjectAccessReview` is asked about a
+    /// user, so that two users never share a cached verdict.
+    fn user_key(&self, user: &UserInfo) -> TokenKey {
+        let identity = (&user.username, &user.uid, &user.groups, &user.extra);
+        TokenKey(
+            self.inner.keys.0.hash_one(identity),
+            self.inner.keys.1.hash_one(identity),
+        )
     }
 
     /// A failed review: podprobe cannot check anyone's access (the API

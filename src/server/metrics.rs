@@ -256,6 +256,7 @@ pub struct Metrics {
     events: Family<EventLabels, Counter>,
     metrics_auth: Family<AuthLabels, Counter>,
     probe_status_auth: Family<AuthLabels, Counter>,
+    status_api_forwarded: Counter,
     workers: Gauge,
     pods_watched: Gauge,
     pods_tracked: Gauge,
@@ -298,6 +299,7 @@ impl Metrics {
         let events = Family::<EventLabels, Counter>::default();
         let metrics_auth = Family::<AuthLabels, Counter>::default();
         let probe_status_auth = Family::<AuthLabels, Counter>::default();
+        let status_api_forwarded = Counter::default();
         let workers = Gauge::default();
         let pods_watched = Gauge::default();
         let pods_tracked = Gauge::default();
@@ -347,8 +349,13 @@ impl Metrics {
         );
         own.register(
             "podprobe_probe_status_requests",
-            "Requests for a pod's probe status (kubectl podprobe) by the outcome of their review (allowed; unauthenticated: 401; forbidden: 403, the caller may not get the pod; failed: a review got no verdict; throttled: 429)",
+            "Requests for a pod's probe status (status.podprobe.io, kubectl podprobe) by the outcome of their review (allowed; unauthenticated: 401, no user named by the API server; forbidden: 403, the user may not get the probes object or the pod; failed: a review got no verdict; throttled: 429, over the user's or podprobe's request bounds)",
             probe_status_auth.clone(),
+        );
+        own.register(
+            "podprobe_status_api_forwarded",
+            "Requests for a pod's probe status this podprobe authorized and forwarded to the podprobe of the pod's node",
+            status_api_forwarded.clone(),
         );
         own.register(
             "podprobe_workers",
@@ -479,6 +486,7 @@ impl Metrics {
             events,
             metrics_auth,
             probe_status_auth,
+            status_api_forwarded,
             workers,
             pods_watched,
             pods_tracked,
@@ -589,6 +597,11 @@ impl Metrics {
         self.probe_status_auth
             .get_or_create(&AuthLabels { outcome })
             .inc();
+    }
+
+    /// Counts a status request forwarded to the pod's node.
+    pub fn status_api_forwarded(&self) {
+        self.status_api_forwarded.inc();
     }
 
     /// Sets the number of probe workers running.
