@@ -134,16 +134,21 @@ fn lint_passes_strict() {
     }
 }
 
+/// The default render; deploy/base is the same with statusApi.enabled=false
+/// (hack/render-manifests.sh; generated_manifests_match_the_chart).
 #[test]
 fn defaults_are_deploy_base() {
     let docs = template(&[]);
     assert_eq!(
         kinds(&docs),
         [
+            "APIService",
             "ClusterRole",
             "ClusterRoleBinding",
             "DaemonSet",
-            "Role",
+            "RoleBinding",
+            "Secret",
+            "Service",
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
@@ -158,7 +163,14 @@ fn defaults_are_deploy_base() {
         ("ClusterRole", "podprobe"),
         ("ClusterRole", "podprobe-metrics-reader"),
         ("ClusterRoleBinding", "podprobe"),
-        ("Role", "podprobe-status-reader"),
+        ("ClusterRole", "podprobe-status-reader"),
+        (
+            "RoleBinding",
+            "podprobe-extension-apiserver-authentication-reader",
+        ),
+        ("Secret", "podprobe-status-api-tls"),
+        ("Service", "podprobe-status-api"),
+        ("APIService", "v1alpha1.status.podprobe.io"),
         ("ValidatingAdmissionPolicy", "podprobe-status-writes"),
         ("ValidatingAdmissionPolicyBinding", "podprobe-status-writes"),
         ("ValidatingAdmissionPolicy", "podprobe-event-writes"),
@@ -190,6 +202,9 @@ fn defaults_are_deploy_base() {
             "--max-network-timeout-seconds=60",
             "--max-liveness-pause-seconds=86400",
             "--status-output-budget-bytes=1048576",
+            "--status-api-listen=0.0.0.0:9443",
+            "--status-api-tls-dir=/etc/podprobe/status-api",
+            "--status-api-peer-name=podprobe-status-api.podprobe-system.svc",
         ]
     );
     let (_, volume, mount) = cri(&docs);
@@ -388,14 +403,14 @@ fn monitoring_objects_appear_only_when_enabled() {
         "--set",
         "podMonitor.enabled=true,podMonitor.tokenSecret=mine",
     ]);
-    assert!(!kinds(&docs).contains("Secret"));
+    assert!(!has_scraper_token(&docs));
     assert_eq!(
         find(&docs, "PodMonitor", "podprobe")["spec"]["podMetricsEndpoints"][0]["authorization"]["credentials"]
             ["name"],
         "mine"
     );
     let docs = template(&["--set", "podMonitor.enabled=true,metrics.auth=none"]);
-    assert!(!kinds(&docs).contains("Secret"));
+    assert!(!has_scraper_token(&docs));
     assert!(args(&docs).contains(&"--metrics-auth=none".to_string()));
     assert!(
         find(&docs, "PodMonitor", "podprobe")["spec"]["podMetricsEndpoints"][0]
@@ -422,6 +437,12 @@ fn monitoring_objects_appear_only_when_enabled() {
     )
     .unwrap();
     assert_eq!(dashboard, file);
+}
+
+/// Whether the chart renders the metrics scraper's token Secret.
+fn has_scraper_token(docs: &[Value]) -> bool {
+    docs.iter()
+        .any(|d| d["kind"] == "Secret" && d["type"] == "kubernetes.io/service-account-token")
 }
 
 #[test]
@@ -708,35 +729,376 @@ fn readme_documents_every_value() {
     );
 }
 
-/// PS3: the Role that reaches podprobe for `kubectl podprobe` lists pods and
-/// gets pods/proxy in the release's namespace, nothing else; it is bound to
-/// `statusReaders.groups` only when some are given.
+/// #38: the ClusterRole for `kubectl podprobe` grants `get` on the
+/// aggregated `probes` and nothing else, joins `view` unless told not to,
+/// and is bound cluster-wide to `statusReaders.groups` only when some are
+/// given.
 #[test]
-fn the_status_reader_role_reaches_podprobe_and_is_bound_only_when_asked() {
+fn the_status_reader_cluster_role_gets_probes_and_is_bound_only_when_asked() {
     let docs = template(&[]);
-    let role = find(&docs, "Role", "podprobe-status-reader");
-    assert_eq!(role["metadata"]["namespace"], "podprobe-system");
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "Role" && d["metadata"]["name"] == "podprobe-status-reader"),
+        "the namespaced Role of pods/proxy is gone"
+    );
+    let role = find(&docs, "ClusterRole", "podprobe-status-reader");
+    assert!(role["metadata"].get("namespace").is_none(), "{role:#}");
     assert_eq!(
         role["rules"],
-        serde_json::json!([
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
-        ])
+        json!([{"apiGroups": ["status.podprobe.io"], "resources": ["probes"], "verbs": ["get"]}])
     );
-    assert!(!kinds(&docs).contains("RoleBinding"));
+    assert_eq!(
+        role["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == "podprobe-status-reader"
+                && d["kind"].as_str().unwrap().ends_with("Binding")),
+        "bound only with statusReaders.groups"
+    );
+
+    let docs = template(&["--set", "statusReaders.aggregateToView=false"]);
+    let labels = &find(&docs, "ClusterRole", "podprobe-status-reader")["metadata"]["labels"];
+    assert!(
+        labels
+            .get("rbac.authorization.k8s.io/aggregate-to-view")
+            .is_none(),
+        "{labels:#}"
+    );
+
     let docs = template(&[
         "--set",
         "statusReaders.groups={system:authenticated,team-a}",
     ]);
-    let binding = find(&docs, "RoleBinding", "podprobe-status-reader");
-    assert_eq!(binding["roleRef"]["name"], "podprobe-status-reader");
+    assert!(!kinds(&docs).contains("Role"));
+    let binding = find(&docs, "ClusterRoleBinding", "podprobe-status-reader");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podprobe-status-reader"})
+    );
     assert_eq!(
         binding["subjects"],
-        serde_json::json!([
+        json!([
             {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:authenticated"},
             {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "team-a"},
         ])
     );
+}
+
+/// Every optional feature on at once, for checks that must hold whatever
+/// is enabled.
+const EVERYTHING_ON: &[&str] = &[
+    "--set",
+    "podMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true",
+    "--set",
+    "podNetwork.enabled=true,metrics.plainListen=127.0.0.1:9441",
+    "--set",
+    "markers.allowedKeys={role},statusReaders.groups={system:authenticated}",
+    "--set",
+    "statusApi.enabled=true,statusReaders.aggregateToView=true,admissionPolicy.enabled=true",
+];
+
+/// #38: no Role or ClusterRole the chart renders grants a proxy
+/// subresource (`pods/proxy` of a host-network pod reaches any port of its
+/// node) or a wildcard, in the default render, with every feature on, in
+/// either mode.
+#[test]
+fn no_role_grants_proxy_subresources_or_wildcards() {
+    const PROXIES: [&str; 3] = ["pods/proxy", "nodes/proxy", "services/proxy"];
+    let mut renders = vec![("defaults".to_string(), template(&[]))];
+    for mode in ["gate", "authority"] {
+        let mut args = EVERYTHING_ON.to_vec();
+        let set = format!("mode={mode}");
+        args.extend_from_slice(&["--set", &set]);
+        renders.push((format!("everything on, {set}"), template(&args)));
+    }
+    for (render, docs) in &renders {
+        let roles: Vec<&Value> = docs
+            .iter()
+            .filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole")
+            .collect();
+        assert!(roles.len() >= 3, "{render}: {roles:#?}");
+        for role in roles {
+            let name = &role["metadata"]["name"];
+            assert!(
+                role.get("aggregationRule").is_none(),
+                "{render}: {name} aggregates other roles"
+            );
+            for rule in role["rules"].as_array().into_iter().flatten() {
+                for field in ["apiGroups", "resources", "verbs", "nonResourceURLs"] {
+                    for item in rule[field].as_array().into_iter().flatten() {
+                        let item = item.as_str().expect("a string");
+                        assert!(
+                            !item.contains('*'),
+                            "{render}: {name} has a wildcard in {field}: {rule}"
+                        );
+                        assert!(
+                            !(field == "resources" && PROXIES.contains(&item)),
+                            "{render}: {name} grants {item}: {rule}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The documents named like the status API's (#38), by kind and name.
+fn status_api_objects(docs: &[Value]) -> Vec<String> {
+    docs.iter()
+        .filter(|d| {
+            let name = d["metadata"]["name"].as_str().unwrap_or("");
+            name.contains("status-api")
+                || name.contains("status.podprobe.io")
+                || name.contains("extension-apiserver")
+                || name.contains("status-reader")
+        })
+        .map(|d| format!("{} {}", d["kind"], d["metadata"]["name"]))
+        .collect()
+}
+
+/// The certificates of a PEM bundle, DER.
+fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem)
+        .map(|c| c.expect("a PEM certificate").to_vec())
+        .collect()
+}
+
+/// A Secret's `data[key]`, decoded.
+fn secret_data(secret: &Value, key: &str) -> Vec<u8> {
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(secret.clone()).expect("a Secret");
+    secret.data.unwrap_or_default()[key].0.clone()
+}
+
+/// #38: the aggregated status API: a TLS Secret generated at install
+/// (never the CA's key), a Service over every podprobe, the APIService
+/// trusting exactly that Secret's CA bundle, and the DaemonSet's listener,
+/// mount and flags.
+#[test]
+fn the_status_api_is_served_by_the_daemonset_with_the_charts_certificates() {
+    let docs = template(&[]);
+    let secret = find(&docs, "Secret", "podprobe-status-api-tls");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    assert_eq!(secret["metadata"]["namespace"], "podprobe-system");
+    assert_eq!(
+        secret["metadata"]["annotations"],
+        json!({"podprobe.io/tls-generation": "1"})
+    );
+    let keys: Vec<&str> = secret["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["ca.crt", "tls.crt", "tls.key"]);
+    // The CA's private key is kept nowhere: ca.crt holds certificates only.
+    let ca = secret_data(secret, "ca.crt");
+    assert_eq!(pem_certificates(&ca).len(), 1, "a fresh install has one CA");
+    assert_eq!(
+        String::from_utf8(ca)
+            .unwrap()
+            .matches("-----BEGIN ")
+            .count(),
+        1,
+        "ca.crt holds nothing but the CA's certificate"
+    );
+    let leaf = pem_certificates(&secret_data(secret, "tls.crt"));
+    assert_eq!(leaf.len(), 1);
+    // Both sides of the podprobes' mutual TLS use this one certificate.
+    const SERVER_AUTH: &[u8] = &[0x06, 0x08, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+    const CLIENT_AUTH: &[u8] = &[0x06, 0x08, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02];
+    for (usage, oid) in [("serverAuth", SERVER_AUTH), ("clientAuth", CLIENT_AUTH)] {
+        assert!(
+            leaf[0].windows(oid.len()).any(|w| w == oid),
+            "tls.crt lacks the extended key usage {usage}"
+        );
+    }
+    for name in [
+        "podprobe-status-api",
+        "podprobe-status-api.podprobe-system",
+        "podprobe-status-api.podprobe-system.svc",
+    ] {
+        assert!(
+            leaf[0].windows(name.len()).any(|w| w == name.as_bytes()),
+            "tls.crt does not name {name}"
+        );
+    }
+    let key = String::from_utf8(secret_data(secret, "tls.key")).unwrap();
+    assert_eq!(
+        key.matches("-----BEGIN ").count(),
+        1,
+        "tls.key holds the serving key only"
+    );
+    assert!(key.contains("PRIVATE KEY-----"));
+
+    let service = find(&docs, "Service", "podprobe-status-api");
+    assert_eq!(service["metadata"]["namespace"], "podprobe-system");
+    assert_eq!(
+        service["spec"]["selector"],
+        daemonset(&docs)["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "status-api", "port": 443, "targetPort": "status-api", "protocol": "TCP"}])
+    );
+
+    let api_service = find(&docs, "APIService", "v1alpha1.status.podprobe.io");
+    assert_eq!(api_service["apiVersion"], "apiregistration.k8s.io/v1");
+    assert_eq!(
+        api_service["spec"],
+        json!({
+            "group": "status.podprobe.io",
+            "version": "v1alpha1",
+            "service": {"namespace": "podprobe-system", "name": "podprobe-status-api", "port": 443},
+            "caBundle": secret["data"]["ca.crt"],
+            "groupPriorityMinimum": 1000,
+            "versionPriority": 100,
+        }),
+        "the caBundle is the Secret's ca.crt, and TLS is always verified"
+    );
+    assert_eq!(
+        format!(
+            "{}.{}",
+            podprobe_core::probe_ledger::api::VERSION,
+            podprobe_core::probe_ledger::api::GROUP
+        ),
+        podprobe_core::probe_ledger::api::API_SERVICE
+    );
+    assert_eq!(
+        api_service["metadata"]["name"],
+        podprobe_core::probe_ledger::api::API_SERVICE
+    );
+
+    let binding = find(
+        &docs,
+        "RoleBinding",
+        "podprobe-extension-apiserver-authentication-reader",
+    );
+    assert_eq!(binding["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+               "name": "extension-apiserver-authentication-reader"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        find(&docs, "ClusterRoleBinding", "podprobe")["subjects"]
+    );
+
+    let c = container(&docs);
+    assert!(
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "status-api", "containerPort": 9443, "protocol": "TCP"})),
+        "{:#}",
+        c["ports"]
+    );
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "status-api-tls")
+        .expect("mount status-api-tls");
+    assert_eq!(
+        mount,
+        &json!({"name": "status-api-tls", "mountPath": "/etc/podprobe/status-api", "readOnly": true})
+    );
+    let volume = pod_spec(&docs)["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "status-api-tls")
+        .expect("volume status-api-tls");
+    assert_eq!(volume["secret"]["secretName"], "podprobe-status-api-tls");
+    // podprobe re-reads the mounted files: a new certificate must not
+    // restart the DaemonSet.
+    assert!(
+        daemonset(&docs)["spec"]["template"]["metadata"]
+            .get("annotations")
+            .is_none()
+    );
+
+    // Another release, namespace and port: the names follow.
+    let docs = template_as(
+        "edge",
+        "probes",
+        &["--set", "statusApi.port=10443,statusApi.tls.generation=3"],
+    );
+    let edge_args = find(&docs, "DaemonSet", "edge-podprobe")["spec"]["template"]["spec"]
+        ["containers"][0]["args"]
+        .clone();
+    for arg in [
+        "--status-api-listen=0.0.0.0:10443",
+        "--status-api-peer-name=edge-podprobe-status-api.probes.svc",
+    ] {
+        assert!(
+            edge_args.as_array().unwrap().contains(&json!(arg)),
+            "{arg}: {edge_args:#}"
+        );
+    }
+    assert_eq!(
+        find(&docs, "Secret", "edge-podprobe-status-api-tls")["metadata"]["annotations"]["podprobe.io/tls-generation"],
+        "3"
+    );
+    assert_eq!(
+        find(&docs, "APIService", "v1alpha1.status.podprobe.io")["spec"]["service"],
+        json!({"namespace": "probes", "name": "edge-podprobe-status-api", "port": 443})
+    );
+    find(
+        &docs,
+        "RoleBinding",
+        "edge-podprobe-extension-apiserver-authentication-reader",
+    );
+
+    // Without a cluster (no `lookup`), each render makes new certificates:
+    // why deploy/ leaves the status API out.
+    let again = template(&[]);
+    assert_ne!(
+        find(&again, "Secret", "podprobe-status-api-tls")["data"]["tls.key"],
+        secret["data"]["tls.key"]
+    );
+}
+
+/// statusApi.enabled=false renders none of the status API: no Secret,
+/// Service, APIService, kube-system binding or reader role, and no
+/// listener, port or mount in the DaemonSet.
+#[test]
+fn the_status_api_can_be_left_out() {
+    let docs = template(&["--set", "statusApi.enabled=false"]);
+    assert_eq!(status_api_objects(&docs), Vec::<String>::new());
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["namespace"] == "kube-system")
+    );
+    assert!(!args(&docs).iter().any(|a| a.starts_with("--status-api")));
+    let c = container(&docs);
+    assert_eq!(
+        c["ports"],
+        json!([{"name": "http", "containerPort": 9440, "protocol": "TCP"}])
+    );
+    assert!(!c.to_string().contains("status-api"), "{c:#}");
+    assert!(
+        !pod_spec(&docs)["volumes"]
+            .to_string()
+            .contains("status-api")
+    );
+
+    // The status API's port must be a port of its own.
+    let error = template_error(&["--skip-schema-validation", "--set", "statusApi.port=9440"]);
+    assert!(
+        error.contains("statusApi.port must differ from listen.port"),
+        "{error}"
+    );
+    let error = template_error(&["--set", "statusApi.tls.generation=0"]);
+    assert!(names(&error, "statusApi.tls.generation"), "{error}");
 }
 
 /// Whether the ClusterRole `podprobe` grants `patch` on pods themselves (not

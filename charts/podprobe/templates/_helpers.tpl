@@ -38,6 +38,21 @@ podprobe-metrics-reader, policy podprobe-status-writes.
 {{- printf "%s-status-reader" (include "podprobe.fullname" .) -}}
 {{- end -}}
 
+{{/* The Service in front of every podprobe's status API listener; the APIService names it. */}}
+{{- define "podprobe.statusApiService" -}}
+{{- printf "%s-status-api" (include "podprobe.fullname" .) -}}
+{{- end -}}
+
+{{/* The Secret with the status API's CA bundle, serving certificate and key. */}}
+{{- define "podprobe.statusApiSecret" -}}
+{{- printf "%s-status-api-tls" (include "podprobe.fullname" .) -}}
+{{- end -}}
+
+{{/* The name podprobes expect in each other's certificate (mutual TLS between nodes). */}}
+{{- define "podprobe.statusApiPeerName" -}}
+{{- printf "%s.%s.svc" (include "podprobe.statusApiService" .) .Release.Namespace -}}
+{{- end -}}
+
 {{- define "podprobe.metricsReader" -}}
 {{- printf "%s-metrics-reader" (include "podprobe.fullname" .) -}}
 {{- end -}}
@@ -66,6 +81,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- fail (printf "metrics.auth must be delegated or none, not %q" .Values.metrics.auth) -}}
 {{- end -}}
 {{- $socket := include "podprobe.criSocket" . -}}
+{{- if and .Values.statusApi.enabled (eq (int64 .Values.statusApi.port) (int64 .Values.listen.port)) -}}
+{{- fail (printf "statusApi.port must differ from listen.port (both %d): the status API is a TLS listener of its own" (int64 .Values.listen.port)) -}}
+{{- end -}}
 {{- $keys := .Values.markers.allowedKeys -}}
 {{- if $keys -}}
 {{- $list := kindIs "slice" $keys -}}
