@@ -24,8 +24,9 @@
 # CoreDNS, no kube-proxy and no default CNI: the kind config skips those
 # addons, each node's pod network comes from its podCIDR, and podprobe (on
 # the host network) reaches the API server at the control plane's address
-# instead of the `kubernetes` Service. An official image keeps kind's
-# defaults (kindnet, kube-proxy, CoreDNS).
+# instead of the `kubernetes` Service; the API server runs with
+# --enable-aggregator-routing=true to reach podprobe's status API. An
+# official image keeps kind's defaults (kindnet, kube-proxy, CoreDNS).
 set -euo pipefail
 
 HACK="$(cd "$(dirname "$0")" && pwd)"
@@ -80,10 +81,30 @@ kubeadmConfigPatches:
 EOF
     if [ "$own_image" = yes ]; then
         # The list replaces kind's: keep its preflight.
+        #
+        # No kube-proxy routes the Service ClusterIP of podprobe's status
+        # API (the APIService v1alpha1.status.podprobe.io), so the API
+        # server dials its endpoints directly. kind generates kubeadm
+        # v1beta4 for Kubernetes >= 1.36 (extraArgs a list, merged by name
+        # with kind's own) and v1beta3 before (a map); each patch matches
+        # only its apiVersion.
         cat <<EOF
   - |
     kind: InitConfiguration
     skipPhases: ["preflight", "addon/coredns", "addon/kube-proxy"]
+  - |
+    apiVersion: kubeadm.k8s.io/v1beta4
+    kind: ClusterConfiguration
+    apiServer:
+      extraArgs:
+        - name: enable-aggregator-routing
+          value: "true"
+  - |
+    apiVersion: kubeadm.k8s.io/v1beta3
+    kind: ClusterConfiguration
+    apiServer:
+      extraArgs:
+        enable-aggregator-routing: "true"
 EOF
     fi
 }
