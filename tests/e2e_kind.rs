@@ -451,6 +451,19 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
         ns.exec(name, "rm /tmp/ready");
         wait_gate(&ns, name, false, FAST_FALSE_WITHIN);
     }
+    // The status API kept its certificates (the chart's Secret is reused,
+    // so the APIService's caBundle still matches): each pod's probes are
+    // read through it, whichever podprobe answers.
+    status_api_available();
+    let admin = std::path::PathBuf::from(&cluster().kubeconfig);
+    for name in &names {
+        let path = format!(
+            "/apis/status.podprobe.io/v1alpha1/namespaces/{}/probes/{name}",
+            ns.name
+        );
+        let (status, _, body) = raw_get_as(&admin, &path);
+        assert_eq!(status, 200, "{path} after the upgrade: {body}");
+    }
 }
 
 /// Uncordons a node when dropped, so a failed test leaves it schedulable.

@@ -181,7 +181,7 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
         (
             "README.md",
             "cargo install --locked --path crates/kubectl-podprobe",
-            By("tests/e2e_kind.rs", "--role=podprobe-status-reader"),
+            By("tests/e2e_kind.rs", "--clusterrole=podprobe-status-reader"),
         ),
         (
             "README.md",

@@ -469,7 +469,10 @@ mod tests {
         )
         .expect("settings");
         let new_peer = leaf(&new, "podprobe-status-api");
-        assert_eq!(source.current().caller(std::slice::from_ref(&new_peer.2)), None);
+        assert_eq!(
+            source.current().caller(std::slice::from_ref(&new_peer.2)),
+            None
+        );
         write(dir.path(), &new, &new_peer.0, &new_peer.1);
         assert_eq!(
             source.current().caller(std::slice::from_ref(&new_peer.2)),
