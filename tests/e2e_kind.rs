@@ -464,6 +464,53 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
         let (status, _, body) = raw_get_as(&admin, &path);
         assert_eq!(status, 200, "{path} after the upgrade: {body}");
     }
+
+    // A rotation (a new CA and certificate in the Secret and the
+    // caBundle) takes effect without a restart: the podprobes re-read the
+    // mounted files once the kubelet has updated them, and every pod's
+    // probes are read through the API again. (Until every podprobe has,
+    // a request forwarded between an old and a new certificate fails:
+    // docs/install.md.)
+    go_tools::run_ok(
+        &helm,
+        &[
+            "upgrade",
+            "podprobe",
+            &go_tools::repo().join("charts/podprobe").to_string_lossy(),
+            "--kubeconfig",
+            &cluster().kubeconfig,
+            "--namespace",
+            PODPROBE_NAMESPACE,
+            "--reuse-values",
+            "--set",
+            &format!(
+                "statusApi.tls.generation={}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(2, |since| since.as_secs())
+            ),
+        ],
+    );
+    let rotated = Duration::from_secs(240);
+    for name in &names {
+        let path = format!(
+            "/apis/status.podprobe.io/v1alpha1/namespaces/{}/probes/{name}",
+            ns.name
+        );
+        ns.wait_for(&format!("{path} after the rotation"), rotated, || {
+            // Several tries, so that both a local and a forwarded answer
+            // are seen to work.
+            (0..6).try_for_each(|_| match raw_get_as(&admin, &path) {
+                (200, _, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            })
+        });
+    }
+    assert_eq!(
+        ready_podprobe_pods(),
+        after,
+        "the rotation restarted podprobe"
+    );
 }
 
 /// Uncordons a node when dropped, so a failed test leaves it schedulable.

@@ -184,6 +184,19 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
             By("tests/e2e_kind.rs", "--clusterrole=podprobe-status-reader"),
         ),
         (
+            "docs/install.md",
+            "kubectl get apiservice v1alpha1.status.podprobe.io",
+            By(
+                "tests/e2e_kind.rs",
+                "apiservice/v1alpha1.status.podprobe.io",
+            ),
+        ),
+        (
+            "docs/install.md",
+            "helm upgrade podprobe charts/podprobe -n podprobe-system --reuse-values \\",
+            By("tests/e2e_kind.rs", "statusApi.tls.generation="),
+        ),
+        (
             "README.md",
             r#"kubectl annotate --overwrite pod web podprobe.io/pause-liveness-until="$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)""#,
             By("tests/run_gate.rs", r#""+%Y-%m-%dT%H:%M:%SZ""#),
