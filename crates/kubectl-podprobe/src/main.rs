@@ -2,11 +2,13 @@
 //! and why the pod is not Ready (`why`), without access to the node
 //! (PS3-PS4 in docs/kubelet-semantics.md).
 //!
-//! The pod comes from the API server with the caller's own credentials; its
-//! probe status from the podprobe of the pod's node, reached through the
-//! API server's pods/proxy subresource (see [`reach`]). That podprobe
-//! answers only a caller who may `get` the pod, which it asks the API
-//! server with the caller's bearer token.
+//! Both read the pod's `PodProbes` from the API server, `GET /apis/
+//! status.podprobe.io/v1alpha1/namespaces/{namespace}/probes/{pod}`, which
+//! podprobe serves through API aggregation (see [`reach`]); `why` reads the
+//! pod too. The API server authenticates the caller with whatever the
+//! kubeconfig holds; podprobe answers a caller who may `get` the pod and
+//! `get probes.status.podprobe.io`, and shows the probes' outputs only to
+//! one who may also `get pods/log` of the pod.
 
 mod reach;
 mod render;
@@ -17,17 +19,17 @@ use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use podprobe_core::not_ready;
-use podprobe_core::probe_ledger::PodReport;
 
-use crate::reach::{Podprobe, ReachError};
+use crate::reach::ReachError;
 
 /// What podprobe's probes of a pod last saw, and why the pod is not Ready.
 ///
-/// Reads the pod with your kubeconfig, then asks the podprobe on the pod's
-/// node through the API server (pods/proxy). You need: `get` on the pod;
-/// `list` pods and `get` pods/proxy in podprobe's namespace (the chart's
-/// Role `podprobe-status-reader`); and a bearer token (your kubeconfig's,
-/// or --token), which podprobe has the API server review.
+/// Reads the pod's probes from podprobe's aggregated API
+/// (status.podprobe.io/v1alpha1, resource probes) with your kubeconfig,
+/// whatever it authenticates with. You need, in the pod's namespace: `get`
+/// on probes.status.podprobe.io (the chart's ClusterRole
+/// podprobe-status-reader, aggregated to view) and `get` on the pod; to
+/// see the probes' outputs, `get` on pods/log too (view grants all three).
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl podprobe",
@@ -43,45 +45,17 @@ struct Cli {
     #[arg(short, long, global = true)]
     namespace: Option<String>,
 
-    /// Output format.
+    /// Output format: json and yaml print the PodProbes object as served
+    /// (status) or the explanation (why).
     #[arg(short, long, global = true, value_enum, default_value_t = Format::Table)]
     output: Format,
-
-    /// The namespace podprobe runs in.
-    #[arg(
-        long,
-        global = true,
-        env = "KUBECTL_PODPROBE_NAMESPACE",
-        default_value = "podprobe-system"
-    )]
-    podprobe_namespace: String,
-
-    /// The label selector of podprobe's pods.
-    #[arg(
-        long,
-        global = true,
-        env = "KUBECTL_PODPROBE_SELECTOR",
-        default_value = "app.kubernetes.io/name=podprobe"
-    )]
-    podprobe_selector: String,
-
-    /// Bearer token to identify you to podprobe [default: the kubeconfig
-    /// user's token or token file]. Needed when the kubeconfig
-    /// authenticates with a client certificate or an exec plugin.
-    #[arg(
-        long,
-        global = true,
-        env = "KUBECTL_PODPROBE_TOKEN",
-        hide_env_values = true
-    )]
-    token: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Per container and probe: the last result, when it ran, the
     /// consecutive count against its threshold, the next run and the last
-    /// output (up to 4 KiB).
+    /// output (up to 4 KiB; only if you may get pods/log of the pod).
     Status {
         /// The pod's name.
         pod: String,
@@ -125,46 +99,43 @@ async fn run(cli: Cli) -> Result<String, ReachError> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
-    let token = match cli.token.clone() {
-        Some(token) => token,
-        None => reach::kubeconfig_token(&config)?,
-    };
     let client = kube::Client::try_from(config).map_err(|e| ReachError::Config(e.to_string()))?;
-    let (Command::Status { pod: name } | Command::Why { pod: name }) = &cli.command;
-    let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
-        .get(name)
-        .await
-        .map_err(|source| ReachError::Pod {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            source,
-        })?;
-    let podprobe = Podprobe {
-        client,
-        namespace: cli.podprobe_namespace.clone(),
-        selector: cli.podprobe_selector.clone(),
-        token,
-    };
-    let report = podprobe.report(&pod).await;
-    match cli.command {
-        Command::Status { .. } => {
-            let report = report?;
+    match &cli.command {
+        Command::Status { pod: name } => {
+            let served = reach::pod_probes(&client, &namespace, name).await?;
             match cli.output {
-                Format::Table => Ok(render::status_table(&report, now())),
-                Format::Json => json(&report),
-                Format::Yaml => yaml(&report),
+                Format::Table => Ok(render::status_table(&served.probes, now())),
+                Format::Json => json(&served.raw),
+                Format::Yaml => yaml(&served.raw),
             }
         }
-        Command::Why { .. } => {
+        Command::Why { pod: name } => {
+            let pods = Api::<Pod>::namespaced(client.clone(), &namespace);
+            let (pod, probes) =
+                tokio::join!(pods.get(name), reach::pod_probes(&client, &namespace, name));
+            let pod = pod.map_err(|source| ReachError::Pod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                source,
+            })?;
             // A pod podprobe runs no probe of is still explained, from the
-            // pod alone; any other failure to reach podprobe is an error.
-            let report: Option<PodReport> = match report {
-                Ok(report) => Some(report),
+            // pod alone; any other failure to read its probes is an error.
+            let probes = match probes {
+                Ok(served) => Some(served.probes),
                 Err(ReachError::NoProbes { .. }) => None,
                 Err(error) => return Err(error),
             };
+            let hidden = probes
+                .as_ref()
+                .is_some_and(|p| !p.output_shown && !p.probes.is_empty());
+            let report = probes.map(|p| p.into_report());
             let explanation = not_ready::explain(&pod, report.as_ref());
             match cli.output {
+                Format::Table if hidden => Ok(format!(
+                    "{}\n{}\n",
+                    explanation.paragraph(),
+                    render::OUTPUT_HIDDEN
+                )),
                 Format::Table => Ok(format!("{}\n", explanation.paragraph())),
                 Format::Json => json(&explanation),
                 Format::Yaml => yaml(&explanation),

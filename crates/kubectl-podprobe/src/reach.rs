@@ -1,41 +1,35 @@
-//! Reaching the podprobe of a pod's node (PS3): the podprobe pod on the
-//! pod's node (a list by label and `spec.nodeName`), then its
-//! `/pods/{namespace}/{name}/probes` through the API server's pods/proxy,
-//! with the caller's bearer token in `X-Podprobe-Authorization` (the proxy
-//! drops `Authorization`).
+//! Reading a pod's `PodProbes` (PS3): `GET /apis/status.podprobe.io/
+//! v1alpha1/namespaces/{namespace}/probes/{pod}`, the aggregated API that
+//! podprobe serves behind the APIService `v1alpha1.status.podprobe.io`.
+//!
+//! The API server authenticates the caller with whatever the kubeconfig
+//! holds (client certificate, token, exec plugin) and proxies the request
+//! to podprobe, which authorizes it with SubjectAccessReviews. An answer
+//! other than the object is turned into an error that says what to check:
+//! [`object_answer`] reads the object's answer and, when a 404 or an
+//! object of another kind leaves it unclear whether podprobe or the API
+//! server answered, [`group_answer`] reads the group's discovery document.
+//! Both are pure; [`pod_probes`] does the two GETs around them.
 
 use http_body_util::{BodyExt, Limited};
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::ListParams;
-use podprobe_core::probe_ledger::PodReport;
-use secrecy::ExposeSecret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
+use podprobe_core::probe_ledger::api::{self, PodProbes};
 
-/// The header podprobe reads the caller's token from.
-const CALLER_TOKEN_HEADER: &str = "x-podprobe-authorization";
-
-/// Most bytes of an answer read: a report holds at most 16 KiB of output
+/// Most bytes of an answer read: an object holds at most 16 KiB of output
 /// and a few hundred bytes per probe.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
-/// Most bytes of a refusal's body quoted in an error.
+/// Most bytes of an unexpected body quoted in an error.
 const QUOTED_BODY_BYTES: usize = 400;
 
-/// Why no report could be had.
+/// What to run to see whether the API server has podprobe's APIService.
+const CHECK_API_SERVICE: &str = "kubectl get apiservice v1alpha1.status.podprobe.io";
+
+/// Why no `PodProbes` could be had.
 #[derive(Debug, thiserror::Error)]
 pub enum ReachError {
     #[error("cannot load the kubeconfig: {0}")]
     Config(String),
-    #[error(
-        "the kubeconfig user has no bearer token (a client certificate or exec plugin cannot be forwarded to podprobe); pass --token, e.g. --token \"$(kubectl create token SERVICE_ACCOUNT)\""
-    )]
-    NoToken,
-    #[error("cannot read the token file {path}: {source}")]
-    TokenFile {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("cannot get pod {namespace}/{name}: {source}")]
     Pod {
         namespace: String,
@@ -43,40 +37,39 @@ pub enum ReachError {
         #[source]
         source: kube::Error,
     },
-    #[error("pod {0} is not scheduled to a node yet: no podprobe probes it")]
-    NotScheduled(String),
-    #[error("cannot list podprobe's pods in namespace {namespace} ({selector}): {source}")]
-    List {
-        namespace: String,
-        selector: String,
+    #[error("cannot send GET {path} to the API server: {source}")]
+    Request {
+        path: String,
         #[source]
         source: kube::Error,
     },
     #[error(
-        "no running podprobe pod on node {node} (namespace {namespace}, selector {selector}); see --podprobe-namespace and --podprobe-selector"
+        "the API server does not serve status.podprobe.io: podprobe's APIService v1alpha1.status.podprobe.io is missing (installed with the chart's statusApi.enabled?); check: {CHECK_API_SERVICE}"
     )]
-    NoPodprobe {
-        node: String,
-        namespace: String,
-        selector: String,
-    },
-    #[error("cannot reach podprobe pod {podprobe} through the API server: {source}")]
-    Proxy {
-        podprobe: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{podprobe}: {message}")]
-    NoProbes { podprobe: String, message: String },
-    #[error("refused ({status}) by {by}: {body}")]
-    Refused {
-        status: u16,
-        by: String,
-        body: String,
-    },
-    #[error("podprobe pod {podprobe} answered {status}: {body}")]
+    NotServed,
+    #[error(
+        "the APIService v1alpha1.status.podprobe.io is not available: {message}; check: {CHECK_API_SERVICE} -o jsonpath='{{.status.conditions}}'"
+    )]
+    Unavailable { message: String },
+    #[error(
+        "podprobe is older (or newer) than this plugin: it serves {serves}, the plugin reads v1alpha1"
+    )]
+    VersionSkew { serves: String },
+    #[error(
+        "the API server did not accept your credentials: {message}; check: kubectl auth whoami"
+    )]
+    Unauthorized { message: String },
+    #[error(
+        "{message}; bind the ClusterRole podprobe-status-reader, or the view ClusterRole, in the pod's namespace"
+    )]
+    Forbidden { message: String },
+    /// podprobe's own 404: the pod is unknown to it, or it runs none of
+    /// the pod's probes.
+    #[error("{message}")]
+    NoProbes { message: String },
+    #[error("GET {path} answered {status}: {body}")]
     Unexpected {
-        podprobe: String,
+        path: String,
         status: u16,
         body: String,
     },
@@ -84,152 +77,413 @@ pub enum ReachError {
     Encode(String),
 }
 
-/// The bearer token of the kubeconfig's user: its `token`, or its
-/// `tokenFile` read now.
-pub fn kubeconfig_token(config: &kube::Config) -> Result<String, ReachError> {
-    let auth = &config.auth_info;
-    if let Some(token) = &auth.token {
-        return Ok(token.expose_secret().to_string());
-    }
-    if let Some(path) = &auth.token_file {
-        return std::fs::read_to_string(path)
-            .map(|t| t.trim().to_string())
-            .map_err(|source| ReachError::TokenFile {
-                path: path.clone(),
-                source,
-            });
-    }
-    Err(ReachError::NoToken)
+/// A `PodProbes` object as podprobe served it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    /// The object, typed.
+    pub probes: PodProbes,
+    /// The object as it came, unknown fields included, for `-o json|yaml`.
+    pub raw: serde_json::Value,
 }
 
-/// Where podprobe runs, and who asks it.
-pub struct Podprobe {
-    pub client: kube::Client,
-    pub namespace: String,
-    pub selector: String,
-    pub token: String,
+/// What the answer to the GET of the object says.
+#[derive(Debug)]
+pub enum ObjectAnswer {
+    Served(Box<Served>),
+    /// Whether podprobe or the API server answered is for the group's
+    /// discovery document to tell.
+    Unclear(Doubt),
+    Failed(ReachError),
 }
 
-impl Podprobe {
-    /// The report of `pod`'s probes from the podprobe of its node.
-    pub async fn report(&self, pod: &Pod) -> Result<PodReport, ReachError> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .ok_or_else(|| ReachError::NotScheduled(format!("{namespace}/{name}")))?;
-        let (podprobe, port) = self.on_node(node).await?;
-        let path = format!(
-            "/api/v1/namespaces/{}/pods/{podprobe}:{port}/proxy/pods/{namespace}/{name}/probes",
-            self.namespace
-        );
-        let request = http::Request::get(path)
-            .header(CALLER_TOKEN_HEADER, format!("Bearer {}", self.token))
-            .body(kube::client::Body::empty())
-            .map_err(|e| ReachError::Config(e.to_string()))?;
-        let response = self
-            .client
-            .send(request)
-            .await
-            .map_err(|source| ReachError::Proxy {
-                podprobe: podprobe.clone(),
-                source,
-            })?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| ReachError::Unexpected {
-                podprobe: podprobe.clone(),
-                status: status.as_u16(),
-                body: format!("cannot read the answer: {e}"),
-            })?;
-        let text = String::from_utf8_lossy(&body);
-        match status.as_u16() {
-            200 => serde_json::from_slice(&body).map_err(|e| ReachError::Unexpected {
-                podprobe,
+/// An answer that may be podprobe's, or a sign that the API server does
+/// not serve podprobe's group or version.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Doubt {
+    /// A 404 and its message.
+    NotFound { message: String },
+    /// An object of another `apiVersion` or `kind`.
+    OtherKind { api_version: String, kind: String },
+}
+
+/// The `PodProbes` of pod `namespace/name`, read with `client` (the
+/// caller's kubeconfig).
+pub async fn pod_probes(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Served, ReachError> {
+    let path = api::path(namespace, name);
+    let (status, body) = get(client, &path).await?;
+    let doubt = match object_answer(&path, status, &body) {
+        ObjectAnswer::Served(served) => return Ok(*served),
+        ObjectAnswer::Failed(error) => return Err(error),
+        ObjectAnswer::Unclear(doubt) => doubt,
+    };
+    let group_path = format!("/apis/{}", api::GROUP);
+    let (status, body) = get(client, &group_path).await?;
+    Err(group_answer(&group_path, status, &body, doubt))
+}
+
+/// `GET path`: the status and at most [`MAX_ANSWER_BYTES`] of the body.
+async fn get(client: &kube::Client, path: &str) -> Result<(u16, Vec<u8>), ReachError> {
+    let request = http::Request::get(path)
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::empty())
+        .map_err(|e| ReachError::Config(e.to_string()))?;
+    let response = client
+        .send(request)
+        .await
+        .map_err(|source| ReachError::Request {
+            path: path.to_string(),
+            source,
+        })?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+        .collect()
+        .await
+        .map_err(|e| ReachError::Unexpected {
+            path: path.to_string(),
+            status,
+            body: format!("cannot read the answer (at most {MAX_ANSWER_BYTES} bytes): {e}"),
+        })?;
+    Ok((status, body.to_bytes().to_vec()))
+}
+
+/// What `status` and `body`, the answer to `GET path` of a `PodProbes`,
+/// mean.
+pub fn object_answer(path: &str, status: u16, body: &[u8]) -> ObjectAnswer {
+    match status {
+        200 => served(path, body),
+        401 => ObjectAnswer::Failed(ReachError::Unauthorized {
+            message: message(body),
+        }),
+        403 => ObjectAnswer::Failed(ReachError::Forbidden {
+            message: message(body),
+        }),
+        404 => ObjectAnswer::Unclear(Doubt::NotFound {
+            message: message(body),
+        }),
+        503 => ObjectAnswer::Failed(ReachError::Unavailable {
+            message: message(body),
+        }),
+        status => ObjectAnswer::Failed(unexpected(path, status, body)),
+    }
+}
+
+/// The object in a 200's `body`, if it is a `PodProbes` of v1alpha1.
+fn served(path: &str, body: &[u8]) -> ObjectAnswer {
+    let raw: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(raw) => raw,
+        Err(e) => {
+            return ObjectAnswer::Failed(ReachError::Unexpected {
+                path: path.to_string(),
                 status: 200,
-                body: format!("not a probe report: {e}"),
-            }),
-            404 if !is_api_status(&text) => Err(ReachError::NoProbes {
-                podprobe,
-                message: text.trim().to_string(),
-            }),
-            code @ (401 | 403) => Err(ReachError::Refused {
-                status: code,
-                // The API server refuses the proxy with a Status object;
-                // podprobe refuses the caller in plain text.
-                by: if is_api_status(&text) {
-                    "the API server (pods/proxy of podprobe's pods: the Role podprobe-status-reader grants it)".to_string()
-                } else {
-                    format!(
-                        "podprobe pod {podprobe} (you may not get pod {namespace}/{name}, or your token was not accepted)"
-                    )
-                },
-                body: cut(text.trim()),
-            }),
-            code => Err(ReachError::Unexpected {
-                podprobe,
-                status: code,
-                body: cut(text.trim()),
-            }),
+                body: format!("not JSON ({e}): {}", cut(&String::from_utf8_lossy(body))),
+            });
         }
+    };
+    let field = |name: &str| raw.get(name).and_then(|v| v.as_str()).unwrap_or_default();
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    if api_version != api::API_VERSION || kind != api::KIND {
+        return ObjectAnswer::Unclear(Doubt::OtherKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        });
     }
-
-    /// The running podprobe pod on `node` and its port.
-    async fn on_node(&self, node: &str) -> Result<(String, i32), ReachError> {
-        let params = ListParams::default()
-            .labels(&self.selector)
-            .fields(&format!("spec.nodeName={node}"));
-        let pods = Api::<Pod>::namespaced(self.client.clone(), &self.namespace)
-            .list(&params)
-            .await
-            .map_err(|source| ReachError::List {
-                namespace: self.namespace.clone(),
-                selector: self.selector.clone(),
-                source,
-            })?;
-        pods.items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .find_map(|p| Some((p.metadata.name.clone()?, http_port(p)?)))
-            .ok_or_else(|| ReachError::NoPodprobe {
-                node: node.to_string(),
-                namespace: self.namespace.clone(),
-                selector: self.selector.clone(),
-            })
+    match serde_json::from_value(raw.clone()) {
+        Ok(probes) => ObjectAnswer::Served(Box::new(Served { probes, raw })),
+        Err(e) => ObjectAnswer::Failed(ReachError::Unexpected {
+            path: path.to_string(),
+            status: 200,
+            body: format!("not a {} {}: {e}", api::API_VERSION, api::KIND),
+        }),
     }
 }
 
-/// The container port named `http` (the chart's), else the first one.
-fn http_port(pod: &Pod) -> Option<i32> {
-    let ports: Vec<_> = pod
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .flat_map(|c| c.ports.iter().flatten())
-        .collect();
-    ports
-        .iter()
-        .find(|p| p.name.as_deref() == Some("http"))
-        .or(ports.first())
-        .map(|p| p.container_port)
+/// The error that `doubt` is, given `status` and `body`, the answer to
+/// `GET path` of the group `status.podprobe.io`'s discovery document.
+pub fn group_answer(path: &str, status: u16, body: &[u8], doubt: Doubt) -> ReachError {
+    match status {
+        404 => return ReachError::NotServed,
+        503 => {
+            return ReachError::Unavailable {
+                message: message(body),
+            };
+        }
+        200 => {}
+        status => return unexpected(path, status, body),
+    }
+    let versions: Vec<String> = match serde_json::from_slice::<APIGroup>(body) {
+        Ok(group) => group.versions.into_iter().map(|v| v.version).collect(),
+        Err(e) => {
+            return ReachError::Unexpected {
+                path: path.to_string(),
+                status,
+                body: format!("not an APIGroup: {e}"),
+            };
+        }
+    };
+    if !versions.iter().any(|v| v == api::VERSION) {
+        let serves = if versions.is_empty() {
+            "no version".to_string()
+        } else {
+            versions.join(", ")
+        };
+        return ReachError::VersionSkew { serves };
+    }
+    match doubt {
+        Doubt::NotFound { message } => ReachError::NoProbes { message },
+        Doubt::OtherKind { api_version, kind } => ReachError::VersionSkew {
+            serves: format!("kind {kind:?} of apiVersion {api_version:?}"),
+        },
+    }
 }
 
-/// Whether `text` is a metav1 Status object, as the API server answers.
-fn is_api_status(text: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(text)
-        .is_ok_and(|v| v.get("kind").and_then(|k| k.as_str()) == Some("Status"))
+/// The `message` of a metav1 Status in `body`, else the body as text.
+fn message(body: &[u8]) -> String {
+    let status = serde_json::from_slice::<serde_json::Value>(body).ok();
+    match status.as_ref().and_then(|s| s.get("message")?.as_str()) {
+        Some(message) => cut(message.trim()),
+        None => cut(String::from_utf8_lossy(body).trim()),
+    }
 }
 
+fn unexpected(path: &str, status: u16, body: &[u8]) -> ReachError {
+    ReachError::Unexpected {
+        path: path.to_string(),
+        status,
+        body: message(body),
+    }
+}
+
+/// `text` cut to [`QUOTED_BODY_BYTES`], control characters escaped: a
+/// body may come from anything between the API server and podprobe.
 fn cut(text: &str) -> String {
     let mut end = text.len().min(QUOTED_BODY_BYTES);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    text[..end].to_string()
+    crate::render::escape(&text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const PATH: &str = "/apis/status.podprobe.io/v1alpha1/namespaces/shop/probes/web-0";
+    const GROUP_PATH: &str = "/apis/status.podprobe.io";
+
+    fn status(code: u16, reason: &str, message: &str) -> Vec<u8> {
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn object() -> serde_json::Value {
+        json!({
+            "apiVersion": "status.podprobe.io/v1alpha1",
+            "kind": "PodProbes",
+            "metadata": {"name": "web-0", "namespace": "shop", "uid": "u1", "resourceVersion": "7"},
+            "node": "node-a",
+            "outputShown": false,
+            "probes": [],
+        })
+    }
+
+    fn group(versions: &[&str]) -> Vec<u8> {
+        let versions: Vec<_> = versions
+            .iter()
+            .map(|v| json!({"groupVersion": format!("status.podprobe.io/{v}"), "version": v}))
+            .collect();
+        json!({
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": "status.podprobe.io",
+            "versions": versions,
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn failed(answer: ObjectAnswer) -> ReachError {
+        match answer {
+            ObjectAnswer::Failed(error) => error,
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    fn unclear(answer: ObjectAnswer) -> Doubt {
+        match answer {
+            ObjectAnswer::Unclear(doubt) => doubt,
+            other => panic!("not unclear: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ps3_a_podprobes_object_is_served_as_it_came() {
+        let body = object().to_string().into_bytes();
+        let ObjectAnswer::Served(served) = object_answer(PATH, 200, &body) else {
+            panic!("not served");
+        };
+        assert_eq!(served.probes.metadata.name, "web-0");
+        assert_eq!(served.probes.node, "node-a");
+        assert!(!served.probes.output_shown);
+        // -o json prints what podprobe served, fields this plugin does not
+        // know included.
+        assert_eq!(served.raw, object());
+    }
+
+    #[test]
+    fn ps3_the_group_not_served_says_to_check_the_api_service() {
+        let doubt = unclear(object_answer(
+            PATH,
+            404,
+            &status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+        ));
+        let error = group_answer(
+            GROUP_PATH,
+            404,
+            &status(404, "NotFound", "404 page not found"),
+            doubt,
+        );
+        assert!(matches!(error, ReachError::NotServed), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            "the API server does not serve status.podprobe.io: podprobe's APIService \
+             v1alpha1.status.podprobe.io is missing (installed with the chart's \
+             statusApi.enabled?); check: kubectl get apiservice v1alpha1.status.podprobe.io"
+        );
+    }
+
+    #[test]
+    fn ps3_an_unavailable_api_service_quotes_the_server_and_names_its_conditions() {
+        // The aggregator answers in plain text, as http.Error does.
+        let error = failed(object_answer(PATH, 503, b"service unavailable\n"));
+        assert_eq!(
+            error.to_string(),
+            "the APIService v1alpha1.status.podprobe.io is not available: service unavailable; \
+             check: kubectl get apiservice v1alpha1.status.podprobe.io -o jsonpath='{.status.conditions}'"
+        );
+        let error = failed(object_answer(
+            PATH,
+            503,
+            &status(
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+            ),
+        ));
+        assert!(
+            error
+                .to_string()
+                .contains("not available: the server is currently unable to handle the request;"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn ps3_another_version_of_the_group_is_a_version_skew() {
+        let doubt = unclear(object_answer(
+            PATH,
+            404,
+            &status(404, "NotFound", "not found"),
+        ));
+        let error = group_answer(GROUP_PATH, 200, &group(&["v1beta1", "v1"]), doubt);
+        assert_eq!(
+            error.to_string(),
+            "podprobe is older (or newer) than this plugin: it serves v1beta1, v1, the plugin reads v1alpha1"
+        );
+
+        let mut other = object();
+        other["apiVersion"] = json!("status.podprobe.io/v1beta1");
+        let doubt = unclear(object_answer(PATH, 200, other.to_string().as_bytes()));
+        assert_eq!(
+            doubt,
+            Doubt::OtherKind {
+                api_version: "status.podprobe.io/v1beta1".into(),
+                kind: "PodProbes".into()
+            }
+        );
+        let error = group_answer(GROUP_PATH, 200, &group(&["v1beta1"]), doubt.clone());
+        assert!(
+            error.to_string().contains("it serves v1beta1, the plugin"),
+            "{error}"
+        );
+        // The group still lists v1alpha1 but the object is of another kind.
+        let error = group_answer(GROUP_PATH, 200, &group(&["v1alpha1"]), doubt);
+        assert!(
+            matches!(&error, ReachError::VersionSkew { serves } if serves.contains("status.podprobe.io/v1beta1")),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn ps3_a_refusal_quotes_the_server_and_says_what_to_bind() {
+        let message = "probes.status.podprobe.io \"web-0\" is forbidden: User \"alice\" cannot get \
+             resource \"probes\" in API group \"status.podprobe.io\" in the namespace \"shop\"";
+        let error = failed(object_answer(PATH, 403, &status(403, "Forbidden", message)));
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "{message}; bind the ClusterRole podprobe-status-reader, or the view ClusterRole, \
+                 in the pod's namespace"
+            )
+        );
+        let error = failed(object_answer(
+            PATH,
+            401,
+            &status(401, "Unauthorized", "Unauthorized"),
+        ));
+        assert!(
+            matches!(error, ReachError::Unauthorized { .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn ps3_podprobes_own_not_found_is_shown_as_it_said() {
+        let message = "podprobe on node node-a runs no probe of pod shop/web-0";
+        let doubt = unclear(object_answer(PATH, 404, &status(404, "NotFound", message)));
+        let error = group_answer(GROUP_PATH, 200, &group(&["v1alpha1"]), doubt);
+        assert!(matches!(error, ReachError::NoProbes { .. }), "{error:?}");
+        assert_eq!(error.to_string(), message);
+    }
+
+    #[test]
+    fn ps3_anything_else_is_quoted_cut_and_escaped() {
+        let body = format!("\u{1b}[2J{}", "x".repeat(1000));
+        let error = failed(object_answer(PATH, 500, body.as_bytes()));
+        let ReachError::Unexpected { status, body, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(*status, 500);
+        assert!(body.starts_with("\\u{1b}[2Jxxx"), "{body}");
+        assert!(body.len() < QUOTED_BODY_BYTES + 10, "{}", body.len());
+        let error = failed(object_answer(PATH, 200, b"<html>"));
+        assert!(error.to_string().contains("not JSON"), "{error}");
+        let mut broken = object();
+        broken["probes"] = json!("none");
+        let error = failed(object_answer(PATH, 200, broken.to_string().as_bytes()));
+        assert!(
+            error
+                .to_string()
+                .contains("not a status.podprobe.io/v1alpha1 PodProbes"),
+            "{error}"
+        );
+    }
 }

@@ -1,32 +1,34 @@
 //! The table of `kubectl podprobe status` (PS3): one row per container and
 //! probe, then each probe's last output. A probe's output is the pod's
 //! (hostile, maybe): control characters are shown escaped, never sent to
-//! the terminal.
+//! the terminal. A caller who may not read the pod's logs gets no outputs
+//! from podprobe (`outputShown: false`); the table then says so in their
+//! place.
 
 use std::fmt::Write as _;
 
 use k8s_openapi::jiff::Timestamp;
-use podprobe_core::probe_ledger::{PodReport, RunResult};
+use podprobe_core::probe_ledger::RunResult;
+use podprobe_core::probe_ledger::api::PodProbes;
 
 /// Most characters of an output's first line in the table.
 const OUTPUT_COLUMN_CHARS: usize = 48;
 
-/// The table of `report` as seen at `now`.
-pub fn status_table(report: &PodReport, now: Timestamp) -> String {
-    let header = [
-        "CONTAINER",
-        "PROBE",
-        "RESULT",
-        "RAN",
-        "COUNT",
-        "NEXT",
-        "OUTPUT",
-    ];
-    let rows: Vec<[String; 7]> = report
+/// What the table says in place of outputs podprobe did not show.
+pub const OUTPUT_HIDDEN: &str = "output hidden: you may not get pods/log of this pod";
+
+/// The table of `object` as seen at `now`.
+pub fn status_table(object: &PodProbes, now: Timestamp) -> String {
+    let shown = object.output_shown;
+    let mut header = vec!["CONTAINER", "PROBE", "RESULT", "RAN", "COUNT", "NEXT"];
+    if shown {
+        header.push("OUTPUT");
+    }
+    let rows: Vec<Vec<String>> = object
         .probes
         .iter()
         .map(|p| {
-            [
+            let mut row = vec![
                 p.container.clone(),
                 p.probe.as_str().to_lowercase(),
                 result_word(p.result).to_string(),
@@ -37,19 +39,26 @@ pub fn status_table(report: &PodReport, now: Timestamp) -> String {
                 } else {
                     "due".to_string()
                 },
-                first_line(&p.output),
-            ]
+            ];
+            if shown {
+                row.push(first_line(&p.output));
+            }
+            row
         })
         .collect();
-    let mut widths = header.map(str::len);
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
+    let meta = &object.metadata;
     let mut text = format!(
-        "Pod {}/{} (uid {})\n",
-        report.namespace, report.name, report.uid
+        "Pod {}/{} (uid {}) on node {}\n",
+        meta.namespace,
+        meta.name,
+        meta.uid,
+        escape(&object.node)
     );
     let line = |text: &mut String, cells: &[&str]| {
         let last = cells.len() - 1;
@@ -63,9 +72,16 @@ pub fn status_table(report: &PodReport, now: Timestamp) -> String {
     };
     line(&mut text, &header);
     for row in &rows {
-        line(&mut text, &row.each_ref().map(String::as_str));
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&mut text, &cells);
     }
-    for p in report.probes.iter().filter(|p| !p.output.is_empty()) {
+    if !shown {
+        if !object.probes.is_empty() {
+            let _ = writeln!(text, "\n{OUTPUT_HIDDEN}");
+        }
+        return text;
+    }
+    for p in object.probes.iter().filter(|p| !p.output.is_empty()) {
         let truncated = if p.output_truncated {
             ", truncated"
         } else {
@@ -115,7 +131,7 @@ fn first_line(output: &str) -> String {
 
 /// `text` with control characters escaped (`\u{1b}`), so that a pod's
 /// output cannot drive the terminal.
-fn escape(text: &str) -> String {
+pub fn escape(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c.is_control() {
@@ -131,7 +147,7 @@ fn escape(text: &str) -> String {
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use podprobe_core::probe::ProbeKind;
-    use podprobe_core::probe_ledger::ProbeReport;
+    use podprobe_core::probe_ledger::{PodReport, ProbeReport};
 
     use super::*;
 
@@ -139,8 +155,7 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + second).unwrap()
     }
 
-    #[test]
-    fn ps3_the_table_has_a_row_per_probe_then_each_output() {
+    fn object(output_shown: bool) -> PodProbes {
         let report = PodReport {
             namespace: "shop".into(),
             name: "web-0".into(),
@@ -172,10 +187,15 @@ mod tests {
                 },
             ],
         };
-        let table = status_table(&report, at(4));
+        PodProbes::new(report, "node-a", output_shown)
+    }
+
+    #[test]
+    fn ps3_the_table_has_a_row_per_probe_then_each_output() {
+        let table = status_table(&object(true), at(4));
         assert_eq!(
             table,
-            "Pod shop/web-0 (uid u1)\n\
+            "Pod shop/web-0 (uid u1) on node node-a\n\
              CONTAINER   PROBE       RESULT    RAN         COUNT   NEXT    OUTPUT\n\
              app         readiness   failure   4s ago      2/3     in 6s   HTTP probe failed with statuscode: 503\n\
              app         liveness    success   3m24s ago   20/1    due     \n\
@@ -184,5 +204,22 @@ mod tests {
              HTTP probe failed with statuscode: 503\n  \
              \\u{1b}[2Jboom\n"
         );
+    }
+
+    #[test]
+    fn ps3_hidden_outputs_are_one_line_in_their_place() {
+        let table = status_table(&object(false), at(4));
+        assert_eq!(
+            table,
+            "Pod shop/web-0 (uid u1) on node node-a\n\
+             CONTAINER   PROBE       RESULT    RAN         COUNT   NEXT\n\
+             app         readiness   failure   4s ago      2/3     in 6s\n\
+             app         liveness    success   3m24s ago   20/1    due\n\
+             \n\
+             output hidden: you may not get pods/log of this pod\n"
+        );
+        let mut none = object(false);
+        none.probes.clear();
+        assert!(!status_table(&none, at(4)).contains("output hidden"));
     }
 }
