@@ -1195,7 +1195,7 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
     let mut flooder = hostile_pod(
         "token-flooder",
         &node,
-        &[("flood".to_string(), flood)],
+        &[("app".to_string(), flood)],
         json!({}),
     );
     flooder["spec"]["containers"][0]["env"] = json!([{"name": "HOST_IP",

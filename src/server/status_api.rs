@@ -209,8 +209,20 @@ impl StatusApi {
                 }
             }
         };
+        // The API server keeps its connections open for long, so new
+        // connections alone would not make the files be looked at again.
+        let reload = {
+            let tls = tls.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(tls::RELOAD_INTERVAL).await;
+                    tls.current();
+                }
+            }
+        };
         tokio::select! {
             () = refresh => {}
+            () = reload => {}
             () = self.accept_loop(listener, tls) => {}
         }
     }
@@ -341,7 +353,7 @@ impl StatusApi {
                         .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
                     return response;
                 };
-                self.authorized(tls, settings, &user, namespace, name).await
+                self.authorized(tls, &user, namespace, name).await
             }
         }
     }
@@ -350,7 +362,6 @@ impl StatusApi {
     async fn authorized(
         &self,
         tls: &TlsSource,
-        settings: &tls::Settings,
         user: &UserInfo,
         namespace: &str,
         name: &str,
@@ -440,7 +451,6 @@ impl StatusApi {
                 self.metrics.status_api_forwarded();
                 self.forward(
                     tls,
-                    settings,
                     SocketAddr::new(ip, self.config.listen.port()),
                     &node,
                     namespace,
@@ -506,18 +516,19 @@ impl StatusApi {
         }
     }
 
-    /// The answer of the podprobe at `addr` (node `node`), asked as a peer.
-    #[allow(clippy::too_many_arguments)]
+    /// The answer of the podprobe at `addr` (node `node`), asked as a peer
+    /// with the certificates in force now (not those of the API server's
+    /// connection, which may be older than a rotation).
     async fn forward(
         &self,
         tls: &TlsSource,
-        settings: &tls::Settings,
         addr: SocketAddr,
         node: &str,
         namespace: &str,
         name: &str,
         output: bool,
     ) -> Response<Full<Bytes>> {
+        let settings = tls.current();
         let asked = tokio::time::timeout(FORWARD_TIMEOUT, async {
             let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
             let stream = TlsConnector::from(settings.peer_client.clone())
