@@ -404,23 +404,8 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
 
     // A new pod-template annotation rolls the DaemonSet, one node at a time
     // (the chart's RollingUpdate), as any upgrade of the chart does.
-    let helm = go_tools::helm();
     let rollout = format!("podAnnotations.podprobe\\.io/e2e-rollout={}", unique_id());
-    go_tools::run_ok(
-        &helm,
-        &[
-            "upgrade",
-            "podprobe",
-            &go_tools::repo().join("charts/podprobe").to_string_lossy(),
-            "--kubeconfig",
-            &cluster().kubeconfig,
-            "--namespace",
-            PODPROBE_NAMESPACE,
-            "--reuse-values",
-            "--set-string",
-            &rollout,
-        ],
-    );
+    helm_upgrade_reusing_values("--set-string", &rollout);
     podprobe_rolled_out();
     let after = ready_podprobe_pods();
     assert!(
@@ -471,26 +456,11 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
     // probes are read through the API again. (Until every podprobe has,
     // a request forwarded between an old and a new certificate fails:
     // docs/install.md.)
-    go_tools::run_ok(
-        &helm,
-        &[
-            "upgrade",
-            "podprobe",
-            &go_tools::repo().join("charts/podprobe").to_string_lossy(),
-            "--kubeconfig",
-            &cluster().kubeconfig,
-            "--namespace",
-            PODPROBE_NAMESPACE,
-            "--reuse-values",
-            "--set",
-            &format!(
-                "statusApi.tls.generation={}",
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(2, |since| since.as_secs())
-            ),
-        ],
-    );
+    let generation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(2, |since| since.as_secs());
+    helm_upgrade_reusing_values("--set", &format!("statusApi.tls.generation={generation}"));
+
     let rotated = Duration::from_secs(240);
     for name in &names {
         let path = format!(
@@ -510,6 +480,26 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
         ready_podprobe_pods(),
         after,
         "the rotation restarted podprobe"
+    );
+}
+
+/// `helm upgrade` of the kind install with its values and `flag setting`
+/// (`--set` or `--set-string`).
+fn helm_upgrade_reusing_values(flag: &str, setting: &str) {
+    go_tools::run_ok(
+        &go_tools::helm(),
+        &[
+            "upgrade",
+            "podprobe",
+            &go_tools::repo().join("charts/podprobe").to_string_lossy(),
+            "--kubeconfig",
+            &cluster().kubeconfig,
+            "--namespace",
+            PODPROBE_NAMESPACE,
+            "--reuse-values",
+            flag,
+            setting,
+        ],
     );
 }
 

@@ -699,18 +699,7 @@ fn json_response(code: StatusCode, body: &impl serde::Serialize) -> Response<Ful
 /// A `meta/v1` `Status`, as the API server answers errors (kubectl shows
 /// its message).
 fn status(code: StatusCode, reason: &str, message: &str) -> Response<Full<Bytes>> {
-    json_response(
-        code,
-        &json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "code": code.as_u16(),
-        }),
-    )
+    json_response(code, &api::failure(code.as_u16(), reason, message))
 }
 
 #[cfg(test)]

@@ -277,17 +277,9 @@ mod tests {
     const GROUP_PATH: &str = "/apis/status.podprobe.io";
 
     fn status(code: u16, reason: &str, message: &str) -> Vec<u8> {
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "code": code,
-        })
-        .to_string()
-        .into_bytes()
+        podprobe_core::probe_ledger::api::failure(code, reason, message)
+            .to_string()
+            .into_bytes()
     }
 
     fn object() -> serde_json::Value {

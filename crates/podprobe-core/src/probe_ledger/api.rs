@@ -27,6 +27,21 @@ pub fn path(namespace: &str, name: &str) -> String {
     format!("/apis/{API_VERSION}/namespaces/{namespace}/{RESOURCE}/{name}")
 }
 
+/// A `meta/v1` `Status` of a failure, as the API server answers errors
+/// (kubectl shows its message): what podprobe answers in place of an
+/// object.
+pub fn failure(code: u16, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    })
+}
+
 /// The object's metadata: the pod's namespace, name and UID.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Metadata {
