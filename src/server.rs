@@ -30,7 +30,8 @@
 //!
 //! Nor can a flood of forged tokens for `/metrics`: the requests waiting on
 //! a review of their token are bounded ([`delegated_auth`]: a few in flight,
-//! a few queued, the rest answered 429 at once), a connection may have at
+//! a few queued per client address, shared fairly between addresses, the
+//! rest answered 429 at once), a connection may have at
 //! most [`MAX_REVIEWS_PER_CONNECTION`] of them, and a connection whose
 //! requests all wait on reviews makes room for a new connection as an idle
 //! one does, after the idle ones. So `/healthz` and `/readyz`, which wait on
@@ -41,12 +42,13 @@ pub mod delegated_auth;
 pub mod health;
 pub mod metrics;
 pub mod process_stats;
+mod review_turns;
 pub mod status_api;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -325,6 +327,7 @@ async fn accept_loop(
                     if let Some((stream, slot)) = admit(&table, stream, peer) {
                         connections.spawn(serve_connection(
                             stream,
+                            peer.ip(),
                             listener.endpoints.clone(),
                             builder.clone(),
                             slot,
@@ -402,6 +405,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: IpAddr,
     endpoints: Arc<Endpoints>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     slot: Slot,
@@ -409,6 +413,8 @@ async fn serve_connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let slot = Arc::new(slot);
+    // Whose reviews this connection's wait beside (review_turns).
+    let source: Arc<str> = peer.to_string().into();
     let service = service_fn({
         let slot = slot.clone();
         move |request: Request<Incoming>| {
@@ -416,8 +422,9 @@ async fn serve_connection(
             // neither evicted nor idle meanwhile, except while it reviews.
             let busy = slot.busy();
             let endpoints = endpoints.clone();
+            let source = source.clone();
             async move {
-                let response = respond(&endpoints, &request, &busy).await;
+                let response = respond(&endpoints, &request, &busy, &source).await;
                 drop(busy);
                 Ok::<_, Infallible>(response)
             }
@@ -459,6 +466,7 @@ async fn respond(
     endpoints: &Endpoints,
     request: &Request<Incoming>,
     busy: &Busy,
+    source: &str,
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let known = match path {
@@ -490,7 +498,8 @@ async fn respond(
         _ => {
             if let MetricsAccess::Delegated(auth) = &endpoints.access {
                 // HEAD is `get` to the authorizer, as in the kubelet.
-                let decision = reviewed(busy, auth.authorize(request.headers(), path, "get")).await;
+                let decision =
+                    reviewed(busy, auth.authorize(request.headers(), path, "get", source)).await;
                 endpoints.metrics.metrics_auth(outcome(&decision));
                 let attributes = Attributes::NonResource {
                     path: path.to_string(),

@@ -495,6 +495,41 @@ async fn a_pods_endless_execs_hold_only_its_share_and_only_until_the_exec_timeou
     assert!(took < Duration::from_secs(12), "{took:?}");
 }
 
+/// #37: pods that hold every exec slot of the node cannot keep another
+/// pod's exec probe waiting: a pod running none gets a slot at once.
+#[tokio::test]
+async fn a_pod_running_no_exec_gets_one_while_others_hold_every_slot() {
+    let cri = client().limit_concurrent_execs(1, 1, Duration::from_secs(10));
+    let pod = TestPod::start(&cri, "exec-guaranteed").await;
+    let hostile = tokio::spawn({
+        let (cri, id) = (cri.clone(), pod.container_id.clone());
+        async move {
+            let endless = strings(&["sleep", "infinity"]);
+            cri.exec_sync("hostile", &id, &endless, Duration::from_secs(3600))
+                .await
+        }
+    });
+    // One turn of this (current-thread) runtime lets the task take the
+    // node's only slot, for 10 s.
+    tokio::task::yield_now().await;
+    // Without the guarantee this waits its 5 s for the slot and errors.
+    let bystander = cri
+        .exec_sync(
+            "bystander",
+            &pod.container_id,
+            &strings(&["true"]),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the bystander's exec got no slot: {e}"));
+    assert_eq!(bystander.exit_code, 0);
+    assert!(
+        !hostile.is_finished(),
+        "the hostile exec still holds its slot"
+    );
+    hostile.abort();
+}
+
 #[tokio::test]
 async fn exec_output_beyond_one_mebibyte_is_an_error_not_a_verdict() {
     let cri = client();

@@ -10,7 +10,7 @@
 #[path = "support/cluster.rs"]
 mod cluster;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -21,8 +21,8 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use podprobe::server::delegated_auth::{
-    Attributes, Authentication, Authorization, MAX_QUEUED_REVIEWS, MAX_REVIEWS_IN_FLIGHT,
-    REVIEW_TIMEOUT, ReviewError, Reviewer, UserInfo,
+    Attributes, Authentication, Authorization, PLACES_PER_SOURCE, REVIEW_TIMEOUT, ReviewError,
+    Reviewer, TURNS_PER_SOURCE, UserInfo,
 };
 use podprobe::server::health::Reachability;
 use podprobe::server::metrics::{self, Metrics};
@@ -116,9 +116,30 @@ async fn try_request_with(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Result<Reply, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    try_request_from(None, addr, method, path, headers).await
+}
+
+/// [`try_request_with`] from the local address `from` (any of 127/8 on
+/// loopback), another client as far as the server can tell.
+async fn try_request_from(
+    from: Option<IpAddr>,
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Reply, String> {
+    let stream = match from {
+        None => TcpStream::connect(addr).await,
+        Some(from) => {
+            async {
+                let socket = tokio::net::TcpSocket::new_v4()?;
+                socket.bind(SocketAddr::new(from, 0))?;
+                socket.connect(addr).await
+            }
+            .await
+        }
+    }
+    .map_err(|e| format!("connect: {e}"))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("HTTP/1.1 handshake: {e}"))?;
@@ -823,7 +844,7 @@ impl Reviewer for Stalled {
         token: &'a str,
     ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
         Box::pin(async move {
-            if token == "scraper" {
+            if token.starts_with("scraper") {
                 return Ok(Authentication::Authenticated(UserInfo {
                     username: "scraper".into(),
                     ..UserInfo::default()
@@ -1009,9 +1030,11 @@ impl Drop for Flood {
 /// as it allows, ask for `/metrics` with forged tokens, again as soon as
 /// answered, while the API server never answers a review: the DaemonSet's
 /// probes of `/healthz` and `/readyz`, each on a fresh connection as the
-/// kubelet's, and a scraper whose token was reviewed before, keep being
-/// answered, each within the probe timeout, for as long as a review of the
-/// flood's first requests could last.
+/// kubelet's, a scraper whose token was reviewed before, and a scraper on
+/// another address whose token is new each time (#37: on kind, such a
+/// scraper was refused for as long as a flood from one pod lasted), keep
+/// being answered, each within the probe timeout, for as long as a review
+/// of the flood's first requests could last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_readyz_and_a_known_scraper_are_answered_under_a_flood_of_forged_tokens() {
     assert!(
@@ -1023,20 +1046,30 @@ async fn healthz_readyz_and_a_known_scraper_are_answered_under_a_flood_of_forged
     assert_eq!(scraper.status, StatusCode::OK, "before the flood");
 
     let _flood = Flood::start(server.addr, Limits::default().max_connections);
-    reviews_reach(&mut reviews, MAX_REVIEWS_IN_FLIGHT).await;
+    // One client: it gets its turns, not all of them.
+    reviews_reach(&mut reviews, TURNS_PER_SOURCE).await;
     let flooded = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut round = 0;
+    // The flood comes from 127.0.0.1; the new scraper from elsewhere.
+    let elsewhere = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
     while flooded.elapsed() < REVIEW_TIMEOUT / 2 {
-        let path = ["/healthz", "/readyz", "/metrics"][round % 3];
+        let (path, from, token) = match round % 4 {
+            0 => ("/healthz", None, String::new()),
+            1 => ("/readyz", None, String::new()),
+            2 => ("/metrics", None, "scraper".to_string()),
+            _ => ("/metrics", Some(elsewhere), format!("scraper-{round}")),
+        };
         let started = Instant::now();
         let reply = tokio::time::timeout(PROBE_TIMEOUT, async {
             if path == "/metrics" {
-                match try_request_with(
+                let authorization = format!("Bearer {token}");
+                match try_request_from(
+                    from,
                     server.addr,
                     Method::GET,
                     path,
-                    &[("authorization", "Bearer scraper")],
+                    &[("authorization", &authorization)],
                 )
                 .await
                 {
@@ -1051,7 +1084,7 @@ async fn healthz_readyz_and_a_known_scraper_are_answered_under_a_flood_of_forged
         .unwrap_or_else(|_| format!("no answer within {PROBE_TIMEOUT:?}"));
         assert!(
             reply.starts_with("HTTP/1.1 200 OK") || reply.starts_with("200 OK"),
-            "{path} (round {round}, {:?} into the flood): {reply:?}",
+            "{path} {token} (round {round}, {:?} into the flood): {reply:?}",
             flooded.elapsed()
         );
         slowest = slowest.max(started.elapsed());
@@ -1066,13 +1099,13 @@ async fn healthz_readyz_and_a_known_scraper_are_answered_under_a_flood_of_forged
     );
 }
 
-/// Requests beyond the review turns and the queue for them are answered
+/// Requests of one client beyond its review turns and places are answered
 /// 429, with `Retry-After`, at once rather than after waiting for a turn,
 /// and counted; those within wait for their reviews.
 #[tokio::test]
-async fn reviews_beyond_the_queue_are_answered_429_at_once() {
+async fn reviews_beyond_a_clients_places_are_answered_429_at_once() {
     let (server, mut reviews) = start_stalled().await;
-    let places = MAX_REVIEWS_IN_FLIGHT + MAX_QUEUED_REVIEWS;
+    let places = PLACES_PER_SOURCE;
     let extra = 5;
     let (answers_tx, mut answers) = mpsc::unbounded_channel();
     // Within the per-connection limit, so the queue is what refuses.
@@ -1082,7 +1115,7 @@ async fn reviews_beyond_the_queue_are_answered_429_at_once() {
     }
     let throttled = connections * MAX_REVIEWS_PER_CONNECTION - places;
     expect_throttled(&mut answers, throttled).await;
-    reviews_reach(&mut reviews, MAX_REVIEWS_IN_FLIGHT).await;
+    reviews_reach(&mut reviews, TURNS_PER_SOURCE).await;
     assert!(answers.try_recv().is_err(), "the queued requests wait");
     assert_eq!(
         auth_decisions(&server.metrics, "throttled"),
@@ -1109,8 +1142,14 @@ async fn one_connection_gets_at_most_two_requests_reviewed_at_once() {
     reviews_reach(&mut reviews, MAX_REVIEWS_PER_CONNECTION).await;
     assert!(answers.try_recv().is_err(), "the reviewed requests wait");
 
-    // Another connection still gets its requests reviewed.
-    forged_requests(server.addr, 1, &answers_tx).await;
+    // Another client's connection still gets its request reviewed (one
+    // of the same client would wait for the client's turns: review_turns).
+    let addr = server.addr;
+    tokio::spawn(async move {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+        let forged = [("authorization", "Bearer forged-elsewhere")];
+        try_request_from(Some(from), addr, Method::GET, "/metrics", &forged).await
+    });
     reviews_reach(&mut reviews, MAX_REVIEWS_PER_CONNECTION + 1).await;
 }
 

@@ -161,10 +161,11 @@ pub struct RunArgs {
     pub deny_probe_destinations: Option<Vec<String>>,
 
     /// Most exec probes (CRI `ExecSync` calls) running at once on the node;
-    /// the others wait in order, each up to its timeout, then error (the
-    /// run is retried, not counted as a failure). The kubelet has no such
-    /// bound; this one keeps pods with many exec probes from swamping the
-    /// runtime.
+    /// the others wait, each up to its timeout, then error (the run is
+    /// retried, not counted as a failure). A pod holding none gets one even
+    /// when all are taken, so the node runs at most this plus one per pod.
+    /// The kubelet has no such bound; this one keeps pods with many exec
+    /// probes from swamping the runtime.
     #[arg(
         long,
         env = "PODPROBE_MAX_CONCURRENT_EXECS",

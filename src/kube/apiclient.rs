@@ -57,9 +57,9 @@ pub const DEFAULT_API_BURST: u32 = 100;
 /// this is far above what real callers ask; it bounds what a flood of
 /// forged tokens makes each node send the API server, below
 /// [`DEFAULT_API_QPS`] because every node may be flooded at once. At most
-/// 16 reviews are in flight or waiting for a turn
-/// (`delegated_auth::MAX_REVIEWS_IN_FLIGHT`, `MAX_QUEUED_REVIEWS`), so a
-/// review waits at most 0.8 s for a token, well within the 10 s it may take.
+/// 8 reviews are in flight (`delegated_auth::MAX_REVIEWS_IN_FLIGHT`), the
+/// rest wait for a turn before they reach this bucket, so a review waits
+/// here at most 0.4 s, well within the 10 s it may take.
 pub const DEFAULT_REVIEW_QPS: f64 = 20.0;
 
 /// Reviews the review client may send at once above

@@ -273,14 +273,16 @@ impl CriClient {
     /// At most `limit` (at least 1) `ExecSync` calls of this client and its
     /// clones run at once, at most `per_pod` of one pod's, each for at most
     /// `max_timeout`; the others wait, fairly between pods
-    /// ([`FairSlots`]), up to their timeout.
+    /// ([`FairSlots`]), up to their timeout. A pod running none gets a slot
+    /// even when all are taken: pods that fill the node cannot keep
+    /// another's exec probes waiting at all.
     pub fn limit_concurrent_execs(
         mut self,
         limit: usize,
         per_pod: usize,
         max_timeout: Duration,
     ) -> Self {
-        self.exec_slots = Some((FairSlots::new(limit, per_pod), max_timeout));
+        self.exec_slots = Some((FairSlots::with_guaranteed(limit, per_pod, 1), max_timeout));
         self
     }
 
