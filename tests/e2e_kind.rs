@@ -307,7 +307,7 @@ fn a_podprobe_token_cannot_write_a_pod_on_another_node() {
         let patch = json!({"status": {"conditions": [{
             "type": GATE, "status": "False", "reason": "WrittenByTest",
         }]}});
-        patch_status_as(&kubeconfig, &ns.name, pod, &patch, dry_run)
+        patch_as(&kubeconfig, &ns.name, pod, PodPart::Status, &patch, dry_run)
     };
 
     // The token works: the same write to a pod on its own node passes the
@@ -335,13 +335,22 @@ fn a_podprobe_token_cannot_write_a_pod_on_another_node() {
     );
 }
 
-/// A strategic-merge patch of `pods/<pod>/status` as the credentials of
-/// `kubeconfig`, as podprobe sends it (kubectl would first GET the
-/// subresource, which podprobe may not).
-fn patch_status_as(
+/// Where a patch of a pod goes: its status (gates) or the pod itself
+/// (markers).
+#[derive(Clone, Copy)]
+enum PodPart {
+    Status,
+    Metadata,
+}
+
+/// A strategic-merge patch of `pods/<pod>/status` or of the pod as the
+/// credentials of `kubeconfig`, as podprobe sends it (kubectl would first
+/// GET the object, which podprobe may not).
+fn patch_as(
     kubeconfig: &std::path::Path,
     namespace: &str,
     pod: &str,
+    part: PodPart,
     patch: &Value,
     dry_run: bool,
 ) -> Result<(), String> {
@@ -361,14 +370,17 @@ fn patch_status_as(
             dry_run,
             ..PatchParams::default()
         };
-        Api::<Pod>::namespaced(client, namespace)
-            .patch_status(pod, &params, &Patch::Strategic(patch))
-            .await
-            .map(drop)
-            .map_err(|e| match e {
-                kube::Error::Api(status) => format!("{} {}", status.code, status.message),
-                other => other.to_string(),
-            })
+        let api = Api::<Pod>::namespaced(client, namespace);
+        let patch = Patch::Strategic(patch);
+        match part {
+            PodPart::Status => api.patch_status(pod, &params, &patch).await,
+            PodPart::Metadata => api.patch(pod, &params, &patch).await,
+        }
+        .map(drop)
+        .map_err(|e| match e {
+            kube::Error::Api(status) => format!("{} {}", status.code, status.message),
+            other => other.to_string(),
+        })
     })
 }
 
@@ -989,6 +1001,71 @@ impl Drop for ClusterRoleBinding {
     }
 }
 
+/// The label the kind install lets podprobe write as a marker
+/// (tests/e2e-kind/values.yaml, `markers.allowedKeys`).
+const MARKER_KEY: &str = "example.com/role";
+
+/// Loops sending forged bearer tokens to podprobe's /metrics at once, each
+/// token new (so each needs a `TokenReview`), from a pod on its node.
+const FORGED_TOKEN_LOOPS: usize = 16;
+
+/// The value of the sample `series` (name and labels, as exposed) in a
+/// Prometheus text exposition.
+fn sample(exposition: &str, series: &str) -> Option<u64> {
+    exposition.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse::<f64>().ok().map(|v| v as u64)
+    })
+}
+
+/// podprobe's /metrics at `host_ip` (host network, port 9440), fetched
+/// from this machine (the kind nodes' bridge) with `token`: the body of a
+/// 200, or the status line and body of anything else.
+fn scrape(host_ip: &str, token: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = format!("{host_ip}:9440")
+        .parse()
+        .map_err(|e| format!("{host_ip}: {e}"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .map_err(|e| e.to_string())?;
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("send: {e}"))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| format!("read: {e}"))?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    if head.starts_with("HTTP/1.1 200 ") {
+        Ok(body.to_string())
+    } else {
+        Err(format!(
+            "{}: {body}",
+            head.lines().next().unwrap_or("no status line")
+        ))
+    }
+}
+
+/// The marker writes podprobe counted on a node: (sent, deferred).
+fn marker_writes(exposition: &str) -> (u64, u64) {
+    let of = |outcome: &str| {
+        sample(
+            exposition,
+            &format!(r#"podprobe_marker_writes_total{{outcome="{outcome}"}}"#),
+        )
+        .unwrap_or_else(|| panic!("no marker writes {outcome} in\n{exposition}"))
+    };
+    (of("sent"), of("deferred"))
+}
+
 /// podprobe's working set on a node under the hostile matrix, at most:
 /// about 11 MiB idle, well inside the chart's 256 Mi limit. Before the
 /// bounds of #37, 60 probes against one stalled 400 KB head took it to
@@ -1003,14 +1080,18 @@ const HOSTILE_MAX_WORKING_SET: u64 = 96 * 1024 * 1024;
 const SECRET_FILL_NAMESPACES: usize = 8;
 const SECRET_FILL_CONTAINERS: usize = 17;
 
-/// #37: the hostile-pod matrix on one node. Pods that make podprobe hold
-/// stalled HTTP heads (60 probes against a server that sends 300 KiB of
-/// head and stalls, 1xx responses without end, a head dripped a byte a
-/// second, all with `timeoutSeconds: 3600`), a probe storm (300 runs a
-/// second), and eight namespaces naming Secrets that do not exist, beside a
-/// bystander whose exec readiness flips and whose HTTP readiness needs a
-/// Secret it is granted. The bystander's gate follows its file within the
-/// kubelet's timing, its Secret is read, podprobe's working set stays under
+/// #37: the hostile-pod matrix on one node, the six attacks at once. Pods
+/// that make podprobe hold stalled HTTP heads (60 probes against a server
+/// that sends 300 KiB of head and stalls, 1xx responses without end, a head
+/// dripped a byte a second, all with `timeoutSeconds: 3600`), a probe storm
+/// (300 runs a second), eight namespaces naming Secrets that do not exist, a
+/// flood of forged tokens at /metrics, and a marker flapping every second,
+/// beside a bystander whose exec readiness flips and whose HTTP readiness
+/// needs a Secret it is granted. The bystander's gate follows its file
+/// within the kubelet's timing, its Secret is read, a scraper with a token
+/// podprobe never saw is answered through the flood, the marker is written
+/// at its rate, podprobe's token (which may patch pods for markers) can
+/// change nothing else of a pod, podprobe's working set stays under
 /// [`HOSTILE_MAX_WORKING_SET`] and it never restarts.
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
@@ -1089,6 +1170,38 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
         &storm,
         Value::Object(storm_probes),
     ));
+
+    // A marker that flaps every second (each run of its exec probe flips
+    // the file): without a write rate, a patch of the pod a second.
+    let flip = "if [ -e /tmp/up ]; then rm /tmp/up; exit 1; fi; touch /tmp/up";
+    ns.create_pod(&hostile_pod(
+        "marker-flapper",
+        &node,
+        &[("app".to_string(), SLEEP_LOOP.to_string())],
+        json!({"app": {"readinessProbe": {
+            "exec": {"command": ["sh", "-c", flip]}, "periodSeconds": 1, "failureThreshold": 1,
+            "podprobe": {"markers": [{"label": MARKER_KEY, "onSuccess": "up", "onFailure": "down"}]},
+        }}}),
+    ));
+    // A flood of forged tokens at podprobe's /metrics from the node's own
+    // pod network, each token new, started by the test (touch /tmp/go)
+    // once the scraper has been answered.
+    let flood = format!(
+        "until [ -e /tmp/go ]; do sleep 1; done; for j in $(seq {FORGED_TOKEN_LOOPS}); do \
+         (i=0; while :; do i=$((i+1)); \
+         printf \"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer forged-$j-$i\\r\\nConnection: close\\r\\n\\r\\n\" \
+         | nc -w 5 $HOST_IP 9440 >/dev/null 2>&1; done) & \
+         done; wait"
+    );
+    let mut flooder = hostile_pod(
+        "token-flooder",
+        &node,
+        &[("app".to_string(), flood)],
+        json!({}),
+    );
+    flooder["spec"]["containers"][0]["env"] = json!([{"name": "HOST_IP",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]);
+    ns.create_pod(&flooder);
 
     // Eight namespaces naming Secrets that do not exist (no grant needed):
     // 17 containers each, a readiness and a liveness probe each.
@@ -1204,6 +1317,48 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
     // authorizer within seconds; the failed read backs off 2 s at first).
     wait_gate(&ns, "bystander", true, START);
 
+    // A scraper bound to the chart's metrics-reader ClusterRole, scraping
+    // from this machine (another address than the flood's), is answered
+    // before the flood ...
+    ns.kubectl(&["create", "serviceaccount", "scraper"]);
+    let scraper_binding = ClusterRoleBinding(format!("{}-scraper", ns.name));
+    cluster()
+        .kubectl(&[
+            "create",
+            "clusterrolebinding",
+            &scraper_binding.0,
+            "--clusterrole=podprobe-metrics-reader",
+            &format!("--serviceaccount={}:scraper", ns.name),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let new_token = || {
+        ns.kubectl(&["create", "token", "scraper"])
+            .trim()
+            .to_string()
+    };
+    let host_ip = ns.pod("bystander").expect("get pod")["status"]["hostIP"]
+        .as_str()
+        .expect("the bystander's hostIP")
+        .to_string();
+    wait_running(&ns, "marker-flapper");
+    wait_running(&ns, "token-flooder");
+    let first_token = new_token();
+    // RBAC reaches the authorizer within seconds of the binding.
+    let before = ns.wait_for("the scraper's first scrape", START, || {
+        scrape(&host_ip, &first_token)
+    });
+    let flood_started = Instant::now();
+    let (sent_before, deferred_before) = marker_writes(&before);
+    let throttled_of = |text: &str| {
+        sample(
+            text,
+            r#"podprobe_metrics_auth_decisions_total{outcome="throttled"}"#,
+        )
+        .unwrap_or(0)
+    };
+    let throttled_before = throttled_of(&before);
+    ns.kubectl(&["exec", "token-flooder", "--", "touch", "/tmp/go"]);
+
     // Its exec readiness follows its file within the kubelet's timing,
     // twice each way, while the hostile pods are at work.
     for _ in 0..2 {
@@ -1220,6 +1375,80 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
         ]);
         wait_gate(&ns, "bystander", true, FAST_FALSE_WITHIN);
     }
+    // ... and through the flood, which podprobe throttles: a token it has
+    // never seen (its reviews wait beside the flood's, not behind them:
+    // #37, before which such a scraper was refused 401 for as long as the
+    // flood lasted) is answered at its first scrape, and the flapping
+    // marker is written at its rate (at most 2 at once, then one per 5 s;
+    // a patch a second without it).
+    let during = ns.wait_for(
+        "the flood throttled and the flapping marker deferred",
+        START,
+        || {
+            let token = new_token();
+            let text = scrape(&host_ip, &token)
+                .unwrap_or_else(|e| panic!("a new scraper token was refused under the flood: {e}"));
+            let throttled = throttled_of(&text);
+            let (_, deferred) = marker_writes(&text);
+            (throttled > throttled_before && deferred >= deferred_before + 3)
+                .then_some(text.clone())
+                .ok_or(format!(
+                    "{} throttled, {} deferred since the flood began",
+                    throttled - throttled_before,
+                    deferred - deferred_before
+                ))
+        },
+    );
+    let elapsed = flood_started.elapsed().as_secs();
+    let (sent_during, _) = marker_writes(&during);
+    let sent = sent_during - sent_before;
+    eprintln!(
+        "under the flood: {} requests throttled; marker writes sent in {elapsed} s of flapping: {sent}",
+        throttled_of(&during) - throttled_before
+    );
+    assert!(
+        sent <= 2 + elapsed / 5 + 1,
+        "{sent} marker writes in {elapsed} s: more than the rate (2, then one per 5 s)"
+    );
+    let flapper = ns.pod("marker-flapper").expect("get pod");
+    assert!(
+        flapper["metadata"]["labels"][MARKER_KEY].is_string(),
+        "the flapping marker was never written: {}",
+        flapper["metadata"]
+    );
+    drop(scraper_binding);
+
+    // podprobe's token may patch pods (markers) but, through the marker
+    // policy, only the listed keys: not another label, not the spec.
+    let (_, uid) = podprobe_on(&node);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let kubeconfig = token_kubeconfig(&projected_token(&node, &uid), dir.path());
+    let write = |patch: Value, dry_run: bool| {
+        patch_as(
+            &kubeconfig,
+            &ns.name,
+            "bystander",
+            PodPart::Metadata,
+            &patch,
+            dry_run,
+        )
+    };
+    if let Err(e) = write(json!({"metadata": {"labels": {MARKER_KEY: "x"}}}), true) {
+        panic!("podprobe's token may not write a marker on its own node's pod: {e}");
+    }
+    for patch in [
+        json!({"metadata": {"labels": {"app": "taken"}}}),
+        json!({"spec": {"activeDeadlineSeconds": 30}}),
+    ] {
+        match write(patch.clone(), false) {
+            Ok(()) => panic!("podprobe's token wrote {patch} on a pod"),
+            Err(e) => assert!(
+                e.contains("403") && e.contains("podprobe-marker-writes"),
+                "{patch} refused, but not by the marker policy: {e}"
+            ),
+        }
+    }
+
     let events = ns.events_for("bystander");
     assert!(
         !events

@@ -28,7 +28,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
 use podprobe::probe::http::MAX_RESPONSE_HEAD_BYTES;
 use podprobe::probe::prober::NetworkLimits;
-use podprobe::probe::spec::{GrpcAction, Handler, HttpGetAction, Scheme};
+use podprobe::probe::spec::{GrpcAction, Handler, HttpGetAction, HttpProtocol, Scheme};
 use podprobe::probe::verdict::MAX_PROBE_RETRIES;
 use podprobe::probe::{
     MAX_OUTPUT_BYTES, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
@@ -45,7 +45,7 @@ use tokio::time::Instant;
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Probes fired at once, spread evenly over the behaviours.
-const PROBES: usize = 495;
+const PROBES: usize = 31 * BEHAVIOURS.len();
 /// `timeoutSeconds` of the probes that run into their deadline.
 const TIMEOUT_SECONDS: i32 = 2;
 /// `timeoutSeconds` of the probes that end on their own, long before it
@@ -74,7 +74,8 @@ const REDIRECT_REQUESTS: usize = 10;
 const HELD_MESSAGE_BYTES: usize = 61 * CHUNK;
 /// Peak RSS growth allowed while the probes run, about twice what was
 /// measured (+29 MiB, debug build, both ends of every connection in this
-/// process, 15 behaviours). Before the 64 KiB bound on HTTP/1.1 heads
+/// process, 15 behaviours; +33 MiB with 16). An endless flood of HTTP/2
+/// 1xx responses, parsed until the deadline, grew it to +75 MiB (#37). Before the 64 KiB bound on HTTP/1.1 heads
 /// (#37) the 11 behaviours of then grew it by +40 to +51 MiB, and 495
 /// probes of `HugeHeader` alone by +156 MiB, as hyper's client grew a
 /// connection's read buffer up to 408 KiB. Buffering a body, a head or a
@@ -105,6 +106,9 @@ enum Behaviour {
     StalledHead,
     /// `100 Continue` responses, one after another, for ever.
     EndlessContinue,
+    /// The same over HTTP/2 (an h2c probe): HEADERS frames with `:status:
+    /// 100` on the request's stream, for ever. hyper skips them silently.
+    H2EndlessContinue,
     /// Answers an HTTP/1.1 request with the HTTP/2 connection preface, as
     /// a server that switched to h2c under its clients would.
     H2Preface,
@@ -124,7 +128,7 @@ enum Behaviour {
     GrpcHeldMessage,
 }
 
-const BEHAVIOURS: [Behaviour; 15] = [
+const BEHAVIOURS: [Behaviour; 16] = [
     Behaviour::SlowHead,
     Behaviour::SlowBody,
     Behaviour::EndlessBody,
@@ -134,6 +138,7 @@ const BEHAVIOURS: [Behaviour; 15] = [
     Behaviour::ManyHeaders,
     Behaviour::StalledHead,
     Behaviour::EndlessContinue,
+    Behaviour::H2EndlessContinue,
     Behaviour::H2Preface,
     Behaviour::GrpcSilent,
     Behaviour::GrpcToHttp1,
@@ -336,6 +341,29 @@ async fn serve(
         Behaviour::GrpcNoAnswer | Behaviour::GrpcHugeMessage | Behaviour::GrpcHeldMessage => {
             serve_grpc(behaviour, stream, payloads, requests).await;
         }
+        Behaviour::H2EndlessContinue => {
+            let mut preface = [0u8; 24];
+            if stream.read_exact(&mut preface).await.is_err() {
+                return;
+            }
+            requests.fetch_add(1, Ordering::SeqCst);
+            let (mut reader, mut writer) = stream.into_split();
+            // The client's SETTINGS, its ACK and the request are read and
+            // dropped, so its writes never block.
+            let drain = tokio::spawn(async move {
+                let mut sink = [0u8; 4096];
+                while matches!(reader.read(&mut sink).await, Ok(n) if n > 0) {}
+            });
+            // An empty SETTINGS frame, then `:status: 100` (a literal with
+            // the static table's `:status` name) in HEADERS frames with
+            // END_HEADERS on stream 1, for as long as the client reads.
+            let settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+            let informational = b"\x00\x00\x05\x01\x04\x00\x00\x00\x01\x08\x03100";
+            if writer.write_all(settings).await.is_ok() {
+                while writer.write_all(&informational.repeat(64)).await.is_ok() {}
+            }
+            drain.abort();
+        }
         _ => {
             if !read_request_head(&mut stream).await {
                 return;
@@ -405,8 +433,9 @@ async fn serve_http(
         | Behaviour::GrpcToHttp1
         | Behaviour::GrpcNoAnswer
         | Behaviour::GrpcHugeMessage
-        | Behaviour::GrpcHeldMessage => {
-            unreachable!("gRPC behaviours are served over HTTP/2")
+        | Behaviour::GrpcHeldMessage
+        | Behaviour::H2EndlessContinue => {
+            unreachable!("HTTP/2 behaviours are served apart")
         }
     }
 }
@@ -504,7 +533,11 @@ fn spec(server: &HostileServer) -> ProbeSpec {
             port,
             path: "/".to_string(),
             headers: Vec::new(),
-            protocol: Default::default(),
+            protocol: if server.behaviour == Behaviour::H2EndlessContinue {
+                HttpProtocol::Http2
+            } else {
+                HttpProtocol::Http1
+            },
             extensions: Default::default(),
         })
     };
@@ -564,6 +597,10 @@ fn check_verdict(behaviour: Behaviour, port: u16, verdict: &ProbeVerdict) {
         // Go's transport gives up after five 1xx responses.
         Behaviour::EndlessContinue => failure(format!(
             "Get {url:?}: net/http: too many 1xx informational responses"
+        )),
+        // And x/net/http2's, with its own words.
+        Behaviour::H2EndlessContinue => failure(format!(
+            "Get {url:?}: http2: too many 1xx informational responses"
         )),
         Behaviour::H2Preface => failure(format!(
             "Get {url:?}: net/http: HTTP/1.x transport connection broken: invalid HTTP version parsed"

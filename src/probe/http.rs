@@ -14,6 +14,7 @@
 //! (no body read) and set expectations on the final response
 //! ([`Expect`]); without them the probe is exactly the kubelet's.
 
+mod informational;
 mod request;
 mod transport;
 mod url;

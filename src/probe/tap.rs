@@ -15,6 +15,13 @@ pub(crate) trait ReadObserver {
     /// `read` is what the read returned; `bytes` what it added to the buffer
     /// (empty at the end of the stream and on an error).
     fn observe(&mut self, read: &io::Result<()>, bytes: &[u8]);
+
+    /// An error to give the reader instead of the read just observed: the
+    /// observer has seen enough to end the stream (the bytes are never
+    /// parsed).
+    fn refusal(&mut self) -> Option<io::Error> {
+        None
+    }
 }
 
 /// `inner` with its reads shown to `observer`; writes pass straight through.
@@ -39,7 +46,13 @@ impl<S: AsyncRead + Unpin, O: ReadObserver + Unpin> AsyncRead for ReadTap<S, O> 
         let before = buf.filled().len();
         let read = ready!(Pin::new(&mut this.inner).poll_read(cx, buf));
         this.observer.observe(&read, &buf.filled()[before..]);
-        Poll::Ready(read)
+        match this.observer.refusal() {
+            Some(refused) => {
+                buf.set_filled(before);
+                Poll::Ready(Err(refused))
+            }
+            None => Poll::Ready(read),
+        }
     }
 }
 

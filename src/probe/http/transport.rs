@@ -25,8 +25,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -37,11 +35,11 @@ use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
+use super::informational::{H2Headers, Informational};
 use super::request::Hop;
 use crate::probe::destinations::Destinations;
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
@@ -75,11 +73,6 @@ pub const MAX_RESPONSE_HEAD_BYTES: usize = 64 * 1024;
 /// The most header lines of a response head: hyper's fixed limit (Go has
 /// none, but 64 KiB of head holds few more real ones).
 const MAX_RESPONSE_HEADER_LINES: usize = 100;
-
-/// Informational (1xx) responses accepted before the final one: Go's
-/// transport gives up after five (`max1xxResponses`); hyper would read any
-/// number until the deadline.
-pub const MAX_INFORMATIONAL_RESPONSES: usize = 5;
 
 /// Go's `Transport.TLSHandshakeTimeout` as the kubelet's transport defaults set it.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -369,41 +362,14 @@ where
         .await
         .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
     let mut request = request;
-    let informational = Informational::count(&mut request);
+    let informational = Informational::count_http1(&mut request);
     let response = async {
         tokio::select! {
             response = sender.send_request(request) => response.map_err(Some),
             () = informational.too_many() => Err(None),
         }
     };
-    finish(connection, response, addrs).await
-}
-
-/// The 1xx responses of one HTTP/1.1 request, counted as hyper parses them.
-#[derive(Clone, Default)]
-struct Informational(Arc<(AtomicUsize, Notify)>);
-
-impl Informational {
-    fn count(request: &mut Request) -> Self {
-        let counted = Informational::default();
-        let counter = counted.clone();
-        hyper::ext::on_informational(request, move |response| {
-            // 101 ends the exchange (an upgrade), as in Go.
-            if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-                return;
-            }
-            let (seen, too_many) = &*counter.0;
-            if seen.fetch_add(1, Ordering::Relaxed) + 1 > MAX_INFORMATIONAL_RESPONSES {
-                too_many.notify_one();
-            }
-        });
-        counted
-    }
-
-    /// Resolves once more than [`MAX_INFORMATIONAL_RESPONSES`] arrived.
-    async fn too_many(&self) {
-        self.0.1.notified().await;
-    }
+    finish(connection, response, addrs, "net/http").await
 }
 
 /// Performs an HTTP/2 exchange over a TLS connection that negotiated `h2`,
@@ -416,6 +382,8 @@ async fn send_http2<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let informational = Informational::default();
+    let stream = ReadTap::new(stream, H2Headers::new(informational.clone()));
     let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .initial_stream_window_size(H2_WINDOW_BYTES)
         .initial_connection_window_size(H2_WINDOW_BYTES)
@@ -423,16 +391,25 @@ where
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
-    let response = sender.send_request(request);
-    finish(connection, async { response.await.map_err(Some) }, addrs).await
+    let response = async {
+        tokio::select! {
+            // First: the refused read fails the request too.
+            biased;
+            () = informational.too_many() => Err(None),
+            response = sender.send_request(request) => response.map_err(Some),
+        }
+    };
+    finish(connection, response, addrs, "http2").await
 }
 
 /// Drives `connection` in its own task while waiting for `response`, which
-/// fails with `None` after too many 1xx responses.
+/// fails with `None` after too many 1xx responses (Go's error names the
+/// transport: `net/http` or `http2`).
 async fn finish<C>(
     connection: C,
     response: impl Future<Output = Result<http::Response<Incoming>, Option<hyper::Error>>>,
     addrs: ConnAddrs,
+    transport: &str,
 ) -> Result<Exchange, TransportError>
 where
     C: Future + Send + 'static,
@@ -445,7 +422,7 @@ where
     let response = response.await.map_err(|e| {
         TransportError::Failed(match e {
             Some(e) => response_error_text(&e, addrs),
-            None => "net/http: too many 1xx informational responses".into(),
+            None => format!("{transport}: too many 1xx informational responses"),
         })
     })?;
     Ok(Exchange {
