@@ -732,35 +732,19 @@ fn ps2_ps4_kubectl_podprobe_reads_the_status_api_as_rbac_allows() {
     // to their namespaces' groups, as the docs suggest).
     ns.create_reader_and_stranger();
     ns.kubectl(&["create", "serviceaccount", "log-reader"]);
-    ns.kubectl(&[
-        "create",
-        "role",
+    ns.grant_get(
         "pod-log-reader",
-        "--verb=get",
-        "--resource=pods,pods/log",
-    ]);
-    ns.kubectl(&[
-        "create",
-        "rolebinding",
-        "pod-log-reader",
-        "--role=pod-log-reader",
-        &format!("--serviceaccount={}:log-reader", ns.name),
-    ]);
+        "pods,pods/log",
+        None,
+        &format!("{}:log-reader", ns.name),
+    );
     other.kubectl(&["create", "serviceaccount", "neighbour"]);
-    other.kubectl(&[
-        "create",
-        "role",
+    other.grant_get(
         "pod-log-reader",
-        "--verb=get",
-        "--resource=pods,pods/log",
-    ]);
-    other.kubectl(&[
-        "create",
-        "rolebinding",
-        "pod-log-reader",
-        "--role=pod-log-reader",
-        &format!("--serviceaccount={}:neighbour", other.name),
-    ]);
+        "pods,pods/log",
+        None,
+        &format!("{}:neighbour", other.name),
+    );
     let binding = ClusterRoleBinding(format!("{}-status-readers", ns.name));
     cluster()
         .kubectl(&[
@@ -1276,21 +1260,12 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
         "--from-literal=token=Bearer bystander",
     ]);
     let podprobe_account = format!("{PODPROBE_NAMESPACE}:podprobe");
-    ns.kubectl(&[
-        "create",
-        "role",
+    ns.grant_get(
         "podprobe-probe-auth",
-        "--verb=get",
-        "--resource=secrets",
-        "--resource-name=probe-auth",
-    ]);
-    ns.kubectl(&[
-        "create",
-        "rolebinding",
-        "podprobe-probe-auth",
-        "--role=podprobe-probe-auth",
-        &format!("--serviceaccount={podprobe_account}"),
-    ]);
+        "secrets",
+        Some("probe-auth"),
+        &podprobe_account,
+    );
     let bystander_containers = vec![
         ("app".to_string(), format!("touch /tmp/ready; {SLEEP_LOOP}")),
         (

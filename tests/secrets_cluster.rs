@@ -231,21 +231,12 @@ fn a_client_certificate_secret_is_read_only_once_granted_and_rotation_is_followe
     }
 
     // The namespace's owner runs docs/extensions.md's two lines.
-    ns.kubectl(&[
-        "create",
-        "role",
+    ns.grant_get(
         "podprobe-client-cert",
-        "--verb=get",
-        "--resource=secrets",
-        &format!("--resource-name={SECRET}"),
-    ]);
-    ns.kubectl(&[
-        "create",
-        "rolebinding",
-        "podprobe-client-cert",
-        "--role=podprobe-client-cert",
-        "--serviceaccount=podprobe-system:podprobe",
-    ]);
+        "secrets",
+        Some(SECRET),
+        "podprobe-system:podprobe",
+    );
     wait_gate(&ns, "web", "True", GRANT_NOTICED_WITHIN, &podprobe);
 
     // Rotated to a certificate of another CA, which the server refuses:
@@ -354,21 +345,12 @@ fn a_header_value_secret_is_read_only_once_granted() {
         "no probe connected without its header"
     );
 
-    ns.kubectl(&[
-        "create",
-        "role",
+    ns.grant_get(
         "podprobe-probe-auth",
-        "--verb=get",
-        "--resource=secrets",
-        &format!("--resource-name={HEADER_SECRET}"),
-    ]);
-    ns.kubectl(&[
-        "create",
-        "rolebinding",
-        "podprobe-probe-auth",
-        "--role=podprobe-probe-auth",
-        "--serviceaccount=podprobe-system:podprobe",
-    ]);
+        "secrets",
+        Some(HEADER_SECRET),
+        "podprobe-system:podprobe",
+    );
     wait_gate(&ns, "web", "True", GRANT_NOTICED_WITHIN, &podprobe);
     assert!(
         server

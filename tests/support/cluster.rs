@@ -293,19 +293,33 @@ impl Namespace {
     pub fn create_reader_and_stranger(&self) {
         self.kubectl(&["create", "serviceaccount", "reader"]);
         self.kubectl(&["create", "serviceaccount", "stranger"]);
-        self.kubectl(&[
-            "create",
-            "role",
-            "pod-reader",
-            "--verb=get",
-            "--resource=pods",
-        ]);
+        self.grant_get("pod-reader", "pods", None, &format!("{}:reader", self.name));
+    }
+
+    /// A Role `role` of this namespace allowing `get` on `resources`
+    /// (comma-separated; only the object `resource_name` when given), bound
+    /// (a RoleBinding of the same name) to the ServiceAccount
+    /// `namespace:name` `service_account`: what a namespace's owner runs
+    /// to grant podprobe a Secret (docs/extensions.md) or a user a pod's
+    /// logs.
+    pub fn grant_get(
+        &self,
+        role: &str,
+        resources: &str,
+        resource_name: Option<&str>,
+        service_account: &str,
+    ) {
+        let resources = format!("--resource={resources}");
+        let mut create_role = vec!["create", "role", role, "--verb=get", &resources];
+        let resource_name = resource_name.map(|name| format!("--resource-name={name}"));
+        create_role.extend(resource_name.as_deref());
+        self.kubectl(&create_role);
         self.kubectl(&[
             "create",
             "rolebinding",
-            "pod-reader",
-            "--role=pod-reader",
-            &format!("--serviceaccount={}:reader", self.name),
+            role,
+            &format!("--role={role}"),
+            &format!("--serviceaccount={service_account}"),
         ]);
     }
 
