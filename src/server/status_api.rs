@@ -647,9 +647,8 @@ fn peer_request<'a>(path: &'a str, query: Option<&str>) -> Option<(&'a str, &'a 
 }
 
 fn valid<'a>(namespace: &'a str, name: &'a str) -> Option<(&'a str, &'a str)> {
-    use podprobe_core::probe::spec::is_dns_subdomain;
-    let label = namespace.len() <= 63 && is_dns_subdomain(namespace) && !namespace.contains('.');
-    (label && is_dns_subdomain(name)).then_some((namespace, name))
+    use podprobe_core::probe::spec::{is_dns_label, is_dns_subdomain};
+    (is_dns_label(namespace) && is_dns_subdomain(name)).then_some((namespace, name))
 }
 
 /// The discovery documents: the group list, the group, the resource list.

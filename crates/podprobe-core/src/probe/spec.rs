@@ -45,7 +45,7 @@ pub use self::expand::{
 };
 pub use self::port::{AtoiFailure, PortError, resolve_container_port};
 pub use self::skew::{UnknownProbeField, unknown_probe_fields};
-pub use self::validation::is_dns_subdomain;
+pub use self::validation::{is_dns_label, is_dns_subdomain};
 
 /// A probe after defaulting, validation and resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]

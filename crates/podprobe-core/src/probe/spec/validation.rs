@@ -382,21 +382,41 @@ fn is_http_header_name(name: &str) -> bool {
 /// RFC 1123 subdomain: how the API server validates the names of most
 /// objects (Nodes, Secrets).
 pub fn is_dns_subdomain(name: &str) -> bool {
-    let label_ok = |label: &str| {
-        let bytes = label.as_bytes();
-        !bytes.is_empty()
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-    };
-    name.len() <= 253 && name.split('.').all(label_ok)
+    name.len() <= 253 && name.split('.').all(is_label)
+}
+
+/// RFC 1123 label: how the API server validates the names of Namespaces.
+pub fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63 && is_label(name)
+}
+
+/// One label of either, of any length.
+fn is_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    !bytes.is_empty()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaces_are_labels_and_names_subdomains() {
+        assert!(is_dns_label("kube-system") && is_dns_label(&"a".repeat(63)));
+        for bad in ["", "a.b", "-a", "a-", "A", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad:?}");
+        }
+        // The API server's IsDNS1123Subdomain bounds the whole name only.
+        assert!(is_dns_subdomain("a.b-c.d") && is_dns_subdomain(&"a".repeat(253)));
+        for bad in ["", "a..b", ".a", "a.", "a_b", &"a".repeat(254)] {
+            assert!(!is_dns_subdomain(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn v7_port_name_rules_match_is_valid_port_name() {
