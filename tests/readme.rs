@@ -277,10 +277,7 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
         (
             "docs/extensions.md",
             "kubectl -n shop create secret tls app-probe-client --cert=client.crt --key=client.key",
-            By(
-                "tests/secrets_cluster.rs",
-                "--serviceaccount=podprobe-system:podprobe",
-            ),
+            By("tests/secrets_cluster.rs", r#""podprobe-client-cert","#),
         ),
         (
             "docs/install.md",
