@@ -1115,36 +1115,27 @@ fn status_requests_delay_no_gate() {
         .as_str()
         .expect("hostIP")
         .to_string();
-    let histogram = |text: &str| {
-        let of = |series: &str| {
-            sample(text, series).unwrap_or_else(|| panic!("no {series} in podprobe's metrics"))
-        };
-        (
-            of("podprobe_result_to_status_seconds_count"),
-            of(&format!(
-                r#"podprobe_result_to_status_seconds_bucket{{le="{RESULT_TO_STATUS_BOUND}"}}"#
-            )),
-        )
-    };
-    let before = ns.wait_for("podprobe's metrics", START, || scrape(&host_ip, &token));
+    // Cumulative counts of podprobe_result_to_status_seconds by `le`: the
+    // bound is one of them, and "+Inf" counts every patch.
+    const LE: [&str; 6] = ["0.25", "0.5", "1.0", "2.5", RESULT_TO_STATUS_BOUND, "+Inf"];
     let buckets = |text: &str| {
-        ["0.25", "0.5", "1.0", "2.5", "5.0", "+Inf"].map(|le| {
-            sample(
-                text,
-                &format!(r#"podprobe_result_to_status_seconds_bucket{{le="{le}"}}"#),
-            )
-            .unwrap_or(0)
+        LE.map(|le| {
+            let series = format!(r#"podprobe_result_to_status_seconds_bucket{{le="{le}"}}"#);
+            sample(text, &series).unwrap_or_else(|| panic!("no {series} in podprobe's metrics"))
         })
     };
+    let window =
+        |from: [u64; 6], to: [u64; 6]| std::array::from_fn::<u64, 6, _>(|i| to[i] - from[i]);
+    let before = ns.wait_for("podprobe's metrics", START, || scrape(&host_ip, &token));
     let quiet_start = buckets(&before);
     std::thread::sleep(STATUS_FLOOD);
     let before = scrape(&host_ip, &token).unwrap_or_else(|e| panic!("scrape: {e}"));
     let quiet_end = buckets(&before);
+    // The same window without the flood, for comparison in the log.
     eprintln!(
-        "quiet window, cumulative buckets 0.25 0.5 1 2.5 5 +Inf: {:?}",
-        std::array::from_fn::<u64, 6, _>(|i| quiet_end[i] - quiet_start[i])
+        "quiet window, cumulative buckets {LE:?}: {:?}",
+        window(quiet_start, quiet_end)
     );
-    let (count_before, within_before) = histogram(&before);
 
     let dir = tempfile::tempdir().expect("temporary directory");
     let forged = token_kubeconfig("forged-token", dir.path());
@@ -1205,13 +1196,9 @@ fn status_requests_delay_no_gate() {
         stop.store(true, Relaxed);
     });
     let after = scrape(&host_ip, &token).unwrap_or_else(|e| panic!("scrape: {e}"));
-    let flood_end = buckets(&after);
-    eprintln!(
-        "flood window, cumulative buckets 0.25 0.5 1 2.5 5 +Inf: {:?}",
-        std::array::from_fn::<u64, 6, _>(|i| flood_end[i] - quiet_end[i])
-    );
-    let (count_after, within_after) = histogram(&after);
-    let (patches, within) = (count_after - count_before, within_after - within_before);
+    let flood = window(quiet_end, buckets(&after));
+    eprintln!("flood window, cumulative buckets {LE:?}: {flood:?}");
+    let (patches, within) = (flood[5], flood[4]);
     let (answered, refused) = (answered.into_inner(), refused.into_inner());
     eprintln!(
         "{answered} status requests answered and {refused} forged ones refused in {STATUS_FLOOD:?}; \
