@@ -196,11 +196,11 @@ async fn shutdown_signal() {
 /// waits (bounded) for in-flight patches.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
     let watch_activity = WatchActivity::new();
-    let clients = kube_clients(&config, watch_activity.clone()).await?;
+    let metrics = Metrics::new();
+    let clients = kube_clients(&config, watch_activity.clone(), &metrics).await?;
     let client = clients.api;
     let all_pods: Api<Pod> = Api::all(client.clone());
     check_selectors(&all_pods, &config).await?;
-    let metrics = Metrics::new();
     metrics.set_build_info(config.mode.as_str());
     metrics.track_watch(watch_activity.clone());
     let cri = CriClient::new(&config.cri_endpoint)?
@@ -368,6 +368,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 async fn kube_clients(
     config: &Config,
     watch: Arc<WatchActivity>,
+    metrics: &Metrics,
 ) -> Result<apiclient::Clients, DaemonError> {
     let kube_config = match &config.kubeconfig {
         Some(path) => {
@@ -382,8 +383,14 @@ async fn kube_clients(
             .await
             .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
     };
-    apiclient::build(kube_config, watch, config.api_rate, config.review_rate)
-        .map_err(DaemonError::Client)
+    apiclient::build(
+        kube_config,
+        watch,
+        config.api_rate,
+        config.review_rate,
+        Arc::new(RequestMetrics(metrics.clone())),
+    )
+    .map_err(DaemonError::Client)
 }
 
 /// Checks every [`STATUS_RESYNC_PERIOD`] that the runtime answers, for `/readyz`;
@@ -510,6 +517,19 @@ impl PatchObserver for PatchMetrics {
 
     fn patch_conflict(&self) {
         self.0.status_patch(PatchOutcome::Conflict);
+    }
+}
+
+/// Times API requests in the metrics.
+struct RequestMetrics(Metrics);
+
+impl apiclient::RequestObserver for RequestMetrics {
+    fn waited(&self, client: apiclient::ClientName, wait: Duration) {
+        self.0.rate_limiter_wait(client.as_str(), wait);
+    }
+
+    fn answered(&self, client: apiclient::ClientName, took: Duration) {
+        self.0.api_request_duration(client.as_str(), took);
     }
 }
 

@@ -78,6 +78,36 @@ pub struct Clients {
     pub reviews: kube::Client,
 }
 
+/// Which of [`Clients`] a request went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ClientName {
+    Api,
+    Reviews,
+}
+
+impl ClientName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientName::Api => "api",
+            ClientName::Reviews => "reviews",
+        }
+    }
+}
+
+/// Told about every request a client's [`RateLimit`] holds (Event writes
+/// have a limit of their own, elsewhere).
+pub trait RequestObserver: Send + Sync {
+    /// How long it waited for its turn, zero for most: client-go's
+    /// `rest_client_rate_limiter_duration_seconds`, which shows whether
+    /// status patches ever wait behind other requests.
+    fn waited(&self, client: ClientName, wait: Duration);
+
+    /// How long the API server took to answer it once sent (or to fail):
+    /// client-go's `rest_client_request_duration_seconds`. Watches are left
+    /// out; their answers last minutes.
+    fn answered(&self, client: ClientName, took: Duration);
+}
+
 /// A request that did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -101,20 +131,30 @@ pub async fn bounded<T>(
 /// responses reported to `activity` and every request but Event writes
 /// held to `api_limit` (the kubelet's default: [`DEFAULT_API_QPS`],
 /// [`DEFAULT_API_BURST`]), [`Clients::reviews`] held to `review_limit`
-/// ([`DEFAULT_REVIEW_QPS`], [`DEFAULT_REVIEW_BURST`]). Each has its own
-/// connections, so neither waits for the other's either.
+/// ([`DEFAULT_REVIEW_QPS`], [`DEFAULT_REVIEW_BURST`]), each request's wait
+/// told to `observer`. Each has its own connections, so neither waits for the
+/// other's either.
 pub fn build(
     config: kube::Config,
     activity: Arc<WatchActivity>,
     api_limit: RateLimit,
     review_limit: RateLimit,
+    observer: Arc<dyn RequestObserver>,
 ) -> Result<Clients, kube::Error> {
     let api = kube::client::ClientBuilder::try_from(config.clone())?
         .with_layer(&TrackWatchesLayer(activity))
-        .with_layer(&LimitRequestsLayer::new(api_limit))
+        .with_layer(&LimitRequestsLayer::new(
+            api_limit,
+            ClientName::Api,
+            observer.clone(),
+        ))
         .build();
     let reviews = kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&LimitRequestsLayer::new(review_limit))
+        .with_layer(&LimitRequestsLayer::new(
+            review_limit,
+            ClientName::Reviews,
+            observer,
+        ))
         .build();
     Ok(Clients { api, reviews })
 }
@@ -132,17 +172,24 @@ fn is_event(uri: &Uri) -> bool {
 }
 
 /// The tower layer that holds requests, Event writes excepted, to a
-/// [`RateLimit`] shared by every clone of the client.
-#[derive(Debug, Clone)]
-struct LimitRequestsLayer(Option<Arc<Mutex<TokenBucket>>>);
+/// [`RateLimit`] shared by every clone of the client, and tells a
+/// [`RequestObserver`] how long each waited and took.
+#[derive(Clone)]
+struct LimitRequestsLayer {
+    bucket: Option<Arc<Mutex<TokenBucket>>>,
+    client: ClientName,
+    observer: Arc<dyn RequestObserver>,
+}
 
 impl LimitRequestsLayer {
-    fn new(limit: RateLimit) -> Self {
-        LimitRequestsLayer(
-            limit
+    fn new(limit: RateLimit, client: ClientName, observer: Arc<dyn RequestObserver>) -> Self {
+        LimitRequestsLayer {
+            bucket: limit
                 .bucket(Instant::now())
                 .map(|b| Arc::new(Mutex::new(b))),
-        )
+            client,
+            observer,
+        }
     }
 }
 
@@ -152,15 +199,15 @@ impl<S> tower::Layer<S> for LimitRequestsLayer {
     fn layer(&self, inner: S) -> LimitRequests<S> {
         LimitRequests {
             inner,
-            bucket: self.0.clone(),
+            limit: self.clone(),
         }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct LimitRequests<S> {
     inner: S,
-    bucket: Option<Arc<Mutex<TokenBucket>>>,
+    limit: LimitRequestsLayer,
 }
 
 fn lock_bucket(bucket: &Mutex<TokenBucket>) -> MutexGuard<'_, TokenBucket> {
@@ -186,16 +233,25 @@ where
     /// first polled holds the request itself back, since hyper's client
     /// connects and sends only when its future is polled.
     fn call(&mut self, request: Request<R>) -> Self::Future {
-        let wait = match &self.bucket {
-            Some(bucket) if !is_event(request.uri()) => lock_bucket(bucket).reserve(Instant::now()),
-            _ => Duration::ZERO,
+        let limit = &self.limit;
+        let Some(bucket) = limit.bucket.as_ref().filter(|_| !is_event(request.uri())) else {
+            return Box::pin(self.inner.call(request));
         };
+        let wait = lock_bucket(bucket).reserve(Instant::now());
+        limit.observer.waited(limit.client, wait);
+        let timed = !is_watch(request.uri());
+        let (observer, client) = (limit.observer.clone(), limit.client);
         let response = self.inner.call(request);
         Box::pin(async move {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
-            response.await
+            let sent = Instant::now();
+            let response = response.await;
+            if timed {
+                observer.answered(client, sent.elapsed());
+            }
+            response
         })
     }
 }
@@ -307,6 +363,23 @@ mod tests {
         assert!(!is_watch(&uri("/version")));
     }
 
+    /// Logs each wait, and how many requests were answered.
+    #[derive(Default)]
+    struct Recorder {
+        waits: Mutex<Vec<(ClientName, Duration)>>,
+        answered: Mutex<Vec<ClientName>>,
+    }
+
+    impl RequestObserver for Recorder {
+        fn waited(&self, client: ClientName, wait: Duration) {
+            self.waits.lock().unwrap().push((client, wait));
+        }
+
+        fn answered(&self, client: ClientName, _: Duration) {
+            self.answered.lock().unwrap().push(client);
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn bounded_requests_time_out() {
         let hung = bounded(std::future::pending::<Result<(), kube::Error>>());
@@ -345,7 +418,8 @@ mod tests {
         // One request at once, the next 1,000 s later.
         let one = RateLimit::new(0.001, 1);
         let config = kube::Config::new(url.parse().unwrap());
-        let clients = build(config, WatchActivity::new(), one, one).unwrap();
+        let recorder = Arc::new(Recorder::default());
+        let clients = build(config, WatchActivity::new(), one, one, recorder.clone()).unwrap();
         let post = |path: &str| {
             Request::post(path)
                 .body(kube::client::Body::empty())
@@ -363,6 +437,23 @@ mod tests {
         assert_eq!(*sent.lock().unwrap(), [REVIEW, PATCH]);
         assert!(!waiting.is_finished(), "the second review waits its turn");
         waiting.abort();
+        // Each request's wait is told, under its own client's name.
+        let mut waits = recorder.waits.lock().unwrap().clone();
+        waits.sort();
+        assert_eq!(waits.len(), 3, "{waits:?}");
+        let (api, reviews) = (ClientName::Api, ClientName::Reviews);
+        assert_eq!(
+            waits[..2],
+            [(api, Duration::ZERO), (reviews, Duration::ZERO)]
+        );
+        assert!(
+            waits[2].0 == reviews && waits[2].1 > Duration::from_secs(990),
+            "{waits:?}"
+        );
+        // The two requests answered, the one waiting not yet.
+        let mut answered = recorder.answered.lock().unwrap().clone();
+        answered.sort();
+        assert_eq!(answered, [api, reviews]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -382,7 +473,10 @@ mod tests {
                 Ok::<_, std::convert::Infallible>(())
             }
         });
-        let mut client = LimitRequestsLayer::new(RateLimit::new(2.0, 3)).layer(server);
+        let recorder = Arc::new(Recorder::default());
+        let mut client =
+            LimitRequestsLayer::new(RateLimit::new(2.0, 3), ClientName::Api, recorder.clone())
+                .layer(server);
         let request = |path: &str| Request::get(path).body(()).unwrap();
         let mut pending = Vec::new();
         for _ in 0..5 {
@@ -407,6 +501,12 @@ mod tests {
                 pods(ms(500)),
                 pods(ms(1000))
             ]
+        );
+        // Every limited request's wait is told; the Event's is not.
+        let api = |wait| (ClientName::Api, ms(wait));
+        assert_eq!(
+            *recorder.waits.lock().unwrap(),
+            [api(0), api(0), api(0), api(500), api(1000)]
         );
     }
 }

@@ -47,9 +47,18 @@ pub const DEFAULT_BUCKETS: [f64; 11] = [
 ];
 
 /// Buckets of `podprobe_result_to_status_seconds`: from a millisecond, where
-/// an idle node's patches land, to the kubelet's default `timeoutSeconds`.
-pub const RESULT_TO_STATUS_BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+/// an idle node's patches land, to the kubelet status manager's sync period
+/// (`STATUS_RESYNC_PERIOD`), within which the kubelet writes any change.
+pub const RESULT_TO_STATUS_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Buckets of `podprobe_api_rate_limiter_wait_seconds` and
+/// `podprobe_api_request_duration_seconds`: client-go's for
+/// `rest_client_rate_limiter_duration_seconds` and
+/// `rest_client_request_duration_seconds`.
+pub const API_CLIENT_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
 ];
 
 /// Labels of `prober_probe_total`, in exposition order.
@@ -205,6 +214,12 @@ struct EventLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ClientLabels {
+    /// `api` or `reviews` (`apiclient::ClientName`).
+    client: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct BudgetLabels {
     budget: &'static str,
 }
@@ -253,6 +268,8 @@ pub struct Metrics {
     probe_duration: HistogramFamily<ProbeDurationLabels>,
     status_patches: Family<PatchLabels, Counter>,
     result_to_status: Histogram,
+    rate_limiter_wait: HistogramFamily<ClientLabels>,
+    api_request_duration: HistogramFamily<ClientLabels>,
     events: Family<EventLabels, Counter>,
     metrics_auth: Family<AuthLabels, Counter>,
     probe_status_auth: Family<AuthLabels, Counter>,
@@ -296,6 +313,11 @@ impl Metrics {
             Family::new_with_constructor(duration_histogram);
         let status_patches = Family::<PatchLabels, Counter>::default();
         let result_to_status = Histogram::new(RESULT_TO_STATUS_BUCKETS);
+        let api_client_histogram = || Histogram::new(API_CLIENT_BUCKETS);
+        let rate_limiter_wait: HistogramFamily<ClientLabels> =
+            Family::new_with_constructor(api_client_histogram);
+        let api_request_duration: HistogramFamily<ClientLabels> =
+            Family::new_with_constructor(api_client_histogram);
         let events = Family::<EventLabels, Counter>::default();
         let metrics_auth = Family::<AuthLabels, Counter>::default();
         let probe_status_auth = Family::<AuthLabels, Counter>::default();
@@ -336,6 +358,16 @@ impl Metrics {
             "podprobe_result_to_status_seconds",
             "Time from the end of a probe run that changed its cached result to the API server's acceptance of the status patch it brought about",
             result_to_status.clone(),
+        );
+        own.register(
+            "podprobe_api_rate_limiter_wait_seconds",
+            "Time each API request waited for its client's request limit before it was sent, by client (api: --kube-api-qps, everything but reviews and Event writes; reviews: --review-qps); client-go's rest_client_rate_limiter_duration_seconds",
+            rate_limiter_wait.clone(),
+        );
+        own.register(
+            "podprobe_api_request_duration_seconds",
+            "Time the API server took to answer each API request once sent, watches left out, by client; client-go's rest_client_request_duration_seconds",
+            api_request_duration.clone(),
         );
         own.register(
             "podprobe_events",
@@ -483,6 +515,8 @@ impl Metrics {
             probe_duration,
             status_patches,
             result_to_status,
+            rate_limiter_wait,
+            api_request_duration,
             events,
             metrics_auth,
             probe_status_auth,
@@ -572,6 +606,20 @@ impl Metrics {
     /// Observes the time from a probe result's change to its status patch.
     pub fn result_to_status(&self, latency: Duration) {
         self.result_to_status.observe(latency.as_secs_f64());
+    }
+
+    /// Observes how long one API request waited for its client's limit.
+    pub fn rate_limiter_wait(&self, client: &'static str, wait: Duration) {
+        self.rate_limiter_wait
+            .get_or_create(&ClientLabels { client })
+            .observe(wait.as_secs_f64());
+    }
+
+    /// Observes how long the API server took to answer one API request.
+    pub fn api_request_duration(&self, client: &'static str, took: Duration) {
+        self.api_request_duration
+            .get_or_create(&ClientLabels { client })
+            .observe(took.as_secs_f64());
     }
 
     /// Counts one Event by what became of it.
