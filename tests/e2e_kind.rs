@@ -21,6 +21,7 @@ mod go_tools;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use podprobe::server::status_api::USER_INTERVAL;
 use serde_json::{Value, json};
 
 use cluster::{
@@ -451,31 +452,99 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
     }
 
     // A rotation (a new CA and certificate in the Secret and the
-    // caBundle) takes effect without a restart: the podprobes re-read the
-    // mounted files once the kubelet has updated them, and every pod's
-    // probes are read through the API again. (Until every podprobe has,
-    // a request forwarded between an old and a new certificate fails:
-    // docs/install.md.)
-    let generation = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(2, |since| since.as_secs());
-    helm_upgrade_reusing_values("--set", &format!("statusApi.tls.generation={generation}"));
-
-    let rotated = Duration::from_secs(240);
-    for name in &names {
-        let path = format!(
-            "/apis/status.podprobe.io/v1alpha1/namespaces/{}/probes/{name}",
-            ns.name
-        );
-        ns.wait_for(&format!("{path} after the rotation"), rotated, || {
-            // Several tries, so that both a local and a forwarded answer
-            // are seen to work.
-            (0..6).try_for_each(|_| match raw_get_as(&admin, &path) {
-                (200, _, _) => Ok(()),
-                other => Err(format!("{other:?}")),
-            })
+    // caBundle) takes effect without a restart and without a failed
+    // request: every pod's probes are read through the API over and over
+    // (answered by any podprobe, so forwarded between nodes too) from the
+    // upgrade until every podprobe has re-read the mounted files (the
+    // kubelet updates each node's copy at its own time) and a while after.
+    // How often a podprobe's log says `what`:
+    let logged = |pod: &str, what: &str| {
+        let logs = cluster()
+            .kubectl(&["-n", PODPROBE_NAMESPACE, "logs", pod])
+            .unwrap_or_else(|e| panic!("logs of {pod}: {e}"));
+        logs.matches(what).count()
+    };
+    const RELOADED: &str = "status API certificates reloaded";
+    const NOT_FORWARDED: &str = "cannot ask the podprobe of the pod's node";
+    let logs_before: Vec<(String, usize, usize)> = after
+        .iter()
+        .map(|pod| {
+            (
+                pod.clone(),
+                logged(pod, RELOADED),
+                logged(pod, NOT_FORWARDED),
+            )
+        })
+        .collect();
+    let paths: Vec<String> = names
+        .iter()
+        .map(|name| {
+            format!(
+                "/apis/status.podprobe.io/v1alpha1/namespaces/{}/probes/{name}",
+                ns.name
+            )
+        })
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (answered, failed) = std::thread::scope(|threads| {
+        let reader = threads.spawn(|| {
+            let (mut answered, mut failed) = (0, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for path in &paths {
+                    match raw_get_as(&admin, path) {
+                        (200, _, _) => answered += 1,
+                        other => failed.push(format!("{path}: {other:?}")),
+                    }
+                    // Below one user's rate at any one podprobe, which
+                    // would answer 429 beyond it.
+                    std::thread::sleep(USER_INTERVAL + USER_INTERVAL / 4);
+                }
+            }
+            (answered, failed)
         });
+        let generation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(2, |since| since.as_secs());
+        helm_upgrade_reusing_values("--set", &format!("statusApi.tls.generation={generation}"));
+        // The kubelet's Secret volumes follow within its sync period and
+        // cache TTL (a minute each by default); podprobe looks every 10 s.
+        let rotated = Duration::from_secs(240);
+        for (pod, reloads, _) in &logs_before {
+            ns.wait_for(
+                &format!("{pod} to re-read its certificates"),
+                rotated,
+                || match logged(pod, RELOADED) {
+                    n if n > *reloads => Ok(()),
+                    n => Err(format!("{n} reloads logged")),
+                },
+            );
+        }
+        std::thread::sleep(Duration::from_secs(15));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        reader.join().expect("reader")
+    });
+    eprintln!(
+        "{answered} reads answered during the rotation, {} failed",
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "reads failed during the rotation: {failed:#?}"
+    );
+    // The hop between podprobes too (a failed forward is a 503, which
+    // another client might retry unseen).
+    for (pod, _, not_forwarded) in &logs_before {
+        assert_eq!(
+            logged(pod, NOT_FORWARDED),
+            *not_forwarded,
+            "{pod} failed to forward during the rotation:\n{}",
+            cluster::podprobe_logs()
+        );
     }
+    assert!(
+        answered >= paths.len(),
+        "no read was answered during the rotation"
+    );
     assert_eq!(
         ready_podprobe_pods(),
         after,
@@ -663,6 +732,8 @@ fn status_api_available() {
 
 /// `GET path` through the API server as the credentials of `kubeconfig`:
 /// the status, the podprobe that answered ([`SERVED_BY`]) and the body.
+/// Sent once: kube's client would retry a 429, 503 or 504 by itself and
+/// hide it.
 fn raw_get_as(kubeconfig: &std::path::Path, path: &str) -> (u16, Option<String>, String) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -675,6 +746,8 @@ fn raw_get_as(kubeconfig: &std::path::Path, path: &str) -> (u16, Option<String>,
         )
         .await
         .expect("config");
+        let mut config = config;
+        config.default_retry = false;
         let client = kube::Client::try_from(config).expect("client");
         let request = http::Request::get(path)
             .body(kube::client::Body::empty())

@@ -28,7 +28,9 @@
 //! beyond them 429. Open connections at most `--max-connections`, TLS
 //! handshakes within [`HANDSHAKE_TIMEOUT`].
 
+mod certificate;
 pub mod front_proxy;
+mod identity;
 pub mod tls;
 
 use std::collections::HashMap;

@@ -13,6 +13,10 @@
 //! - Forwarding, podprobe presents its certificate and verifies the other
 //!   podprobe's against the same CA, under the name `--status-api-peer-name`
 //!   (the Service's DNS name, which every podprobe's certificate carries).
+//! - After a rotation the previous generation's certificate
+//!   (`previous.crt`, `previous.key`) is shown to a podprobe that trusts
+//!   only the previous CA, one whose node has not had the new files yet
+//!   (`identity`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -23,13 +27,16 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{
     ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
     SignatureScheme,
 };
 use tokio::time::Instant;
 
-use super::front_proxy::{RequestHeader, common_name};
+use super::certificate::common_name;
+use super::front_proxy::RequestHeader;
+use super::identity::{Identities, NamingTrustedCas};
 
 /// How often the files are looked at again.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -38,6 +45,10 @@ pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 const CA_FILE: &str = "ca.crt";
 const CERT_FILE: &str = "tls.crt";
 const KEY_FILE: &str = "tls.key";
+/// The previous generation's certificate and key, kept by the chart for one
+/// generation after a rotation; absent before the first.
+const PREVIOUS_CERT_FILE: &str = "previous.crt";
+const PREVIOUS_KEY_FILE: &str = "previous.key";
 
 /// Why the TLS settings cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +67,12 @@ pub enum TlsError {
     Verifier(#[from] rustls::server::VerifierBuilderError),
     #[error("invalid peer name {0:?}")]
     PeerName(String),
+    #[error("{present} is in {dir} but {absent} is not")]
+    HalfPair {
+        dir: PathBuf,
+        present: &'static str,
+        absent: &'static str,
+    },
 }
 
 /// Who is at the other end of a connection, as its certificate says.
@@ -117,6 +134,8 @@ struct Files {
     ca: Vec<u8>,
     cert: Vec<u8>,
     key: Vec<u8>,
+    /// `previous.crt` and `previous.key`, when both are there.
+    previous: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Files {
@@ -125,10 +144,28 @@ impl Files {
             let path = dir.join(name);
             std::fs::read(&path).map_err(|source| TlsError::Read { path, source })
         };
+        let optional = |name: &str| match read(name) {
+            Err(TlsError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            other => other.map(Some),
+        };
+        let half_pair = |present, absent| TlsError::HalfPair {
+            dir: dir.to_path_buf(),
+            present,
+            absent,
+        };
+        let previous = match (optional(PREVIOUS_CERT_FILE)?, optional(PREVIOUS_KEY_FILE)?) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => return Err(half_pair(PREVIOUS_CERT_FILE, PREVIOUS_KEY_FILE)),
+            (None, Some(_)) => return Err(half_pair(PREVIOUS_KEY_FILE, PREVIOUS_CERT_FILE)),
+        };
         Ok(Files {
             ca: read(CA_FILE)?,
             cert: read(CERT_FILE)?,
             key: read(KEY_FILE)?,
+            previous,
         })
     }
 }
@@ -256,33 +293,47 @@ fn build(dir: &Path, files: &Files, request_header: &RequestHeader) -> Result<Se
             }
             Ok(certificates)
         };
-    let ca = certificates(&files.ca, CA_FILE)?;
-    let chain = certificates(&files.cert, CERT_FILE)?;
-    let key = PrivateKeyDer::from_pem_slice(&files.key)
-        .map_err(|_| pem_error(KEY_FILE, "private key"))?;
-
     let provider = provider();
+    let certified = |cert: &[u8], cert_name, key: &[u8], key_name| {
+        let chain = certificates(cert, cert_name)?;
+        let key =
+            PrivateKeyDer::from_pem_slice(key).map_err(|_| pem_error(key_name, "private key"))?;
+        Ok::<_, TlsError>(CertifiedKey::from_der(chain, key, &provider)?)
+    };
+    let ca = certificates(&files.ca, CA_FILE)?;
+    let current = certified(&files.cert, CERT_FILE, &files.key, KEY_FILE)?;
+    let previous = match &files.previous {
+        Some((cert, key)) => Some(certified(cert, PREVIOUS_CERT_FILE, key, PREVIOUS_KEY_FILE)?),
+        None => None,
+    };
+    let identities = Arc::new(Identities::new(current, previous));
+
     let front_proxy: Arc<dyn ClientCertVerifier> = WebPkiClientVerifier::builder_with_provider(
         roots(&request_header.client_ca)?,
         provider.clone(),
     )
     .build()?;
+    let own_roots = roots(&ca)?;
     let peer: Arc<dyn ClientCertVerifier> =
-        WebPkiClientVerifier::builder_with_provider(roots(&ca)?, provider.clone()).build()?;
+        WebPkiClientVerifier::builder_with_provider(own_roots.clone(), provider.clone()).build()?;
     let either = Arc::new(Either::new(front_proxy.clone(), peer.clone()));
     let mut server = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(either)
-        .with_single_cert(chain.clone(), key.clone_key())?;
+        .with_cert_resolver(identities.clone());
     // The API server speaks HTTP/2 to aggregated APIs when offered.
     server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
 
     let server_verifier =
-        WebPkiServerVerifier::builder_with_provider(roots(&ca)?, provider.clone()).build()?;
+        WebPkiServerVerifier::builder_with_provider(own_roots.clone(), provider.clone()).build()?;
     let peer_client = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_webpki_verifier(server_verifier)
-        .with_client_auth_cert(chain, key)?;
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(NamingTrustedCas::new(
+            server_verifier,
+            own_roots.subjects(),
+        )))
+        .with_client_cert_resolver(identities);
     Ok(Settings {
         server: Arc::new(server),
         peer_client: Arc::new(peer_client),
@@ -487,5 +538,121 @@ mod tests {
         std::fs::write(dir.path().join(KEY_FILE), "not a key").expect("write");
         tokio::time::advance(RELOAD_INTERVAL).await;
         assert_eq!(source.current().caller(&[new_peer.2]), Some(Caller::Peer));
+    }
+
+    /// Settings read from a directory holding `bundle` (PEM CAs), the
+    /// current `leaf` and, when given, the `previous` one.
+    fn settings(
+        bundle: &str,
+        leaf: &(String, String, CertificateDer<'static>),
+        previous: Option<&(String, String, CertificateDer<'static>)>,
+    ) -> (tempfile::TempDir, Arc<Settings>) {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(dir.path().join(CA_FILE), bundle).expect("write");
+        std::fs::write(dir.path().join(CERT_FILE), &leaf.0).expect("write");
+        std::fs::write(dir.path().join(KEY_FILE), &leaf.1).expect("write");
+        if let Some((cert, key, _)) = previous {
+            std::fs::write(dir.path().join(PREVIOUS_CERT_FILE), cert).expect("write");
+            std::fs::write(dir.path().join(PREVIOUS_KEY_FILE), key).expect("write");
+        }
+        let source = TlsSource::new(
+            dir.path().to_path_buf(),
+            "podprobe-status-api.podprobe-system.svc",
+            request_header(&ca("front-proxy-ca")),
+        )
+        .expect("settings");
+        (dir, source.current())
+    }
+
+    /// A forward from the podprobe with `client`'s settings to the one with
+    /// `server`'s, in memory: who the server saw, or why either end failed.
+    async fn forward(client: &Settings, server: &Settings) -> Result<Option<Caller>, String> {
+        let (near, far) = tokio::io::duplex(64 * 1024);
+        let name = ServerName::try_from("podprobe-status-api.podprobe-system.svc").expect("name");
+        let connect =
+            tokio_rustls::TlsConnector::from(client.peer_client.clone()).connect(name, near);
+        let accept = tokio_rustls::TlsAcceptor::from(server.server.clone()).accept(far);
+        let client = async {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = connect.await.map_err(|e| format!("client: {e}"))?;
+            stream
+                .write_all(b"x")
+                .await
+                .map_err(|e| format!("client: {e}"))?;
+            stream.flush().await.map_err(|e| format!("client: {e}"))?;
+            Ok::<_, String>(stream)
+        };
+        let server = async {
+            use tokio::io::AsyncReadExt;
+            let mut stream = accept.await.map_err(|e| format!("server: {e}"))?;
+            // The client's certificate is checked before its first byte.
+            let mut byte = [0];
+            stream
+                .read_exact(&mut byte)
+                .await
+                .map_err(|e| format!("server: {e}"))?;
+            let chain = stream.get_ref().1.peer_certificates().unwrap_or_default();
+            Ok::<_, String>(server.caller(chain))
+        };
+        let (connected, accepted) = tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(client, server)
+        })
+        .await
+        .map_err(|_| "no handshake within 10 s".to_string())?;
+        // A refused client certificate may leave the client's side looking
+        // fine until it reads; the server's verdict decides.
+        let _stream = connected?;
+        accepted
+    }
+
+    /// #38: during a rotation, a podprobe that has read the new files (a
+    /// new CA trusted beside the old one, the new certificate, the previous
+    /// one kept) and one that has not (the old CA only) forward to each
+    /// other both ways: each shows the certificate the other trusts. Without
+    /// the previous certificate kept, the old one refuses the new one.
+    #[tokio::test]
+    async fn ps2_a_rotated_podprobe_and_one_not_yet_rotated_reach_each_other() {
+        let (old, new) = (
+            ca("podprobe-status-api-ca-1"),
+            ca("podprobe-status-api-ca-2"),
+        );
+        let (old_leaf, new_leaf) = (
+            leaf(&old, "podprobe-status-api"),
+            leaf(&new, "podprobe-status-api"),
+        );
+        let bundle = format!("{}{}", new.pem, old.pem);
+        let (_a, rotated) = settings(&bundle, &new_leaf, Some(&old_leaf));
+        let (_b, not_yet) = settings(&old.pem, &old_leaf, None);
+        assert_eq!(forward(&rotated, &not_yet).await, Ok(Some(Caller::Peer)));
+        assert_eq!(forward(&not_yet, &rotated).await, Ok(Some(Caller::Peer)));
+        // Both rotated: the new certificates.
+        let (_c, also_rotated) = settings(&bundle, &new_leaf, Some(&old_leaf));
+        assert_eq!(
+            forward(&rotated, &also_rotated).await,
+            Ok(Some(Caller::Peer))
+        );
+
+        let (_d, no_previous) = settings(&bundle, &new_leaf, None);
+        let refused = forward(&no_previous, &not_yet).await;
+        assert!(refused.is_err(), "{refused:?}");
+        let refused = forward(&not_yet, &no_previous).await;
+        assert!(refused.is_err(), "{refused:?}");
+    }
+
+    /// One of `previous.crt` and `previous.key` without the other is a set
+    /// half written: refused, so the settings in force stay.
+    #[test]
+    fn ps2_a_previous_certificate_needs_its_key() {
+        let own = ca("podprobe-status-api-ca");
+        let (cert, key, _) = leaf(&own, "podprobe-status-api");
+        let dir = tempfile::tempdir().expect("dir");
+        write(dir.path(), &own, &cert, &key);
+        std::fs::write(dir.path().join(PREVIOUS_CERT_FILE), &cert).expect("write");
+        let error = Files::read(dir.path()).expect_err("half a pair");
+        assert!(
+            error.to_string().contains("previous.crt is in")
+                && error.to_string().contains("but previous.key is not"),
+            "{error}"
+        );
     }
 }
