@@ -552,6 +552,48 @@ fn a_helm_upgrade_rolling_across_the_nodes_flips_no_pod() {
     );
 }
 
+/// #38: the APIService is cluster-wide, so a second release of the chart
+/// (an authority-mode one, say) is refused the status API with a message
+/// that says what to set, and installs with it off. Server-side dry runs:
+/// the chart's `lookup` sees the installed release's APIService.
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn a_second_release_is_refused_the_status_api_and_installs_without_it() {
+    let second = |extra: &[&str]| {
+        let chart = go_tools::repo().join("charts/podprobe");
+        let mut args = vec![
+            "install",
+            "podprobe-second",
+            chart.to_str().expect("UTF-8 path"),
+            "--kubeconfig",
+            &cluster().kubeconfig,
+            "--namespace",
+            "podprobe-second",
+            "--dry-run=server",
+        ];
+        args.extend_from_slice(extra);
+        go_tools::run(&go_tools::helm(), &args)
+    };
+    let refused = second(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "a second status API was rendered"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "the APIService v1alpha1.status.podprobe.io belongs to release podprobe in namespace {PODPROBE_NAMESPACE}; a cluster has one. Set statusApi.enabled=false in this release"
+        )),
+        "{stderr}"
+    );
+    let installed = second(&["--set", "statusApi.enabled=false"]);
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+}
+
 /// `helm upgrade` of the kind install with its values and `flag setting`
 /// (`--set` or `--set-string`).
 fn helm_upgrade_reusing_values(flag: &str, setting: &str) {
