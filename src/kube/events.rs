@@ -273,6 +273,10 @@ impl EventQueue {
                         wait_for_write(&mut writes).await;
                         publisher.update(&update).await;
                     }
+                    let (aggregates, series, spam) = correlator.entries();
+                    self.metrics.correlator_entries("aggregates", aggregates);
+                    self.metrics.correlator_entries("series", series);
+                    self.metrics.correlator_entries("spam", spam);
                     continue;
                 }
             };

@@ -214,6 +214,12 @@ struct EventLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CacheLabels {
+    /// `aggregates`, `series` or `spam`.
+    cache: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ClientLabels {
     /// `api` or `reviews` (`apiclient::ClientName`).
     client: &'static str,
@@ -271,6 +277,7 @@ pub struct Metrics {
     rate_limiter_wait: HistogramFamily<ClientLabels>,
     api_request_duration: HistogramFamily<ClientLabels>,
     events: Family<EventLabels, Counter>,
+    event_cache_entries: Family<CacheLabels, Gauge>,
     metrics_auth: Family<AuthLabels, Counter>,
     probe_status_auth: Family<AuthLabels, Counter>,
     status_api_forwarded: Counter,
@@ -319,6 +326,7 @@ impl Metrics {
         let api_request_duration: HistogramFamily<ClientLabels> =
             Family::new_with_constructor(api_client_histogram);
         let events = Family::<EventLabels, Counter>::default();
+        let event_cache_entries = Family::<CacheLabels, Gauge>::default();
         let metrics_auth = Family::<AuthLabels, Counter>::default();
         let probe_status_auth = Family::<AuthLabels, Counter>::default();
         let status_api_forwarded = Counter::default();
@@ -373,6 +381,11 @@ impl Metrics {
             "podprobe_events",
             "Kubernetes Events podprobe recorded, failed to record, dropped because its queue was full, filtered (not written: the pod spent its budget of the spam filter, 25 then one per 5 minutes) or held (counted in its series, whose Event gets the count with its next update)",
             events.clone(),
+        );
+        own.register(
+            "podprobe_event_cache_entries",
+            "Entries of the Event correlator's caches after its last check, once a minute (aggregates: similar events' notes; series: counted events; spam: per-pod token buckets); each holds at most 4,096 and forgets what a new entry would equal",
+            event_cache_entries.clone(),
         );
         own.register(
             "podprobe_metrics_auth_decisions",
@@ -518,6 +531,7 @@ impl Metrics {
             rate_limiter_wait,
             api_request_duration,
             events,
+            event_cache_entries,
             metrics_auth,
             probe_status_auth,
             status_api_forwarded,
@@ -749,6 +763,12 @@ fn gauge_value(count: usize) -> i64 {
 impl EventObserver for Metrics {
     fn event_done(&self, outcome: EventOutcome) {
         self.event(outcome);
+    }
+
+    fn correlator_entries(&self, cache: &'static str, entries: usize) {
+        self.event_cache_entries
+            .get_or_create(&CacheLabels { cache })
+            .set(gauge_value(entries));
     }
 }
 

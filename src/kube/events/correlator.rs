@@ -21,8 +21,14 @@
 //!    its series carries the true count. `Killing` is exempt (K8).
 //!
 //! Every cache holds at most [`MAX_LRU_ENTRIES`] entries (client-go's
-//! `maxLruCacheEntries`) and forgets the least recently used: about 5 MiB
-//! at most, nearly all of it the notes of the series cache (≤ 1 KiB each).
+//! `maxLruCacheEntries`) and forgets the least recently used. That bound
+//! alone is about 4 KiB a pod, 16 to 23 MiB at the cap, reached after a few
+//! thousand pods with Events have come and gone (#39: a soak's heap grew
+//! for an hour of churn). So [`Correlator::due`] also forgets what a new
+//! entry would equal: a series idle for [`SERIES_TTL`] once its count is
+//! written, an aggregate idle for more than [`AGGREGATE_INTERVAL`], a full
+//! spam bucket. What is cached then follows the pods with recent Events,
+//! and no decision changes (client-go keeps them until they are evicted).
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
@@ -331,12 +337,26 @@ impl Correlator {
     /// The updates series' Events are owed at `now`: those of series that
     /// ended (six idle minutes) and of series last written
     /// [`SERIES_REFRESH`] ago, with events held since. Each is recorded as
-    /// written.
+    /// written. Then forgets every entry equal to the one a new event
+    /// would make (the module doc).
     pub(super) fn due(&mut self, now: Instant) -> Vec<SeriesUpdate> {
-        self.flush_where(now, |series| {
-            now.duration_since(series.last) >= SERIES_TTL
-                || now.duration_since(series.written_at) >= SERIES_REFRESH
-        })
+        let ended = |series: &Series| now.duration_since(series.last) >= SERIES_TTL;
+        let updates = self.flush_where(now, |series| {
+            ended(series) || now.duration_since(series.written_at) >= SERIES_REFRESH
+        });
+        // An ended series is started afresh by its next event (`observe`),
+        // and its count was just written.
+        self.series.retain(|_, series| !ended(series));
+        // An aggregate idle that long is cleared by its next event.
+        self.aggregates
+            .retain(|_, aggregate| now.duration_since(aggregate.last) <= AGGREGATE_INTERVAL);
+        self.spam.retain(|_, bucket| !bucket.is_full(now));
+        updates
+    }
+
+    /// Entries of each cache: (aggregates, series, spam buckets).
+    pub(super) fn entries(&self) -> (usize, usize, usize) {
+        (self.aggregates.len(), self.series.len(), self.spam.len())
     }
 
     /// Every update series' Events are owed (at shutdown), recorded as
@@ -425,6 +445,45 @@ mod tests {
             count,
             last,
         }
+    }
+
+    /// #39: the caches follow the pods with recent Events, not every pod
+    /// ever seen. 10,000 pods, one a second, each with three failures (two
+    /// notes) and a kill, and `due` once a minute as the publisher calls
+    /// it: no cache holds more than the pods of its own window (4,096 each,
+    /// the cap, without the forgetting), and all are empty once the last
+    /// series ended and the last bucket refilled.
+    #[test]
+    fn rule9_4_the_caches_forget_what_a_new_entry_would_equal() {
+        let check = super::super::SERIES_CHECK;
+        let mut correlator = Correlator::new();
+        let t0 = Instant::now();
+        let mut next_check = t0 + check;
+        let mut peak = (0, 0, 0);
+        let mut now = t0;
+        for i in 0..10_000 {
+            now = t0 + Duration::from_secs(i);
+            let pod = format!("p{i}");
+            for note in ["refused", "refused", "timeout"] {
+                correlator.correlate(unhealthy(&pod, "app", note), now);
+            }
+            correlator.correlate(killing(&pod, "app"), now);
+            if now >= next_check {
+                correlator.due(now);
+                next_check += check;
+                let (aggregates, series, spam) = correlator.entries();
+                peak = (peak.0.max(aggregates), peak.1.max(series), peak.2.max(spam));
+            }
+        }
+        // Per pod: two aggregates (Unhealthy, Killing), three series, one
+        // spam bucket (Killing is exempt) short of three tokens.
+        let pods_within = |window: Duration| (window + check).as_secs() as usize;
+        assert!(peak.0 <= 2 * pods_within(AGGREGATE_INTERVAL), "{peak:?}");
+        assert!(peak.1 <= 3 * pods_within(SERIES_TTL), "{peak:?}");
+        assert!(peak.2 <= pods_within(3 * SPAM_REFILL), "{peak:?}");
+        let quiet = now + AGGREGATE_INTERVAL.max(SERIES_TTL).max(3 * SPAM_REFILL) + check;
+        correlator.due(quiet);
+        assert_eq!(correlator.entries(), (0, 0, 0));
     }
 
     #[test]

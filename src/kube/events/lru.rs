@@ -67,7 +67,18 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
             .map(|(key, (value, _))| (key, value))
     }
 
-    #[cfg(test)]
+    /// Forgets every entry `keep` returns false for.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        let by_use = &mut self.by_use;
+        self.entries.retain(|key, (value, used)| {
+            let kept = keep(key, value);
+            if !kept {
+                by_use.remove(used);
+            }
+            kept
+        });
+    }
+
     pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
@@ -97,6 +108,22 @@ mod tests {
         // An existing key is returned, not replaced, and evicts nothing.
         *lru.get_or_insert_with(&"c", || 7) += 1;
         assert_eq!(lru.get_mut(&"c"), Some(&mut 1));
+        assert_eq!(lru.len(), 3);
+    }
+
+    #[test]
+    fn retained_entries_keep_their_order_of_use() {
+        let mut lru = Lru::new(3);
+        for key in ["a", "b", "c"] {
+            lru.get_or_insert_with(&key, || 0);
+        }
+        lru.retain(|key, _| *key != "a");
+        assert_eq!(lru.len(), 2);
+        // Room for two more without evicting: "b" goes only at the third.
+        lru.get_or_insert_with(&"d", || 0);
+        assert!(lru.contains(&"b"));
+        lru.get_or_insert_with(&"e", || 0);
+        assert!(!lru.contains(&"b") && lru.contains(&"c"));
         assert_eq!(lru.len(), 3);
     }
 

@@ -40,6 +40,10 @@ impl EventOutcome {
 /// Counts what became of each Event.
 pub trait EventObserver: Debug + Send + Sync + 'static {
     fn event_done(&self, outcome: EventOutcome);
+
+    /// The entries of the event correlator's caches (`aggregates`,
+    /// `series`, `spam`), after each of its periodic checks.
+    fn correlator_entries(&self, cache: &'static str, entries: usize);
 }
 
 /// Takes Events to record.

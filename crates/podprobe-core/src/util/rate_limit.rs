@@ -80,6 +80,13 @@ impl TokenBucket {
         }
     }
 
+    /// Whether the bucket is full at `now`: then it is the same as a new
+    /// one, and a cache of buckets may forget it.
+    pub fn is_full(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens >= self.burst
+    }
+
     /// Takes a token if there is one at `now`.
     pub fn try_take(&mut self, now: Instant) -> bool {
         self.refill(now);
@@ -130,8 +137,12 @@ mod tests {
         assert!(!bucket.try_take(start + every));
         // Idle for long, it holds its burst and no more.
         let later = start + every * 1000;
+        assert!(bucket.is_full(later));
         assert!((0..25).all(|_| bucket.try_take(later)));
         assert!(!bucket.try_take(later));
+        // Full again one refill per token taken later, not before.
+        assert!(!bucket.is_full(later + every * 25 - Duration::from_nanos(1)));
+        assert!(bucket.is_full(later + every * 25));
     }
 
     #[test]
