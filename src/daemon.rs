@@ -226,7 +226,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let ledger = Arc::new(ProbeLedger::new(config.status_output_budget));
     let observer: Arc<dyn ProbeObserver> = Arc::new(Telemetry::new(
         metrics.clone(),
-        events.clone(),
+        Arc::new(events.clone()),
         ledger.clone(),
         clock.clone(),
     ));
@@ -273,7 +273,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             status_api,
             config.node_name.clone(),
             clients.reviews,
-            ledger,
+            ledger.clone(),
             metrics.clone(),
             server_config.limits.clone(),
         )
@@ -351,6 +351,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             network: config.max_network_timeout,
         },
         markers,
+        ledger,
     };
     daemon.run(pod_events, receivers, readings, shutdown).await;
     let _ = stop.send(true);

@@ -4,7 +4,7 @@
 
 pub use podprobe_core::testing::*;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -34,11 +34,19 @@ pub struct FakeState {
     pub cached: Option<Pod>,
     pub failures: VecDeque<ApiError>,
     pub requests: Vec<String>,
+    /// Pods besides `server` by name, each as the API server and the watch
+    /// have it: for tests of many pods.
+    pub others: HashMap<String, Pod>,
 }
 
 impl FakeApi {
     pub fn new(pod: Pod, held: bool) -> Arc<FakeApi> {
-        let permits = if held { 0 } else { 1000 };
+        // Each patch takes a permit for good.
+        let permits = if held {
+            0
+        } else {
+            tokio::sync::Semaphore::MAX_PERMITS
+        };
         let api = FakeApi {
             state: Mutex::default(),
             hold: tokio::sync::Semaphore::new(permits),
@@ -62,20 +70,21 @@ impl FakeApi {
 impl StatusApi for Arc<FakeApi> {
     fn cached(&self, uid: &str) -> Option<Arc<Pod>> {
         let state = self.state();
-        let pod = state.cached.as_ref()?;
-        (pod.metadata.uid.as_deref() == Some(uid)).then(|| Arc::new(pod.clone()))
+        let mut pods = state.cached.iter().chain(state.others.values());
+        let pod = pods.find(|pod| pod.metadata.uid.as_deref() == Some(uid))?;
+        Some(Arc::new(pod.clone()))
     }
 
-    async fn get(&self, _: &str, _: &str) -> Result<Option<Pod>, ApiError> {
+    async fn get(&self, _: &str, name: &str) -> Result<Option<Pod>, ApiError> {
         let mut state = self.state();
         state.requests.push("get".into());
-        Ok(state.server.clone())
+        Ok(state.others.get(name).or(state.server.as_ref()).cloned())
     }
 
     /// Applies the patch as the API server would, for the fields
     /// podprobe's patches carry: preconditions, whole container status
     /// lists, conditions merged by type; bumps the resourceVersion.
-    async fn patch_status(&self, _: &str, _: &str, patch: &Value) -> Result<Pod, ApiError> {
+    async fn patch_status(&self, _: &str, name: &str, patch: &Value) -> Result<Pod, ApiError> {
         self.hold.acquire().await.unwrap().forget();
         let mut state = self.state();
         let summary = [READY_CONDITION, POD_READY]
@@ -87,10 +96,11 @@ impl StatusApi for Arc<FakeApi> {
         if let Some(error) = state.failures.pop_front() {
             return Err(error);
         }
-        let server = state
-            .server
-            .as_mut()
-            .ok_or(ApiError::NotFound("pod".into()))?;
+        let FakeState { server, others, .. } = &mut *state;
+        let server = match others.get_mut(name) {
+            Some(other) => other,
+            None => server.as_mut().ok_or(ApiError::NotFound("pod".into()))?,
+        };
         if patch["metadata"]["uid"].as_str() != server.metadata.uid.as_deref() {
             return Err(ApiError::Conflict("Precondition failed: UID".into()));
         }
@@ -145,10 +155,12 @@ pub fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
 // The actuator: the kills the daemon's loop asks for.
 
 /// A [`Killer`] that stops nothing and records every kill it is asked for,
-/// repeats included (the real one stops each instance once).
+/// repeats included (the real one stops each instance once); it keeps the
+/// container IDs asked for as the real one does, until `retain` drops them.
 #[derive(Debug, Clone, Default)]
 pub struct RecordingKiller {
     kills: Arc<Mutex<Vec<ProbeKill>>>,
+    kept: Arc<Mutex<HashSet<String>>>,
 }
 
 impl RecordingKiller {
@@ -159,10 +171,17 @@ impl RecordingKiller {
 
 impl Killer for RecordingKiller {
     fn kill(&self, _: &Pod, kill: ProbeKill) {
+        self.kept.lock().unwrap().insert(kill.container_id.clone());
         self.kills.lock().unwrap().push(kill);
     }
 
-    fn retain(&self, _: &HashSet<String>) {}
+    fn retain(&self, listed: &HashSet<String>) {
+        self.kept.lock().unwrap().retain(|id| listed.contains(id));
+    }
+
+    fn containers(&self) -> usize {
+        self.kept.lock().unwrap().len()
+    }
 }
 
 // Markers: the metadata patches the daemon's loop sends.

@@ -223,8 +223,15 @@ impl Killer for ContainerKiller {
 
     /// Forgets every killed ID but those in `listed` (the IDs pod statuses
     /// still name): a container killed again and again must not grow the set.
+    /// The runtime client it shares with the prober forgets the others'
+    /// facts with them (#39).
     fn retain(&self, listed: &HashSet<String>) {
         self.lock().retain(|id| listed.contains(id));
+        self.cri.retain_containers(listed);
+    }
+
+    fn containers(&self) -> usize {
+        self.lock().len() + self.cri.containers_known()
     }
 }
 

@@ -152,6 +152,11 @@ impl MarkerWriter {
     pub(super) fn forget(&self, uid: &str) {
         lock(&self.pods).remove(uid);
     }
+
+    /// Pods with marker writes kept (#39).
+    pub(super) fn pods(&self) -> usize {
+        lock(&self.pods).len()
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -36,6 +36,7 @@ use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, P
 use crate::probe::spec::timeout_caps::TimeoutCaps;
 use crate::probe::verdict::EventType;
 use crate::probe::{ProbeKind, SpecError};
+use crate::probe_ledger::ProbeLedger;
 use crate::results::{ResultReceivers, ResultUpdate};
 use crate::server::health::Health;
 use crate::server::metrics::Metrics;
@@ -134,6 +135,9 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) markers: MarkerWriter,
     /// The longest timeouts probes run with (#37).
     pub(super) timeout_caps: TimeoutCaps,
+    /// The last runs the workers report (PS1), counted in
+    /// [`SyncLoop::per_pod_entries`].
+    pub(super) ledger: Arc<ProbeLedger>,
 }
 
 /// Gate mode: a pod's `podprobe.io/probes` annotation, parsed and compiled
@@ -719,12 +723,16 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     fn resync(&mut self) {
         let pods = self.cache.pods();
         self.forget_replaced_kills(&pods);
+        self.manager.context().rates.forget_idle();
         self.metrics.set_workers(self.manager.worker_count());
         self.metrics.set_pods_watched(pods.len());
         self.metrics.set_pods_tracked(self.pods.len());
         // Deleted pods leave the count here; starts and ends update it at once.
         self.metrics.set_liveness_paused(self.paused_pods());
         self.metrics.set_patch_tasks(self.patcher.tasks());
+        for (structure, entries) in self.per_pod_entries() {
+            self.metrics.set_per_pod_entries(structure, entries);
+        }
         let now = Instant::now();
         for pod in pods {
             self.apply_deferred_edit(&pod);
@@ -773,6 +781,23 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     /// Forgets the IDs of stopped containers no pod status lists any more
     /// (the node agent replaced them): a long-lived pod whose container is
     /// killed again and again must not grow the set.
+    /// Entries of every structure kept per pod or container besides those
+    /// `podprobe_workers`, `podprobe_pods_tracked` and
+    /// `podprobe_patch_tasks` count (#39), by name: each follows the pods on
+    /// the node and is empty once they are gone (the probe-run budgets a
+    /// minute after a pod's last run, container facts at the next resync).
+    pub(super) fn per_pod_entries(&self) -> [(&'static str, usize); 7] {
+        [
+            ("pod_store", self.cache.entries()),
+            ("results", self.manager.caches().entries()),
+            ("probe_rates", self.manager.context().rates.entries()),
+            ("status_intents", self.patcher.pods()),
+            ("markers", self.markers.pods()),
+            ("ledger", self.ledger.pods()),
+            ("containers", self.killer.containers()),
+        ]
+    }
+
     fn forget_replaced_kills(&self, pods: &[Arc<Pod>]) {
         let listed: HashSet<String> = pods.iter().flat_map(|pod| container_ids(pod)).collect();
         self.killer.retain(&listed);
@@ -935,6 +960,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+    use crate::daemon::telemetry::Telemetry;
     use crate::events::record::reasons;
     use crate::kube::patcher::NoopPatchObserver;
     use crate::kube::patcher::RetryPolicy;
@@ -942,6 +968,7 @@ mod tests {
     use crate::probe::ProbeResult;
     use crate::probe::spec::{AtoiFailure, HttpProtocol, PortError};
     use crate::probe::{Handler, ProbeKind};
+    use crate::probe_rates::ProbeRates;
     use crate::results::CachedResult;
     use crate::results::ProbeCaches;
     use crate::status::conditions::{CONTAINERS_READY, POD_READY};
@@ -1277,17 +1304,51 @@ mod tests {
     }
 
     fn sync_loop(mode: Mode, pod: &Pod, runner: Arc<ScriptedRunner>) -> Harness {
+        build_sync_loop(mode, pod, runner, Observer::None)
+    }
+
+    /// What the harness's workers report their runs to.
+    enum Observer {
+        None,
+        /// `podprobe run`'s: the ledger and the runs' Events, with probe-run
+        /// budgets of `pod` and `node` runs a second.
+        Telemetry {
+            pod: u32,
+            node: u32,
+        },
+    }
+
+    fn build_sync_loop(
+        mode: Mode,
+        pod: &Pod,
+        runner: Arc<ScriptedRunner>,
+        observed: Observer,
+    ) -> Harness {
         let cache = PodStore::new();
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(crate::testing::epoch()));
         let (caches, results) = ProbeCaches::new();
-        let observer: Arc<dyn ProbeObserver> = Arc::new(NoopObserver);
+        let events = Arc::new(RecordingEvents::default());
+        let ledger = Arc::new(ProbeLedger::default());
+        let (observer, rates): (Arc<dyn ProbeObserver>, _) = match observed {
+            Observer::None => (Arc::new(NoopObserver), ProbeRates::unlimited()),
+            Observer::Telemetry { pod, node } => (
+                Arc::new(Telemetry::new(
+                    Metrics::new(),
+                    events.clone(),
+                    ledger.clone(),
+                    clock.clone(),
+                )),
+                ProbeRates::new(pod, node),
+            ),
+        };
         let manager = ProberManager::new(
             runner.clone(),
             cache.clone(),
             caches,
             clock.clone(),
             observer,
-        );
+        )
+        .with_probe_rates(rates);
         let api = FakeApi::new(pod.clone(), false);
         let patcher = Patcher::new(
             api.clone(),
@@ -1296,7 +1357,6 @@ mod tests {
             RetryPolicy::default(),
         );
         let metrics = Metrics::new();
-        let events = Arc::new(RecordingEvents::default());
         let killer = RecordingKiller::default();
         let markers_api = RecordingMarkers::default();
         let (readings_sender, readings) = mpsc::unbounded_channel();
@@ -1324,6 +1384,7 @@ mod tests {
                 network: Duration::from_secs(60),
             },
             markers: MarkerWriter::new(markers_api.clone(), Metrics::new()),
+            ledger,
         };
         Harness {
             daemon,
@@ -2046,5 +2107,160 @@ mod tests {
         sync.applied(&pod);
         settle().await;
         assert_eq!(sync.events.reasons(), [reasons::PROBE_TIMEOUT_CAPPED]);
+    }
+
+    /// Pod `i` of [`every_per_pod_structure_empties_after_thousands_of_pods`]:
+    /// readiness (every fourth an HTTP probe with a Secret-backed header,
+    /// the others exec, each with a marker) and a liveness probe that
+    /// kills at its first failure, paused for the pod's first 20 s in every
+    /// third pod; its own UID, name and container ID.
+    fn churned(sync: &Harness, i: usize, period: u32) -> Pod {
+        let mut pod = named(Mode::Gate);
+        pod.metadata.name = Some(format!("churn-{i}"));
+        pod.metadata.uid = Some(format!("uid-{i}"));
+        let status = pod.status.as_mut().unwrap();
+        status.pod_ip = Some("10.0.0.1".into());
+        status.container_statuses.as_mut().unwrap()[0].container_id =
+            Some(format!("containerd://churn-{i}"));
+        let markers =
+            serde_json::json!([{"label": "role", "onSuccess": "primary", "onFailure": "replica"}]);
+        let readiness = if i.is_multiple_of(4) {
+            serde_json::json!({"httpGet": {"port": 8080}, "periodSeconds": period,
+                "podprobe": {"markers": markers, "http": {"headers": [{"name": "Authorization",
+                    "valueFrom": {"secretKeyRef": {"name": "probe-auth", "key": "token"}}}]}}})
+        } else {
+            serde_json::json!({"exec": {"command": ["true"]}, "periodSeconds": period,
+                "podprobe": {"markers": markers}})
+        };
+        let probes = serde_json::json!({"app": {"readinessProbe": readiness,
+            "livenessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1,
+                              "failureThreshold": 1}}});
+        pod.metadata.annotations =
+            Some([(PROBES_ANNOTATION.to_string(), probes.to_string())].into());
+        if i.is_multiple_of(3) {
+            pod = paused(pod, &sync.wall_in(20));
+        }
+        pod
+    }
+
+    impl Harness {
+        /// One second of the node's life: the runs due, their results to the
+        /// loop, and every tenth second the resync.
+        async fn second(&mut self, clock: &mut u64) {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            settle().await;
+            self.feed_results();
+            self.daemon.end_pauses();
+            settle().await;
+            *clock += 1;
+            if clock.is_multiple_of(STATUS_RESYNC_PERIOD.as_secs()) {
+                self.daemon.resync();
+                settle().await;
+            }
+        }
+
+        /// [`SyncLoop::per_pod_entries`] and the structures other metrics
+        /// count: the loop's pods, the workers, the patcher's tasks.
+        fn entries(&self) -> Vec<(&'static str, usize)> {
+            let mut entries = self.daemon.per_pod_entries().to_vec();
+            entries.push(("tracked", self.daemon.pods.len()));
+            entries.push(("workers", self.daemon.manager.worker_count()));
+            entries.push(("patch_tasks", self.daemon.patcher.tasks()));
+            let (regex, command) = self.daemon.node_budget.held();
+            entries.push(("node_budget_bytes", regex + command));
+            entries
+        }
+    }
+
+    /// #39: 3,000 pods created in waves of 100 and deleted 25 s later, with
+    /// failing probes and their Events, markers, paused liveness, kills,
+    /// annotation edits, ledger entries, probe-run budgets and Secret-backed
+    /// headers: every structure kept per pod holds entries while they run
+    /// and none a minute after the last is gone, and the metric says so.
+    #[tokio::test(start_paused = true)]
+    async fn every_per_pod_structure_empties_after_thousands_of_pods() {
+        const WAVES: usize = 30;
+        const WAVE: usize = 100;
+        const LIFE_S: u64 = 25;
+        // Two successes then a failure, over and over: readiness flips,
+        // liveness kills, Unhealthy Events flow.
+        let script = [
+            Scripted::Return(ProbeResult::Success),
+            Scripted::Return(ProbeResult::Success),
+            Scripted::Return(ProbeResult::Failure),
+        ];
+        let runner = ScriptedRunner::new(
+            script.iter().cycle().take(400_000).cloned(),
+            ProbeResult::Success,
+        );
+        let first = named(Mode::Gate);
+        let telemetry = Observer::Telemetry {
+            pod: 50,
+            node: 1000,
+        };
+        let mut sync = build_sync_loop(Mode::Gate, &first, runner, telemetry);
+        let mut clock = 0;
+        for wave in 0..WAVES {
+            let mut pods = Vec::new();
+            for i in wave * WAVE..(wave + 1) * WAVE {
+                let pod = churned(&sync, i, 1);
+                sync.api
+                    .state()
+                    .others
+                    .insert(pod_name(&pod).to_string(), pod.clone());
+                sync.start(&pod).await;
+                pods.push(pod);
+            }
+            for second in 1..=LIFE_S {
+                sync.second(&mut clock).await;
+                if second == 12 {
+                    // A third edit their annotations: new workers, a
+                    // ProbesChanged Event.
+                    for pod in pods.iter_mut().step_by(3) {
+                        let i: usize = pod_name(pod)["churn-".len()..].parse().unwrap();
+                        let edited = churned(&sync, i, 2);
+                        sync.applied(&edited);
+                        sync.read().await;
+                        *pod = edited;
+                    }
+                }
+            }
+            if wave == 0 {
+                let entries = sync.entries();
+                assert!(
+                    entries.iter().all(|&(_, n)| n > 0),
+                    "a structure is empty while 100 pods run, so the test shows nothing: {entries:?}"
+                );
+            }
+            for pod in &pods {
+                sync.api.state().others.remove(pod_name(pod));
+                sync.deleted(pod);
+            }
+        }
+        let events = sync.events.reasons();
+        for reason in [
+            reasons::UNHEALTHY,
+            reasons::LIVENESS_PAUSED,
+            reasons::PROBES_CHANGED,
+        ] {
+            assert!(events.contains(&reason), "no {reason} Event in the churn");
+        }
+        assert!(!sync.kills().is_empty() && !sync.markers.patches().is_empty());
+        // A minute after the last pod's last run (the probe-run budgets'
+        // idle time), and a resync.
+        for _ in 0..70 {
+            sync.second(&mut clock).await;
+        }
+        sync.daemon.resync();
+        let entries = sync.entries();
+        assert!(
+            entries.iter().all(|&(_, n)| n == 0),
+            "entries left after every pod went: {entries:?}"
+        );
+        let exposition = sync.daemon.metrics.encode();
+        for (structure, _) in sync.daemon.per_pod_entries() {
+            let line = format!("podprobe_per_pod_entries{{structure=\"{structure}\"}} 0\n");
+            assert!(exposition.contains(&line), "no {line} in {exposition}");
+        }
     }
 }

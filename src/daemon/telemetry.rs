@@ -25,13 +25,13 @@ impl Telemetry {
     /// `ledger`, stamped with `clock`'s time.
     pub fn new(
         metrics: Metrics,
-        events: impl EventRecorder,
+        events: Arc<dyn EventRecorder>,
         ledger: Arc<ProbeLedger>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Telemetry {
             metrics,
-            events: Arc::new(events),
+            events,
             ledger,
             clock,
         }
@@ -81,7 +81,12 @@ mod tests {
         let recorded = Recorded::default();
         let ledger = Arc::new(ProbeLedger::default());
         let clock = Arc::new(TokioClock::new(epoch()));
-        let telemetry = Telemetry::new(metrics.clone(), recorded.clone(), ledger.clone(), clock);
+        let telemetry = Telemetry::new(
+            metrics.clone(),
+            Arc::new(recorded.clone()),
+            ledger.clone(),
+            clock,
+        );
         let app = container("app");
         let pod = pod("uid-1", vec![app.clone()], vec![]);
         let config = WorkerConfig::new(

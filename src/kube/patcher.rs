@@ -322,6 +322,14 @@ impl<A: StatusApi> Patcher<A> {
         tasks.len()
     }
 
+    /// Pods with an intent kept (#39).
+    pub fn pods(&self) -> usize {
+        self.pods
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// Forgets a deleted pod: its task sends what is pending, then ends.
     pub fn forget(&self, uid: &str) {
         let mut pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);

@@ -19,7 +19,7 @@
 use crate::runtime::grpc_status::{GrpcStatus, WithoutStatusDetails, without_status_details};
 use crate::util::fair_slots::{FairSlots, SlotsBusy};
 use crate::util::pod::{self, ContainerIdentity};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::error::Error as _;
 use std::future::Future;
 use std::io;
@@ -245,8 +245,8 @@ impl ContainerFacts {
     }
 
     /// The facts of `container_id`. Entries of removed containers are never
-    /// asked for again; rather than track removals, a full memory starts
-    /// over.
+    /// asked for again: [`CriClient::retain_containers`] drops them, and a
+    /// full memory starts over.
     fn entry(&mut self, container_id: &str) -> &mut Facts {
         if self.by_id.len() >= CONTAINER_FACTS_CAPACITY && !self.by_id.contains_key(container_id) {
             self.by_id.clear();
@@ -564,6 +564,24 @@ impl CriClient {
         RuntimeServiceClient::new(without_status_details(channel.clone()))
     }
 
+    /// Forgets the facts of every container but those in `listed` (the IDs
+    /// pod statuses still name, `<runtime>://<id>`; #39): a removed
+    /// container's are never asked for again.
+    pub fn retain_containers(&self, listed: &HashSet<String>) {
+        let listed: HashSet<&str> = listed
+            .iter()
+            .filter_map(|id| runtime_container_id(id).ok())
+            .collect();
+        self.facts()
+            .by_id
+            .retain(|id, _| listed.contains(id.as_str()));
+    }
+
+    /// Containers it keeps facts of.
+    pub fn containers_known(&self) -> usize {
+        self.facts().by_id.len()
+    }
+
     fn facts(&self) -> std::sync::MutexGuard<'_, ContainerFacts> {
         // The map is valid whatever a panicking holder left half done.
         self.facts.lock().unwrap_or_else(PoisonError::into_inner)
@@ -735,6 +753,24 @@ mod tests {
         ] {
             assert_eq!(network_namespace_path(&useless), None, "{useless:?}");
         }
+    }
+
+    /// #39: a container no pod status names any more is forgotten, or the
+    /// facts grow with every container the node ever ran.
+    #[tokio::test]
+    async fn facts_of_containers_no_status_names_are_forgotten() {
+        let client = CriClient::new("unix:///nonexistent/cri.sock").unwrap();
+        let app = ContainerIdentity {
+            pod_uid: "uid-1",
+            container_name: "app",
+        };
+        client.facts().verified("abc", app);
+        client.facts().verified("def", app);
+        client.retain_containers(&["containerd://abc".to_string()].into());
+        assert_eq!(client.containers_known(), 1);
+        assert!(client.facts().is_verified("abc", app));
+        client.retain_containers(&HashSet::new());
+        assert_eq!(client.containers_known(), 0);
     }
 
     #[test]

@@ -220,6 +220,12 @@ struct CacheLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StructureLabels {
+    /// A name of `SyncLoop::per_pod_entries`.
+    structure: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ClientLabels {
     /// `api` or `reviews` (`apiclient::ClientName`).
     client: &'static str,
@@ -278,6 +284,7 @@ pub struct Metrics {
     api_request_duration: HistogramFamily<ClientLabels>,
     events: Family<EventLabels, Counter>,
     event_cache_entries: Family<CacheLabels, Gauge>,
+    per_pod_entries: Family<StructureLabels, Gauge>,
     metrics_auth: Family<AuthLabels, Counter>,
     probe_status_auth: Family<AuthLabels, Counter>,
     status_api_forwarded: Counter,
@@ -327,6 +334,7 @@ impl Metrics {
             Family::new_with_constructor(api_client_histogram);
         let events = Family::<EventLabels, Counter>::default();
         let event_cache_entries = Family::<CacheLabels, Gauge>::default();
+        let per_pod_entries = Family::<StructureLabels, Gauge>::default();
         let metrics_auth = Family::<AuthLabels, Counter>::default();
         let probe_status_auth = Family::<AuthLabels, Counter>::default();
         let status_api_forwarded = Counter::default();
@@ -386,6 +394,11 @@ impl Metrics {
             "podprobe_event_cache_entries",
             "Entries of the Event correlator's caches after its last check, once a minute (aggregates: similar events' notes; series: counted events; spam: per-pod token buckets); each holds at most 4,096 and forgets what a new entry would equal",
             event_cache_entries.clone(),
+        );
+        own.register(
+            "podprobe_per_pod_entries",
+            "Entries of podprobe's structures kept per pod or container, at the last resync (pod_store: pods and their started verdicts; results: cached probe results and failure notes; probe_rates: pods with a probe-run budget or a count at the node's; status_intents: pods with a status intent; markers: pods with marker writes; ledger: pods with last runs for kubectl podprobe status; containers: container IDs being stopped or with runtime facts); each follows the node's pods and is empty once they are gone",
+            per_pod_entries.clone(),
         );
         own.register(
             "podprobe_metrics_auth_decisions",
@@ -532,6 +545,7 @@ impl Metrics {
             api_request_duration,
             events,
             event_cache_entries,
+            per_pod_entries,
             metrics_auth,
             probe_status_auth,
             status_api_forwarded,
@@ -679,6 +693,13 @@ impl Metrics {
     /// Sets the number of pods the daemon holds state for.
     pub fn set_pods_tracked(&self, count: usize) {
         self.pods_tracked.set(gauge_value(count));
+    }
+
+    /// Sets the entries of one per-pod structure (`SyncLoop::per_pod_entries`).
+    pub fn set_per_pod_entries(&self, structure: &'static str, entries: usize) {
+        self.per_pod_entries
+            .get_or_create(&StructureLabels { structure })
+            .set(gauge_value(entries));
     }
 
     /// Counts one marker patch by its outcome.

@@ -79,6 +79,13 @@ impl PodStore {
         }
     }
 
+    /// Entries kept, pods and their `started` verdicts (#39): both follow
+    /// the watched pods.
+    pub fn entries(&self) -> usize {
+        let started = self.started.read().unwrap_or_else(PoisonError::into_inner);
+        self.read().len() + started.len()
+    }
+
     /// Drops every pod whose UID is not in `listed` and returns them.
     pub fn retain_listed(&self, listed: &HashSet<String>) -> Vec<Arc<Pod>> {
         let mut pods = self.write();

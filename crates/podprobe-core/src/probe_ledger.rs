@@ -231,6 +231,12 @@ impl ProbeLedger {
         }
     }
 
+    /// Pods with a probe in the ledger (#39): each goes with its last
+    /// worker.
+    pub fn pods(&self) -> usize {
+        lock(&self.inner).pods.values().map(HashMap::len).sum()
+    }
+
     /// The pod `namespace/name`'s probes, if any ran, by container and kind.
     pub fn report(&self, namespace: &str, name: &str) -> Option<PodReport> {
         let inner = lock(&self.inner);

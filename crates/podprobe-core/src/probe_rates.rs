@@ -118,13 +118,30 @@ impl ProbeRates {
         asked.elapsed()
     }
 
+    /// Drops the buckets and counts of pods idle for [`IDLE_BUCKET`] (#39):
+    /// the sync loop calls it at each resync, so a deleted pod's are gone a
+    /// minute after its last run, however few pods come after it.
+    pub fn forget_idle(&self) {
+        let now = Instant::now();
+        forget_idle_buckets(&mut lock(&self.pods), now);
+        if let Some(node) = &self.node {
+            lock(node).forget_idle(now);
+        }
+    }
+
+    /// Pods with a bucket, and pods counted or waiting at the node's.
+    pub fn entries(&self) -> usize {
+        let node = self.node.as_ref().map_or(0, |node| lock(node).entries());
+        lock(&self.pods).len() + node
+    }
+
     fn reserve_pod(&self, pod_uid: &str, now: Instant) -> Duration {
         let Some(fresh) = self.pod.bucket(now) else {
             return Duration::ZERO;
         };
         let mut pods = lock(&self.pods);
         if pods.len() >= KEPT_BUCKETS && !pods.contains_key(pod_uid) {
-            pods.retain(|_, kept| now.duration_since(kept.used) < IDLE_BUCKET);
+            forget_idle_buckets(&mut pods, now);
         }
         let kept = pods.entry(pod_uid.to_string()).or_insert(PodBucket {
             bucket: fresh,
@@ -133,6 +150,10 @@ impl ProbeRates {
         kept.used = now;
         kept.bucket.reserve(now)
     }
+}
+
+fn forget_idle_buckets(pods: &mut HashMap<String, PodBucket>, now: Instant) {
+    pods.retain(|_, kept| now.saturating_duration_since(kept.used) < IDLE_BUCKET);
 }
 
 /// A pod token lent ahead of its refill, given back if the run is dropped

@@ -142,6 +142,12 @@ impl ResultsCache {
         self.len() == 0
     }
 
+    /// Results and notes kept (#39).
+    fn entries(&self) -> usize {
+        let notes = self.notes.read().unwrap_or_else(PoisonError::into_inner);
+        self.len() + notes.len()
+    }
+
     /// Writes `result`; returns whether this is a change worth an update.
     /// The lock is released before the (possibly waiting) send.
     fn store(&self, container_id: &str, result: CachedResult) -> bool {
@@ -204,6 +210,15 @@ impl ProbeCaches {
             ProbeKind::Readiness => &self.readiness,
             ProbeKind::Startup => &self.startup,
         }
+    }
+
+    /// Results and notes kept in the three caches (#39): each goes with
+    /// its worker (W10).
+    pub fn entries(&self) -> usize {
+        ProbeKind::ALL
+            .iter()
+            .map(|&kind| self.get(kind).entries())
+            .sum()
     }
 }
 

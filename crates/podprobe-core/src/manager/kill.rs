@@ -46,6 +46,9 @@ pub trait Killer {
     /// Forgets every stopped container ID but those in `listed` (the IDs
     /// pod statuses still name).
     fn retain(&self, listed: &HashSet<String>);
+
+    /// Container IDs it keeps (#39): none once no pod status names one.
+    fn containers(&self) -> usize;
 }
 
 /// Which running containers of `pod` the kubelet's pod sync would kill

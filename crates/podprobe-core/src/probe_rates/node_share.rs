@@ -190,6 +190,20 @@ impl NodeShare {
         Some((pod, waiter))
     }
 
+    /// Drops the counts of pods idle for `idle` with no run waiting: by
+    /// then faded to nothing, as good as a new pod's.
+    pub(super) fn forget_idle(&mut self, now: Instant) {
+        let (idle, waiting) = (self.idle, &self.waiting);
+        self.counts.retain(|pod, count| {
+            now.saturating_duration_since(count.last) < idle || waiting.contains_key(pod)
+        });
+    }
+
+    /// Pods counted or waiting.
+    pub(super) fn entries(&self) -> usize {
+        self.counts.len() + self.waiting.len()
+    }
+
     fn weight(&self, pod: &str) -> f64 {
         self.counts.get(pod).map_or(0.0, |count| count.weight)
     }
@@ -206,10 +220,7 @@ impl NodeShare {
             since = Duration::ZERO;
         }
         if self.counts.len() >= self.kept && !self.counts.contains_key(pod) {
-            let (idle, waiting) = (self.idle, &self.waiting);
-            self.counts.retain(|pod, count| {
-                now.saturating_duration_since(count.last) < idle || waiting.contains_key(pod)
-            });
+            self.forget_idle(now);
         }
         let count = self.counts.entry(pod.to_string()).or_insert(Count {
             weight: 0.0,
