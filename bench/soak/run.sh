@@ -11,6 +11,7 @@
 #
 # Knobs (environment): PODS (300), CYCLE_S (240), DURATION_S (7200),
 # HEAPTRACK (0; 1: under heaptrack, OUT/heaptrack-<generation>.zst),
+# SINGLE_LIFE (0; 1: no restart halfway, the per-cycle heap verdict of #39),
 # OUT (bench/soak/out/<time>). A measurement, not a test: CI does not run
 # it. Starts one podprobe at a time and stops it by PID; its pods live in
 # namespace podprobe-bench and are deleted at the end.
@@ -20,6 +21,7 @@ PODS=${PODS:-300}
 CYCLE_S=${CYCLE_S:-240}
 DURATION_S=${DURATION_S:-7200}
 HEAPTRACK=${HEAPTRACK:-0}
+SINGLE_LIFE=${SINGLE_LIFE:-0}
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -46,6 +48,7 @@ cp "$target_dir/release/podprobe" "$OUT/podprobe"
 args=(run --binary "$OUT/podprobe" --cri-endpoint "$cri" --out "$OUT"
     --pods "$PODS" --cycle-s "$CYCLE_S" --duration-s "$DURATION_S")
 ((HEAPTRACK)) && args+=(--heaptrack)
+((SINGLE_LIFE)) && args+=(--single-life)
 echo "{\"podprobe\": \"$(git -C "$ROOT" rev-parse --short HEAD)\", \"load_before\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >"$OUT/machine.json"
 timeout $((${DURATION_S%.*} + 1800)) python3 "$HERE/soak.py" "${args[@]}" | tee "$OUT/result.json"
 log "results in $OUT"

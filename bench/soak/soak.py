@@ -5,10 +5,12 @@
         runs `podprobe run --mode gate` as a host process (optionally under
         heaptrack) against the local cluster for DURATION_S, re-creating
         PODS pods every CYCLE_S (a third of them failing their readiness
-        probe, so Events flow), editing the annotation of a third of them
-        halfway through each cycle, and restarting podprobe halfway through
-        the soak. Samples podprobe's RSS every SAMPLE_S into rss.csv, writes
-        rss.svg, and prints one JSON line.
+        probe, so Events flow; every one with a marker; a third with its
+        liveness probe paused for half the cycle), editing the annotation of
+        a third of them halfway through each cycle, and restarting podprobe
+        halfway through the soak (with --single-life: never, #39). Samples
+        podprobe's RSS every SAMPLE_S into rss.csv, writes rss.svg, and
+        prints one JSON line.
     soak.py plot OUT [--duration-s S]
         (re)draws OUT/rss.svg from OUT/rss.csv and prints the verdict.
 
@@ -75,6 +77,8 @@ class Podprobe:
             "none",
             "--log-level",
             "info",
+            "--marker-keys",
+            "role",
         ]
         if args.heaptrack:
             cmd = ["heaptrack", "-o", os.path.join(out, f"heaptrack-{generation}")] + cmd
@@ -134,6 +138,8 @@ class Podprobe:
                 "podprobe_heap_free_bytes",
             ):
                 out[name] = value
+            if name == "podprobe_per_pod_entries":
+                out[name] = out.get(name, 0) + value
         return out
 
     def stop(self):
@@ -149,20 +155,35 @@ class Podprobe:
             self.proc.wait()
 
 
-def manifest(name, failing):
+def probes(failing, period=1):
+    """bench/node's HTTP readiness probe with a `role` marker (MK1), and a
+    liveness probe of the same server."""
+    probes = node.probes_of("http")
+    readiness = probes["app"]["readinessProbe"]
+    readiness["periodSeconds"] = period
+    if failing:
+        readiness["httpGet"]["path"] = "/missing"
+    readiness["podprobe"] = {"markers": [{"label": "role", "onSuccess": "primary", "onFailure": "replica"}]}
+    probes["app"]["livenessProbe"] = {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 5}
+    return json.dumps(probes)
+
+
+def manifest(name, failing, paused_until):
     pod = node.pod_manifest(name, "http", "B")
     pod["metadata"]["labels"][SELECTOR_LABEL] = "1"
-    if failing:
-        probes = node.probes_of("http")
-        probes["app"]["readinessProbe"]["httpGet"]["path"] = "/missing"
-        pod["metadata"]["annotations"]["podprobe.io/probes"] = json.dumps(probes)
+    annotations = pod["metadata"]["annotations"]
+    annotations["podprobe.io/probes"] = probes(failing)
+    if paused_until:
+        annotations["podprobe.io/pause-liveness-until"] = paused_until
     return pod
 
 
-def create_pods(api, names):
+def create_pods(api, names, pause_s):
     node.host_dirs(names)
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + pause_s))
     for i, name in enumerate(names):
-        status, body = api.request("POST", f"/api/v1/namespaces/{node.NS}/pods", manifest(name, i % 3 == 2))
+        pod = manifest(name, i % 3 == 2, until if i % 3 == 1 else None)
+        status, body = api.request("POST", f"/api/v1/namespaces/{node.NS}/pods", pod)
         if status not in (201, 409):
             raise RuntimeError(f"create {name}: {status} {str(body)[:300]}")
 
@@ -172,9 +193,7 @@ def edit_annotations(api, names):
     for i, name in enumerate(names):
         if i % 3 != 0:
             continue
-        probes = node.probes_of("http")
-        probes["app"]["readinessProbe"]["periodSeconds"] = 2
-        patch = {"metadata": {"annotations": {"podprobe.io/probes": json.dumps(probes)}}}
+        patch = {"metadata": {"annotations": {"podprobe.io/probes": probes(i % 3 == 2, period=2)}}}
         api.request(
             "PATCH",
             f"/api/v1/namespaces/{node.NS}/pods/{name}",
@@ -213,9 +232,12 @@ class Sampler(threading.Thread):
                 "pods_tracked",
                 "workers",
                 "generation",
+                "cycle",
+                "per_pod_entries",
             ]
         )
         self.generation = 0
+        self.cycle = 0
         self.samples = 0
 
     def run(self):
@@ -238,6 +260,8 @@ class Sampler(threading.Thread):
                 g.get("podprobe_pods_tracked", ""),
                 g.get("podprobe_workers", ""),
                 self.generation,
+                self.cycle,
+                g.get("podprobe_per_pod_entries", ""),
             ]
             self.samples += 1
             self.writer.writerow(row)
@@ -324,6 +348,31 @@ def verdict(rows, duration_s):
     }
 
 
+def single_life(rows, pods):
+    """#39's verdict on one podprobe's life: the heap in use at each cycle's
+    peak within 5 % of the fourth cycle's from then on (the first three
+    fill caches and the allocator's pools), RSS with every pod up under
+    64 MiB. Cycles whose pods were not all up are left out."""
+    cycles = sorted({r[8] for r in rows if len(r) > 8 and r[8]})
+    peaks, rss_full = [], []
+    for c in cycles:
+        of = [r for r in rows if r[8] == c]
+        full = [r for r in of if r[4] != "" and r[4] >= pods]
+        if not full:
+            continue
+        peaks.append((c, max(r[2] for r in of if r[2] != "")))
+        rss_full.extend(r[1] for r in full)
+    result = {"cycle_heap_peaks_kib": peaks, "rss_at_full_max_kib": max(rss_full, default=None)}
+    if len(peaks) >= 5:
+        base = peaks[3][1]
+        spread = [round(100 * (p - base) / base, 1) for _, p in peaks[3:]]
+        result["heap_peaks_vs_4th_pct"] = spread
+        result["heap_flat"] = all(abs(d) <= 5 for d in spread)
+    if rss_full:
+        result["rss_under_64_mib"] = max(rss_full) < 64 * MIB
+    return result
+
+
 def read_rows(out):
     def num(v):
         return "" if v == "" else float(v) if "." in v else int(v)
@@ -345,7 +394,7 @@ def run(args):
     sampler.start()
     log(f"podprobe pid {sampler.podprobe.pid}, metrics {sampler.podprobe.metrics}")
     end = time.monotonic() + args.duration_s
-    restart_at = time.monotonic() + args.duration_s / 2
+    restart_at = end if args.single_life else time.monotonic() + args.duration_s / 2
     cycles = 0
 
     def wait_until(t):
@@ -364,8 +413,9 @@ def run(args):
     try:
         while time.monotonic() < end:
             cycles += 1
+            sampler.cycle = cycles
             log(f"cycle {cycles}: creating {args.pods} pods")
-            create_pods(api, names)
+            create_pods(api, names, args.cycle_s / 2)
             half = time.monotonic() + args.cycle_s / 2
             wait_until(half)
             edit_annotations(api, names)
@@ -387,7 +437,10 @@ def run(args):
         "heaptrack": bool(args.heaptrack),
         "samples": sampler.samples,
     }
-    result.update(verdict(read_rows(args.out), args.duration_s))
+    if args.single_life:
+        result.update(single_life(read_rows(args.out), args.pods))
+    else:
+        result.update(verdict(read_rows(args.out), args.duration_s))
     print(json.dumps(result))
 
 
@@ -403,15 +456,20 @@ def main():
     r.add_argument("--duration-s", type=float, default=7200)
     r.add_argument("--sample-s", type=float, default=10)
     r.add_argument("--heaptrack", action="store_true")
+    r.add_argument("--single-life", action="store_true")
     pl = sub.add_parser("plot")
     pl.add_argument("out")
     pl.add_argument("--duration-s", type=float, default=7200)
+    pl.add_argument("--single-life", action="store_true")
+    pl.add_argument("--pods", type=int, default=300)
     args = p.parse_args()
     if args.cmd == "run":
         run(args)
     else:
         plot(args.out)
-        print(json.dumps(verdict(read_rows(args.out), args.duration_s)))
+        rows = read_rows(args.out)
+        judged = single_life(rows, args.pods) if args.single_life else verdict(rows, args.duration_s)
+        print(json.dumps(judged))
 
 
 if __name__ == "__main__":
