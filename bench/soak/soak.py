@@ -354,15 +354,21 @@ def single_life(rows, pods):
     fill caches and the allocator's pools), RSS with every pod up under
     64 MiB. Cycles whose pods were not all up are left out."""
     cycles = sorted({r[8] for r in rows if len(r) > 8 and r[8]})
-    peaks, rss_full = [], []
+    peaks, medians, rss_full = [], [], []
     for c in cycles:
         of = [r for r in rows if r[8] == c]
         full = [r for r in of if r[4] != "" and r[4] >= pods]
         if not full:
             continue
         peaks.append((c, max(r[2] for r in of if r[2] != "")))
+        heap_full = sorted(r[2] for r in full if r[2] != "")
+        medians.append((c, heap_full[len(heap_full) // 2] if heap_full else None))
         rss_full.extend(r[1] for r in full)
-    result = {"cycle_heap_peaks_kib": peaks, "rss_at_full_max_kib": max(rss_full, default=None)}
+    result = {
+        "cycle_heap_peaks_kib": peaks,
+        "cycle_heap_median_at_full_kib": medians,
+        "rss_at_full_max_kib": max(rss_full, default=None),
+    }
     if len(peaks) >= 5:
         base = peaks[3][1]
         spread = [round(100 * (p - base) / base, 1) for _, p in peaks[3:]]
