@@ -79,15 +79,21 @@ fn der(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_common_name_is_read_from_the_subject_not_the_issuer() {
-        let ca_key = rcgen::KeyPair::generate().expect("key");
+    /// A self-signed CA named `common_name`: its certificate, and the issuer
+    /// that signs with it.
+    fn ca(common_name: &str) -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
+        let key = rcgen::KeyPair::generate().expect("key");
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "front-proxy-client");
-        let ca_cert = ca.self_signed(&ca_key).expect("ca");
-        let issuer = rcgen::Issuer::new(ca, ca_key);
+            .push(rcgen::DnType::CommonName, common_name);
+        let certificate = ca.self_signed(&key).expect("ca");
+        (certificate, rcgen::Issuer::new(ca, key))
+    }
+
+    #[test]
+    fn the_common_name_is_read_from_the_subject_not_the_issuer() {
+        let (ca_cert, issuer) = ca("front-proxy-client");
         let key = rcgen::KeyPair::generate().expect("key");
         let mut leaf =
             rcgen::CertificateParams::new(vec!["x.example".to_string()]).expect("params");
@@ -111,13 +117,7 @@ mod tests {
 
     #[test]
     fn the_issuer_is_the_name_of_the_ca_as_tls_sends_it() {
-        let ca_key = rcgen::KeyPair::generate().expect("key");
-        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "podprobe-status-api-ca-2");
-        let ca_cert = ca.self_signed(&ca_key).expect("ca");
-        let issuer_of = rcgen::Issuer::new(ca, ca_key);
+        let (ca_cert, issuer_of) = ca("podprobe-status-api-ca-2");
         let key = rcgen::KeyPair::generate().expect("key");
         let leaf = rcgen::CertificateParams::new(vec!["x.example".to_string()])
             .expect("params")
