@@ -697,7 +697,6 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         self.manager.remove_pod(pod);
         self.patcher.forget(uid);
         self.markers.forget(uid);
-        self.cache.forget_started(uid);
     }
 
     /// K1: a cached result changed.

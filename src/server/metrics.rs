@@ -397,7 +397,7 @@ impl Metrics {
         );
         own.register(
             "podprobe_per_pod_entries",
-            "Entries of podprobe's structures kept per pod or container, at the last resync (pod_store: pods and their started verdicts; results: cached probe results and failure notes; probe_rates: pods with a probe-run budget or a count at the node's; status_intents: pods with a status intent; markers: pods with marker writes; ledger: pods with last runs for kubectl podprobe status; containers: container IDs being stopped or with runtime facts); each follows the node's pods and is empty once they are gone",
+            "Entries of podprobe's structures kept per pod or container, at the last resync (pod_store: pods, each with its started verdicts and the status the workers read; results: cached probe results and failure notes; probe_rates: pods with a probe-run budget or a count at the node's; status_intents: pods with a status intent; markers: pods with marker writes; ledger: pods with last runs for kubectl podprobe status; containers: container IDs being stopped or with runtime facts); each follows the node's pods and is empty once they are gone",
             per_pod_entries.clone(),
         );
         own.register(

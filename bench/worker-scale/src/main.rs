@@ -374,10 +374,10 @@ fn recording_runner(args: &FleetArgs, recorder: Arc<Recorder>) -> RecordingRunne
 }
 
 /// The status manager's cache, as the kubelet's `GetPodStatus` serves it.
-struct Statuses(HashMap<String, PodStatus>);
+struct Statuses(HashMap<String, Arc<PodStatus>>);
 
 impl StatusSource for Statuses {
-    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
+    fn pod_status(&self, pod_uid: &str) -> Option<Arc<PodStatus>> {
         self.0.get(pod_uid).cloned()
     }
 }
@@ -388,7 +388,7 @@ struct Fleet {
     /// The pod objects, as the watch cache holds them: workers share them.
     pods: Vec<Arc<Pod>>,
     probes: PodProbes,
-    statuses: HashMap<String, PodStatus>,
+    statuses: HashMap<String, Arc<PodStatus>>,
     slots: Vec<usize>,
 }
 
@@ -438,7 +438,7 @@ fn build_fleet(args: &FleetArgs, kinds: &[ProbeKind], started_at: Timestamp) -> 
             container_statuses: Some(container_statuses.collect()),
             ..PodStatus::default()
         };
-        statuses.insert(uid, status);
+        statuses.insert(uid, Arc::new(status));
     }
     Fleet {
         pods,

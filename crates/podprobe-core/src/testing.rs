@@ -295,8 +295,13 @@ impl FakeStatuses {
 }
 
 impl StatusSource for FakeStatuses {
-    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
-        self.statuses.lock().unwrap().get(pod_uid).cloned()
+    fn pod_status(&self, pod_uid: &str) -> Option<Arc<PodStatus>> {
+        self.statuses
+            .lock()
+            .unwrap()
+            .get(pod_uid)
+            .cloned()
+            .map(Arc::new)
     }
 }
 

@@ -77,11 +77,11 @@ impl<T: ProbeRunner> ProbeRunner for Arc<T> {
 /// (`GetPodStatus`). It provides container IDs, states, `started` and the pod IP.
 pub trait StatusSource: Send + Sync + 'static {
     /// The pod's current status, or `None` if it is not known (yet or any more).
-    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus>;
+    fn pod_status(&self, pod_uid: &str) -> Option<Arc<PodStatus>>;
 }
 
 impl<T: StatusSource> StatusSource for Arc<T> {
-    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
+    fn pod_status(&self, pod_uid: &str) -> Option<Arc<PodStatus>> {
         T::pod_status(self, pod_uid)
     }
 }
@@ -345,7 +345,7 @@ impl<R: ProbeRunner, S: StatusSource> Worker<R, S> {
         let began = Instant::now();
         let status = self.context.statuses.pod_status(self.config.pod_uid());
         let observed = Observation {
-            status: status.as_ref(),
+            status: status.as_deref(),
             now: self.context.clock.now(),
             prober_start: self.context.started_wall,
         };

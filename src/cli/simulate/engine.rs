@@ -411,8 +411,8 @@ impl SimStatuses {
 }
 
 impl StatusSource for SimStatuses {
-    fn pod_status(&self, pod_uid: &str) -> Option<PodStatus> {
-        (pod_uid == self.pod_uid).then(|| self.get())
+    fn pod_status(&self, pod_uid: &str) -> Option<Arc<PodStatus>> {
+        (pod_uid == self.pod_uid).then(|| Arc::new(self.get()))
     }
 }
 
