@@ -189,6 +189,18 @@ def proc_rss_kib(pid):
     return 0
 
 
+def node_cpu_ticks():
+    """The whole machine's busy time (/proc/stat: user, nice, system, irq,
+    softirq; not idle, iowait or steal) and its softirq share. With tick
+    accounting (no CONFIG_IRQ_TIME_ACCOUNTING) a process is charged the
+    softirq work that interrupted it, so per-process figures can move work
+    between processes; the machine's total cannot."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return {"node": user + nice + system + irq + softirq, "node_softirq": softirq}
+
+
 def cluster_shims():
     """PIDs of the containerd shims of the cluster's containerd (not of any
     other containerd on the machine)."""
@@ -251,6 +263,7 @@ class Sampler:
             "podprobe": proc_cpu_ticks(self.podprobe),
             "containerd": proc_cpu_ticks(self.containerd, children=True),
         }
+        s["cpu_ticks"].update(node_cpu_ticks())
         shims = {}
         for pid in cluster_shims():
             try:
@@ -751,6 +764,60 @@ def result_to_status(window):
     return sorted(buckets)
 
 
+def per_round(runs):
+    """Every round's own ratios (A, B and C of one round ran back to back),
+    with its sides' 1-minute loads: a round whose loads spread more than
+    ±20 % around their mean is not at equal load and is marked."""
+    rounds = {}
+    for r in runs:
+        rounds.setdefault((r["workload"], r["round"]), {})[r["side"]] = r
+    print(
+        "\nPer round, µs per probe (sides back to back; equal load: every side's 1-min load within "
+        "±20 % of the round's mean):\n"
+    )
+    print(
+        "| workload | round | load A / B / C | equal load | kubelet A−B | kubelet A−C | podprobe B−A "
+        "| floor C | podprobe / floor | podprobe / kubelet (A−B) | podprobe / kubelet (A−C) "
+        "| kubelet B − C | node A − B | node B − C | softirq B − C |"
+    )
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (workload, number), sides in sorted(rounds.items()):
+        if not {"A", "B", "C"} <= sides.keys():
+            continue
+        pct = {}
+        for side, r in sides.items():
+            st = r["steady"]
+            w = st["wall_s"]
+            pct[side] = {k: st["cpu_s"].get(k, float("nan")) / w for k in ("kubelet", "podprobe", "node", "node_softirq")}
+        a, b, c = (sides[x] for x in "ABC")
+        probes_s = (
+            sum(v for k, v in a["steady"]["probes"]["kubelet"].items() if k in ("Liveness", "Readiness", "Startup"))
+            / a["steady"]["wall_s"]
+            + sum(v for k, v in b["steady"]["probes"]["podprobe"].items() if k in ("Liveness", "Readiness", "Startup"))
+            / b["steady"]["wall_s"]
+        ) / 2
+        floor = c["steady"]["floor"]
+        floor_us = (floor["cpu_user_s"] + floor["cpu_sys_s"]) / floor["probes"] * 1e6
+        saved_b = (pct["A"]["kubelet"] - pct["B"]["kubelet"]) / probes_s * 1e6
+        saved_c = (pct["A"]["kubelet"] - pct["C"]["kubelet"]) / probes_s * 1e6
+        spent = (pct["B"]["podprobe"] - pct["A"]["podprobe"]) / probes_s * 1e6
+        idle_diff = (pct["B"]["kubelet"] - pct["C"]["kubelet"]) / probes_s * 1e6
+        node = {
+            "A − B": (pct["A"]["node"] - pct["B"]["node"]) / probes_s * 1e6,
+            "B − C": (pct["B"]["node"] - pct["C"]["node"]) / probes_s * 1e6,
+            "softirq": (pct["B"]["node_softirq"] - pct["C"]["node_softirq"]) / probes_s * 1e6,
+        }
+        loads = [sides[x]["loadavg_1m_steady"] for x in "ABC"]
+        mean = sum(loads) / 3
+        equal = all(abs(x - mean) <= 0.2 * mean for x in loads)
+        print(
+            f"| {workload} | {number} | {' / '.join(format(x, '.1f') for x in loads)} | "
+            f"{'yes' if equal else '**no**'} | {saved_b:.0f} | {saved_c:.0f} | {spent:.0f} | {floor_us:.0f} | "
+            f"{spent / floor_us:.2f} | {spent / saved_b:.2f} | {spent / saved_c:.2f} | {idle_diff:+.0f} | "
+            f"{node['A − B']:.0f} | {node['B − C']:+.0f} | {node['softirq']:+.0f} |"
+        )
+
+
 def cmd_table(args):
     runs = [json.loads(line) for path in args.results for line in open(path) if line.strip()]
 
@@ -834,6 +901,8 @@ def cmd_table(args):
             f"{podprobe / kubelet:.2f} | {podprobe / floor:.2f} | {kubelet / floor:.2f} | {total:.2f} | "
             f"{b['cri_pct'] / a['cri_pct']:.2f} | {b['podprobe_rss']:.0f} |"
         )
+
+    per_round(runs)
 
     flipped = [(k, v) for k, v in sorted(summary.items()) if all(row["flip"] for row in v[1])]
     if not flipped:
