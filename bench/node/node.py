@@ -764,6 +764,11 @@ def result_to_status(window):
     return sorted(buckets)
 
 
+def probes_total(run, side):
+    """Probe runs of `side`'s prober (kubelet, podprobe) in the steady window."""
+    return sum(v for k, v in run["steady"]["probes"][side].items() if k in ("Liveness", "Readiness", "Startup"))
+
+
 def per_round(runs):
     """Every round's own ratios (A, B and C of one round ran back to back),
     with its sides' 1-minute loads: a round whose loads spread more than
@@ -791,10 +796,8 @@ def per_round(runs):
             pct[side] = {k: st["cpu_s"].get(k, float("nan")) / w for k in ("kubelet", "podprobe", "node", "node_softirq")}
         a, b, c = (sides[x] for x in "ABC")
         probes_s = (
-            sum(v for k, v in a["steady"]["probes"]["kubelet"].items() if k in ("Liveness", "Readiness", "Startup"))
-            / a["steady"]["wall_s"]
-            + sum(v for k, v in b["steady"]["probes"]["podprobe"].items() if k in ("Liveness", "Readiness", "Startup"))
-            / b["steady"]["wall_s"]
+            probes_total(a, "kubelet") / a["steady"]["wall_s"]
+            + probes_total(b, "podprobe") / b["steady"]["wall_s"]
         ) / 2
         floor = c["steady"]["floor"]
         floor_us = (floor["cpu_user_s"] + floor["cpu_sys_s"]) / floor["probes"] * 1e6
@@ -824,9 +827,6 @@ def cmd_table(args):
     def med(xs):
         xs = [x for x in xs if x == x]
         return statistics.median(xs) if xs else float("nan")
-
-    def probes_total(run, side):
-        return sum(v for k, v in run["steady"]["probes"][side].items() if k in ("Liveness", "Readiness", "Startup"))
 
     print("Per side, medians over rounds (steady window; C: the floor prober's own CPU and probes):\n")
     print(

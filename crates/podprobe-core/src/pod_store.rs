@@ -94,7 +94,8 @@ impl PodStore {
         if let Some(entry) = self.write().get_mut(uid)
             && entry.started != verdicts
         {
-            *entry = Entry::new(entry.pod.clone(), verdicts);
+            entry.started = verdicts;
+            entry.view = OnceLock::new();
         }
     }
 
