@@ -19,6 +19,7 @@ mod request;
 mod transport;
 mod url;
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -202,7 +203,8 @@ async fn follow_redirects(
     deadline: Option<Instant>,
     destinations: &Destinations,
 ) -> Result<Exchange, String> {
-    let mut hop = first.clone();
+    // The first request is sent as built; only a redirect makes a new one.
+    let mut hop = Cow::Borrowed(first);
     let mut sent = 0;
     loop {
         let exchange = transport::exchange(&hop, tls, deadline, destinations)
@@ -229,7 +231,7 @@ async fn follow_redirects(
                 &format!("stopped after {MAX_REQUESTS} redirects"),
             ));
         }
-        hop = next;
+        hop = Cow::Owned(next);
     }
 }
 
@@ -270,7 +272,12 @@ pub fn redirected_request(
     Ok(next.map(|hop| RedirectedRequest {
         url: hop.url.to_string(),
         request_uri: hop.url.request_uri(),
-        header_lines: hop.header_lines(),
+        header_lines: hop.header_lines().map(|lines| {
+            lines
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value.into_owned()))
+                .collect()
+        }),
     }))
 }
 

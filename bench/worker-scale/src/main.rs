@@ -47,6 +47,12 @@ use tokio::time::{Instant, MissedTickBehavior};
 /// Live heap bytes, kept by [`Counting`].
 static LIVE_HEAP: AtomicIsize = AtomicIsize::new(0);
 
+/// Allocations (`alloc`, `alloc_zeroed`) and `realloc` calls so far, kept by
+/// [`Counting`]: divided by the probes of a run, the prober's allocations
+/// per probe, which the daemon's node-level CPU follows (#39 item 3).
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static REALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
 /// The system allocator with a count of live bytes, so that memory per worker
 /// is read exactly and not only through RSS (which allocator caching blurs).
 struct Counting;
@@ -63,6 +69,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
         let ptr = unsafe { System.alloc(layout) };
+        ALLOCATIONS.fetch_add(1, Relaxed);
         if !ptr.is_null() {
             LIVE_HEAP.fetch_add(signed(layout.size()), Relaxed);
         }
@@ -72,6 +79,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
         let ptr = unsafe { System.alloc_zeroed(layout) };
+        ALLOCATIONS.fetch_add(1, Relaxed);
         if !ptr.is_null() {
             LIVE_HEAP.fetch_add(signed(layout.size()), Relaxed);
         }
@@ -87,6 +95,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded; the caller guarantees the realloc contract.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
+        REALLOCATIONS.fetch_add(1, Relaxed);
         if !new.is_null() {
             LIVE_HEAP.fetch_add(signed(new_size) - signed(layout.size()), Relaxed);
         }
@@ -988,6 +997,7 @@ async fn run_real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Value {
     let tasks_base = alive_tasks();
     let base = memory();
     let (cpu_user0, cpu_sys0) = cpu();
+    let allocations0 = (ALLOCATIONS.load(Relaxed), REALLOCATIONS.load(Relaxed));
     let origin = recorder.origin;
     let running = Running::start(subject, &mut fleet, period, runner);
     let add = origin.elapsed();
@@ -999,6 +1009,7 @@ async fn run_real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Value {
     tokio::time::sleep_until(origin + duration).await;
     let end_us = recorder.elapsed_us();
     let (cpu_user1, cpu_sys1) = cpu();
+    let allocations1 = (ALLOCATIONS.load(Relaxed), REALLOCATIONS.load(Relaxed));
     let end = memory();
     let tasks_end = alive_tasks();
     let workers = running.workers();
@@ -1045,7 +1056,11 @@ async fn run_real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Value {
     let probes = line["probes"].as_f64().unwrap_or(0.0);
     merge(
         line,
-        json!({ "cpu_us_per_probe": cpu_s * 1e6 / probes.max(1.0) }),
+        json!({
+            "cpu_us_per_probe": cpu_s * 1e6 / probes.max(1.0),
+            "allocations_per_probe": (allocations1.0 - allocations0.0) as f64 / probes.max(1.0),
+            "reallocations_per_probe": (allocations1.1 - allocations0.1) as f64 / probes.max(1.0),
+        }),
     )
 }
 

@@ -4,6 +4,7 @@
 //! redirect (H8), and the header lines in the order Go writes them. Pure:
 //! nothing here touches the network.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -16,6 +17,11 @@ use crate::probe::{go_quote, join_host_port};
 /// Request headers keyed by canonical name, values in the order given.
 /// Sorted keys are also the order Go writes header lines in.
 pub type Header = BTreeMap<String, Vec<String>>;
+
+/// One header line as it goes on the wire: the name and the value, borrowed
+/// from the [`Hop`] they came from wherever they can be, so that a probe run
+/// does not copy its request's headers again to send them.
+pub type HeaderLine<'a> = (&'a str, Cow<'a, str>);
 
 /// One request of a probe: the first one, or one that follows a redirect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,15 +125,16 @@ impl Hop {
     /// `Host`, `User-Agent`, `Content-Length` (a `POST` or `PUT`, even of
     /// an empty body), the rest sorted by name, `Connection: close`.
     /// Fails with Go's transport error for an invalid header name or value.
-    pub fn header_lines(&self) -> Result<Vec<(String, String)>, String> {
+    pub fn header_lines(&self) -> Result<Vec<HeaderLine<'_>>, String> {
         self.check_header()?;
-        let mut lines = vec![("Host".to_string(), self.host_line())];
+        let mut lines = Vec::with_capacity(self.header.len() + 3);
+        lines.push(("Host", Cow::Borrowed(self.host_line())));
         let user_agent = first_value(&self.header, "User-Agent");
         if !user_agent.is_empty() {
-            lines.push(("User-Agent".into(), trim_value(user_agent).to_string()));
+            lines.push(("User-Agent", Cow::Borrowed(trim_value(user_agent))));
         }
         if let Some(body) = &self.body {
-            lines.push(("Content-Length".into(), body.len().to_string()));
+            lines.push(("Content-Length", Cow::Owned(body.len().to_string())));
         }
         for (name, values) in &self.header {
             if NOT_WRITTEN.contains(&name.as_str()) {
@@ -136,27 +143,27 @@ impl Hop {
             lines.extend(
                 values
                     .iter()
-                    .map(|v| (name.clone(), trim_value(v).to_string())),
+                    .map(|v| (name.as_str(), Cow::Borrowed(trim_value(v)))),
             );
         }
         if !self.asks_to_close() {
-            lines.push(("Connection".into(), "close".into()));
+            lines.push(("Connection", Cow::Borrowed("close")));
         }
         Ok(lines)
     }
 
     /// The `Host` line value: the override or the URL's `host:port`, sent
     /// empty when it is not a valid host (Go's `ValidHostHeader`).
-    fn host_line(&self) -> String {
+    fn host_line(&self) -> &str {
         let host = if self.host.is_empty() {
             &self.url.host
         } else {
             &self.host
         };
         if host.bytes().all(is_host_byte) {
-            host.clone()
+            host
         } else {
-            String::new()
+            ""
         }
     }
 
@@ -377,10 +384,7 @@ mod tests {
             ("X-B", "2"),
             ("Connection", "close"),
         ];
-        let expected: Vec<_> = expected
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect();
+        let expected: Vec<_> = expected.iter().map(|&(n, v)| (n, Cow::from(v))).collect();
         assert_eq!(lines, expected);
     }
 
@@ -388,14 +392,19 @@ mod tests {
     fn h6_h7_defaults_and_overrides() {
         let names = |headers: &[(&str, &str)]| {
             let hop = Hop::first(&action("/", headers), "10.0.0.1", "kube-probe/1.35").unwrap();
-            hop.header_lines().unwrap()
+            let lines = hop.header_lines().unwrap();
+            lines
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v.into_owned()))
+                .collect::<Vec<_>>()
         };
+        let line = |n: &str, v: &str| (n.to_string(), v.to_string());
         let default = names(&[]);
-        assert!(default.contains(&("User-Agent".into(), "kube-probe/1.35".into())));
-        assert!(default.contains(&("Accept".into(), "*/*".into())));
+        assert!(default.contains(&line("User-Agent", "kube-probe/1.35")));
+        assert!(default.contains(&line("Accept", "*/*")));
         let custom = names(&[("user-agent", "mine"), ("Accept", "text/plain")]);
-        assert!(custom.contains(&("User-Agent".into(), "mine".into())));
-        assert!(custom.contains(&("Accept".into(), "text/plain".into())));
+        assert!(custom.contains(&line("User-Agent", "mine")));
+        assert!(custom.contains(&line("Accept", "text/plain")));
         let removed = names(&[("User-Agent", ""), ("Accept", "")]);
         assert!(
             removed
@@ -411,7 +420,7 @@ mod tests {
             Hop::first(&action("/a", &[("host", "svc.example")]), "10.0.0.1", "ua").unwrap();
         assert_eq!(
             first.header_lines().unwrap()[0],
-            ("Host".into(), "svc.example".into())
+            ("Host", Cow::from("svc.example"))
         );
         let next = first.url.resolve("/b").unwrap();
         let relative = first.redirected(&first, 302, "/b", next.clone());
@@ -420,21 +429,16 @@ mod tests {
         let absolute = first.redirected(&first, 302, "http://10.0.0.1:8080/b", next);
         assert_eq!(
             absolute.header_lines().unwrap()[0],
-            ("Host".into(), "10.0.0.1:8080".into())
+            ("Host", Cow::from("10.0.0.1:8080"))
         );
     }
 
     #[test]
     fn h9_connection_close_unless_the_user_asked_for_it() {
-        let lines = Hop::first(&action("/", &[("Connection", "Close")]), "10.0.0.1", "ua")
-            .unwrap()
-            .header_lines()
-            .unwrap();
-        let connection: Vec<_> = lines.iter().filter(|(n, _)| n == "Connection").collect();
-        assert_eq!(
-            connection,
-            [&("Connection".to_string(), "Close".to_string())]
-        );
+        let hop = Hop::first(&action("/", &[("Connection", "Close")]), "10.0.0.1", "ua").unwrap();
+        let lines = hop.header_lines().unwrap();
+        let connection: Vec<_> = lines.iter().filter(|(n, _)| *n == "Connection").collect();
+        assert_eq!(connection, [&("Connection", Cow::from("Close"))]);
     }
 
     #[test]

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::informational::{H2Headers, Informational};
-use super::request::Hop;
+use super::request::{HeaderLine, Hop};
 use crate::probe::destinations::Destinations;
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
 use crate::probe::go_quote;
@@ -260,7 +260,7 @@ fn escape_request_line(target: &str) -> String {
 fn http1_request(
     hop: &Hop,
     target: PathAndQuery,
-    lines: &[(String, String)],
+    lines: &[HeaderLine<'_>],
 ) -> Result<Request, TransportError> {
     build_request(hop, Uri::from(target), http::Version::HTTP_11, lines)
 }
@@ -283,21 +283,21 @@ fn http2_request(
     hop: &Hop,
     scheme: http::uri::Scheme,
     target: PathAndQuery,
-    lines: &[(String, String)],
+    lines: &[HeaderLine<'_>],
 ) -> Result<Request, TransportError> {
     let authority = lines
         .iter()
-        .find(|(name, _)| name == "Host")
-        .map_or("", |(_, value)| value.as_str());
+        .find(|(name, _)| *name == "Host")
+        .map_or("", |(_, value)| value.as_ref());
     let uri = Uri::builder()
         .scheme(scheme)
         .authority(authority)
         .path_and_query(target)
         .build()
         .map_err(|_| TransportError::Failed("http2: invalid Host header".into()))?;
-    let lines: Vec<(String, String)> = lines
+    let lines: Vec<HeaderLine<'_>> = lines
         .iter()
-        .filter(|(name, _)| !NOT_SENT_OVER_HTTP2.contains(&name.as_str()))
+        .filter(|(name, _)| !NOT_SENT_OVER_HTTP2.contains(name))
         .cloned()
         .collect();
     build_request(hop, uri, http::Version::HTTP_2, &lines)
@@ -311,7 +311,7 @@ fn build_request(
     hop: &Hop,
     uri: Uri,
     version: http::Version,
-    lines: &[(String, String)],
+    lines: &[HeaderLine<'_>],
 ) -> Result<Request, TransportError> {
     let body = match &hop.body {
         None => Either::Left(Empty::new()),
