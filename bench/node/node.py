@@ -457,12 +457,25 @@ def list_pods(api):
     return api.get(f"/api/v1/namespaces/{NS}/pods")
 
 
-def delete_pods(api, baseline_shims, timeout):
+def delete_pods(api, baseline_shims, timeout, still_s=30):
+    """Deletes the benchmark's pods and waits until they are gone and their
+    shims with them: the shim count back at `baseline_shims`, or unchanged
+    for `still_s` once the pods are gone (shims the kubelet's sandbox
+    garbage collection has not reached cost nothing while they wait, and
+    waiting the whole `timeout` for them made every side minutes longer)."""
     api.request("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 1})
     deadline = time.monotonic() + timeout
+    shims, changed = None, time.monotonic()
     while time.monotonic() < deadline:
-        if not list_pods(api)["items"] and len(cluster_shims()) <= baseline_shims:
-            return
+        count = len(cluster_shims())
+        if count != shims:
+            shims, changed = count, time.monotonic()
+        if not list_pods(api)["items"]:
+            if count <= baseline_shims:
+                return
+            if time.monotonic() - changed >= still_s:
+                log(f"{count} shims left (baseline {baseline_shims}), none gone for {still_s} s: going on")
+                return
         time.sleep(2)
     log(f"pods or shims still there after {timeout} s")
 
