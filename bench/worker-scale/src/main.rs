@@ -19,7 +19,7 @@
 //!
 //! A measurement, not a test: CI does not run it (`run.sh` does).
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::process::ExitCode;
@@ -53,9 +53,27 @@ static LIVE_HEAP: AtomicIsize = AtomicIsize::new(0);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static REALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
-/// The system allocator with a count of live bytes, so that memory per worker
-/// is read exactly and not only through RSS (which allocator caching blurs).
+/// The allocator under test with a count of live bytes, so that memory per
+/// worker is read exactly and not only through RSS (which allocator caching
+/// blurs): the system's (glibc) malloc, or with `--features mimalloc` /
+/// `jemalloc` that one (#39 item 2's comparison).
 struct Counting;
+
+#[cfg(not(any(feature = "mimalloc", feature = "jemalloc")))]
+const INNER: std::alloc::System = std::alloc::System;
+#[cfg(feature = "mimalloc")]
+const INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+const INNER: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The allocator the counting wrapper forwards to, as the JSON line names it.
+const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else if cfg!(feature = "jemalloc") {
+    "jemalloc"
+} else {
+    "glibc"
+};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -64,11 +82,11 @@ fn signed(bytes: usize) -> isize {
     isize::try_from(bytes).unwrap_or(isize::MAX)
 }
 
-// SAFETY: every call goes to `System` unchanged; only a counter is kept beside it.
+// SAFETY: every call goes to `INNER` unchanged; only a counter is kept beside it.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
-        let ptr = unsafe { System.alloc(layout) };
+        let ptr = unsafe { INNER.alloc(layout) };
         ALLOCATIONS.fetch_add(1, Relaxed);
         if !ptr.is_null() {
             LIVE_HEAP.fetch_add(signed(layout.size()), Relaxed);
@@ -78,7 +96,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
+        let ptr = unsafe { INNER.alloc_zeroed(layout) };
         ALLOCATIONS.fetch_add(1, Relaxed);
         if !ptr.is_null() {
             LIVE_HEAP.fetch_add(signed(layout.size()), Relaxed);
@@ -88,13 +106,13 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded; the caller guarantees `ptr` came from this allocator with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { INNER.dealloc(ptr, layout) };
         LIVE_HEAP.fetch_sub(signed(layout.size()), Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded; the caller guarantees the realloc contract.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        let new = unsafe { INNER.realloc(ptr, layout, new_size) };
         REALLOCATIONS.fetch_add(1, Relaxed);
         if !new.is_null() {
             LIVE_HEAP.fetch_add(signed(new_size) - signed(layout.size()), Relaxed);
@@ -1022,6 +1040,7 @@ async fn run_real(args: FleetArgs, clock: RealArgs, subject: Subject) -> Value {
     let line = json!({
         "mode": "real",
         "impl": running.name(),
+        "allocator": ALLOCATOR_NAME,
         "workers": workers,
         "pods": args.pods,
         "containers": args.containers,
