@@ -374,9 +374,29 @@ def single_life(rows, pods):
         spread = [round(100 * (p - base) / base, 1) for _, p in peaks[3:]]
         result["heap_peaks_vs_4th_pct"] = spread
         result["heap_flat"] = all(abs(d) <= 5 for d in spread)
+        # A peak is one deletion wave's work in flight, which varies from
+        # wave to wave; growth shows as a trend across cycles, so the
+        # least-squares slope from the fourth cycle on is given beside it,
+        # for the peaks and for the medians with every pod up.
+        result["heap_peak_trend_kib_per_cycle"] = slope(peaks[3:])
+        full = [(c, m) for c, m in medians[3:] if m is not None]
+        if len(full) >= 2:
+            base = full[0][1]
+            result["heap_medians_vs_4th_pct"] = [round(100 * (m - base) / base, 1) for _, m in full]
+            result["heap_median_trend_kib_per_cycle"] = slope(full)
     if rss_full:
         result["rss_under_64_mib"] = max(rss_full) < 64 * MIB
     return result
+
+
+def slope(points):
+    """Least-squares slope of (x, y) points, rounded to 0.1."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    sxy = sum((x - mx) * (y - my) for x, y in points)
+    return round(sxy / sxx, 1) if sxx else 0.0
 
 
 def read_rows(out):
