@@ -5,7 +5,7 @@
 # table with the Rust/Go ratios. A measurement, not a test: CI does not run it.
 #
 # With FLOOR=1, the C floor (bench/floor/floor.c: the least a prober can do per
-# probe) runs too, for TCP and HTTP, in the same rotation.
+# probe) runs too, for every kind, in the same rotation.
 #
 # Knobs (environment): KINDS ("http tcp grpc"), NS ("100 500"), PERIOD_MS (100),
 # DURATION_S (15), TIMEOUT_MS (1000), ROUNDS (2), OUT (bench/out/<time>).
@@ -96,7 +96,7 @@ for kind in $KINDS; do
             # Alternate which side goes first, so neither always runs on the
             # machine the other has just warmed or loaded.
             if ((i % 2 == 0)); then order="go rust"; else order="rust go"; fi
-            if ((FLOOR)) && [[ $kind != grpc ]]; then
+            if ((FLOOR)); then
                 if ((i % 2 == 0)); then order="floor $order"; else order="$order floor"; fi
             fi
             i=$((i + 1))

@@ -8,11 +8,18 @@
 // connected; HTTP: write one minimal GET with "Connection: close", read to
 // EOF, check the status line says 2xx or 3xx, close. Before each close the
 // linger is turned off, as podprobe does (T3): the same FIN on the wire,
-// and the close does not wait for its ACK. The server is the same
+// and the close does not wait for its ACK. gRPC: one write of the
+// client preface, an empty SETTINGS, the Health/Check HEADERS (HPACK
+// literals, no Huffman, no dynamic table) and its DATA with END_STREAM
+// (the empty request), as any HTTP/2 client may send before it has read the
+// server's SETTINGS; then read frames, acknowledging the server's SETTINGS
+// and PINGs (HTTP/2 requires both), until the trailers (HEADERS with
+// END_STREAM); a probe passes when the response message is SERVING
+// (08 01); no GOAWAY, close. The server is the same
 // external one (`kubelet-probes serve`) the Rust and Go harnesses probe, and
 // CPU is this process's own (getrusage), as they measure theirs.
 //
-// Usage: floor tcp|http N PERIOD_MS DURATION_S PORT [TARGETS]
+// Usage: floor tcp|http|grpc N PERIOD_MS DURATION_S PORT [TARGETS]
 // Prints one JSON line in bench/probe-load's shape. A measurement, not a
 // test: CI does not run it. Without TARGETS only 127.0.0.1 is connected to;
 // with it (a file of IPv4 addresses, one per line: bench/node's pod IPs on
@@ -33,17 +40,20 @@
 #include <unistd.h>
 
 enum { IDLE, CONNECTING, READING };
+enum { TCP, HTTP, GRPC };
 
 struct slot {
     struct sockaddr_in addr;
     int request_len;
-    char request[160];
+    char request[256];
     int fd;
     int state;
     uint64_t due_ns;    // next probe
     uint64_t began_ns;  // current probe
-    size_t got;         // bytes of the response kept (status line only)
+    size_t got;         // HTTP: bytes of the status line kept; gRPC: of frames buffered
     char head[16];
+    int serving;        // gRPC: the response said SERVING
+    unsigned char frames[1024];
 };
 
 static uint64_t now_ns(void) {
@@ -59,14 +69,98 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+// Appends an HTTP/2 frame header (RFC 9113 4.1) to p.
+static unsigned char *frame_header(unsigned char *p, size_t len, int type, int flags, uint32_t stream) {
+    *p++ = (unsigned char)(len >> 16);
+    *p++ = (unsigned char)(len >> 8);
+    *p++ = (unsigned char)len;
+    *p++ = (unsigned char)type;
+    *p++ = (unsigned char)flags;
+    *p++ = (unsigned char)(stream >> 24);
+    *p++ = (unsigned char)(stream >> 16);
+    *p++ = (unsigned char)(stream >> 8);
+    *p++ = (unsigned char)stream;
+    return p;
+}
+
+// Appends an HPACK string literal (no Huffman; every string here is < 127).
+static unsigned char *hpack_string(unsigned char *p, const char *s) {
+    size_t len = strlen(s);
+    *p++ = (unsigned char)len;
+    memcpy(p, s, len);
+    return p + len;
+}
+
+// The whole gRPC Health/Check request to `authority`; returns its length.
+static int grpc_request(unsigned char *out, const char *authority) {
+    unsigned char block[160], *b = block;
+    *b++ = 0x83;  // :method POST (static index 3)
+    *b++ = 0x86;  // :scheme http (6)
+    *b++ = 0x04;  // :path (4), literal without indexing
+    b = hpack_string(b, "/grpc.health.v1.Health/Check");
+    *b++ = 0x01;  // :authority (1)
+    b = hpack_string(b, authority);
+    *b++ = 0x0f, *b++ = 0x10;  // content-type (31)
+    b = hpack_string(b, "application/grpc");
+    *b++ = 0x0f, *b++ = 0x2b;  // user-agent (58)
+    b = hpack_string(b, "kube-probe/1.35");
+    *b++ = 0x00;  // a new name
+    b = hpack_string(b, "te");
+    b = hpack_string(b, "trailers");
+    unsigned char *p = out;
+    memcpy(p, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+    p += 24;
+    p = frame_header(p, 0, 0x4, 0, 0);  // SETTINGS
+    p = frame_header(p, (size_t)(b - block), 0x1, 0x4, 1);  // HEADERS, END_HEADERS
+    memcpy(p, block, (size_t)(b - block));
+    p += b - block;
+    p = frame_header(p, 5, 0x0, 0x1, 1);  // DATA, END_STREAM: an empty message
+    memset(p, 0, 5);
+    p += 5;
+    return (int)(p - out);
+}
+
+// Consumes the complete frames buffered in s->frames: acknowledges SETTINGS
+// and PINGs, notes a SERVING response. Returns 1 once the trailers came,
+// -1 on a write failure or a frame larger than the buffer, else 0.
+static int grpc_frames(struct slot *s) {
+    size_t at = 0;
+    int finished = 0;
+    unsigned char acks[9 + 17 * 4], *a = acks;
+    while (s->got - at >= 9) {
+        unsigned char *f = s->frames + at;
+        size_t len = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+        if (len + 9 > sizeof s->frames) return -1;
+        if (s->got - at < len + 9) break;
+        int type = f[3], flags = f[4];
+        uint32_t stream = ((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8 | f[8]) & 0x7fffffffu;
+        if (type == 0x4 && !(flags & 0x1)) {
+            a = frame_header(a, 0, 0x4, 0x1, 0);  // SETTINGS ack
+        } else if (type == 0x6 && !(flags & 0x1) && len == 8 && a + 17 <= acks + sizeof acks) {
+            a = frame_header(a, 8, 0x6, 0x1, 0);  // PING ack, the same 8 bytes
+            memcpy(a, f + 9, 8);
+            a += 8;
+        } else if (type == 0x0 && stream == 1 && len >= 7) {
+            s->serving = f[9 + 5] == 0x08 && f[9 + 6] == 0x01;
+        } else if (type == 0x1 && stream == 1 && (flags & 0x1)) {
+            finished = 1;
+        }
+        at += len + 9;
+    }
+    memmove(s->frames, s->frames + at, s->got - at);
+    s->got -= at;
+    if (a > acks && !finished && write(s->fd, acks, (size_t)(a - acks)) != a - acks) return -1;
+    return finished;
+}
+
 int main(int argc, char **argv) {
     if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: floor tcp|http N PERIOD_MS DURATION_S PORT [TARGETS]\n");
+        fprintf(stderr, "usage: floor tcp|http|grpc N PERIOD_MS DURATION_S PORT [TARGETS]\n");
         return 2;
     }
-    int http = strcmp(argv[1], "http") == 0;
-    if (!http && strcmp(argv[1], "tcp") != 0) {
-        fprintf(stderr, "floor: kind must be tcp or http\n");
+    int kind = strcmp(argv[1], "http") == 0 ? HTTP : strcmp(argv[1], "grpc") == 0 ? GRPC : TCP;
+    if (kind == TCP && strcmp(argv[1], "tcp") != 0) {
+        fprintf(stderr, "floor: kind must be tcp, http or grpc\n");
         return 2;
     }
     int n = atoi(argv[2]);
@@ -117,11 +211,17 @@ int main(int argc, char **argv) {
         s->addr.sin_addr = hosts[(size_t)i % nhosts];
         char host[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &s->addr.sin_addr, host, sizeof host);
-        s->request_len = snprintf(s->request, sizeof s->request,
-                                  "GET /healthz HTTP/1.1\r\nHost: %s:%d\r\n"
-                                  "User-Agent: kube-probe/1.35\r\nAccept: */*\r\n"
-                                  "Connection: close\r\n\r\n",
-                                  host, port);
+        if (kind == GRPC) {
+            char authority[32];
+            snprintf(authority, sizeof authority, "%s:%d", host, port);
+            s->request_len = grpc_request((unsigned char *)s->request, authority);
+        } else {
+            s->request_len = snprintf(s->request, sizeof s->request,
+                                      "GET /healthz HTTP/1.1\r\nHost: %s:%d\r\n"
+                                      "User-Agent: kube-probe/1.35\r\nAccept: */*\r\n"
+                                      "Connection: close\r\n\r\n",
+                                      host, port);
+        }
     }
     size_t cap = (size_t)n * (size_t)(duration / period + 2);
     uint64_t *latencies = malloc(cap * sizeof *latencies);
@@ -157,7 +257,7 @@ int main(int argc, char **argv) {
                 s->began_ns = t;
                 s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
                 setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &linger, sizeof linger);
-                if (http) setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                if (kind != TCP) setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 int rc = connect(s->fd, (struct sockaddr *)&s->addr, sizeof s->addr);
                 if (rc != 0 && errno != EINPROGRESS) {
                     failures++;
@@ -166,6 +266,7 @@ int main(int argc, char **argv) {
                 } else {
                     s->state = CONNECTING;
                     s->got = 0;
+                    s->serving = 0;
                     struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = (uint32_t)i};
                     epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
                     active = 1;
@@ -187,7 +288,7 @@ int main(int argc, char **argv) {
                 getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
                 if (err != 0) {
                     done = 1;
-                } else if (!http) {
+                } else if (kind == TCP) {
                     done = ok = 1;
                 } else if (write(s->fd, s->request, (size_t)s->request_len) != s->request_len) {
                     done = 1;
@@ -195,6 +296,17 @@ int main(int argc, char **argv) {
                     s->state = READING;
                     struct epoll_event ev = {.events = EPOLLIN, .data.u32 = events[e].data.u32};
                     epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
+                }
+            } else if (kind == GRPC) {
+                ssize_t r;
+                int state = 0;
+                while (state == 0 && (r = read(s->fd, s->frames + s->got, sizeof s->frames - s->got)) > 0) {
+                    s->got += (size_t)r;
+                    state = grpc_frames(s);
+                }
+                if (state != 0 || r == 0 || (r < 0 && errno != EAGAIN)) {
+                    done = 1;
+                    ok = state == 1 && s->serving;
                 }
             } else {
                 char buf[4096];
