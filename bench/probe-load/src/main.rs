@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use podprobe::probe::spec::{HttpGetAction, Scheme};
 use podprobe::probe::destinations::Destinations;
+use podprobe::probe::spec::{HttpGetAction, Scheme};
 use podprobe::probe::{Attempt, ProbeResult, grpc, http, tcp};
 use rand::Rng;
 use serde::Serialize;
@@ -41,6 +41,10 @@ struct Config {
     /// Port of the server for this kind on 127.0.0.1.
     #[arg(long)]
     port: u16,
+    /// tokio worker threads; 0 = one per core (as Go's GOMAXPROCS). The
+    /// daemon under the chart's CPU limit of 1 runs one.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
@@ -71,6 +75,8 @@ struct Report {
     max_rss_kib: i64,
     p50_us: u64,
     p99_us: u64,
+    /// tokio worker threads (`--threads`; 0 = one per core).
+    threads: usize,
 }
 
 /// What one prober saw.
@@ -95,11 +101,13 @@ fn main() -> ExitCode {
         eprintln!("probe-load: --n, --period-ms, --duration-s and --port must be positive");
         return ExitCode::from(2);
     }
-    // Multi-threaded with one worker per core, as Go runs with GOMAXPROCS = nproc.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // Multi-threaded with one worker per core by default, as Go runs with
+    // GOMAXPROCS = nproc.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if cfg.threads > 0 {
+        builder.worker_threads(cfg.threads);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("probe-load: cannot start the async runtime: {e}");
@@ -268,6 +276,7 @@ fn summarize(
         max_rss_kib: after.max_rss_kib,
         p50_us: percentile(&all, 50),
         p99_us: percentile(&all, 99),
+        threads: cfg.threads,
     }
 }
 
