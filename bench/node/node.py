@@ -643,9 +643,49 @@ def start_floor(args, pods):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def run_bursts(names, bursts, burst_pods, hold):
+    """`bursts` times, removes the healthz of `burst_pods` pods at one
+    instant and puts them back `hold` seconds later, then waits `hold`
+    seconds; each burst takes the next pods in order. Returns the flips as
+    (pod, direction, time)."""
+    done = []
+    for b in range(bursts):
+        group = [names[(b * burst_pods + i) % len(names)] for i in range(burst_pods)]
+        for direction in ("down", "up"):
+            t = time.monotonic()
+            for name in group:
+                path = f"{HOST_ROOT}/{name}/healthz"
+                if direction == "down":
+                    os.unlink(path)
+                else:
+                    with open(path + ".tmp", "w") as fh:
+                        fh.write("ok\n")
+                    os.rename(path + ".tmp", path)
+            done.extend((name, direction, t) for name in group)
+            time.sleep(hold)
+    return done
+
+
+def flip_latencies(args, flips, changes):
+    """Flip → `Ready` (and → the gate on sides B): per direction, summary
+    and raw milliseconds."""
+    out = {}
+    for kind, key in (("Ready", "ready"), (GATE, "gate")):
+        if args.side == "A" and kind == GATE:
+            continue
+        lat, missed = latencies(flips, changes, kind, args.hold_s)
+        out[key] = {d: dict(summarise(lat[d]), missed=missed[d]) for d in ("down", "up")}
+        out[key + "_raw_ms"] = {d: [round(x * 1000, 1) for x in lat[d]] for d in ("down", "up")}
+    return out
+
+
 def flip_window(args, api, sampler, names):
     """HTTP readiness flips, both directions: latencies, API requests and
-    podprobe's result-to-status histogram over the window."""
+    podprobe's result-to-status histogram over the window. Then, with
+    --bursts, pods flipped `--burst-pods` at a time (the same figures for
+    the bursts alone), and with --events-tail-s, the window held open that
+    long after the last flip, so that writes made later (podprobe's Event
+    series counts, rule 9.4) are counted too."""
     load = loadavg()
     listing = list_pods(api)
     state = {p["metadata"]["name"]: (condition(p, "Ready"), condition(p, GATE)) for p in listing["items"]}
@@ -655,6 +695,10 @@ def flip_window(args, api, sampler, names):
     flips = run_flips(names, args.flips, args.flip_interval_s, args.hold_s)
     time.sleep(args.hold_s)
     f1 = sampler.sample()
+    bursts = []
+    if args.bursts:
+        bursts = run_bursts(names, args.bursts, args.burst_pods, args.hold_s)
+    f2 = sampler.sample() if bursts else f1
     watcher.stop()
     watcher.join(timeout=10)
     if watcher.error:
@@ -662,13 +706,22 @@ def flip_window(args, api, sampler, names):
     window = delta(f0, f1)
     window["loadavg_1m"] = load
     window["flips"] = {"down": args.flips, "up": args.flips}
-    for kind, key in (("Ready", "ready"), (GATE, "gate")):
-        if args.side == "A" and kind == GATE:
-            continue
-        lat, missed = latencies(flips, watcher.changes, kind, args.hold_s)
-        window[key] = {d: dict(summarise(lat[d]), missed=missed[d]) for d in ("down", "up")}
-        window[key + "_raw_ms"] = {d: [round(x * 1000, 1) for x in lat[d]] for d in ("down", "up")}
+    window.update(flip_latencies(args, flips, watcher.changes))
     log(f"flips: Ready {json.dumps(window['ready'])}")
+    if bursts:
+        burst = delta(f1, f2)
+        burst["pods"] = args.burst_pods
+        burst["flips"] = {"down": args.bursts * args.burst_pods, "up": args.bursts * args.burst_pods}
+        burst.update(flip_latencies(args, bursts, watcher.changes))
+        window["burst"] = burst
+        log(f"bursts: Ready {json.dumps(burst['ready'])}")
+    if args.events_tail_s:
+        last = max(t for _, _, t in flips + bursts)
+        time.sleep(max(0, last + args.events_tail_s - time.monotonic()))
+        tail = delta(f2, sampler.sample())
+        tail["after_last_flip_s"] = args.events_tail_s
+        window["tail"] = tail
+        log(f"tail: requests {json.dumps(tail['requests'])}")
     return window
 
 
@@ -677,6 +730,8 @@ def cmd_run(args):
         raise SystemExit("side C needs --floor (the C floor prober's binary)")
     if args.side == "C" and args.workload == "mixed":
         raise SystemExit("side C runs the http and tcp workloads only")
+    if args.bursts and not 0 < args.burst_pods <= args.pods:
+        raise SystemExit("--burst-pods must be between 1 and --pods")
     if args.pods * args.flip_interval_s <= args.hold_s + 1:
         raise SystemExit("a pod's next flip would come before its last one settled: need pods x flip interval > hold + 1 s")
     api = Api(args.kubeconfig)
@@ -978,6 +1033,7 @@ def cmd_table(args):
             + f"{', '.join(format(row['flip_load'], '.1f') for row in rows)} |"
         )
 
+    bursts_and_tails(runs)
     r2s = [(k, v) for k, v in flipped if k[1] == "B"]
     if not r2s or not any(result_to_status(row["flip"]) for _, (_, rows) in r2s for row in rows):
         return
@@ -1002,6 +1058,72 @@ def cmd_table(args):
         )
 
 
+def bursts_and_tails(runs):
+    """The bursts (many pods flipping at one instant) and the API requests
+    of whole flip windows held open past the last flip, run by run."""
+    bursts = [r for r in runs if (r.get("flip") or {}).get("burst")]
+    if bursts:
+        print(
+            "\nBursts: flip → condition, ms (p50 / p99, down and up; missed = no change within the hold), "
+            "podprobe's result → status patch over the bursts, API requests per flip during them:\n"
+        )
+        print(
+            "| workload | side | round | pods at once × bursts | Ready down | Ready up | missed | gate down "
+            "| gate up | result → status p50 / p99 ms, ≤ 100 ms | kubelet / flip | podprobe / flip | load |"
+        )
+        print("|---|---|---:|---|---|---|---:|---|---|---|---:|---:|---:|")
+        for r in bursts:
+            b = r["flip"]["burst"]
+            n = 2 * b["flips"]["down"]
+
+            def pair(key, d):
+                x = b.get(key, {}).get(d)
+                return f"{x['p50_ms']} / {x['p99_ms']}" if x and x["n"] else "–"
+
+            missed = sum(b["ready"][d]["missed"] for d in ("down", "up"))
+            r2s = "–"
+            buckets = result_to_status(b)
+            if r["side"] == "B" and buckets and buckets[-1][1]:
+                within = dict(buckets).get(0.1, 0) / buckets[-1][1] * 100
+                r2s = (
+                    f"{bucket_quantile(buckets, 0.5) * 1000:.1f} / {bucket_quantile(buckets, 0.99) * 1000:.1f}, "
+                    f"{within:.1f} %"
+                )
+            print(
+                f"| {r['workload']} | {r['side']} | {r['round']} | {b['pods']} × {b['flips']['down'] // b['pods']} "
+                f"| {pair('ready', 'down')} | {pair('ready', 'up')} | {missed} | {pair('gate', 'down')} "
+                f"| {pair('gate', 'up')} | {r2s} | {b['requests']['kubelet'] / n:.2f} "
+                f"| {b['requests']['podprobe'] / n:.2f} | {r['flip']['loadavg_1m']:.1f} |"
+            )
+    tails = [r for r in runs if (r.get("flip") or {}).get("tail")]
+    if not tails:
+        return
+    print(
+        "\nAPI requests per readiness change over the whole flip window, held open past the last flip "
+        "(flips, bursts and tail together; 'background' = the side's own rate in its steady window "
+        "times the window's length):\n"
+    )
+    print(
+        "| workload | side | round | window s | changes | kubelet | its background | podprobe | of which in the tail "
+        "| podprobe background | both / change | both less background / change |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in tails:
+        f = r["flip"]
+        parts = [f] + ([f["burst"]] if f.get("burst") else []) + [f["tail"]]
+        wall = sum(x["wall_s"] for x in parts)
+        changes = sum(2 * x["flips"]["down"] for x in parts if "flips" in x)
+        req = {k: sum(x["requests"][k] for x in parts) for k in ("kubelet", "podprobe")}
+        st = r["steady"]
+        bg = {k: st["requests"][k] / st["wall_s"] * wall for k in ("kubelet", "podprobe")}
+        both = req["kubelet"] + req["podprobe"]
+        print(
+            f"| {r['workload']} | {r['side']} | {r['round']} | {wall:.0f} | {changes} | {req['kubelet']:.0f} "
+            f"| {bg['kubelet']:.0f} | {req['podprobe']:.0f} | {f['tail']['requests']['podprobe']:.0f} "
+            f"| {bg['podprobe']:.0f} | {both / changes:.2f} | {(both - bg['kubelet'] - bg['podprobe']) / changes:.2f} |"
+        )
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -1018,6 +1140,11 @@ def main():
     r.add_argument("--flips", type=int, default=200)
     r.add_argument("--flip-interval-s", type=float, default=0.25)
     r.add_argument("--hold-s", type=float, default=5)
+    r.add_argument("--bursts", type=int, default=0, help="bursts of --burst-pods pods flipped at once")
+    r.add_argument("--burst-pods", type=int, default=100)
+    r.add_argument(
+        "--events-tail-s", type=float, default=0, help="keep the flip window open this long after the last flip"
+    )
     r.add_argument("--ready-timeout", type=float, default=600)
     r.add_argument("--delete-timeout", type=float, default=300)
     t = sub.add_parser("table")

@@ -26,9 +26,17 @@
 # (DEPLOY=1 runs the second itself.) Afterwards bring the cluster down and up
 # again with the defaults, which the test suites expect.
 #
-# Knobs (environment): WORKLOADS ("mixed http tcp"), ROUNDS (2), MIXED_PODS (100),
+# After the flips, BURSTS times BURST_PODS pods flip at one instant (down, and
+# HOLD_S later up: the latency when many pods change at once), and with
+# EVENTS_TAIL_S the flip window stays open that long after the last flip, so
+# that writes made later (podprobe's Event series counts, written when a
+# series ends six idle minutes later) are counted too.
+#
+# Knobs (environment): WORKLOADS ("mixed http tcp"), SIDES (every side the
+# workload has: "A B" or "A B C"), ROUNDS (2), MIXED_PODS (100),
 # HTTP_PODS (300), SETTLE_S (20), STEADY_S (60), FLIPS (200 per direction),
-# FLIP_INTERVAL_S (0.25), HOLD_S (5), DEPLOY (0), OUT (bench/node/out/<time>).
+# FLIP_INTERVAL_S (0.25), HOLD_S (5), BURSTS (0), BURST_PODS (100),
+# EVENTS_TAIL_S (0), DEPLOY (0), OUT (bench/node/out/<time>).
 # Bounded: every run is under `timeout`. Starts no long-lived process; the
 # pods it creates live in namespace podprobe-bench and are deleted after each
 # run. Network traffic stays on loopback and the cluster's bridge.
@@ -43,6 +51,10 @@ STEADY_S=${STEADY_S:-60}
 FLIPS=${FLIPS:-200}
 FLIP_INTERVAL_S=${FLIP_INTERVAL_S:-0.25}
 HOLD_S=${HOLD_S:-5}
+BURSTS=${BURSTS:-0}
+BURST_PODS=${BURST_PODS:-100}
+EVENTS_TAIL_S=${EVENTS_TAIL_S:-0}
+SIDES=${SIDES:-}
 DEPLOY=${DEPLOY:-0}
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -100,15 +112,18 @@ for workload in $WORKLOADS; do
     mixed) pods=$MIXED_PODS order="A B" ;;
     http | tcp) pods=$HTTP_PODS order="A B C" ;;
     esac
+    [ -z "$SIDES" ] || order=$SIDES
     for round in $(seq "$ROUNDS"); do
         sides=$order
         ((round % 2 == 1)) || sides=$(tr ' ' '\n' <<<"$order" | tac | xargs)
         for side in $sides; do
             log "$workload round $round side $side ($pods pods)"
-            line=$(timeout $((1200 + ${STEADY_S%.*} + 2 * ${HOLD_S%.*})) python3 "$HERE/node.py" run \
+            line=$(timeout $((1200 + ${SETTLE_S%.*} + ${STEADY_S%.*} + (2 + 2 * BURSTS) * ${HOLD_S%.*} + ${EVENTS_TAIL_S%.*})) \
+                python3 "$HERE/node.py" run \
                 --workload "$workload" --side "$side" --round "$round" --pods "$pods" \
                 --settle-s "$SETTLE_S" --steady-s "$STEADY_S" --flips "$FLIPS" \
-                --flip-interval-s "$FLIP_INTERVAL_S" --hold-s "$HOLD_S" --floor "$OUT/floor")
+                --flip-interval-s "$FLIP_INTERVAL_S" --hold-s "$HOLD_S" --bursts "$BURSTS" \
+                --burst-pods "$BURST_PODS" --events-tail-s "$EVENTS_TAIL_S" --floor "$OUT/floor")
             jq -c --argjson machine "$machine" '. + {machine: $machine}' <<<"$line" >>"$RESULTS"
         done
     done
