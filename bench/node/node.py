@@ -553,6 +553,18 @@ class Watcher(threading.Thread):
                 conn.close()
 
 
+def flip_pod(name, direction):
+    """Turns pod `name`'s HTTP readiness down (removes the healthz its
+    httpd serves) or up (puts it back, atomically)."""
+    path = f"{HOST_ROOT}/{name}/healthz"
+    if direction == "down":
+        os.unlink(path)
+    else:
+        with open(path + ".tmp", "w") as fh:
+            fh.write("ok\n")
+        os.rename(path + ".tmp", path)
+
+
 def run_flips(names, flips, interval, hold):
     """Removes pod i's healthz at T0 + i x interval and puts it back `hold`
     seconds later, round robin over the pods; returns the flips as
@@ -569,13 +581,7 @@ def run_flips(names, flips, interval, hold):
         delay = t0 + at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        path = f"{HOST_ROOT}/{name}/healthz"
-        if direction == "down":
-            os.unlink(path)
-        else:
-            with open(path + ".tmp", "w") as fh:
-                fh.write("ok\n")
-            os.rename(path + ".tmp", path)
+        flip_pod(name, direction)
         done.append((name, direction, time.monotonic()))
     return done
 
@@ -654,13 +660,7 @@ def run_bursts(names, bursts, burst_pods, hold):
         for direction in ("down", "up"):
             t = time.monotonic()
             for name in group:
-                path = f"{HOST_ROOT}/{name}/healthz"
-                if direction == "down":
-                    os.unlink(path)
-                else:
-                    with open(path + ".tmp", "w") as fh:
-                        fh.write("ok\n")
-                    os.rename(path + ".tmp", path)
+                flip_pod(name, direction)
             done.extend((name, direction, t) for name in group)
             time.sleep(hold)
     return done
