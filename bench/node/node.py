@@ -832,6 +832,14 @@ def result_to_status(window):
     return sorted(buckets)
 
 
+def r2s_summary(buckets):
+    """p50 and p99 (s) of podprobe_result_to_status_seconds' cumulative
+    buckets, and the percentage within 100 ms (nan without observations)."""
+    total = buckets[-1][1] if buckets else 0
+    within = dict(buckets).get(0.1, 0) / total * 100 if total else float("nan")
+    return bucket_quantile(buckets, 0.5), bucket_quantile(buckets, 0.99), within
+
+
 def probes_total(run, side):
     """Probe runs of `side`'s prober (kubelet, podprobe) in the steady window."""
     return sum(v for k, v in run["steady"]["probes"][side].items() if k in ("Liveness", "Readiness", "Startup"))
@@ -1050,12 +1058,8 @@ def cmd_table(args):
                 pooled[le] = pooled.get(le, 0) + count
         buckets = sorted(pooled.items())
         total = buckets[-1][1] if buckets else 0
-        within = pooled.get(0.1, 0)
-        p50, p99 = bucket_quantile(buckets, 0.5), bucket_quantile(buckets, 0.99)
-        print(
-            f"| {workload} | {total:.0f} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | "
-            f"{within / total * 100 if total else nan:.1f} % |"
-        )
+        p50, p99, within = r2s_summary(buckets)
+        print(f"| {workload} | {total:.0f} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {within:.1f} % |")
 
 
 def bursts_and_tails(runs):
@@ -1084,11 +1088,8 @@ def bursts_and_tails(runs):
             r2s = "–"
             buckets = result_to_status(b)
             if r["side"] == "B" and buckets and buckets[-1][1]:
-                within = dict(buckets).get(0.1, 0) / buckets[-1][1] * 100
-                r2s = (
-                    f"{bucket_quantile(buckets, 0.5) * 1000:.1f} / {bucket_quantile(buckets, 0.99) * 1000:.1f}, "
-                    f"{within:.1f} %"
-                )
+                p50, p99, within = r2s_summary(buckets)
+                r2s = f"{p50 * 1000:.1f} / {p99 * 1000:.1f}, {within:.1f} %"
             print(
                 f"| {r['workload']} | {r['side']} | {r['round']} | {b['pods']} × {b['flips']['down'] // b['pods']} "
                 f"| {pair('ready', 'down')} | {pair('ready', 'up')} | {missed} | {pair('gate', 'down')} "
