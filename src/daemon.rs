@@ -25,9 +25,9 @@ mod sync_loop;
 use self::markers::MarkerWriter;
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
 use self::sync_loop::{READING_THREADS, SHUTDOWN_TIMEOUT, SyncLoop};
+use podprobe_core::pod_tracker::{AnnotationRules, PodTracker, TrackerConfig};
 pub mod telemetry;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -327,12 +327,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
     let (readings_sender, readings) = mpsc::unbounded_channel();
     let markers = MarkerWriter::new(KubeMarkers(client.clone()), metrics.clone());
+    let tracker = PodTracker::new(
+        TrackerConfig {
+            mode: config.mode,
+            annotation_rules: Some(AnnotationRules {
+                destinations: config.destinations.clone(),
+                pod_network: config.pod_network,
+            }),
+            budget: config.budget,
+            node_budget: NodeBudget::new(),
+            max_liveness_pause: config.max_liveness_pause,
+            marker_keys: config.marker_keys.clone(),
+            timeout_caps: TimeoutCaps {
+                exec: config.max_exec_timeout,
+                network: config.max_network_timeout,
+            },
+        },
+        Box::new(rand::random::<f64>),
+    );
     let daemon = SyncLoop {
-        mode: config.mode,
-        destinations: config.destinations.clone(),
-        pod_network: config.pod_network,
-        budget: config.budget,
-        node_budget: NodeBudget::new(),
+        tracker,
         reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
         manager,
         patcher,
@@ -340,16 +354,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         events: Arc::new(events),
         metrics,
         health,
-        pods: HashMap::new(),
         killer,
         readings: readings_sender,
-        max_liveness_pause: config.max_liveness_pause,
-        next_pause_end: None,
-        marker_keys: config.marker_keys.clone(),
-        timeout_caps: TimeoutCaps {
-            exec: config.max_exec_timeout,
-            network: config.max_network_timeout,
-        },
         markers,
         ledger,
     };

@@ -58,7 +58,7 @@ layer daemon   daemon
 layer kube     kube
 layer server   server
 layer actuator actuator
-layer core     worker manager results pod_store pod_sync takeover probe_rates liveness_pause probe_ledger not_ready markers events testing
+layer core     worker manager results pod_store pod_sync pod_tracker takeover probe_rates liveness_pause probe_ledger not_ready markers events testing
 layer status   status
 layer spec     probe restart_policy
 layer handlers probe::prober probe::exec probe::grpc probe::http probe::tcp probe::dial probe::tls probe::tap probe::netns

@@ -22,8 +22,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::kube::markers::MarkerApi;
-use crate::manager::ProbeStateView;
-use crate::markers::{self, PodMarkers};
+use crate::markers::{self, Desired};
 use crate::server::metrics::{MarkerOutcome, Metrics};
 use crate::util::pod::{pod_name, pod_namespace};
 use crate::util::rate_limit::TokenBucket;
@@ -79,17 +78,16 @@ impl MarkerWriter {
         }
     }
 
-    /// Sends the patch that makes `pod` carry what `markers` ask for, as
-    /// `view` has their probes' results, unless it carries it already, the
+    /// Sends the patch that makes `pod` carry the `desired` markers (what
+    /// its markers ask for, as their probes' results stand), unless it carries it already, the
     /// same patch was sent less than [`SENT_HOLD`] ago, a patch is in flight
     /// or the pod's writes are at their rate (deferred: a later call sends
     /// what is asked for then).
-    pub(super) fn write(&self, pod: &Pod, markers: &PodMarkers, view: &impl ProbeStateView) {
+    pub(super) fn write(&self, pod: &Pod, desired: &Desired) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
-        let desired = markers.desired(pod, view);
-        let Some(patch) = markers::metadata_patch(pod, &desired) else {
+        let Some(patch) = markers::metadata_patch(pod, desired) else {
             if let Some(writes) = lock(&self.pods).get_mut(&uid) {
                 writes.sent = None;
             }
@@ -171,8 +169,8 @@ mod tests {
 
     use super::*;
     use crate::kube::apiclient::RequestError;
-    use crate::manager::PodProbes;
-    use crate::markers::MarkerKeys;
+    use crate::manager::{PodProbes, ProbeStateView};
+    use crate::markers::{MarkerKeys, PodMarkers};
     use crate::probe::ProbeKind;
     use crate::probe::spec::extension::markers::{Marker, MarkerTarget};
     use crate::results::CachedResult;
@@ -234,11 +232,11 @@ mod tests {
         let (pod, markers) = marked_pod();
         let api = Stalled::default();
         let writer = MarkerWriter::new(api.clone(), Metrics::new());
-        writer.write(&pod, &markers, &Cached(CachedResult::Success));
+        writer.write(&pod, &markers.desired(&pod, &Cached(CachedResult::Success)));
         tokio::task::yield_now().await;
-        writer.write(&pod, &markers, &Cached(CachedResult::Failure));
+        writer.write(&pod, &markers.desired(&pod, &Cached(CachedResult::Failure)));
         tokio::time::advance(SENT_HOLD * 2).await;
-        writer.write(&pod, &markers, &Cached(CachedResult::Failure));
+        writer.write(&pod, &markers.desired(&pod, &Cached(CachedResult::Failure)));
         tokio::task::yield_now().await;
         assert_eq!(api.0.load(Ordering::SeqCst), 1);
     }
@@ -261,7 +259,7 @@ mod tests {
             } else {
                 CachedResult::Failure
             };
-            writer.write(&pod, &markers, &Cached(result));
+            writer.write(&pod, &markers.desired(&pod, &Cached(result)));
             tokio::time::advance(flip).await;
         }
         let allowance =
@@ -287,7 +285,7 @@ mod tests {
 
         // Settled on Failure; the resyncs go on.
         for _ in 0..2 {
-            writer.write(&pod, &markers, &Cached(CachedResult::Failure));
+            writer.write(&pod, &markers.desired(&pod, &Cached(CachedResult::Failure)));
             tokio::time::advance(SENT_HOLD).await;
         }
         assert_eq!(api.patches().last(), Some(&replica));
@@ -308,11 +306,14 @@ mod tests {
             CachedResult::Failure,
             CachedResult::Success,
         ] {
-            writer.write(&pod, &markers, &Cached(result));
+            writer.write(&pod, &markers.desired(&pod, &Cached(result)));
             tokio::time::advance(flip).await;
         }
         assert_eq!(api.patches().len(), WRITE_BURST as usize);
-        writer.write(&other, &markers, &Cached(CachedResult::Success));
+        writer.write(
+            &other,
+            &markers.desired(&other, &Cached(CachedResult::Success)),
+        );
         tokio::time::advance(flip).await;
         assert_eq!(api.patches().len(), WRITE_BURST as usize + 1);
         writer.forget("u1");

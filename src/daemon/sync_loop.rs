@@ -1,66 +1,44 @@
-//! The daemon's sync loop (K1): the kubelet's reaction to a probe result,
-//! a pod update or its resync, for every pod of the node. A readiness or
-//! startup result change recomputes podprobe's `started`/`ready` (S1-S5, as
-//! the kubelet's `UpdatePodStatus`), which gives the desired status of the
-//! fields podprobe owns in its mode that the [`Patcher`] sends; a liveness or
-//! startup failure asks the [`Killer`] to stop the container (K2, K3).
+//! The daemon's sync loop: it feeds the [`PodTracker`] what happens on the
+//! node (the watch's pods, probe results, annotation readings, the status
+//! resync, pause ends) and carries out the [`Effect`]s it asks for, against
+//! the prober's workers, the status [`Patcher`], the Event queue, the
+//! marker writer and the container [`Killer`]. What to do lives in the
+//! tracker; this file only does it.
 //!
 //! [`SyncLoop`] is generic over its probe runner, status API and killer, so
 //! that the unit tests below drive it on a paused clock with scripted
 //! probes, a fake API server and a killer that records what it is asked;
 //! [`super::run`] wires the real ones.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use crate::events::record::{PodEvent, reasons};
 use crate::events::recorder::EventRecorder;
-use crate::kube::patcher::{Intent, Owned, Patcher, StatusApi};
-use crate::kube::pods::PodUpdate;
-use crate::liveness_pause::{self, LivenessPause, PauseChange};
-use crate::manager::{Killer, Nudge, PodProbes, ProberManager, probe_kills};
-use crate::markers::{MarkerKeys, PodMarkers};
-use crate::pod_store::{PodStore, with_started};
-use crate::pod_sync::{self, SyncSchedule};
-use crate::probe::destinations::Destinations;
-use crate::probe::spec::UnknownProbeField;
-use crate::probe::spec::budget::{Budget, BudgetLimits, NodeBudget, OverBudget, PodBudget};
-use crate::probe::spec::timeout_caps::TimeoutCaps;
-use crate::probe::verdict::EventType;
-use crate::probe::{ProbeKind, SpecError};
+use crate::manager::{Killer, ProberManager};
+use crate::pod_store::PodStore;
+use crate::probe::spec::budget::PodBudget;
 use crate::probe_ledger::ProbeLedger;
 use crate::results::{ResultReceivers, ResultUpdate};
-use crate::server::health::Health;
-use crate::server::metrics::Metrics;
-use crate::status::gate_setup;
-use crate::status::{
-    AnnotatedProbes, AnnotationError, ContainerProbeView, Mode, PROBES_ANNOTATION, check_hosts,
-    check_network, pod_probes,
-};
-use crate::takeover;
-use crate::util::pod::{all_container_statuses, pod_name, pod_namespace};
+use crate::util::pod::all_container_statuses;
 use crate::worker::ProbeRunner;
+use podprobe_core::pod_tracker::{Effect, Input, Now, PodTracker, Reading};
 
 use super::markers::MarkerWriter;
+use crate::kube::patcher::{Patcher, StatusApi};
+use crate::kube::pods::PodUpdate;
+use crate::server::health::Health;
+use crate::server::metrics::Metrics;
 
 /// How often every pod's desired status and kills are checked again, besides
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
 pub const STATUS_RESYNC_PERIOD: Duration = Duration::from_secs(10);
-
-/// Gate mode: an annotation edit this soon after the pod's annotation was
-/// last read waits for the next resync (#25). A pod that rewrites its
-/// annotation in a loop then costs one read, worker restart, Event and
-/// patch per resync, not per write; an edit after a quiet spell applies at
-/// once, one in a burst within two resync periods.
-const EDIT_DEBOUNCE: Duration = Duration::from_secs(2);
 
 /// How long shutdown waits for in-flight status patches.
 pub(super) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,45 +48,12 @@ pub(super) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// its pod's budgets while it runs.
 pub(super) const READING_THREADS: usize = 2;
 
-/// What the daemon knows about one pod, by UID.
-pub(super) struct Tracked {
-    /// The annotation value this state was derived from (gate mode).
-    annotation: Option<String>,
-    probes: Option<Probes>,
-    /// When the kubelet would sync the pod (K6), which is when readiness
-    /// workers are nudged.
-    sync: SyncSchedule,
-    /// When the annotation was last read (gate mode, [`EDIT_DEBOUNCE`]).
-    read_at: Instant,
-    /// `podprobe.io/pause-liveness-until` (LP1-LP4), observed once the pod
-    /// is probed.
-    pause: LivenessPause,
-    /// What the probes' results write on the pod (MK1-MK4).
-    markers: PodMarkers,
-}
-
-/// A pod podprobe probes and writes status for.
-pub(super) struct Probes {
-    /// What podprobe owns for the pod.
-    owned: Owned,
-    manager: PodProbes,
-    /// What the probes hold, given back to the node's budget with them.
-    _budget: PodBudget,
-}
-
-/// The sync loop's state: generic over the probe runner, the status API and
-/// the container killer, so that unit tests drive it with scripted probes, a
-/// fake API server and a killer that records what it is asked.
+/// The sync loop: the tracker and what carries out its effects; generic
+/// over the probe runner, the status API and the container killer, so that
+/// unit tests drive it with scripted probes, a fake API server and a killer
+/// that records what it is asked.
 pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
-    pub(super) mode: Mode,
-    /// Gate mode checks annotated probe hosts against it.
-    pub(super) destinations: Destinations,
-    /// Whether `podprobe.network: pod` probes may run (`--pod-network`).
-    pub(super) pod_network: bool,
-    /// What one pod's probes, and every pod's together, may hold (#25).
-    pub(super) budget: BudgetLimits,
-    /// What every pod's probes hold together.
-    pub(super) node_budget: NodeBudget,
+    pub(super) tracker: PodTracker,
     /// Annotations read at a time ([`READING_THREADS`]).
     pub(super) reading_slots: Arc<Semaphore>,
     pub(super) manager: ProberManager<R, Arc<PodStore>>,
@@ -118,39 +63,15 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) events: Arc<dyn EventRecorder>,
     pub(super) metrics: Metrics,
     pub(super) health: Health,
-    pub(super) pods: HashMap<String, Tracked>,
     /// Stops containers for failed probes (K2, K3, K7).
     pub(super) killer: K,
     /// Where annotations read off the main loop come back ([`Reading`]).
     pub(super) readings: mpsc::UnboundedSender<Reading>,
-    /// The longest liveness pause accepted (`--max-liveness-pause-seconds`;
-    /// zero: none, LP4).
-    pub(super) max_liveness_pause: Duration,
-    /// No pause ends before this (LP3): when the loop next looks for pauses
-    /// whose time came.
-    pub(super) next_pause_end: Option<Timestamp>,
-    /// The marker keys this node writes (`--marker-keys`, MK2).
-    pub(super) marker_keys: MarkerKeys,
     /// Writes the pods' markers (MK3, MK4).
     pub(super) markers: MarkerWriter,
-    /// The longest timeouts probes run with (#37).
-    pub(super) timeout_caps: TimeoutCaps,
     /// The last runs the workers report (PS1), counted in
     /// [`SyncLoop::per_pod_entries`].
     pub(super) ledger: Arc<ProbeLedger>,
-}
-
-/// Gate mode: a pod's `podprobe.io/probes` annotation, parsed and compiled
-/// on a blocking thread (#25): within the pod's budgets that takes up to
-/// tens of milliseconds, which the main loop, serving every pod of the
-/// node, does not wait for.
-pub(super) struct Reading {
-    uid: String,
-    pod: Arc<Pod>,
-    annotation: String,
-    probes: Result<AnnotatedProbes, AnnotationError>,
-    /// What `probes` hold, charged to the node's budget.
-    budget: PodBudget,
 }
 
 impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
@@ -198,525 +119,29 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     }
 
     fn on_pod_event(&mut self, event: PodUpdate) {
-        match event {
-            PodUpdate::Applied(pod, unknown) => self.on_pod_applied(&pod, &unknown),
-            PodUpdate::Deleted(pod) => self.on_pod_deleted(&pod),
+        let input = match event {
+            PodUpdate::Applied(pod, unknown) => Input::PodApplied { pod, unknown },
+            PodUpdate::Deleted(pod) => Input::PodDeleted(pod),
             PodUpdate::Synced => {
                 self.health.set_pods_synced(true);
-                // W13: workers of pods the relist no longer has.
-                self.manager.cleanup_pods(&self.cache.uids());
+                Input::Relisted(self.cache.uids())
             }
-        }
-    }
-
-    fn on_pod_applied(&mut self, pod: &Arc<Pod>, unknown: &[UnknownProbeField]) {
-        let Some(uid) = pod.metadata.uid.clone() else {
-            return;
         };
-        self.track(&uid, pod, unknown);
-        if self.pods.get(&uid).is_none_or(|t| t.probes.is_none()) {
-            return;
-        }
-        if pod.metadata.deletion_timestamp.is_some() {
-            // W11: a terminating pod keeps only its readiness workers.
-            self.manager.stop_liveness_and_startup(pod);
-        }
-        self.observe_pause(&uid, pod);
-        let changed = self
-            .pods
-            .get_mut(&uid)
-            .is_some_and(|tracked| tracked.sync.on_update(pod));
-        let nudge = if changed { Nudge::Yes } else { Nudge::No };
-        self.sync_pod(pod, nudge, None);
+        self.step(input);
     }
 
-    /// First sight of a pod, or a change of its annotation (gate mode):
-    /// reads its probes and starts workers; see [`Self::update_probes`] for
-    /// an annotation edited while its probes run (in authority mode the API
-    /// server keeps a pod's probes immutable).
-    fn track(&mut self, uid: &str, pod: &Arc<Pod>, unknown: &[UnknownProbeField]) {
-        let annotation = match self.mode {
-            Mode::Gate => pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(PROBES_ANNOTATION))
-                .cloned(),
-            Mode::Authority => None,
-        };
-        match self.pods.get(uid) {
-            Some(tracked) if tracked.annotation == annotation => return,
-            // Left for the next resync, which sees the annotation differ.
-            Some(tracked)
-                if tracked.probes.is_some() && tracked.read_at.elapsed() < EDIT_DEBOUNCE =>
-            {
-                return;
-            }
-            Some(tracked) if tracked.probes.is_some() => {
-                self.update_probes(uid, pod, annotation);
-                return;
-            }
-            _ => {}
-        }
-        if self.mode == Mode::Gate
-            && !self.pods.contains_key(uid)
-            && let Some(finding) = gate_setup::gate_mismatch(pod)
-        {
-            tracing::warn!(
-                pod = pod_name(pod),
-                namespace = pod_namespace(pod),
-                "{finding}"
-            );
-            self.events
-                .record_opt(PodEvent::gate_mismatch(pod, &finding));
-        }
-        let probes = match (self.mode, &annotation) {
-            // Probed once read ([`Self::on_reading`]).
-            (Mode::Gate, Some(value)) => {
-                self.read_annotation(uid, pod, value.clone());
-                None
-            }
-            (Mode::Gate, None) => None,
-            // podprobe owns the readiness of every pod on the node, with
-            // probes or without.
-            (Mode::Authority, _) => Some(self.spec_probes(pod, unknown)),
-        };
-        let sync = SyncSchedule::new(Instant::now());
-        self.pods.insert(
-            uid.to_string(),
-            Tracked {
-                annotation,
-                probes: None,
-                sync,
-                read_at: Instant::now(),
-                pause: LivenessPause::default(),
-                markers: PodMarkers::default(),
-            },
-        );
-        if let Some(probes) = probes {
-            self.start_probing(uid, pod, probes);
-        }
-    }
-
-    /// Starts the workers of a pod seen for the first time.
-    fn start_probing(&mut self, uid: &str, pod: &Arc<Pod>, probes: Probes) {
-        tracing::info!(
-            pod = pod_name(pod),
-            namespace = pod_namespace(pod),
-            probes = probes.manager.len(),
-            "probing pod"
-        );
-        self.cache
-            .set_started(uid, takeover::seed_started(pod, self.mode));
-        if let Some(tracked) = self.pods.get_mut(uid) {
-            tracked.probes = Some(probes);
-        }
-        self.report_capped_timeouts(uid, pod);
-        self.read_markers(uid, pod);
-        // A pod paused before podprobe saw it never starts its liveness
-        // workers (LP1).
-        self.observe_pause(uid, pod);
-        if let Some(running) = self.running_probes(uid) {
-            self.manager.add_pod(pod, &running);
-        }
-    }
-
-    /// Parses `annotation` of `pod` on a blocking thread; the result comes
-    /// back to [`Self::on_reading`].
-    fn read_annotation(&self, uid: &str, pod: &Arc<Pod>, annotation: String) {
-        let (uid, pod) = (uid.to_string(), pod.clone());
-        let mut budget = PodBudget::on_node(self.budget, &self.node_budget);
-        let (readings, slots) = (self.readings.clone(), self.reading_slots.clone());
-        tokio::spawn(async move {
-            // Never closed.
-            let Ok(slot) = slots.acquire_owned().await else {
-                return;
-            };
-            tokio::task::spawn_blocking(move || {
-                let probes = pod_probes(&pod, &mut budget);
-                drop(slot);
-                // The loop is gone only at shutdown.
-                let _ = readings.send(Reading {
-                    uid,
-                    pod,
-                    annotation,
-                    probes,
-                    budget,
-                });
-            });
-        });
-    }
-
-    /// An annotation read: ignored if the pod is gone or its annotation has
-    /// changed since (a newer reading is under way); otherwise the pod's
-    /// first probes start, or its running ones are updated.
     fn on_reading(&mut self, reading: Reading) {
-        let Reading {
-            uid,
-            pod,
-            annotation,
-            probes,
-            budget,
-        } = reading;
-        let Some(tracked) = self.pods.get(&uid) else {
-            return;
-        };
-        if tracked.annotation.as_deref() != Some(annotation.as_str()) {
-            return;
-        }
-        let running = tracked.probes.is_some();
-        let next = self.checked(&pod, probes, budget);
-        if running {
-            self.apply_probes(&uid, &pod, next);
-            return;
-        }
-        if let Some(probes) = next {
-            self.start_probing(&uid, &pod, probes);
-            let current = self.cache.get(&uid).unwrap_or(pod);
-            if current.metadata.deletion_timestamp.is_some() {
-                // W11, as in `on_pod_applied`.
-                self.manager.stop_liveness_and_startup(&current);
-            }
-            self.sync_pod(&current, Nudge::Yes, None);
-        }
-    }
-
-    /// Gate mode, an edited annotation of a pod whose probes run (the
-    /// kubelet's probes are immutable; podprobe's are not): unchanged probes
-    /// keep their workers and results, changed ones get new workers that
-    /// start over from their initial result, removed ones stop, added ones
-    /// start; a Normal Event says which. An annotation removed altogether
-    /// removes every probe. An invalid edit changes nothing but is reported.
-    fn update_probes(&mut self, uid: &str, pod: &Arc<Pod>, annotation: Option<String>) {
-        let Some(tracked) = self.pods.get_mut(uid) else {
-            return;
-        };
-        tracked.annotation = annotation.clone();
-        tracked.read_at = Instant::now();
-        match annotation {
-            Some(value) => self.read_annotation(uid, pod, value),
-            None => {
-                let none = gate_probes(pod, AnnotatedProbes::default(), PodBudget::default());
-                self.apply_probes(uid, pod, Some(none));
-            }
-        }
-    }
-
-    /// Replaces a pod's running probes with `next` (see
-    /// [`Self::update_probes`]); `None`, an invalid annotation, keeps them.
-    fn apply_probes(&mut self, uid: &str, pod: &Arc<Pod>, next: Option<Probes>) {
-        let Some(tracked) = self.pods.get_mut(uid) else {
-            return;
-        };
-        let (Some(mut next), Some(current)) = (next, tracked.probes.as_mut()) else {
-            tracing::warn!(
-                pod = pod_name(pod),
-                namespace = pod_namespace(pod),
-                "podprobe.io/probes changed to something invalid; the probes it had keep running"
-            );
-            return;
-        };
-        let changes = current.manager.changes_to(&next.manager);
-        // New workers are about new probes: no instance keeps what a
-        // previous probe reported about it.
-        next.manager.vouch([]);
-        *current = next;
-        self.read_markers(uid, pod);
-        if changes.is_empty() {
-            // Same probes written differently: only `owned` may differ.
-            return;
-        }
-        self.report_capped_timeouts(uid, pod);
-        tracing::info!(
-            pod = pod_name(pod),
-            namespace = pod_namespace(pod),
-            %changes,
-            "podprobe.io/probes changed; updating the pod's probes"
-        );
-        self.events
-            .record_opt(PodEvent::probes_changed(pod, &changes));
-        let mut stopped = changes.changed.clone();
-        stopped.extend(changes.removed.iter().cloned());
-        self.manager.stop_probes(pod, &stopped);
-        if let Some(running) = self.running_probes(uid) {
-            self.manager.add_pod(pod, &running);
-        }
-    }
-
-    /// Each probe whose timeout is cut to the node's cap: a Warning Event
-    /// and a log line, once per reading of the pod's probes.
-    fn report_capped_timeouts(&self, uid: &str, pod: &Pod) {
-        let Some(probes) = self.pods.get(uid).and_then(|t| t.probes.as_ref()) else {
-            return;
-        };
-        for capped in self.timeout_caps.capped(probes.manager.entries()) {
-            tracing::warn!(
-                pod = pod_name(pod),
-                namespace = pod_namespace(pod),
-                container = capped.container,
-                probe = %capped.kind,
-                "{capped}"
-            );
-            self.events
-                .record_opt(PodEvent::timeout_capped(pod, &capped));
-        }
-    }
-
-    /// MK2: the markers of a tracked pod's probes that this node writes;
-    /// each refused one is a Warning Event and a log line.
-    fn read_markers(&mut self, uid: &str, pod: &Pod) {
-        let Some(tracked) = self.pods.get_mut(uid) else {
-            return;
-        };
-        let Some(probes) = &tracked.probes else {
-            return;
-        };
-        let (markers, refusals) = PodMarkers::of(&probes.manager, &self.marker_keys);
-        tracked.markers = markers;
-        for refusal in refusals {
-            tracing::warn!(
-                pod = pod_name(pod),
-                namespace = pod_namespace(pod),
-                container = refusal.container,
-                probe = %refusal.kind,
-                "{}",
-                refusal.message
-            );
-            self.events
-                .record_opt(PodEvent::marker_refused(pod, &refusal));
-        }
-    }
-
-    /// The probes of a tracked pod that run: all of them, but liveness while
-    /// it is paused (LP1).
-    fn running_probes(&self, uid: &str) -> Option<PodProbes> {
-        let tracked = self.pods.get(uid)?;
-        let probes = &tracked.probes.as_ref()?.manager;
-        Some(if tracked.pause.paused() {
-            probes.without(ProbeKind::Liveness)
-        } else {
-            probes.clone()
-        })
-    }
-
-    /// Observes a probed pod's pause annotation (LP1-LP4): a pause that
-    /// starts stops the pod's liveness workers, one that ends starts them
-    /// again (from their initial result, as new workers), and each change
-    /// and refusal is logged and recorded as an Event.
-    fn observe_pause(&mut self, uid: &str, pod: &Arc<Pod>) {
-        let now = self.manager.context().clock.now();
-        let max = self.max_liveness_pause;
-        let Some(tracked) = self.pods.get_mut(uid) else {
-            return;
-        };
-        let Some(probes) = tracked.probes.as_ref() else {
-            return;
-        };
-        let observed = tracked
-            .pause
-            .observe(liveness_pause::annotation(pod), now, max);
-        let (name, namespace) = (pod_name(pod), pod_namespace(pod));
-        if let Some(refused) = &observed.refused {
-            tracing::warn!(
-                pod = name,
-                namespace,
-                %refused,
-                "ignoring the pod's liveness pause"
-            );
-            self.events.record_opt(PodEvent::liveness_pause(
-                pod,
-                EventType::Warning,
-                reasons::LIVENESS_PAUSE_INVALID,
-                format!("{refused}; liveness probes run"),
-            ));
-        }
-        let Some(change) = observed.change else {
-            return;
-        };
-        match change {
-            PauseChange::Started(until) | PauseChange::Moved(until) => {
-                let liveness: Vec<String> = (probes.manager.containers_with(ProbeKind::Liveness))
-                    .into_iter()
-                    .map(str::to_string)
-                    .collect();
-                let note = pause_note(self.mode, pod, &liveness, until);
-                tracing::info!(pod = name, namespace, %until, "{note}");
-                self.events.record_opt(PodEvent::liveness_pause(
-                    pod,
-                    EventType::Normal,
-                    reasons::LIVENESS_PAUSED,
-                    note,
-                ));
-                let stopped: Vec<_> = (liveness.iter())
-                    .map(|container| (container.clone(), ProbeKind::Liveness))
-                    .collect();
-                self.manager.stop_probes(pod, &stopped);
-                self.next_pause_end = Some(self.next_pause_end.map_or(until, |end| end.min(until)));
-            }
-            PauseChange::Ended => {
-                let note = "Liveness probes resumed".to_string();
-                tracing::info!(pod = name, namespace, "{note}");
-                self.events.record_opt(PodEvent::liveness_pause(
-                    pod,
-                    EventType::Normal,
-                    reasons::LIVENESS_RESUMED,
-                    note,
-                ));
-                // W11: a terminating pod runs no liveness probe anyway.
-                if pod.metadata.deletion_timestamp.is_none()
-                    && let Some(running) = self.running_probes(uid)
-                {
-                    self.manager.add_pod(pod, &running);
-                }
-            }
-        }
-        self.metrics.set_liveness_paused(self.paused_pods());
-    }
-
-    /// How many tracked pods have their liveness paused.
-    fn paused_pods(&self) -> usize {
-        self.pods.values().filter(|t| t.pause.paused()).count()
-    }
-
-    /// When the loop next wakes to end pauses whose time came (LP3).
-    fn pause_wakeup(&self) -> Option<Instant> {
-        let end = self.next_pause_end?;
-        let now = self.manager.context().clock.now();
-        let left = now.duration_until(end);
-        let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
-        Some(Instant::now() + left)
-    }
-
-    /// Ends the pauses whose time came, and finds when the next one ends.
-    fn end_pauses(&mut self) {
-        self.next_pause_end = None;
-        let paused: Vec<String> = (self.pods.iter())
-            .filter(|(_, tracked)| tracked.pause.paused())
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in paused {
-            if let Some(pod) = self.cache.get(&uid) {
-                self.observe_pause(&uid, &pod);
-            }
-        }
-        self.next_pause_end = (self.pods.values())
-            .filter_map(|tracked| tracked.pause.until())
-            .min();
-    }
-
-    /// A reading's probes once the node's rules for annotated probes pass
-    /// (hosts, `network: pod`); what is wrong is reported, and is `None`.
-    fn checked(
-        &self,
-        pod: &Pod,
-        read: Result<AnnotatedProbes, AnnotationError>,
-        budget: PodBudget,
-    ) -> Option<Probes> {
-        let no_spec = PodSpec::default();
-        let spec = pod.spec.as_ref().unwrap_or(&no_spec);
-        let checked = read.and_then(|annotated| {
-            check_hosts(&annotated, &self.destinations)?;
-            check_network(spec, &annotated, self.pod_network)?;
-            Ok(annotated)
-        });
-        match checked {
-            Ok(annotated) => Some(gate_probes(pod, annotated, budget)),
-            Err(AnnotationError::OverBudget(over)) => {
-                self.report_over_budget(pod, &over);
-                None
-            }
-            Err(error) => {
-                tracing::warn!(
-                    pod = pod_name(pod),
-                    namespace = pod_namespace(pod),
-                    container = error.container(),
-                    %error,
-                    "ignoring the pod's probes: invalid annotation"
-                );
-                if let AnnotationError::TooLong { .. } = error {
-                    self.metrics.budget_refused(Budget::AnnotationBytes);
-                }
-                self.events
-                    .record_opt(PodEvent::invalid_annotation(pod, &error));
-                None
-            }
-        }
-    }
-
-    /// Authority mode: the probes of the pod's spec. A probe that cannot run
-    /// as written is reported (log and Warning event) and left out; one
-    /// with a field podprobe does not implement (V10) is reported and run
-    /// so that every run errors.
-    fn spec_probes(&self, pod: &Pod, unknown: &[UnknownProbeField]) -> Probes {
-        let budget = PodBudget::on_node(self.budget, &self.node_budget);
-        let (probes, errors, over_budget) = authority_probes(pod, unknown, budget);
-        for over in &over_budget {
-            self.report_over_budget(pod, over);
-        }
-        for error in errors {
-            tracing::warn!(
-                pod = pod_name(pod),
-                namespace = pod_namespace(pod),
-                container = error.container,
-                probe = %error.kind,
-                %error,
-                "cannot run the probe as written"
-            );
-            self.events
-                .record_opt(PodEvent::invalid_spec_probe(pod, &error));
-        }
-        probes
-    }
-
-    /// A probe over the pod's or the node's budget: logged, counted and a
-    /// Warning event.
-    fn report_over_budget(&self, pod: &Pod, over: &OverBudget) {
-        tracing::warn!(
-            pod = pod_name(pod),
-            namespace = pod_namespace(pod),
-            container = over.container,
-            probe = %over.kind,
-            error = %over,
-            "refusing the probe: over a budget"
-        );
-        self.metrics.budget_refused(over.budget);
-        self.events.record_opt(PodEvent::over_budget(pod, over));
-    }
-
-    fn on_pod_deleted(&mut self, pod: &Pod) {
-        let Some(uid) = pod.metadata.uid.as_deref() else {
-            return;
-        };
-        if self.pods.remove(uid).is_some_and(|t| t.probes.is_some()) {
-            tracing::info!(
-                pod = pod_name(pod),
-                namespace = pod_namespace(pod),
-                "pod deleted; stopping its probes"
-            );
-        }
-        self.manager.remove_pod(pod);
-        self.patcher.forget(uid);
-        self.markers.forget(uid);
+        let current = self.cache.get(&reading.uid);
+        self.step(Input::AnnotationRead { reading, current });
     }
 
     /// K1: a cached result changed.
     fn on_result(&mut self, update: &ResultUpdate) {
-        let Some(pod) = self.cache.get(&update.pod_uid) else {
-            return;
-        };
-        tracing::debug!(
-            pod = pod_name(&pod),
-            namespace = pod_namespace(&pod),
-            probe = %update.kind,
-            result = ?update.result,
-            "probe result changed"
-        );
-        let nudge = if pod_sync::result_syncs(update) {
-            Nudge::Yes
-        } else {
-            Nudge::No
-        };
-        self.sync_pod(&pod, nudge, Some(update.at));
+        let pod = self.cache.get(&update.pod_uid);
+        self.step(Input::Result {
+            pod,
+            update: update.clone(),
+        });
     }
 
     fn resync(&mut self) {
@@ -725,61 +150,27 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         self.manager.context().rates.forget_idle();
         self.metrics.set_workers(self.manager.worker_count());
         self.metrics.set_pods_watched(pods.len());
-        self.metrics.set_pods_tracked(self.pods.len());
-        // Deleted pods leave the count here; starts and ends update it at once.
-        self.metrics.set_liveness_paused(self.paused_pods());
+        self.metrics.set_pods_tracked(self.tracker.tracked_pods());
         self.metrics.set_patch_tasks(self.patcher.tasks());
         for (structure, entries) in self.per_pod_entries() {
             self.metrics.set_per_pod_entries(structure, entries);
         }
-        let now = Instant::now();
-        for pod in pods {
-            self.apply_deferred_edit(&pod);
-            let Some(tracked) = pod
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|uid| self.pods.get(uid))
-            else {
-                continue;
-            };
-            if tracked.probes.is_some() {
-                // K6: the pod worker's own resync is a sync; podprobe's
-                // more frequent one only repairs status.
-                let nudge = if tracked.sync.resync_due(now) {
-                    Nudge::Yes
-                } else {
-                    Nudge::No
-                };
-                self.sync_pod(&pod, nudge, None);
-            }
-        }
+        self.step(Input::Resync(pods));
     }
 
-    /// Gate mode: an annotation edit [`EDIT_DEBOUNCE`] held back, applied
-    /// now.
-    fn apply_deferred_edit(&mut self, pod: &Arc<Pod>) {
-        let Some(uid) = pod.metadata.uid.as_deref() else {
-            return;
-        };
-        let annotation = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(PROBES_ANNOTATION));
-        let deferred = self.mode == Mode::Gate
-            && self
-                .pods
-                .get(uid)
-                .is_some_and(|t| t.probes.is_some() && t.annotation.as_ref() != annotation);
-        if deferred {
-            self.update_probes(uid, pod, annotation.cloned());
-        }
+    /// When the loop next wakes to end pauses whose time came (LP3).
+    fn pause_wakeup(&self) -> Option<Instant> {
+        let end = self.tracker.next_pause_end()?;
+        let now = self.manager.context().clock.now();
+        let left = now.duration_until(end);
+        let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+        Some(Instant::now() + left)
     }
 
-    /// Forgets the IDs of stopped containers no pod status lists any more
-    /// (the node agent replaced them): a long-lived pod whose container is
-    /// killed again and again must not grow the set.
+    fn end_pauses(&mut self) {
+        self.step(Input::PauseTimer(self.cache.pods()));
+    }
+
     /// Entries of every structure kept per pod or container besides those
     /// `podprobe_workers`, `podprobe_pods_tracked` and
     /// `podprobe_patch_tasks` count (#39), by name: each follows the pods on
@@ -797,150 +188,75 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         ]
     }
 
+    /// Forgets the IDs of stopped containers no pod status lists any more
+    /// (the node agent replaced them): a long-lived pod whose container is
+    /// killed again and again must not grow the set.
     fn forget_replaced_kills(&self, pods: &[Arc<Pod>]) {
         let listed: HashSet<String> = pods.iter().flat_map(|pod| container_ids(pod)).collect();
         self.killer.retain(&listed);
     }
 
-    /// Recomputes podprobe's verdicts for `pod`, submits the desired status
-    /// of the fields podprobe owns and stops containers whose liveness or
-    /// startup probe failed. `nudge`: whether this stands for a kubelet pod
-    /// sync (K6), which nudges not-ready readiness workers. `result_at`:
-    /// the end of the probe run whose changed result this sync is for.
-    fn sync_pod(&mut self, pod: &Pod, nudge: Nudge, result_at: Option<Instant>) {
-        let Some(uid) = pod.metadata.uid.as_deref() else {
-            return;
+    /// Feeds `input` to the tracker now and carries out what it asks for.
+    fn step(&mut self, input: Input) {
+        let now = Now {
+            at: Instant::now(),
+            wall: self.manager.context().clock.now(),
         };
-        if nudge == Nudge::Yes
-            && let Some(tracked) = self.pods.get_mut(uid)
-        {
-            tracked.sync.synced(Instant::now(), rand::random::<f64>());
+        for effect in self.tracker.step(input, now, &self.manager) {
+            self.carry_out(effect);
         }
-        let Some(probes) = self.pods.get(uid).and_then(|t| t.probes.as_ref()) else {
-            return;
-        };
-        let mut status = pod.status.clone().unwrap_or_default();
-        rebuild(&mut status, &self.cache.started(uid));
-        let pod_ready = takeover::own_condition_is_true(pod, self.mode);
-        let nudges =
-            self.manager
-                .update_pod_status_with(pod, &probes.manager, pod_ready, &mut status);
-        let mut views = ContainerProbeView::from_status(&status);
-        if self.mode == Mode::Gate {
-            self.manager.add_notes(&mut views);
-        }
-        // Workers read `started` from this cache: a readiness worker nudged
-        // before it shows the container started would skip its run.
-        self.cache.set_started(uid, started_by_id(&views));
-        if nudge == Nudge::Yes {
-            self.manager.nudge_readiness(pod, nudges);
-        }
-        self.patcher.submit(Intent {
-            namespace: pod_namespace(pod).to_string(),
-            name: pod_name(pod).to_string(),
-            uid: uid.to_string(),
-            owned: probes.owned.clone(),
-            views,
-            result_at,
-        });
-        if pod.metadata.deletion_timestamp.is_none() {
-            if let Some(tracked) = self.pods.get(uid)
-                && !tracked.markers.is_empty()
-            {
-                self.markers
-                    .write(pod, &tracked.markers, &self.manager.view(uid));
-            }
-            let no_status = PodStatus::default();
-            let api_status = pod.status.as_ref().unwrap_or(&no_status);
-            let kills = probe_kills(pod, &probes.manager, api_status, &self.manager.view(uid));
-            let paused = self.pods.get(uid).is_some_and(|t| t.pause.paused());
-            // LP1: a liveness failure cached before the pause began, by a
-            // worker still winding down, kills nothing either.
-            for kill in kills {
-                if !(paused && kill.kind == ProbeKind::Liveness) {
-                    self.killer.kill(pod, kill);
+    }
+
+    fn carry_out(&mut self, effect: Effect) {
+        match effect {
+            Effect::ReadAnnotation {
+                uid,
+                pod,
+                annotation,
+                budget,
+            } => self.read_annotation(uid, pod, annotation, budget),
+            Effect::StartWorkers { pod, probes } => self.manager.add_pod(&pod, &probes),
+            Effect::StopWorkers { pod, probes } => self.manager.stop_probes(&pod, &probes),
+            Effect::StopLivenessAndStartup(pod) => self.manager.stop_liveness_and_startup(&pod),
+            Effect::Forget(pod) => {
+                self.manager.remove_pod(&pod);
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    self.patcher.forget(uid);
+                    self.markers.forget(uid);
                 }
             }
+            Effect::StopWorkersExcept(uids) => self.manager.cleanup_pods(&uids),
+            Effect::ShowStarted { uid, started } => self.cache.set_started(&uid, started),
+            Effect::NudgeReadiness { pod, containers } => {
+                self.manager.nudge_readiness(&pod, containers);
+            }
+            Effect::Patch(intent) => self.patcher.submit(intent),
+            Effect::WriteMarkers { pod, desired } => self.markers.write(&pod, &desired),
+            Effect::Kill { pod, kill } => self.killer.kill(&pod, kill),
+            Effect::Record(event) => self.events.record(event),
+            Effect::BudgetRefused(budget) => self.metrics.budget_refused(budget),
+            Effect::PausedPods(count) => self.metrics.set_liveness_paused(count),
         }
     }
-}
 
-/// The note of a pause that starts or moves (LP3): until when, which of
-/// podprobe's liveness probes it stops and, in gate mode, which of the
-/// kubelet's own it cannot stop.
-fn pause_note(mode: Mode, pod: &Pod, liveness: &[String], until: Timestamp) -> String {
-    let mut note = format!("Liveness probes paused until {until}: ");
-    if liveness.is_empty() {
-        note.push_str("podprobe runs no liveness probe of this pod");
-    } else {
-        note.push_str(&format!(
-            "podprobe stops no container for them (containers {})",
-            liveness.join(", ")
-        ));
+    /// Parses `annotation` of `pod` on a blocking thread, at most
+    /// [`READING_THREADS`] at a time; the result comes back to
+    /// [`Self::on_reading`].
+    fn read_annotation(&self, uid: String, pod: Arc<Pod>, annotation: String, budget: PodBudget) {
+        let (readings, slots) = (self.readings.clone(), self.reading_slots.clone());
+        tokio::spawn(async move {
+            // Never closed.
+            let Ok(slot) = slots.acquire_owned().await else {
+                return;
+            };
+            tokio::task::spawn_blocking(move || {
+                let reading = Reading::read(uid, pod, annotation, budget);
+                drop(slot);
+                // The loop is gone only at shutdown.
+                let _ = readings.send(reading);
+            });
+        });
     }
-    let kubelet: Vec<&str> = match (mode, pod.spec.as_ref()) {
-        (Mode::Gate, Some(spec)) => (spec.containers.iter())
-            .filter(|c| c.liveness_probe.is_some())
-            .map(|c| c.name.as_str())
-            .collect(),
-        _ => Vec::new(),
-    };
-    if !kubelet.is_empty() {
-        note.push_str(&format!(
-            "; the kubelet's own livenessProbe of {} is not paused",
-            kubelet.join(", ")
-        ));
-    }
-    note
-}
-
-/// The status as the kubelet's pod sync rebuilds it before
-/// `UpdatePodStatus`: `ready` false, and `started` as podprobe last derived
-/// it for the same container instance (S1's "already started").
-fn rebuild(status: &mut PodStatus, started: &HashMap<String, bool>) {
-    with_started(status, started);
-    let init = status.init_container_statuses.iter_mut().flatten();
-    for container in init.chain(status.container_statuses.iter_mut().flatten()) {
-        container.ready = false;
-    }
-}
-
-fn started_by_id(views: &[ContainerProbeView]) -> HashMap<String, bool> {
-    views
-        .iter()
-        .filter_map(|v| Some((v.container_id.clone()?, v.started)))
-        .collect()
-}
-
-/// Gate mode's [`Probes`]: the pod's annotated probes.
-fn gate_probes(pod: &Pod, annotated: AnnotatedProbes, budget: PodBudget) -> Probes {
-    let mut probes = PodProbes::new();
-    for probe in annotated.iter() {
-        probes.insert(probe.container.clone(), probe.kind, probe.spec.clone());
-    }
-    probes.vouch(takeover::vouched_instances(pod, Mode::Gate));
-    Probes {
-        owned: Owned::Gate(Arc::new(annotated)),
-        manager: probes,
-        _budget: budget,
-    }
-}
-
-/// Authority mode's [`Probes`]: the pod spec's, and the errors of those that
-/// cannot run as written or have fields podprobe does not implement.
-fn authority_probes(
-    pod: &Pod,
-    unknown: &[UnknownProbeField],
-    mut budget: PodBudget,
-) -> (Probes, Vec<SpecError>, Vec<OverBudget>) {
-    let (mut probes, errors, over_budget) = PodProbes::from_spec(pod, unknown, &mut budget);
-    probes.vouch(takeover::vouched_instances(pod, Mode::Authority));
-    let probes = Probes {
-        owned: Owned::Authority,
-        manager: probes,
-        _budget: budget,
-    };
-    (probes, errors, over_budget)
 }
 
 fn container_ids(pod: &Pod) -> HashSet<String> {
@@ -951,340 +267,37 @@ fn container_ids(pod: &Pod) -> HashSet<String> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition,
-        PodReadinessGate, PodSpec, Probe,
-    };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-    use k8s_openapi::jiff::Timestamp;
+    use k8s_openapi::api::core::v1::PodReadinessGate;
 
     use super::*;
     use crate::daemon::telemetry::Telemetry;
     use crate::events::record::reasons;
     use crate::kube::patcher::NoopPatchObserver;
     use crate::kube::patcher::RetryPolicy;
-    use crate::manager::{ProbeStateView, StatusInputs, set_started_and_ready};
+    use crate::markers::MarkerKeys;
+    use crate::probe::ProbeKind;
     use crate::probe::ProbeResult;
-    use crate::probe::spec::{AtoiFailure, HttpProtocol, PortError};
-    use crate::probe::{Handler, ProbeKind};
+    use crate::probe::destinations::Destinations;
+    use crate::probe::spec::budget::{BudgetLimits, NodeBudget};
+    use crate::probe::spec::timeout_caps::TimeoutCaps;
     use crate::probe_rates::ProbeRates;
-    use crate::results::CachedResult;
     use crate::results::ProbeCaches;
     use crate::status::conditions::{CONTAINERS_READY, POD_READY};
+    use crate::status::{Mode, PROBES_ANNOTATION};
     use crate::testing::{
         FakeApi, RecordingEvents, RecordingKiller, RecordingMarkers, Scripted, ScriptedRunner,
         first_container_status,
     };
+    use crate::util::pod::pod_name;
     use crate::util::watch_activity::WatchActivity;
     use crate::worker::ProbeObserver;
     use crate::worker::{Clock, NoopObserver, TokioClock};
-
-    const ID: &str = "containerd://app-1";
-    const ANNOTATION: &str = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
-
-    fn at(second: i64) -> Time {
-        Time(Timestamp::from_second(second).unwrap())
-    }
-
-    /// A pod whose `app` container runs since `started_at`, with a readiness
-    /// probe in its annotation and in its spec, and podprobe's own condition
-    /// in `mode` as `(status, since)`.
-    fn pod(mode: Mode, started_at: i64, own: Option<(&str, i64)>) -> Pod {
-        let conditions = own.map(|(status, since)| PodCondition {
-            type_: takeover::own_condition_type(mode).into(),
-            status: status.into(),
-            last_transition_time: Some(at(since)),
-            ..PodCondition::default()
-        });
-        let readiness: Probe = serde_json::from_value(serde_json::json!(
-            {"exec": {"command": ["true"]}}
-        ))
-        .unwrap();
-        Pod {
-            metadata: ObjectMeta {
-                uid: Some("uid".into()),
-                annotations: Some([(PROBES_ANNOTATION.to_string(), ANNOTATION.to_string())].into()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    readiness_probe: Some(readiness),
-                    ..Container::default()
-                }],
-                ..PodSpec::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                conditions: conditions.map(|c| vec![c]),
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "app".into(),
-                    container_id: Some(ID.into()),
-                    // Gate mode: the kubelet's own verdict (it knows no
-                    // annotated probe); authority mode: podprobe's last one.
-                    ready: own.is_some_and(|(status, _)| status == "True"),
-                    started: Some(own.is_some()),
-                    state: Some(ContainerState {
-                        running: Some(ContainerStateRunning {
-                            started_at: Some(at(started_at)),
-                        }),
-                        ..ContainerState::default()
-                    }),
-                    ..ContainerStatus::default()
-                }]),
-                ..PodStatus::default()
-            }),
-        }
-    }
-
-    /// A prober just restarted: a readiness worker, nothing cached yet (D5).
-    struct JustRestarted;
-
-    impl ProbeStateView for JustRestarted {
-        fn cached(&self, _: ProbeKind, _: &str) -> Option<CachedResult> {
-            None
-        }
-        fn has_worker(&self, _: &str, kind: ProbeKind) -> bool {
-            kind == ProbeKind::Readiness
-        }
-    }
-
-    /// podprobe's verdict about `app` right after a restart at `prober_start`.
-    fn verdict_after_restart(mode: Mode, pod: &Pod, prober_start: i64) -> ContainerProbeView {
-        let probes = match mode {
-            Mode::Gate => {
-                let mut budget = PodBudget::default();
-                let annotated = pod_probes(pod, &mut budget).unwrap();
-                gate_probes(pod, annotated, budget)
-            }
-            Mode::Authority => authority_probes(pod, &[], PodBudget::default()).0,
-        };
-        assert_eq!(probes.manager.len(), 1);
-        let mut status = pod.status.clone().unwrap();
-        rebuild(&mut status, &takeover::seed_started(pod, mode));
-        let inputs = StatusInputs {
-            pod,
-            probes: &probes.manager,
-            prober_start: at(prober_start).0,
-            pod_ready: takeover::own_condition_is_true(pod, mode),
-        };
-        set_started_and_ready(&inputs, &JustRestarted, &mut status);
-        ContainerProbeView::from_status(&status).remove(0)
-    }
+    use podprobe_core::pod_tracker::{AnnotationRules, EDIT_DEBOUNCE, TrackerConfig};
+    use podprobe_core::testing::{
+        TRACKED_ANNOTATION as ANNOTATION, TRACKED_ID as ID, tracked_pod as pod,
+    };
 
     const MODES: [Mode; 2] = [Mode::Gate, Mode::Authority];
-
-    #[test]
-    fn s4_restart_keeps_a_ready_container_ready() {
-        for mode in MODES {
-            let view = verdict_after_restart(mode, &pod(mode, 100, Some(("True", 105))), 200);
-            assert!(view.started && view.ready, "{mode:?}: {view:?}");
-        }
-    }
-
-    #[test]
-    fn s4_restart_keeps_a_not_ready_container_not_ready() {
-        for mode in MODES {
-            let view = verdict_after_restart(mode, &pod(mode, 100, Some(("False", 105))), 200);
-            assert!(!view.ready, "{mode:?}: {view:?}");
-        }
-    }
-
-    #[test]
-    fn restart_keeps_ready_a_container_started_just_before_podprobe() {
-        // Within RESTART_GRACE_PERIOD of the prober's start, so the kubelet's
-        // rule alone would reset it; podprobe's True condition vouches for it.
-        for mode in MODES {
-            let view = verdict_after_restart(mode, &pod(mode, 195, Some(("True", 196))), 200);
-            assert!(view.started && view.ready, "{mode:?}: {view:?}");
-        }
-    }
-
-    #[test]
-    fn restart_resets_a_container_restarted_after_the_condition_turned_true() {
-        // Started after the condition's last transition and within the grace
-        // period: no podprobe saw it start, so it starts over.
-        for mode in MODES {
-            let mut pod = pod(mode, 197, Some(("True", 196)));
-            // A new instance the node agent reported: podprobe never wrote it.
-            let app = first_container_status(&mut pod);
-            app.ready = false;
-            app.started = Some(false);
-            let view = verdict_after_restart(mode, &pod, 200);
-            assert!(!view.ready, "{mode:?}: {view:?}");
-        }
-    }
-
-    #[test]
-    fn s6_restart_does_not_pass_readiness_to_a_replacement_container() {
-        // kubernetes #141473/#141487: the condition turned True at 105 about
-        // the instance then running; a replacement started at 150 while no
-        // podprobe watched (so, by start time, it predates podprobe's start
-        // at 200) and the condition was never written since. It must not
-        // inherit the old instance's readiness (nor `started`, #141342).
-        for mode in MODES {
-            let mut pod = pod(mode, 150, Some(("True", 105)));
-            let app = first_container_status(&mut pod);
-            app.container_id = Some("containerd://replacement".into());
-            app.ready = false;
-            app.started = Some(false);
-            let view = verdict_after_restart(mode, &pod, 200);
-            assert!(!view.ready, "{mode:?}: {view:?}");
-        }
-    }
-
-    #[test]
-    fn authority_restart_keeps_a_ready_container_of_a_not_ready_pod_ready() {
-        // Another container keeps ContainersReady False; `app` was reported
-        // ready and started just before podprobe restarted: the kubelet's S4
-        // would reset it, podprobe's own verdict about the instance keeps it.
-        let mut pod = pod(Mode::Authority, 195, Some(("False", 190)));
-        let app = first_container_status(&mut pod);
-        app.ready = true;
-        app.started = Some(true);
-        let view = verdict_after_restart(Mode::Authority, &pod, 200);
-        assert!(view.started && view.ready, "{view:?}");
-    }
-
-    #[test]
-    fn rebuild_drops_the_previous_ready_and_started() {
-        let mut status = pod(Mode::Gate, 100, Some(("True", 105))).status.unwrap();
-        rebuild(&mut status, &HashMap::new());
-        let app = &status.container_statuses.unwrap()[0];
-        assert_eq!((app.ready, app.started), (false, None));
-    }
-
-    #[test]
-    fn authority_probes_come_from_the_spec() {
-        let mut pod = pod(Mode::Authority, 100, None);
-        pod.metadata.annotations = None;
-        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
-        assert!(errors.is_empty(), "{errors:?}");
-        assert!(probes.manager.get("app", ProbeKind::Readiness).is_some());
-        assert_eq!(probes.owned, Owned::Authority);
-    }
-
-    #[test]
-    fn v10_authority_probe_with_a_field_podprobe_lacks_is_reported_and_errors_every_run() {
-        let mut pod = pod(Mode::Authority, 100, None);
-        let app = &mut pod.spec.as_mut().unwrap().containers[0];
-        // H23: an h2c probe of a 1.37 spec runs as such.
-        app.liveness_probe = Some(
-            serde_json::from_value(
-                serde_json::json!({"httpGet": {"port": 80, "protocol": "HTTP2"}}),
-            )
-            .unwrap(),
-        );
-        let unknown = [UnknownProbeField {
-            container: "app".into(),
-            kind: ProbeKind::Readiness,
-            field: "readinessProbe.exec.fromTheFuture".into(),
-        }];
-        let (probes, errors, _) = authority_probes(&pod, &unknown, PodBudget::default());
-        let reported: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{} {e}", e.container))
-            .collect();
-        assert_eq!(
-            reported,
-            [
-                "app readinessProbe.exec.fromTheFuture: unknown field: not in the Kubernetes 1.37 API that podprobe implements"
-            ]
-        );
-        let spec = probes.manager.get("app", ProbeKind::Readiness).unwrap();
-        assert!(
-            matches!(spec.handler, Handler::Unsupported(_)),
-            "{:?}",
-            spec.handler
-        );
-        let spec = probes.manager.get("app", ProbeKind::Liveness).unwrap();
-        assert!(
-            matches!(&spec.handler, Handler::HttpGet(a) if a.protocol == HttpProtocol::Http2),
-            "{:?}",
-            spec.handler
-        );
-        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
-        assert!(errors.is_empty(), "{errors:?}");
-        assert!(matches!(
-            probes
-                .manager
-                .get("app", ProbeKind::Readiness)
-                .unwrap()
-                .handler,
-            Handler::Exec(_)
-        ));
-    }
-
-    #[test]
-    fn authority_probe_over_the_pods_budget_is_reported_and_errors_every_run() {
-        let mut pod = pod(Mode::Authority, 100, None);
-        let app = &mut pod.spec.as_mut().unwrap().containers[0];
-        app.liveness_probe = Some(
-            serde_json::from_value(serde_json::json!({"exec": {"command": ["x".repeat(600)]}}))
-                .unwrap(),
-        );
-        let limits = BudgetLimits {
-            command_bytes: 1000,
-            ..BudgetLimits::default()
-        };
-        let (probes, errors, over) = authority_probes(&pod, &[], PodBudget::new(limits));
-        assert!(errors.is_empty(), "{errors:?}");
-        // Readiness (an exec of a few bytes) comes after liveness in the
-        // kubelet's order and still fits; nothing else is charged.
-        let refused: Vec<_> = over
-            .iter()
-            .map(|o| (o.container.as_str(), o.kind))
-            .collect();
-        assert_eq!(refused, [], "600 + the readiness command fit 1000 bytes");
-        let limits = BudgetLimits {
-            command_bytes: 500,
-            ..BudgetLimits::default()
-        };
-        let (probes_over, _, over) = authority_probes(&pod, &[], PodBudget::new(limits));
-        let refused: Vec<_> = over
-            .iter()
-            .map(|o| (o.container.as_str(), o.kind))
-            .collect();
-        assert_eq!(refused, [("app", ProbeKind::Liveness)]);
-        assert!(matches!(
-            probes_over
-                .manager
-                .get("app", ProbeKind::Liveness)
-                .unwrap()
-                .handler,
-            Handler::Unsupported(_)
-        ));
-        assert!(matches!(
-            probes
-                .manager
-                .get("app", ProbeKind::Liveness)
-                .unwrap()
-                .handler,
-            Handler::Exec(_)
-        ));
-    }
-
-    #[test]
-    fn authority_probe_with_an_undeclared_port_name_runs_and_errors() {
-        let mut pod = pod(Mode::Authority, 100, None);
-        let app = &mut pod.spec.as_mut().unwrap().containers[0];
-        app.liveness_probe =
-            Some(serde_json::from_value(serde_json::json!({"httpGet": {"port": "web"}})).unwrap());
-        let (probes, errors, _) = authority_probes(&pod, &[], PodBudget::default());
-        assert!(errors.is_empty(), "{errors:?}");
-        let liveness = probes.manager.get("app", ProbeKind::Liveness).unwrap();
-        assert_eq!(
-            liveness.handler,
-            Handler::Unresolvable(PortError::NotANumber {
-                port: "web".into(),
-                reason: AtoiFailure::InvalidSyntax
-            })
-        );
-        assert_eq!(
-            (liveness.period_seconds, liveness.failure_threshold),
-            (10, 3)
-        );
-    }
 
     /// The sync loop as `run` wires it, over a scripted prober, a fake API
     /// server holding the pod and a killer that records; the tests play the
@@ -1292,6 +305,8 @@ mod tests {
     /// `select!`) by hand.
     struct Harness {
         daemon: SyncLoop<Arc<ScriptedRunner>, Arc<FakeApi>, RecordingKiller>,
+        /// What every pod's probes hold together.
+        node_budget: NodeBudget,
         runner: Arc<ScriptedRunner>,
         api: Arc<FakeApi>,
         killer: RecordingKiller,
@@ -1359,12 +374,27 @@ mod tests {
         let killer = RecordingKiller::default();
         let markers_api = RecordingMarkers::default();
         let (readings_sender, readings) = mpsc::unbounded_channel();
+        let node_budget = NodeBudget::new();
+        let tracker = PodTracker::new(
+            TrackerConfig {
+                mode,
+                annotation_rules: Some(AnnotationRules {
+                    destinations: Destinations::default(),
+                    pod_network: false,
+                }),
+                budget: BudgetLimits::default(),
+                node_budget: node_budget.clone(),
+                max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
+                marker_keys: MarkerKeys::new(["role".to_string()]),
+                timeout_caps: TimeoutCaps {
+                    exec: Duration::from_secs(60),
+                    network: Duration::from_secs(60),
+                },
+            },
+            Box::new(rand::random::<f64>),
+        );
         let daemon = SyncLoop {
-            mode,
-            destinations: Destinations::default(),
-            pod_network: false,
-            budget: BudgetLimits::default(),
-            node_budget: NodeBudget::new(),
+            tracker,
             reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
             manager,
             patcher,
@@ -1372,21 +402,14 @@ mod tests {
             events: events.clone(),
             metrics,
             health: Health::new(crate::daemon::HEALTH_STALE_AFTER, WatchActivity::new()),
-            pods: HashMap::new(),
             killer: killer.clone(),
             readings: readings_sender,
-            max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
-            next_pause_end: None,
-            marker_keys: MarkerKeys::new(["role".to_string()]),
-            timeout_caps: TimeoutCaps {
-                exec: Duration::from_secs(60),
-                network: Duration::from_secs(60),
-            },
             markers: MarkerWriter::new(markers_api.clone(), Metrics::new()),
             ledger,
         };
         Harness {
             daemon,
+            node_budget,
             runner,
             api,
             killer,
@@ -1424,7 +447,7 @@ mod tests {
         /// annotation comes back.
         async fn start(&mut self, pod: &Pod) {
             self.applied(pod);
-            if self.daemon.mode == Mode::Gate {
+            if self.daemon.tracker.mode() == Mode::Gate {
                 self.read().await;
             }
         }
@@ -1487,7 +510,7 @@ mod tests {
         }
 
         fn annotation(&self, uid: &str) -> Option<String> {
-            self.daemon.pods.get(uid)?.annotation.clone()
+            self.daemon.tracker.annotation(uid).map(str::to_string)
         }
     }
 
@@ -1588,7 +611,7 @@ mod tests {
         // its start-up jitter at the latest, within one period (W5).
         tokio::time::sleep(PERIOD + TIMEOUT).await;
         assert_eq!(sync.daemon.manager.worker_count(), 0);
-        assert!(sync.daemon.pods.is_empty());
+        assert_eq!(sync.daemon.tracker.tracked_pods(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1984,7 +1007,7 @@ mod tests {
         let reported = first.server_pod();
         let requests = first.api.requests();
         assert!(
-            takeover::own_condition_is_true(&reported, mode),
+            crate::takeover::own_condition_is_true(&reported, mode),
             "{mode:?}: {requests:?}"
         );
         reported
@@ -2162,10 +1185,10 @@ mod tests {
         /// count: the loop's pods, the workers, the patcher's tasks.
         fn entries(&self) -> Vec<(&'static str, usize)> {
             let mut entries = self.daemon.per_pod_entries().to_vec();
-            entries.push(("tracked", self.daemon.pods.len()));
+            entries.push(("tracked", self.daemon.tracker.tracked_pods()));
             entries.push(("workers", self.daemon.manager.worker_count()));
             entries.push(("patch_tasks", self.daemon.patcher.tasks()));
-            let (regex, command) = self.daemon.node_budget.held();
+            let (regex, command) = self.node_budget.held();
             entries.push(("node_budget_bytes", regex + command));
             entries
         }

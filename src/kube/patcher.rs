@@ -38,56 +38,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 pub use crate::util::backoff::RetryPolicy;
 
 use crate::kube::apiclient::{RequestError, bounded};
 use crate::pod_store::PodStore;
-use crate::status::annotation::AnnotatedProbes;
 use crate::status::conditions::replace_or_append;
 use crate::status::patch::owned_conditions;
+use crate::status::{Intent, Owned};
 use crate::status::{
-    ContainerProbeView, Mode, PatchError, READY_CONDITION, build_patch, desired_authority_status,
-    desired_gate_status,
+    Mode, PatchError, READY_CONDITION, build_patch, desired_authority_status, desired_gate_status,
 };
 use crate::worker::Clock;
 use kube::api::{Patch, PatchParams};
-
-/// What podprobe wants for one pod.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Intent {
-    pub namespace: String,
-    pub name: String,
-    /// The pod the verdicts are about; a pod with another UID is never patched.
-    pub uid: String,
-    pub owned: Owned,
-    pub views: Vec<ContainerProbeView>,
-    /// When the probe run ended whose result changed and brought this
-    /// intent about (`None`: a resync or a pod change). A newer intent
-    /// replacing one not sent yet brings its own.
-    pub result_at: Option<Instant>,
-}
-
-/// The fields podprobe owns for a pod (design.md), with what computing them
-/// needs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Owned {
-    /// The `podprobe.io/ready` condition, from the annotated probes.
-    Gate(Arc<AnnotatedProbes>),
-    /// Container `ready`/`started` and the `Ready`/`ContainersReady`
-    /// conditions.
-    Authority,
-}
-
-impl Owned {
-    pub fn mode(&self) -> Mode {
-        match self {
-            Owned::Gate(_) => Mode::Gate,
-            Owned::Authority => Mode::Authority,
-        }
-    }
-}
 
 /// What to do for an intent, given the pod as the API server has it.
 #[derive(Debug, Clone, PartialEq)]
@@ -603,8 +566,10 @@ mod tests {
 
     use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
     use k8s_openapi::jiff::Timestamp;
+    use tokio::time::Instant;
 
     use super::*;
+    use crate::status::AnnotatedProbes;
     use crate::status::conditions::{FALSE, POD_READY, TRUE};
     use crate::testing::{
         FakeApi, UID, condition_in, container, container_status, running_pod as pod, view,

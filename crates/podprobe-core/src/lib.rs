@@ -22,6 +22,7 @@ pub mod markers;
 pub mod not_ready;
 pub mod pod_store;
 pub mod pod_sync;
+pub mod pod_tracker;
 pub mod probe;
 pub mod probe_ledger;
 pub mod probe_rates;

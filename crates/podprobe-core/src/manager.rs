@@ -18,12 +18,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::probe::{ProbeKind, ProbeSpec};
 use crate::probe_rates::ProbeRates;
 use crate::results::{CachedResult, ProbeCaches};
-use crate::status::ContainerProbeView;
 use crate::worker::{
     self, Clock, ProbeObserver, ProbeRunner, StatusSource, WorkerConfig, WorkerContext,
     WorkerHandle,
@@ -198,57 +197,6 @@ impl<R: ProbeRunner, S: StatusSource> ProberManager<R, S> {
         ManagerView {
             manager: self,
             pod_uid,
-        }
-    }
-
-    /// `UpdatePodStatus`: sets `started` and `ready` of every container
-    /// status in `status` (S1-S5) and nudges the readiness workers of
-    /// started containers that are not ready yet (W8). `pod` supplies the
-    /// spec and its current `Ready` condition (S4).
-    pub fn update_pod_status(&self, pod: &Pod, probes: &PodProbes, status: &mut PodStatus) {
-        let nudges = self.update_pod_status_with(pod, probes, pod_ready_condition(pod), status);
-        self.nudge_readiness(pod, nudges);
-    }
-
-    /// [`update_pod_status`](Self::update_pod_status) with S4's "pod was
-    /// Ready" given by the caller (gate mode passes its own condition, which
-    /// is what its readiness verdicts fed), without the nudges: it returns
-    /// the containers whose readiness workers the kubelet would nudge, for
-    /// [`nudge_readiness`](Self::nudge_readiness) once the caller has made
-    /// the derived `started` visible to the workers (a nudged worker that
-    /// still sees its container not started skips its run and waits a whole
-    /// period), and only when the derivation stands for one of the kubelet's
-    /// pod syncs (K6): every extra nudge is an extra probe.
-    pub fn update_pod_status_with(
-        &self,
-        pod: &Pod,
-        probes: &PodProbes,
-        pod_ready: bool,
-        status: &mut PodStatus,
-    ) -> Vec<String> {
-        let inputs = StatusInputs {
-            pod,
-            probes,
-            prober_start: self.context.started_wall,
-            pod_ready,
-        };
-        set_started_and_ready(&inputs, &self.view(pod_uid(pod)), status)
-    }
-
-    /// Gives every view that is not ready the last failure note of the probe
-    /// holding it back: its startup probe while not started, else its
-    /// readiness probe.
-    pub fn add_notes(&self, views: &mut [ContainerProbeView]) {
-        for view in views.iter_mut().filter(|v| !v.ready) {
-            let kind = if view.started {
-                ProbeKind::Readiness
-            } else {
-                ProbeKind::Startup
-            };
-            view.note = view
-                .container_id
-                .as_deref()
-                .and_then(|id| self.caches().get(kind).note(id));
         }
     }
 
@@ -657,7 +605,14 @@ mod tests {
         settle().await;
         let calls = rig.runner.calls().len();
         let mut generated = status;
-        rig.manager.update_pod_status(&pod, &probes, &mut generated);
+        let inputs = StatusInputs {
+            pod: &pod,
+            probes: &probes,
+            prober_start: rig.manager.context().started_wall,
+            pod_ready: pod_ready_condition(&pod),
+        };
+        let nudges = set_started_and_ready(&inputs, &rig.manager.view("uid-1"), &mut generated);
+        rig.manager.nudge_readiness(&pod, nudges);
         assert!(!generated.container_statuses.as_ref().unwrap()[0].ready);
         let now = Instant::now();
         tokio::time::sleep(Duration::from_millis(1)).await;

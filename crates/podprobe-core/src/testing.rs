@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodReadinessGate, PodSpec,
-    PodStatus,
+    PodStatus, Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -28,8 +28,8 @@ use crate::probe::{
     Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
 use crate::results::CachedResult;
-use crate::status::ContainerProbeView;
 use crate::status::conditions::condition;
+use crate::status::{ContainerProbeView, Mode, PROBES_ANNOTATION};
 use crate::worker::{ProbeObserver, ProbeRun, ProbeRunner, StatusSource, WorkerConfig};
 
 // The prober: workers, the manager, and what observes them.
@@ -512,5 +512,72 @@ impl RecordingEvents {
 impl EventRecorder for RecordingEvents {
     fn record(&self, event: PodEvent) {
         self.events.lock().unwrap().push(event);
+    }
+}
+
+// The pod tracker: one pod, as the daemon's and the tracker's tests see it.
+
+/// The container ID of [`tracked_pod`]'s `app`.
+pub const TRACKED_ID: &str = "containerd://app-1";
+
+/// [`tracked_pod`]'s `podprobe.io/probes`: a readiness probe of `app`.
+pub const TRACKED_ANNOTATION: &str =
+    r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
+
+/// A pod whose `app` container runs since `started_at` (seconds since the
+/// Unix epoch), with a readiness probe in its annotation and in its spec,
+/// and podprobe's own condition in `mode` as `(status, since)`.
+pub fn tracked_pod(mode: Mode, started_at: i64, own: Option<(&str, i64)>) -> Pod {
+    let time = |second| Time(Timestamp::from_second(second).unwrap());
+    let conditions = own.map(|(status, since)| PodCondition {
+        type_: crate::takeover::own_condition_type(mode).into(),
+        status: status.into(),
+        last_transition_time: Some(time(since)),
+        ..PodCondition::default()
+    });
+    let readiness: Probe = serde_json::from_value(serde_json::json!(
+        {"exec": {"command": ["true"]}}
+    ))
+    .unwrap();
+    Pod {
+        metadata: ObjectMeta {
+            uid: Some("uid".into()),
+            annotations: Some(
+                [(
+                    PROBES_ANNOTATION.to_string(),
+                    TRACKED_ANNOTATION.to_string(),
+                )]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                readiness_probe: Some(readiness),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: conditions.map(|c| vec![c]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "app".into(),
+                container_id: Some(TRACKED_ID.into()),
+                // Gate mode: the kubelet's own verdict (it knows no
+                // annotated probe); authority mode: podprobe's last one.
+                ready: own.is_some_and(|(status, _)| status == "True"),
+                started: Some(own.is_some()),
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(time(started_at)),
+                    }),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        }),
     }
 }

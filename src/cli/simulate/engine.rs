@@ -34,7 +34,7 @@
 //! Everything runs on one thread in virtual time, and nothing depends on
 //! randomness or hash order, so the same input gives the same events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -49,17 +49,21 @@ use tokio::time::Instant;
 
 use super::script::{ContainerScript, ScriptedResult};
 use super::simulation::Simulation;
-use crate::manager::{ProbeKill, ProberManager, probe_kills};
+use crate::manager::{ProbeKill, ProberManager};
+use crate::markers::MarkerKeys;
+use crate::probe::spec::budget::{BudgetLimits, NodeBudget};
+use crate::probe::spec::timeout_caps::TimeoutCaps;
 use crate::probe::verdict::probe_with_retries;
 use crate::probe::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
 use crate::restart_policy::container_should_restart;
-use crate::results::{CachedResult, ProbeCaches, ResultReceivers, ResultUpdate};
-use crate::status::ContainerProbeView;
+use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
 use crate::status::gate::{READY_CONDITION, gate_condition};
+use crate::status::{AnnotatedProbes, ContainerProbeView, Intent, Mode, Owned};
 use crate::util::pod::{ContainerList, is_restartable_init_container, probed_containers};
 use crate::worker::{Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock};
+use podprobe_core::pod_tracker::{Effect, Input, Now, PodTracker, Reading, TrackerConfig};
 
 /// Exit code of a container stopped by a probe failure: it was killed
 /// (SIGKILL), having ignored SIGTERM.
@@ -189,6 +193,7 @@ async fn simulate(simulation: &Simulation) -> SimulationReport {
     tokio::time::sleep_until(prober_start + lead).await;
     let mut kubelet = Kubelet {
         simulation,
+        tracker: tracker(simulation),
         manager,
         runner,
         statuses,
@@ -204,6 +209,31 @@ async fn simulate(simulation: &Simulation) -> SimulationReport {
     let records = log.take(simulation.duration);
     let summary = summarize(simulation, &kubelet.containers, &records);
     SimulationReport { records, summary }
+}
+
+/// podprobe's tracker for the simulated pod: the daemon's, without a node's
+/// rules for annotated hosts and pod networks (the simulation connects
+/// nowhere), with the default budgets, no marker keys and no timeout caps;
+/// its pod resync falls at a fixed point of its jitter, so that runs repeat.
+fn tracker(simulation: &Simulation) -> PodTracker {
+    let mode = if simulation.gate.is_some() {
+        Mode::Gate
+    } else {
+        Mode::Authority
+    };
+    let config = TrackerConfig {
+        mode,
+        annotation_rules: None,
+        budget: BudgetLimits::default(),
+        node_budget: NodeBudget::new(),
+        max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
+        marker_keys: MarkerKeys::new([]),
+        timeout_caps: TimeoutCaps {
+            exec: Duration::MAX,
+            network: Duration::MAX,
+        },
+    };
+    PodTracker::new(config, Box::new(|| 0.0))
 }
 
 /// The longest probe period of the pod (at least a second).
@@ -543,6 +573,8 @@ impl SimContainer {
 
 struct Kubelet<'a> {
     simulation: &'a Simulation,
+    /// podprobe's reaction to what happens, as the daemon's.
+    tracker: PodTracker,
     manager: ProberManager<Arc<ScriptedProbes>, Arc<SimStatuses>>,
     runner: Arc<ScriptedProbes>,
     statuses: Arc<SimStatuses>,
@@ -562,10 +594,10 @@ impl Kubelet<'_> {
     /// probe. A container that started first would get that nudge on top
     /// of the first run: an extra probe the kubelet never makes.
     async fn add_pod(&mut self) {
-        self.manager.add_pod(
-            &Arc::new(self.simulation.pod.clone()),
-            &self.simulation.probes,
-        );
+        self.feed(Input::PodApplied {
+            pod: self.pod(),
+            unknown: Vec::new(),
+        });
         let now = Instant::now();
         for container in &mut self.containers {
             container.next_start = Some(now + container.script.start_after);
@@ -591,15 +623,12 @@ impl Kubelet<'_> {
         }
     }
 
-    /// K1: the sync loop's reaction to a results cache change.
+    /// K1: podprobe's reaction to a results cache change.
     fn on_result(&mut self, update: &ResultUpdate) {
-        let syncs = match update.kind {
-            ProbeKind::Liveness => update.result == CachedResult::Failure,
-            ProbeKind::Readiness | ProbeKind::Startup => true,
-        };
-        if syncs {
-            self.sync_pod();
-        }
+        self.feed(Input::Result {
+            pod: Some(self.pod()),
+            update: update.clone(),
+        });
     }
 
     fn start_due(&mut self) {
@@ -613,7 +642,7 @@ impl Kubelet<'_> {
         for index in due {
             self.start(index);
         }
-        self.sync_pod();
+        self.pod_changed();
     }
 
     /// Runs the next instance of a container.
@@ -660,48 +689,113 @@ impl Kubelet<'_> {
         );
     }
 
-    /// A pod sync: regenerate the status, then kill what probes failed.
-    fn sync_pod(&mut self) {
-        let status = self.generate_status();
-        let kills = {
-            let view = self.manager.view(&self.statuses.pod_uid);
-            probe_kills(
-                &self.simulation.pod,
-                &self.simulation.probes,
-                &status,
-                &view,
-            )
-        };
-        if kills.is_empty() {
-            return;
-        }
-        for kill in kills {
-            self.kill(kill);
-        }
-        self.generate_status();
-    }
-
-    /// The kubelet's status generation: `ready` starts out false and
-    /// `UpdatePodStatus` sets `started` and `ready` (S1-S5).
-    fn generate_status(&mut self) -> PodStatus {
+    /// The pod as the API server would have it now: the manifest with the
+    /// simulated status.
+    fn pod(&self) -> Arc<Pod> {
         let mut status = self.statuses.get();
         status.phase = Some(self.phase().to_string());
-        let all = status
-            .container_statuses
-            .iter_mut()
+        Arc::new(Pod {
+            status: Some(status),
+            ..self.simulation.pod.clone()
+        })
+    }
+
+    /// A container started or stopped: the watch delivers the pod.
+    fn pod_changed(&mut self) {
+        self.feed(Input::PodApplied {
+            pod: self.pod(),
+            unknown: Vec::new(),
+        });
+    }
+
+    /// Feeds `input` to the tracker and carries out its effects, and the
+    /// inputs they bring about, until none is left.
+    fn feed(&mut self, input: Input) {
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            let now = Now {
+                at: Instant::now(),
+                wall: self.clock.now(),
+            };
+            let mut killed = false;
+            for effect in self.tracker.step(input, now, &self.manager) {
+                match effect {
+                    Effect::ReadAnnotation {
+                        uid,
+                        pod,
+                        annotation,
+                        budget,
+                    } => inputs.push_back(Input::AnnotationRead {
+                        reading: Reading::read(uid, pod, annotation, budget),
+                        current: Some(self.pod()),
+                    }),
+                    Effect::StartWorkers { pod, probes } => self.manager.add_pod(&pod, &probes),
+                    Effect::StopWorkers { pod, probes } => self.manager.stop_probes(&pod, &probes),
+                    Effect::StopLivenessAndStartup(pod) => {
+                        self.manager.stop_liveness_and_startup(&pod);
+                    }
+                    Effect::Forget(pod) => self.manager.remove_pod(&pod),
+                    Effect::StopWorkersExcept(uids) => self.manager.cleanup_pods(&uids),
+                    Effect::ShowStarted { started, .. } => self.show(|status| {
+                        let id = status.container_id.as_deref().unwrap_or_default();
+                        if let Some(&value) = started.get(id) {
+                            status.started = Some(value);
+                        }
+                    }),
+                    Effect::NudgeReadiness { pod, containers } => {
+                        self.manager.nudge_readiness(&pod, containers);
+                    }
+                    Effect::Patch(intent) => self.write_status(&intent),
+                    Effect::Kill { kill, .. } => {
+                        self.kill(kill);
+                        killed = true;
+                    }
+                    // Events, markers and metrics are not simulated.
+                    Effect::WriteMarkers { .. }
+                    | Effect::Record(_)
+                    | Effect::BudgetRefused(_)
+                    | Effect::PausedPods(_) => {}
+                }
+            }
+            if killed {
+                inputs.push_back(Input::PodApplied {
+                    pod: self.pod(),
+                    unknown: Vec::new(),
+                });
+            }
+        }
+    }
+
+    /// Applies `change` to every container status the workers read.
+    fn show(&self, change: impl Fn(&mut ContainerStatus)) {
+        let mut status = self.statuses.get();
+        let all = (status.container_statuses.iter_mut())
             .chain(status.init_container_statuses.iter_mut())
             .flatten();
-        for container in all {
-            container.ready = false;
-        }
-        self.manager
-            .update_pod_status(&self.simulation.pod, &self.simulation.probes, &mut status);
-        self.statuses.set(status.clone());
+        all.for_each(change);
+        self.statuses.set(status);
+    }
+
+    /// podprobe's status write: `started` and `ready` as its verdicts say,
+    /// and in gate mode its condition.
+    fn write_status(&mut self, intent: &Intent) {
+        self.show(|status| {
+            let id = status.container_id.as_deref();
+            if let Some(view) = intent
+                .views
+                .iter()
+                .find(|v| v.container_id.as_deref() == id)
+            {
+                status.started = Some(view.started);
+                status.ready = view.ready;
+            }
+        });
+        let pod = self.pod();
+        let mut status = pod.status.clone().unwrap_or_default();
         self.report_changes(&mut status);
-        if self.simulation.gate.is_some() {
-            self.report_condition(&status);
+        if let Owned::Gate(annotated) = &intent.owned {
+            self.report_condition(&pod, annotated, &intent.views);
         }
-        status
     }
 
     /// `Pending` until a container ran; `Failed` once every regular
@@ -737,16 +831,13 @@ impl Kubelet<'_> {
     }
 
     /// Gate mode: podprobe's `podprobe.io/ready` from its own verdicts.
-    fn report_condition(&mut self, status: &PodStatus) {
-        let Some(annotated) = &self.simulation.gate else {
-            return;
-        };
-        let views = ContainerProbeView::from_status(status);
-        let pod = Pod {
-            status: Some(status.clone()),
-            ..self.simulation.pod.clone()
-        };
-        let condition = gate_condition(&pod, annotated, &views);
+    fn report_condition(
+        &mut self,
+        pod: &Pod,
+        annotated: &AnnotatedProbes,
+        views: &[ContainerProbeView],
+    ) {
+        let condition = gate_condition(pod, annotated, views);
         if self.condition.as_deref() == Some(condition.status.as_str()) {
             return;
         }

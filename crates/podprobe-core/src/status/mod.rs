@@ -24,6 +24,7 @@ pub mod authority;
 pub mod conditions;
 pub mod gate;
 pub mod gate_setup;
+pub mod intent;
 pub mod patch;
 
 #[cfg(test)]
@@ -41,6 +42,7 @@ pub use annotation::{
 };
 pub use authority::desired_authority_status;
 pub use gate::{READY_CONDITION, desired_gate_status};
+pub use intent::{Intent, Owned};
 pub use patch::{PatchError, build_patch};
 
 /// Which status fields podprobe owns (design.md).
