@@ -11,7 +11,7 @@
 //! - [`daemon`]: `podprobe run`: its flags, the wiring and the sync loop,
 //!   and the telemetry of probe runs;
 //! - the edges: [`kube`] (the API client, the pod watch, the
-//!   status patcher, Events, client-certificate Secrets, the User-Agent),
+//!   status patcher, Events, the Secrets probes name, the User-Agent),
 //!   [`server`] (health, metrics and their authentication) and [`actuator`]
 //!   (kills and their preStop hooks);
 //! - the core (`podprobe_core`): [`worker`], [`manager`], [`results`],

@@ -538,14 +538,14 @@ async fn tls_grpc_unknown_authority_is_reported_with_the_deadline() {
 /// Serves one `kubernetes.io/tls` Secret, whatever is asked for.
 struct OneSecret(k8s_openapi::api::core::v1::Secret);
 
-impl podprobe::kube::client_certificates::SecretReader for OneSecret {
+impl podprobe::kube::secret_cache::SecretReader for OneSecret {
     fn get<'a>(
         &'a self,
         _namespace: &'a str,
         _name: &'a str,
     ) -> futures::future::BoxFuture<
         'a,
-        Result<k8s_openapi::api::core::v1::Secret, podprobe::kube::client_certificates::ReadError>,
+        Result<k8s_openapi::api::core::v1::Secret, podprobe::kube::secret_cache::ReadError>,
     > {
         Box::pin(async move { Ok(self.0.clone()) })
     }
@@ -568,7 +568,8 @@ fn tls_secret(leaf: &support::pki::Leaf) -> k8s_openapi::api::core::v1::Secret {
 
 #[tokio::test]
 async fn tls_grpc_presents_the_client_certificate_of_the_named_secret() {
-    use podprobe::kube::client_certificates::{ClientCertificates, SECRET_TTL};
+    use podprobe::kube::client_certificates::ClientCertificates;
+    use podprobe::kube::secret_cache::SECRET_TTL;
     use podprobe::probe::{ProbeKind, ProbeTarget, Prober};
     let ca = support::pki::TestCa::new("server-ca");
     let clients = support::pki::TestCa::new("client-ca");

@@ -258,7 +258,7 @@ pub struct RunArgs {
         long,
         env = "PODPROBE_SECRET_TTL_SECONDS",
         value_name = "SECONDS",
-        default_value_t = crate::kube::client_certificates::SECRET_TTL.as_secs() as u32,
+        default_value_t = crate::kube::secret_cache::SECRET_TTL.as_secs() as u32,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub secret_ttl_seconds: u32,
@@ -819,10 +819,7 @@ mod tests {
         let pod_network = args(&["--pod-network"]).validate().expect("valid");
         assert!(pod_network.pod_network);
 
-        assert_eq!(
-            config.secret_ttl,
-            crate::kube::client_certificates::SECRET_TTL
-        );
+        assert_eq!(config.secret_ttl, crate::kube::secret_cache::SECRET_TTL);
     }
 
     #[test]

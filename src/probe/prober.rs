@@ -430,8 +430,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_unreadable_client_certificate_fails_the_run_without_connecting() {
         use crate::kube::client_certificates::ClientCertificates;
-        use crate::kube::client_certificates::testing::Fake;
-        use crate::kube::client_certificates::{ReadError, SECRET_TTL};
+        use crate::kube::secret_cache::testing::Fake;
+        use crate::kube::secret_cache::{ReadError, SECRET_TTL};
         let mut https = spec(Handler::HttpGet(HttpGetAction {
             scheme: Scheme::Https,
             host: None,
@@ -490,8 +490,9 @@ mod tests {
         use k8s_openapi::api::core::v1::Secret;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-        use crate::kube::client_certificates::testing::Fake;
-        use crate::kube::client_certificates::{HeaderSecrets, ReadError, SECRET_TTL};
+        use crate::kube::header_secret_cache::HeaderSecrets;
+        use crate::kube::secret_cache::testing::Fake;
+        use crate::kube::secret_cache::{ReadError, SECRET_TTL};
         use crate::probe::spec::extension::SecretHeader;
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
