@@ -1,29 +1,33 @@
 //! The simulation proper: the real [`ProberManager`] and its workers on a
 //! paused tokio clock, a scripted probe runner, and a simulated kubelet that
-//! runs the containers and reacts to probe results as the kubelet's sync loop
-//! does.
+//! runs the containers and feeds what happens to podprobe's own
+//! [`PodTracker`], the step function `podprobe run` drives, carrying out
+//! the effects it asks for.
 //!
 //! The simulated kubelet:
-//! - adds the pod to the manager, then starts each container `startAfter`
-//!   later: status `running`, container ID `containerd://<name>-<instance>`,
-//!   `startedAt` now, `restartCount` one less than the instance number;
-//! - on every readiness or startup result change, and on a liveness change
-//!   to `Failure` (K1), syncs the pod: regenerates container `started` and
-//!   `ready` through the manager's `UpdatePodStatus` (S1-S5, which also sends
-//!   the manual readiness triggers of W8), then kills every container that
-//!   [`probe_kills`] names (K2) with the grace period of K3;
+//! - adds the pod (the tracker reads its probes and starts the workers),
+//!   then starts each container `startAfter` later: status `running`,
+//!   container ID `containerd://<name>-<instance>`, `startedAt` now,
+//!   `restartCount` one less than the instance number;
+//! - delivers every result change (K1) and every new pod status (a
+//!   container started or stopped) to the tracker; the tracker regenerates
+//!   `started` and `ready` (S1-S5, with the manual readiness triggers of
+//!   W8), which the simulation writes where the workers read them, and asks
+//!   to kill every container whose liveness or startup probe failed (K2),
+//!   with the grace period of K3;
 //! - a kill takes effect at once: the grace period is reported, not waited
 //!   out, and the container is `terminated` with exit code 137 (SIGKILL);
 //!   if its restart policy restarts it, it runs again `restartDelay` later as
 //!   the next instance;
-//! - also syncs when a container starts.
 //!
 //! The status the workers read carries `started`/`ready` as that sync last
 //! derived them. In gate mode those are podprobe's own verdicts from the
 //! annotation's probes (the kubelet's, from the spec's probes, are not
 //! simulated); they decide `podprobe.io/ready`.
 //!
-//! Left out: the kubelet's periodic pod resync (every 60-90 s, jittered),
+//! Left out: the node's rules for annotated hosts and pod networks (the
+//! simulation connects nowhere), Events, markers and metrics (the tracker
+//! asks for them; nothing here records them); the kubelet's periodic pod resync (every 60-90 s, jittered),
 //! whose only effect here would be extra manual readiness triggers while a
 //! container is not ready; crash-loop back-off (script it with
 //! `restartDelay`); the ordering of init containers (every container starts
