@@ -54,13 +54,18 @@ fn hack(script: &str, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// A fresh ID for names and labels, unique across test processes.
+/// A fresh ID for names and labels, unique across test processes (the
+/// process ID and the clock) and within one (a counter: two tests of one
+/// binary can read the same clock value, as two `events_cluster` tests did
+/// on a VM whose clock stood still while it was paused).
 pub fn unique_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .subsec_nanos();
-    format!("{}-{:x}", std::process::id(), nanos)
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{nanos:x}-{n}", std::process::id())
 }
 
 /// The cluster under test.
