@@ -3,9 +3,8 @@
 # crates/podprobe-core/src), for issue #26 (one-way imports). A report; the
 # check that CI runs is tests/layering.rs, and this script is a front end
 # to that test's scanner (its report_for_hack_deps_sh test), so the two
-# cannot read the graph differently: imports of the core through the root's
-# re-exports and through `podprobe_core::` paths, resolved to the file that
-# defines the item, with the layers of tests/layering.rs's LAYERS.
+# cannot read the graph differently: imports of the core through
+# `podprobe_core::` paths, resolved to the file that defines the item, with the layers of tests/layering.rs's LAYERS.
 #
 # Usage:
 #   hack/deps.sh [MODE] [DIR]

@@ -2,5 +2,5 @@
 //! probe failed ([`kill_container`]) after running its preStop hook
 //! ([`lifecycle`]), through the CRI.
 
-pub mod kill_container;
-pub mod lifecycle;
+pub(crate) mod kill_container;
+pub(crate) mod lifecycle;

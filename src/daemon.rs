@@ -17,16 +17,16 @@
 //! `started` is taken over from the API, and S4 reads podprobe's own
 //! condition as "the pod was Ready".
 
-pub mod config;
+pub mod flags;
 mod heap_trim;
-mod markers;
+mod marker_sync;
 mod sync_loop;
 
-use self::markers::MarkerWriter;
+use self::marker_sync::MarkerWriter;
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
 use self::sync_loop::{READING_THREADS, SHUTDOWN_TIMEOUT, SyncLoop};
-use podprobe_core::pod_tracker::{AnnotationRules, PodTracker, TrackerConfig};
-pub mod telemetry;
+use podprobe_core::prober::pod_tracker::{AnnotationRules, PodTracker, TrackerConfig};
+pub(crate) mod telemetry;
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -41,38 +41,39 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::actuator::kill_container::ContainerKiller;
 use crate::actuator::lifecycle::HookRunner;
-use crate::daemon::config::{Config, LogFormat, MetricsAuth, RunArgs};
+use crate::api::apiclient::{self, bounded};
+use crate::api::client_certificates::ClientCertificates;
+use crate::api::event_broadcaster::{self};
+use crate::api::header_secret_cache::HeaderSecrets;
+use crate::api::marker_patch::KubeMarkers;
+use crate::api::patcher::{KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
+use crate::api::pods;
+use crate::api::secret_cache::KubeSecrets;
+use crate::api::user_agent;
+use crate::daemon::flags::{Config, LogFormat, MetricsAuth, RunArgs};
 use crate::daemon::telemetry::Telemetry;
-use crate::kube::apiclient::{self, bounded};
-use crate::kube::client_certificates::ClientCertificates;
-use crate::kube::events::{self};
-use crate::kube::header_secret_cache::HeaderSecrets;
-use crate::kube::markers::KubeMarkers;
-use crate::kube::patcher::{KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
-use crate::kube::pods;
-use crate::kube::secret_cache::KubeSecrets;
-use crate::kube::user_agent;
-use crate::manager::ProberManager;
-use crate::pod_store::PodStore;
+use crate::probe::Prober;
 use crate::probe::netns::{self, NamespaceHelper};
 use crate::probe::prober::NetworkLimits;
-use crate::probe::spec::budget::NodeBudget;
-use crate::probe::spec::timeout_caps::TimeoutCaps;
-use crate::probe::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
-use crate::probe_ledger::ProbeLedger;
-use crate::probe_rates::ProbeRates;
-use crate::results::ProbeCaches;
 use crate::runtime::cri::{CriClient, CriError};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::health::{Health, Reachability, WATCH_TIMEOUT};
 use crate::server::metrics::{Metrics, PatchOutcome};
 use crate::server::status_api::StatusApi;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
-use crate::util::exit_code;
-use crate::util::fair_slots::FairSlots;
-use crate::util::watch_activity::WatchActivity;
-use crate::worker::ProbeRunner;
-use crate::worker::{Clock, ProbeObserver, SystemClock};
+use podprobe_core::prober::manager::ProberManager;
+use podprobe_core::prober::pod_store::PodStore;
+use podprobe_core::prober::probe_ledger::ProbeLedger;
+use podprobe_core::prober::probe_rates::ProbeRates;
+use podprobe_core::prober::results::ProbeCaches;
+use podprobe_core::prober::worker::ProbeRunner;
+use podprobe_core::prober::worker::{Clock, ProbeObserver, SystemClock};
+use podprobe_core::spec::probe_spec::budget::NodeBudget;
+use podprobe_core::spec::probe_spec::timeout_caps::TimeoutCaps;
+use podprobe_core::spec::{ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict};
+use podprobe_core::util::exit_code;
+use podprobe_core::util::fair_slots::FairSlots;
+use podprobe_core::util::watch_activity::WatchActivity;
 
 /// `/healthz` fails when the main loop has not run for this long (it runs
 /// at least every [`STATUS_RESYNC_PERIOD`]).
@@ -214,10 +215,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         );
     let cache = PodStore::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let (events, event_queue) = events::channel_with(
-        events::QueueConfig {
+    let (events, event_queue) = event_broadcaster::channel_with(
+        event_broadcaster::QueueConfig {
             writes: config.event_rate,
-            ..events::QueueConfig::default()
+            ..event_broadcaster::QueueConfig::default()
         },
         metrics.clone(),
     );

@@ -23,18 +23,12 @@
 //! - [`runtime`]: the CRI client;
 //! - [`util`] (the core's).
 
-pub mod actuator;
+pub(crate) mod actuator;
+pub mod api;
 pub mod cli;
 pub mod daemon;
-pub mod kube;
 pub mod probe;
 pub mod runtime;
 pub mod server;
 #[cfg(test)]
 pub(crate) mod testing;
-
-/// The pure core's modules, at the same paths as in `podprobe_core`.
-pub use podprobe_core::{
-    KUBE_PROBE_VERSION, events, liveness_pause, manager, markers, not_ready, pod_store, pod_sync,
-    probe_ledger, probe_rates, restart_policy, results, status, takeover, util, worker,
-};

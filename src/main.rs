@@ -20,7 +20,7 @@ enum Command {
     /// readiness (gate mode: the `podprobe.io/ready` condition of annotated
     /// pods; authority mode: container ready/started and Ready/ContainersReady).
     // Boxed: its flags are most of the enum's size.
-    Run(Box<podprobe::daemon::config::RunArgs>),
+    Run(Box<podprobe::daemon::flags::RunArgs>),
     /// Simulate a pod's probes in virtual time against a script of how its
     /// containers behave, printing what the kubelet would observe and do.
     #[command(after_help = podprobe::cli::simulate::AFTER_HELP)]

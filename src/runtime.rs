@@ -3,4 +3,4 @@
 //! status text it and the gRPC handler print as Go does ([`grpc_status`]).
 
 pub mod cri;
-pub mod grpc_status;
+pub(crate) mod grpc_status;

@@ -41,7 +41,7 @@ mod connections;
 pub mod delegated_auth;
 pub mod health;
 pub mod metrics;
-pub mod process_stats;
+pub(crate) mod process_stats;
 mod review_turns;
 pub mod status_api;
 

@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::kube::markers::MarkerApi;
-use crate::kube::patcher::{ApiError, StatusApi};
-use crate::manager::{Killer, ProbeKill};
-use crate::status::READY_CONDITION;
-use crate::status::conditions::POD_READY;
+use crate::api::marker_patch::MarkerApi;
+use crate::api::patcher::{ApiError, StatusApi};
+use podprobe_core::prober::manager::{Killer, ProbeKill};
+use podprobe_core::status::READY_CONDITION;
+use podprobe_core::status::conditions::POD_READY;
 
 // The status API: a fake API server for the status patcher.
 
@@ -204,7 +204,7 @@ impl MarkerApi for RecordingMarkers {
         _: &'a str,
         _: &'a str,
         patch: &'a Value,
-    ) -> futures::future::BoxFuture<'a, Result<(), crate::kube::apiclient::RequestError>> {
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::api::apiclient::RequestError>> {
         self.patches.lock().unwrap().push(patch.clone());
         Box::pin(async { Ok(()) })
     }

@@ -9,13 +9,13 @@ mod cri_support;
 use std::time::{Duration, Instant};
 
 use cri_support::{CONTAINER_NAME, TestPod, client, containerd_sh, containerd_up, strings};
-use podprobe::probe::spec::ExecAction;
-use podprobe::probe::{
-    Handler, MAX_OUTPUT_BYTES, Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
-    exec,
-};
+use podprobe::probe::{Prober, exec};
 use podprobe::runtime::cri::{ContainerFilter, ContainerState, CriClient, CriError};
-use podprobe::util::pod::ContainerIdentity;
+use podprobe_core::spec::probe_spec::ExecAction;
+use podprobe_core::spec::{
+    Handler, MAX_OUTPUT_BYTES, Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget,
+};
+use podprobe_core::util::pod::ContainerIdentity;
 
 /// The pod UID exec slots are shared by, for tests of one pod.
 const POD: &str = "pod-uid";

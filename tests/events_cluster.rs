@@ -15,12 +15,12 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use podprobe::kube::events::{self, PodEvent};
-use podprobe::probe::spec::{Handler, TcpSocketAction};
-use podprobe::probe::{Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeVerdict};
+use podprobe::api::event_broadcaster::{self, PodEvent};
 use podprobe::server::metrics::Metrics;
-use podprobe::status::annotation::AnnotationError;
-use podprobe::worker::WorkerConfig;
+use podprobe_core::prober::worker::WorkerConfig;
+use podprobe_core::spec::probe_spec::{Handler, TcpSocketAction};
+use podprobe_core::spec::{Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeVerdict};
+use podprobe_core::status::annotation::AnnotationError;
 
 const NODE: &str = "obs-test-node";
 
@@ -123,8 +123,8 @@ async fn p5_k2_events_reach_the_api_with_kubelet_reasons_and_field_paths() {
     let uid = pod.metadata.uid.clone().expect("created pod has a UID");
 
     let metrics = Metrics::new();
-    let (sink, queue) = events::channel_with(
-        events::QueueConfig {
+    let (sink, queue) = event_broadcaster::channel_with(
+        event_broadcaster::QueueConfig {
             capacity: 16,
             ..Default::default()
         },
@@ -236,7 +236,8 @@ async fn rule9_4_a_flood_of_different_notes_is_one_combined_event_in_the_api() {
     let pod = create_pod(&client, &namespace.name).await;
 
     let metrics = Metrics::new();
-    let (sink, queue) = events::channel_with(events::QueueConfig::default(), metrics.clone());
+    let (sink, queue) =
+        event_broadcaster::channel_with(event_broadcaster::QueueConfig::default(), metrics.clone());
     let publisher = tokio::spawn({
         let client = client.clone();
         async move { queue.run(client, NODE).await }

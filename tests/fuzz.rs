@@ -39,18 +39,19 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, Pod, PodSpec,
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use podprobe::cli::simulate::{self, engine, script};
-use podprobe::daemon::config::ModeArg;
-use podprobe::probe::destinations::{AllowedHost, Destinations};
+use podprobe::daemon::flags::ModeArg;
 use podprobe::probe::http as http_probe;
-use podprobe::probe::spec::budget::PodBudget;
-use podprobe::probe::spec::{
+use podprobe::probe::{exec, grpc};
+use podprobe::runtime::cri::{CriClient, ExecSyncResponse};
+use podprobe_core::spec::ProbeKind;
+use podprobe_core::spec::destinations::{AllowedHost, Destinations};
+use podprobe_core::spec::probe_spec::budget::PodBudget;
+use podprobe_core::spec::probe_spec::{
     self, Handler, HttpGetAction, Scheme, expand_command, normalize, normalize_accepted,
     resolve_container_port, validate_container_probes,
 };
-use podprobe::probe::{ProbeKind, exec, grpc};
-use podprobe::runtime::cri::{CriClient, ExecSyncResponse};
-use podprobe::status::annotation::parse_probes;
-use podprobe::status::{PROBES_ANNOTATION, check_hosts, pod_probes};
+use podprobe_core::status::annotation::parse_probes;
+use podprobe_core::status::{PROBES_ANNOTATION, check_hosts, pod_probes};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -889,9 +890,9 @@ proptest! {
             })
             .collect();
         let _ = expand_command(&command, &env);
-        let vars = spec::env_map(&env);
+        let vars = probe_spec::env_map(&env);
         for arg in &command {
-            let _ = spec::expand(arg, &vars);
+            let _ = probe_spec::expand(arg, &vars);
         }
     }
 

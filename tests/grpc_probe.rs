@@ -12,9 +12,10 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use podprobe::KUBE_PROBE_VERSION;
-use podprobe::probe::destinations::Destinations;
-use podprobe::probe::{Outcome, ProbeResult, grpc};
+use podprobe::probe::grpc;
+use podprobe_core::KUBE_PROBE_VERSION;
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::{Outcome, ProbeResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -439,21 +440,27 @@ async fn serve_tls_reporter(
     port
 }
 
-fn tls_settings(value: serde_json::Value) -> podprobe::probe::spec::extension::TlsSettings {
+fn tls_settings(
+    value: serde_json::Value,
+) -> podprobe_core::spec::probe_spec::extension::TlsSettings {
     let object = serde_json::json!({"grpc": {"port": 1}, "podprobe": {"tls": value}});
-    let kind = podprobe::probe::ProbeKind::Readiness;
-    let object = podprobe::probe::spec::decode_probe_object(kind, &object).expect("decodes");
+    let kind = podprobe_core::spec::ProbeKind::Readiness;
+    let object =
+        podprobe_core::spec::probe_spec::decode_probe_object(kind, &object).expect("decodes");
     let container = k8s_openapi::api::core::v1::Container::default();
-    match podprobe::probe::spec::normalize_object(kind, &object, &container)
+    match podprobe_core::spec::probe_spec::normalize_object(kind, &object, &container)
         .expect("valid")
         .handler
     {
-        podprobe::probe::Handler::Grpc(action) => action.tls.expect("tls on"),
+        podprobe_core::spec::Handler::Grpc(action) => action.tls.expect("tls on"),
         other => panic!("expected grpc, got {other:?}"),
     }
 }
 
-async fn probe_tls(port: u16, tls: &podprobe::probe::spec::extension::TlsSettings) -> Outcome {
+async fn probe_tls(
+    port: u16,
+    tls: &podprobe_core::spec::probe_spec::extension::TlsSettings,
+) -> Outcome {
     grpc::probe_with_tls(
         "127.0.0.1",
         port,
@@ -489,16 +496,16 @@ async fn tls_grpc_verified_against_the_bundle_is_healthy() {
 }
 
 /// The handler's TLS of a spec probe `{"grpc": {"port": 1, "mode": mode}}`.
-fn mode_tls(mode: &str) -> Option<podprobe::probe::spec::extension::TlsSettings> {
+fn mode_tls(mode: &str) -> Option<podprobe_core::spec::probe_spec::extension::TlsSettings> {
     let probe = serde_json::from_value(serde_json::json!({"grpc": {"port": 1, "mode": mode}}))
         .expect("a core/v1 Probe");
     let container = k8s_openapi::api::core::v1::Container::default();
-    let kind = podprobe::probe::ProbeKind::Readiness;
-    match podprobe::probe::spec::normalize_accepted(kind, &probe, &container)
+    let kind = podprobe_core::spec::ProbeKind::Readiness;
+    match podprobe_core::spec::probe_spec::normalize_accepted(kind, &probe, &container)
         .expect("valid")
         .handler
     {
-        podprobe::probe::Handler::Grpc(action) => action.tls,
+        podprobe_core::spec::Handler::Grpc(action) => action.tls,
         other => panic!("expected grpc, got {other:?}"),
     }
 }
@@ -538,14 +545,14 @@ async fn tls_grpc_unknown_authority_is_reported_with_the_deadline() {
 /// Serves one `kubernetes.io/tls` Secret, whatever is asked for.
 struct OneSecret(k8s_openapi::api::core::v1::Secret);
 
-impl podprobe::kube::secret_cache::SecretReader for OneSecret {
+impl podprobe::api::secret_cache::SecretReader for OneSecret {
     fn get<'a>(
         &'a self,
         _namespace: &'a str,
         _name: &'a str,
     ) -> futures::future::BoxFuture<
         'a,
-        Result<k8s_openapi::api::core::v1::Secret, podprobe::kube::secret_cache::ReadError>,
+        Result<k8s_openapi::api::core::v1::Secret, podprobe::api::secret_cache::ReadError>,
     > {
         Box::pin(async move { Ok(self.0.clone()) })
     }
@@ -568,9 +575,10 @@ fn tls_secret(leaf: &support::pki::Leaf) -> k8s_openapi::api::core::v1::Secret {
 
 #[tokio::test]
 async fn tls_grpc_presents_the_client_certificate_of_the_named_secret() {
-    use podprobe::kube::client_certificates::ClientCertificates;
-    use podprobe::kube::secret_cache::SECRET_TTL;
-    use podprobe::probe::{ProbeKind, ProbeTarget, Prober};
+    use podprobe::api::client_certificates::ClientCertificates;
+    use podprobe::api::secret_cache::SECRET_TTL;
+    use podprobe::probe::Prober;
+    use podprobe_core::spec::{ProbeKind, ProbeTarget};
     let ca = support::pki::TestCa::new("server-ca");
     let clients = support::pki::TestCa::new("client-ca");
     let port = serve_tls_reporter(&ca, Some(&clients)).await;
@@ -580,9 +588,11 @@ async fn tls_grpc_presents_the_client_certificate_of_the_named_secret() {
         "podprobe": {"tls": {"caBundle": ca.pem(), "clientCertificate": {"secretName": "app-client"}}},
     });
     let kind = ProbeKind::Readiness;
-    let object = podprobe::probe::spec::decode_probe_object(kind, &object).expect("decodes");
+    let object =
+        podprobe_core::spec::probe_spec::decode_probe_object(kind, &object).expect("decodes");
     let spec =
-        podprobe::probe::spec::normalize_object(kind, &object, &Default::default()).expect("valid");
+        podprobe_core::spec::probe_spec::normalize_object(kind, &object, &Default::default())
+            .expect("valid");
     let target = ProbeTarget {
         pod_ip: "127.0.0.1",
         container_id: None,

@@ -25,16 +25,17 @@ use futures::StreamExt;
 use http_body_util::StreamBody;
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use podprobe::probe::Prober;
 use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
 use podprobe::probe::http::MAX_RESPONSE_HEAD_BYTES;
 use podprobe::probe::prober::NetworkLimits;
-use podprobe::probe::spec::{GrpcAction, Handler, HttpGetAction, HttpProtocol, Scheme};
-use podprobe::probe::verdict::MAX_PROBE_RETRIES;
-use podprobe::probe::{
-    MAX_OUTPUT_BYTES, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober,
+use podprobe_core::spec::probe_spec::{GrpcAction, Handler, HttpGetAction, HttpProtocol, Scheme};
+use podprobe_core::spec::verdict::MAX_PROBE_RETRIES;
+use podprobe_core::spec::{
+    MAX_OUTPUT_BYTES, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
-use podprobe::util::fair_slots::FairSlots;
-use podprobe::util::pod::ContainerIdentity;
+use podprobe_core::util::fair_slots::FairSlots;
+use podprobe_core::util::pod::ContainerIdentity;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};

@@ -8,11 +8,12 @@ mod support {
 
 use std::time::Duration;
 
-use podprobe::probe::destinations::Destinations;
+use podprobe::probe::Prober;
 use podprobe::probe::http::probe;
-use podprobe::probe::spec::{self, Handler, HttpGetAction, Scheme};
-use podprobe::probe::{
-    Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, Prober,
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::probe_spec::{self, Handler, HttpGetAction, Scheme};
+use podprobe_core::spec::{
+    Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget,
 };
 use support::http_server::{Step, TestServer, redirect, reply, response};
 use support::pki::{TestCa, server_config};
@@ -634,9 +635,9 @@ async fn a_denied_destination_is_never_connected_to_even_by_name() {
 fn extended(port: u16, path: &str, podprobe: serde_json::Value) -> HttpGetAction {
     let object = serde_json::json!({"httpGet": {"port": port, "path": path}, "podprobe": podprobe});
     let kind = ProbeKind::Readiness;
-    let object = spec::decode_probe_object(kind, &object).expect("decodes");
+    let object = probe_spec::decode_probe_object(kind, &object).expect("decodes");
     let container = k8s_openapi::api::core::v1::Container::default();
-    let probe_spec = spec::normalize_object(kind, &object, &container).expect("valid");
+    let probe_spec = probe_spec::normalize_object(kind, &object, &container).expect("valid");
     match probe_spec.handler {
         Handler::HttpGet(action) => action,
         other => panic!("expected httpGet, got {other:?}"),
@@ -928,9 +929,9 @@ fn https_with_tls(port: u16, host: Option<&str>, tls: serde_json::Value) -> Http
     }
     let object = serde_json::json!({"httpGet": http_get, "podprobe": {"tls": tls}});
     let kind = ProbeKind::Readiness;
-    let object = spec::decode_probe_object(kind, &object).expect("decodes");
+    let object = probe_spec::decode_probe_object(kind, &object).expect("decodes");
     let container = k8s_openapi::api::core::v1::Container::default();
-    match spec::normalize_object(kind, &object, &container)
+    match probe_spec::normalize_object(kind, &object, &container)
         .expect("valid")
         .handler
     {
@@ -1082,7 +1083,7 @@ async fn tls_client_certificate_is_presented_or_refused() {
     );
     let client = clients.leaf(&["probe.client"]);
     action.extensions.tls.client_identity = Some(
-        podprobe::probe::client_pem::client_identity_from_pem(
+        podprobe::api::client_pem::client_identity_from_pem(
             client.cert_pem.as_bytes(),
             client.key_pem.as_bytes(),
         )
@@ -1094,7 +1095,7 @@ async fn tls_client_certificate_is_presented_or_refused() {
     );
     let stranger = TestCa::new("stranger").leaf(&["probe.client"]);
     action.extensions.tls.client_identity = Some(
-        podprobe::probe::client_pem::client_identity_from_pem(
+        podprobe::api::client_pem::client_identity_from_pem(
             stranger.cert_pem.as_bytes(),
             stranger.key_pem.as_bytes(),
         )

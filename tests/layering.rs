@@ -65,25 +65,25 @@ allow runtime  util
 allow spec     util
 allow handlers spec runtime util
 allow status   spec util
-allow core     status spec util
-allow kube     core status spec util
-allow server   core status spec util
-allow actuator core status spec handlers runtime util
-allow daemon   kube server actuator core status spec handlers runtime util
-allow cli      daemon kube server actuator core status spec handlers runtime util
-allow testing  kube server actuator core status spec handlers runtime util
+allow prober   status spec util
+allow api      prober status spec util
+allow server   prober status spec util
+allow actuator prober status spec handlers runtime util
+allow daemon   api server actuator prober status spec handlers runtime util
+allow cli      daemon api server actuator prober status spec handlers runtime util
+allow testing  api server actuator prober status spec handlers runtime util
 support testing
 layer cli      main cli
 layer daemon   daemon
-layer kube     kube
+layer api      api
 layer server   server
 layer actuator actuator
-layer core     worker manager results pod_store pod_sync pod_tracker takeover probe_rates liveness_pause probe_ledger not_ready markers events
+layer prober   prober
 layer status   status
-layer spec     probe restart_policy
-layer handlers probe::prober probe::exec probe::grpc probe::http probe::tcp probe::dial probe::tls probe::tap probe::netns
+layer spec     spec
+layer handlers probe
 layer runtime  runtime
-layer util     crate util probe::gofmt
+layer util     crate util
 layer testing  testing
 ";
 
@@ -96,14 +96,14 @@ const KNOWN_FILE_CYCLES: &[&str] = &[];
 const KNOWN_UPWARD: &[&str] = &[];
 /// Imports in `#[cfg(test)]` code that `LAYERS` forbids ("from -> to").
 const KNOWN_TEST_UPWARD: &[&str] = &[
-    // kube -> server: Metrics
-    "kube::events -> server::metrics",
-    // handlers -> kube: ClientCertificates
-    "probe::prober -> kube::client_certificates",
-    // handlers -> kube: HeaderSecrets
-    "probe::prober -> kube::header_secret_cache",
-    // handlers -> kube: Fake, ReadError, SECRET_TTL
-    "probe::prober -> kube::secret_cache",
+    // api -> server: Metrics
+    "api::event_broadcaster -> server::metrics",
+    // handlers -> api: ClientCertificates
+    "probe::prober -> api::client_certificates",
+    // handlers -> api: HeaderSecrets
+    "probe::prober -> api::header_secret_cache",
+    // handlers -> api: Fake, ReadError, SECRET_TTL
+    "probe::prober -> api::secret_cache",
     // server -> runtime: InFlightGauge
     "server::metrics -> runtime::cri::in_flight",
 ];
@@ -1602,19 +1602,19 @@ const EDGE_FLOORS: &[(&str, Code, usize)] = &[
 const MUST_FIND: &[(&str, Code)] = &[
     // src/probe/tcp.rs: `use super::dial::dial`
     ("probe::tcp -> probe::dial", Code::Product),
-    // crates/podprobe-core/src/worker.rs: `use crate::results::...`
-    ("worker -> results", Code::Product),
-    // src/actuator/kill_container.rs: `use crate::events::recorder::...`
+    // crates/podprobe-core/src/prober/worker.rs: `use super::results::...`
+    ("prober::worker -> prober::results", Code::Product),
+    // src/actuator/kill_container.rs: `use podprobe_core::prober::events::recorder::...`
     (
-        "actuator::kill_container -> events::recorder",
+        "actuator::kill_container -> prober::events::recorder",
         Code::Product,
     ),
     // src/server/review_turns.rs: `use podprobe_core::util::fair_slots::...`
     ("server::review_turns -> util::fair_slots", Code::Product),
     // src/daemon/sync_loop.rs's tests: `crate::testing::...`
     ("daemon::sync_loop -> testing", Code::Test),
-    // crates/podprobe-core/src/manager.rs's tests: `crate::testing::...`
-    ("manager -> podprobe_core::testing", Code::Test),
+    // crates/podprobe-core/src/prober/manager.rs's tests: `crate::testing::...`
+    ("prober::manager -> podprobe_core::testing", Code::Test),
 ];
 
 #[test]
@@ -1706,7 +1706,7 @@ fn the_architecture_doc_shows_the_layer_map() {
             problems.push(format!("cannot read the row {row:?}"));
             continue;
         };
-        // "core (root: `probe::client_pem`)": the named exceptions are in
+        // "spec (root: `probe::x`)": the named exceptions are in
         // the other crate.
         let (krate, others) = krate.split_once(" (").unwrap_or((krate, ""));
         let (other_crate, _) = others.split_once(':').unwrap_or(("", ""));

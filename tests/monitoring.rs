@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use go_tools::{promtool, repo, run_ok, yaml_docs, yaml_file};
 use k8s_openapi::api::core::v1::{Container, Pod};
-use podprobe::probe::ProbeKind;
-use podprobe::probe::spec::normalize;
-use podprobe::results::CachedResult;
 use podprobe::server::metrics::Metrics;
-use podprobe::worker::WorkerConfig;
+use podprobe_core::prober::results::CachedResult;
+use podprobe_core::prober::worker::WorkerConfig;
+use podprobe_core::spec::ProbeKind;
+use podprobe_core::spec::probe_spec::normalize;
 use serde_json::Value;
 
 const ALERTS: &str = "charts/podprobe/files/alerts.yaml";

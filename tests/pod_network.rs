@@ -12,12 +12,13 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use podprobe::probe::destinations::Destinations;
 use podprobe::probe::dial::{PROBE_LINGER, dial};
-use podprobe::probe::pod_network::PodNetwork;
-use podprobe::probe::spec::extension::HttpExtensions;
-use podprobe::probe::spec::{HttpGetAction, Scheme};
-use podprobe::probe::{Outcome, ProbeResult, grpc, http, tcp};
+use podprobe::probe::{grpc, http, tcp};
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::pod_network::PodNetwork;
+use podprobe_core::spec::probe_spec::extension::HttpExtensions;
+use podprobe_core::spec::probe_spec::{HttpGetAction, Scheme};
+use podprobe_core::spec::{Outcome, ProbeResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::time::Instant;

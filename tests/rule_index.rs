@@ -341,7 +341,7 @@ fn cited_paths_are_found_in_prose_tables_and_links() {
     // Someone else's files, and a URL.
     assert!(found("kube-runtime/src/watcher.rs, https://x.io/a/src/b.rs, ./src/c.rs").is_empty());
     let at = |cited: &str| exists(cited, &root().join(cited));
-    assert!(at("tests/e2e_*.rs") && at("src/kube/") && at("src/kube/pods.rs"));
+    assert!(at("tests/e2e_*.rs") && at("src/api/") && at("src/api/pods.rs"));
     assert!(!at("tests/no_such_*.rs") && !at("src/no_such.rs") && !at("src/worker.rs/"));
 }
 

@@ -480,7 +480,7 @@ const LAST_EDIT_WITHIN: Duration = Duration::from_secs(
 );
 
 /// Events the correlator lets one pod write at once (`SPAM_BURST` of
-/// src/kube/events/correlator.rs, private there): more `ProbesChanged` than this
+/// src/api/event_broadcaster/correlator.rs, private there): more `ProbesChanged` than this
 /// would not all be visible as Events.
 const SPAM_BURST: u32 = 25;
 

@@ -30,7 +30,7 @@ use podprobe::server::{
     DelegatedAuth, Health, Limits, MAX_CONCURRENT_STREAMS, MAX_REVIEWS_PER_CONNECTION,
     MetricsAccess, Server, ServerConfig,
 };
-use podprobe::util::watch_activity::WatchActivity;
+use podprobe_core::util::watch_activity::WatchActivity;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -3,9 +3,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use podprobe::probe::destinations::Destinations;
 use podprobe::probe::dial::{PROBE_LINGER, dial};
-use podprobe::probe::{Outcome, ProbeResult, tcp};
+use podprobe::probe::tcp;
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::{Outcome, ProbeResult};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::time::{Instant, timeout};
 

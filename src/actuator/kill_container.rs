@@ -18,14 +18,14 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::time::Instant;
 
 use crate::actuator::lifecycle::{HookRunner, HookTarget, grace_left, pre_stop_hook};
-use crate::events::record::{PodEvent, reasons};
-use crate::events::recorder::EventRecorder;
-use crate::manager::{Killer, ProbeKill};
-use crate::restart_policy::RestartPolicy;
 use crate::runtime::cri::{CriClient, CriError};
-use crate::status::Mode;
-use crate::util::pod::ContainerIdentity;
-use crate::util::pod::{find_container, pod_name, pod_namespace};
+use podprobe_core::prober::events::record::{PodEvent, reasons};
+use podprobe_core::prober::events::recorder::EventRecorder;
+use podprobe_core::prober::manager::{Killer, ProbeKill};
+use podprobe_core::spec::restart_policy::RestartPolicy;
+use podprobe_core::status::Mode;
+use podprobe_core::util::pod::ContainerIdentity;
+use podprobe_core::util::pod::{find_container, pod_name, pod_namespace};
 
 /// Stops containers for failed probes, each container instance once.
 #[derive(Debug, Clone)]
@@ -180,7 +180,7 @@ impl ContainerKiller {
         let note = format!(
             "Container {container} exited 0 after podprobe stopped it for a failed {} probe; \
              with restartPolicy OnFailure the kubelet does not restart it",
-            crate::manager::kill_reason(kill.kind)
+            podprobe_core::prober::manager::kill_reason(kill.kind)
         );
         tracing::warn!(
             pod = pod_name(pod),

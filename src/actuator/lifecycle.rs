@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
-use crate::probe::destinations::Destinations;
 use crate::probe::http;
-use crate::probe::spec::{HttpGetAction, Scheme, http_get_action};
-use crate::probe::{MAX_OUTPUT_BYTES, go_quote};
 use crate::runtime::cri::CriClient;
+use podprobe_core::spec::MAX_OUTPUT_BYTES;
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::probe_spec::{HttpGetAction, Scheme, http_get_action};
+use podprobe_core::util::gofmt::go_quote;
 
 /// The `User-Agent` product of lifecycle hooks (`kube-lifecycle/MAJOR.MINOR`).
 const USER_AGENT_PRODUCT: &str = "kube-lifecycle";
@@ -72,7 +73,7 @@ fn hook_of(handler: &LifecycleHandler, container: &Container) -> PreStopHook {
 pub fn grace_left(grace_seconds: i64, hook_seconds: i64) -> i64 {
     grace_seconds
         .saturating_sub(hook_seconds)
-        .max(crate::manager::MINIMUM_GRACE_PERIOD_SECONDS)
+        .max(podprobe_core::prober::manager::MINIMUM_GRACE_PERIOD_SECONDS)
 }
 
 /// The pod as the kubelet's `format.Pod` names it in hook messages:
@@ -250,7 +251,7 @@ impl HookRunner {
         };
         match http::get_and_discard(&plain, pod_ip, &self.user_agent, &self.destinations).await {
             Ok(()) => Ok(HookRan {
-                http_fallback: Some(crate::probe::join_host_port(pod_ip, action.port)),
+                http_fallback: Some(podprobe_core::spec::join_host_port(pod_ip, action.port)),
             }),
             Err(_) => Err(error),
         }

@@ -14,10 +14,10 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::liveness_pause::{self, DEFAULT_MAX_PAUSE, PauseError};
-use crate::probe::destinations::{AllowedHost, Destinations};
-use crate::status::gate_setup::pod_findings;
-use crate::util::exit_code;
+use podprobe_core::prober::liveness_pause::{self, DEFAULT_MAX_PAUSE, PauseError};
+use podprobe_core::spec::destinations::{AllowedHost, Destinations};
+use podprobe_core::status::gate_setup::pod_findings;
+use podprobe_core::util::exit_code;
 
 /// A pod template found in a manifest, with what names it.
 #[derive(Debug)]
@@ -194,8 +194,8 @@ fn refused_pause(pod: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<PauseEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::gate_setup::{Finding, gate_mismatch};
-    use crate::status::{PROBES_ANNOTATION, READY_CONDITION};
+    use podprobe_core::status::gate_setup::{Finding, gate_mismatch};
+    use podprobe_core::status::{PROBES_ANNOTATION, READY_CONDITION};
 
     fn pod(annotation: Option<&str>, gate: bool) -> Pod {
         let mut value = serde_json::json!({

@@ -3,7 +3,7 @@
 //! and probe kind to pick from it, as YAML or JSON.
 //!
 //! A probe object is read by the same strict parser as gate mode's
-//! annotation ([`spec::decode_probe_object`]), so the two accept exactly the
+//! annotation ([`probe_spec::decode_probe_object`]), so the two accept exactly the
 //! same objects (podprobe's extensions under the `podprobe` key included)
 //! and refuse an unknown field with the same words. A Pod manifest is read
 //! as a core/v1 Pod, and its chosen probe strictly too; there the `podprobe`
@@ -20,19 +20,20 @@ use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
-use crate::markers::value_on;
-use crate::probe::client_pem::client_identity_from_pem;
-use crate::probe::spec::extension::markers::MarkerTarget;
-use crate::probe::spec::extension::{Method, Network};
-use crate::probe::spec::{self, Handler, HttpProtocol, Scheme};
-use crate::probe::{
-    ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober, go_quote,
-    join_host_port,
-};
+use crate::api::client_pem::client_identity_from_pem;
+use crate::probe::Prober;
 use crate::runtime::cri::{CriClient, DEFAULT_ENDPOINT};
-use crate::util::exit_code;
-use crate::util::pod::probed_containers;
-use crate::worker::verdict_result;
+use podprobe_core::prober::markers::value_on;
+use podprobe_core::prober::worker::verdict_result;
+use podprobe_core::spec::probe_spec::extension::marker_options::MarkerTarget;
+use podprobe_core::spec::probe_spec::extension::{Method, Network};
+use podprobe_core::spec::probe_spec::{self, Handler, HttpProtocol, Scheme};
+use podprobe_core::spec::{
+    ProbeEvent, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, join_host_port,
+};
+use podprobe_core::util::exit_code;
+use podprobe_core::util::gofmt::go_quote;
+use podprobe_core::util::pod::probed_containers;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
@@ -69,7 +70,7 @@ pub struct ProbeArgs {
     pub cri_endpoint: String,
 
     /// Version sent in `User-Agent: kube-probe/MAJOR.MINOR`.
-    #[arg(long, value_name = "MAJOR.MINOR", default_value = crate::KUBE_PROBE_VERSION)]
+    #[arg(long, value_name = "MAJOR.MINOR", default_value = podprobe_core::KUBE_PROBE_VERSION)]
     pub kube_probe_version: String,
 
     /// How to report the result.
@@ -123,9 +124,9 @@ pub enum ProbeInputError {
     Selection(String),
     /// The probe object does not decode strictly; names the field.
     #[error(transparent)]
-    Decode(#[from] spec::DecodeError),
+    Decode(#[from] probe_spec::DecodeError),
     #[error(transparent)]
-    Spec(#[from] spec::SpecError),
+    Spec(#[from] probe_spec::SpecError),
     /// --client-cert/--client-key unusable, or given for a probe without TLS.
     #[error("{0}")]
     ClientCertificate(String),
@@ -332,12 +333,12 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Pro
             .kind
             .map(ProbeKind::from)
             .unwrap_or(ProbeKind::Readiness);
-        let object = spec::decode_probe_object(kind, doc)?;
+        let object = probe_spec::decode_probe_object(kind, doc)?;
         let container = Container {
             name: args.container.clone().unwrap_or_default(),
             ..Container::default()
         };
-        let spec = spec::normalize_object(kind, &object, &container)?;
+        let spec = probe_spec::normalize_object(kind, &object, &container)?;
         return Ok(Selected {
             kind,
             container: container.name,
@@ -351,7 +352,7 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Pro
         Some(k) => ProbeKind::from(k),
         None => only_probe_kind(container)?,
     };
-    if spec::container_probe(container, kind).is_none() {
+    if probe_spec::container_probe(container, kind).is_none() {
         return Err(ProbeInputError::Selection(format!(
             "container {:?} has no {}",
             container.name,
@@ -361,16 +362,16 @@ pub fn select(doc: &serde_json::Value, args: &ProbeArgs) -> Result<Selected, Pro
     let written = written_probe(doc, &container.name, kind)
         .cloned()
         .unwrap_or_default();
-    let object = spec::decode_probe_object(kind, &written)?;
+    let object = probe_spec::decode_probe_object(kind, &written)?;
     if object.podprobe.is_some() {
-        return Err(ProbeInputError::Decode(spec::DecodeError {
-            field: format!("{}.{}", kind.field_name(), spec::EXTENSIONS_KEY),
+        return Err(ProbeInputError::Decode(probe_spec::DecodeError {
+            field: format!("{}.{}", kind.field_name(), probe_spec::EXTENSIONS_KEY),
             message: "unknown field (not part of core/v1: the API server drops it from a pod \
                       spec; podprobe's extensions go in the podprobe.io/probes annotation)"
                 .into(),
         }));
     }
-    let spec = spec::normalize(kind, &object.probe, container)?;
+    let spec = probe_spec::normalize(kind, &object.probe, container)?;
     Ok(Selected {
         kind,
         container: container.name.clone(),
@@ -431,7 +432,7 @@ fn pick_container<'p>(pod: &'p Pod, name: Option<&str>) -> Result<&'p Container,
 fn only_probe_kind(container: &Container) -> Result<ProbeKind, ProbeInputError> {
     let present: Vec<ProbeKind> = ProbeKind::ALL
         .into_iter()
-        .filter(|k| spec::container_probe(container, *k).is_some())
+        .filter(|k| probe_spec::container_probe(container, *k).is_some())
         .collect();
     match present.as_slice() {
         [kind] => Ok(*kind),
@@ -569,7 +570,7 @@ mod tests {
             pod_ip: "127.0.0.1".into(),
             container_id: None,
             cri_endpoint: DEFAULT_ENDPOINT.into(),
-            kube_probe_version: crate::KUBE_PROBE_VERSION.into(),
+            kube_probe_version: podprobe_core::KUBE_PROBE_VERSION.into(),
             output: OutputFormat::Json,
             client_cert: None,
             client_key: None,
@@ -642,10 +643,10 @@ mod tests {
             ..Default::default()
         };
         let annotation = serde_json::json!({"app": {"readinessProbe": typo}}).to_string();
-        let daemon = crate::status::annotation::parse_probes(
+        let daemon = podprobe_core::status::annotation::parse_probes(
             &spec,
             &annotation,
-            &mut crate::probe::spec::budget::PodBudget::default(),
+            &mut podprobe_core::spec::probe_spec::budget::PodBudget::default(),
         )
         .unwrap_err();
         assert_eq!(
@@ -735,7 +736,7 @@ mod tests {
         let selected = select(&doc, &args(None, Some(KindArg::Readiness))).expect("selected");
         let failed = ProbeVerdict::from_attempt(
             ProbeKind::Readiness,
-            Ok(crate::probe::Outcome::new(ProbeResult::Failure, "")),
+            Ok(podprobe_core::spec::Outcome::new(ProbeResult::Failure, "")),
             1,
         );
         let text = render_text(&report(&selected, "127.0.0.1", failed, Duration::ZERO));
@@ -747,7 +748,7 @@ mod tests {
         );
         let errored = ProbeVerdict::from_attempt(
             ProbeKind::Readiness,
-            Err(crate::probe::ProbeError::unknown("reset")),
+            Err(podprobe_core::spec::ProbeError::unknown("reset")),
             3,
         );
         let text = render_text(&report(&selected, "127.0.0.1", errored, Duration::ZERO));

@@ -4,15 +4,15 @@
 //! every kill and restart, and in gate mode every change of the
 //! `podprobe.io/ready` condition.
 //!
-//! The prober is the real one ([`crate::manager`], [`crate::worker`]); only
+//! The prober is the real one ([`podprobe_core::prober::manager`], [`podprobe_core::prober::worker`]); only
 //! the probe handlers and the kubelet around them are simulated
 //! ([`engine`]). The script format is in [`script`]; [`render`] draws the
 //! events as an SVG timeline or an HTML page for `--output svg|html`.
 
 pub mod engine;
-pub mod render;
 pub mod script;
 mod simulation;
+pub(crate) mod timeline;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -26,15 +26,15 @@ use k8s_openapi::api::core::v1::Pod;
 use self::script::{Script, ScriptError};
 pub use self::simulation::Simulation;
 use crate::cli::oneshot::parse_document;
-use crate::daemon::config::ModeArg;
-use crate::manager::PodProbes;
-use crate::probe::spec::budget::PodBudget;
-use crate::probe::spec::{self, container_probe, validate_container_probes};
-use crate::probe::{ProbeKind, SpecError};
-use crate::status::gate_setup::has_annotation;
-use crate::status::{AnnotatedProbes, AnnotationError, PROBES_ANNOTATION, pod_probes};
-use crate::util::exit_code;
-use crate::util::pod::{all_containers, probed_containers};
+use crate::daemon::flags::ModeArg;
+use podprobe_core::prober::manager::PodProbes;
+use podprobe_core::spec::probe_spec::budget::PodBudget;
+use podprobe_core::spec::probe_spec::{self, container_probe, validate_container_probes};
+use podprobe_core::spec::{ProbeKind, SpecError};
+use podprobe_core::status::gate_setup::has_annotation;
+use podprobe_core::status::{AnnotatedProbes, AnnotationError, PROBES_ANNOTATION, pod_probes};
+use podprobe_core::util::exit_code;
+use podprobe_core::util::pod::{all_containers, probed_containers};
 
 /// `after_help` of `podprobe simulate`: the script format and an example.
 pub const AFTER_HELP: &str = "\
@@ -193,8 +193,8 @@ pub fn main(args: SimulateArgs) -> ExitCode {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = match args.output {
         OutputArg::Json => write_report(&mut out, &report),
-        OutputArg::Svg => out.write_all(render::svg(&simulation, &report).as_bytes()),
-        OutputArg::Html => out.write_all(render::html(&simulation, &report).as_bytes()),
+        OutputArg::Svg => out.write_all(timeline::svg(&simulation, &report).as_bytes()),
+        OutputArg::Html => out.write_all(timeline::html(&simulation, &report).as_bytes()),
     };
     match written.and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -381,7 +381,7 @@ fn spec_probes(pod: &Pod) -> Result<PodProbes, SimulateInputError> {
             let Some(probe) = container_probe(container, kind) else {
                 continue;
             };
-            let spec = spec::normalize(kind, probe, container).map_err(|e| at(&path, e))?;
+            let spec = probe_spec::normalize(kind, probe, container).map_err(|e| at(&path, e))?;
             probes.insert(container.name.clone(), kind, spec);
         }
     }

@@ -20,19 +20,19 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use crate::events::recorder::EventRecorder;
-use crate::manager::{Killer, ProberManager};
-use crate::pod_store::PodStore;
-use crate::probe::spec::budget::PodBudget;
-use crate::probe_ledger::ProbeLedger;
-use crate::results::{ResultReceivers, ResultUpdate};
-use crate::util::pod::all_container_statuses;
-use crate::worker::ProbeRunner;
-use podprobe_core::pod_tracker::{Effect, Input, Now, PodTracker, Reading};
+use podprobe_core::prober::events::recorder::EventRecorder;
+use podprobe_core::prober::manager::{Killer, ProberManager};
+use podprobe_core::prober::pod_store::PodStore;
+use podprobe_core::prober::pod_tracker::{Effect, Input, Now, PodTracker, Reading};
+use podprobe_core::prober::probe_ledger::ProbeLedger;
+use podprobe_core::prober::results::{ResultReceivers, ResultUpdate};
+use podprobe_core::prober::worker::ProbeRunner;
+use podprobe_core::spec::probe_spec::budget::PodBudget;
+use podprobe_core::util::pod::all_container_statuses;
 
-use super::markers::MarkerWriter;
-use crate::kube::patcher::{Patcher, StatusApi};
-use crate::kube::pods::PodUpdate;
+use super::marker_sync::MarkerWriter;
+use crate::api::patcher::{Patcher, StatusApi};
+use crate::api::pods::PodUpdate;
 use crate::server::health::Health;
 use crate::server::metrics::Metrics;
 
@@ -270,32 +270,32 @@ mod tests {
     use k8s_openapi::api::core::v1::PodReadinessGate;
 
     use super::*;
+    use crate::api::patcher::NoopPatchObserver;
+    use crate::api::patcher::RetryPolicy;
     use crate::daemon::telemetry::Telemetry;
-    use crate::events::record::reasons;
-    use crate::kube::patcher::NoopPatchObserver;
-    use crate::kube::patcher::RetryPolicy;
-    use crate::markers::MarkerKeys;
-    use crate::probe::ProbeKind;
-    use crate::probe::ProbeResult;
-    use crate::probe::destinations::Destinations;
-    use crate::probe::spec::budget::{BudgetLimits, NodeBudget};
-    use crate::probe::spec::timeout_caps::TimeoutCaps;
-    use crate::probe_rates::ProbeRates;
-    use crate::results::ProbeCaches;
-    use crate::status::conditions::{CONTAINERS_READY, POD_READY};
-    use crate::status::{Mode, PROBES_ANNOTATION};
     use crate::testing::{
         FakeApi, RecordingEvents, RecordingKiller, RecordingMarkers, Scripted, ScriptedRunner,
         first_container_status,
     };
-    use crate::util::pod::pod_name;
-    use crate::util::watch_activity::WatchActivity;
-    use crate::worker::ProbeObserver;
-    use crate::worker::{Clock, NoopObserver, TokioClock};
-    use podprobe_core::pod_tracker::{AnnotationRules, EDIT_DEBOUNCE, TrackerConfig};
+    use podprobe_core::prober::events::record::reasons;
+    use podprobe_core::prober::markers::MarkerKeys;
+    use podprobe_core::prober::pod_tracker::{AnnotationRules, EDIT_DEBOUNCE, TrackerConfig};
+    use podprobe_core::prober::probe_rates::ProbeRates;
+    use podprobe_core::prober::results::ProbeCaches;
+    use podprobe_core::prober::worker::ProbeObserver;
+    use podprobe_core::prober::worker::{Clock, NoopObserver, TokioClock};
+    use podprobe_core::spec::ProbeKind;
+    use podprobe_core::spec::ProbeResult;
+    use podprobe_core::spec::destinations::Destinations;
+    use podprobe_core::spec::probe_spec::budget::{BudgetLimits, NodeBudget};
+    use podprobe_core::spec::probe_spec::timeout_caps::TimeoutCaps;
+    use podprobe_core::status::conditions::{CONTAINERS_READY, POD_READY};
+    use podprobe_core::status::{Mode, PROBES_ANNOTATION};
     use podprobe_core::testing::{
         TRACKED_ANNOTATION as ANNOTATION, TRACKED_ID as ID, tracked_pod as pod,
     };
+    use podprobe_core::util::pod::pod_name;
+    use podprobe_core::util::watch_activity::WatchActivity;
 
     const MODES: [Mode; 2] = [Mode::Gate, Mode::Authority];
 
@@ -384,7 +384,7 @@ mod tests {
                 }),
                 budget: BudgetLimits::default(),
                 node_budget: node_budget.clone(),
-                max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
+                max_liveness_pause: podprobe_core::prober::liveness_pause::DEFAULT_MAX_PAUSE,
                 marker_keys: MarkerKeys::new(["role".to_string()]),
                 timeout_caps: TimeoutCaps {
                     exec: Duration::from_secs(60),
@@ -525,7 +525,7 @@ mod tests {
         if mode == Mode::Gate {
             // As the gate's set-up asks (else a ReadinessGateMissing Event).
             pod.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
-                condition_type: crate::status::READY_CONDITION.into(),
+                condition_type: podprobe_core::status::READY_CONDITION.into(),
             }]);
         }
         pod
@@ -692,7 +692,7 @@ mod tests {
                 let conditions = copy.status.as_mut().unwrap().conditions.as_mut().unwrap();
                 let gate = conditions
                     .iter_mut()
-                    .find(|c| c.type_ == crate::status::READY_CONDITION)
+                    .find(|c| c.type_ == podprobe_core::status::READY_CONDITION)
                     .unwrap();
                 gate.status = "False".into();
             }
@@ -861,7 +861,7 @@ mod tests {
     /// `pod` with `podprobe.io/pause-liveness-until: value`.
     fn paused(mut pod: Pod, value: &str) -> Pod {
         let annotations = pod.metadata.annotations.get_or_insert_default();
-        let key = crate::liveness_pause::PAUSE_LIVENESS_ANNOTATION;
+        let key = podprobe_core::prober::liveness_pause::PAUSE_LIVENESS_ANNOTATION;
         annotations.insert(key.into(), value.into());
         pod
     }
@@ -973,7 +973,7 @@ mod tests {
             .annotations
             .as_mut()
             .unwrap()
-            .remove(crate::liveness_pause::PAUSE_LIVENESS_ANNOTATION);
+            .remove(podprobe_core::prober::liveness_pause::PAUSE_LIVENESS_ANNOTATION);
         sync.applied(&resumed);
         assert!(sync.has_liveness_worker(&pod));
         assert_eq!(
@@ -1007,7 +1007,7 @@ mod tests {
         let reported = first.server_pod();
         let requests = first.api.requests();
         assert!(
-            crate::takeover::own_condition_is_true(&reported, mode),
+            podprobe_core::prober::takeover::own_condition_is_true(&reported, mode),
             "{mode:?}: {requests:?}"
         );
         reported
@@ -1097,7 +1097,7 @@ mod tests {
         let mut labelled = pod.clone();
         labelled.metadata.labels = Some([("role".to_string(), "primary".to_string())].into());
         sync.applied(&labelled);
-        tokio::time::advance(super::super::markers::SENT_HOLD).await;
+        tokio::time::advance(super::super::marker_sync::SENT_HOLD).await;
         sync.daemon.resync();
         settle().await;
         assert_eq!(sync.markers.patches().len(), sent);

@@ -2,13 +2,13 @@
 //! metrics, records the Event the kubelet would and is kept in the ledger
 //! that `kubectl podprobe status` reads.
 
-use crate::events::recorder::EventRecorder;
+use podprobe_core::prober::events::recorder::EventRecorder;
 use std::sync::Arc;
 
-use crate::kube::events::PodEvent;
-use crate::probe_ledger::ProbeLedger;
+use crate::api::event_broadcaster::PodEvent;
 use crate::server::metrics::Metrics;
-use crate::worker::{Clock, ProbeObserver, ProbeRun, WorkerConfig};
+use podprobe_core::prober::probe_ledger::ProbeLedger;
+use podprobe_core::prober::worker::{Clock, ProbeObserver, ProbeRun, WorkerConfig};
 
 /// The [`ProbeObserver`] of `podprobe run`: probe metrics (M2, M3, M5) and
 /// the events of probe runs (P3-P5), the ledger of last runs (PS1).
@@ -69,11 +69,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::probe::{Outcome, ProbeError, ProbeKind, ProbeResult, ProbeVerdict};
-    use crate::probe_ledger::RunResult;
-    use crate::results::CachedResult;
     use crate::testing::{container, epoch, pod, probe_spec};
-    use crate::worker::TokioClock;
+    use podprobe_core::prober::probe_ledger::RunResult;
+    use podprobe_core::prober::results::CachedResult;
+    use podprobe_core::prober::worker::TokioClock;
+    use podprobe_core::spec::{Outcome, ProbeError, ProbeKind, ProbeResult, ProbeVerdict};
 
     #[tokio::test(start_paused = true)]
     async fn telemetry_counts_queues_the_verdict_event_and_keeps_the_run() {

@@ -29,8 +29,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout_at};
 
-use super::destinations::{DestinationDenied, Destinations};
-use super::netns;
+use crate::probe::netns;
+use podprobe_core::spec::destinations::{DestinationDenied, Destinations};
 
 /// The linger time the kubelet sets on probe sockets (T3): long enough for a
 /// clean FIN, short enough that the socket does not hold a port for 60 s.

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use tonic::Code;
 
-use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_duration, go_quote};
 use crate::runtime::cri::{CriClient, ExecSyncResponse};
+use podprobe_core::spec::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult};
+use podprobe_core::util::gofmt::{go_duration, go_quote};
 
 /// Runs `command` in `container_id` of `pod` (its UID) through CRI with
 /// `timeout`, cut to the longest a probe may hold an exec slot.

@@ -37,13 +37,14 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use super::destinations::Destinations;
-use super::dial::{DialError, ProbeStream, dial};
-use super::spec::extension::TlsSettings;
-use super::tap::{ReadObserver, ReadTap};
-use super::tls;
-use super::{Attempt, Outcome, ProbeResult, go_duration, join_host_port};
+use crate::probe::dial::{DialError, ProbeStream, dial};
+use crate::probe::tap::{ReadObserver, ReadTap};
+use crate::probe::tls;
 use crate::runtime::grpc_status::{GrpcStatus, without_status_details};
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::probe_spec::extension::TlsSettings;
+use podprobe_core::spec::{Attempt, Outcome, ProbeResult, join_host_port};
+use podprobe_core::util::gofmt::go_duration;
 
 /// grpc-go's connection backoff: first delay, growth factor, jitter, ceiling.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);

@@ -29,10 +29,13 @@ use tokio::time::Instant;
 use self::request::Hop;
 pub use self::transport::MAX_RESPONSE_HEAD_BYTES;
 use self::transport::{Exchange, TransportError};
-use super::destinations::Destinations;
-use super::spec::HttpGetAction;
-use super::spec::extension::{BodyRegex, Expect, GaveUp, Method, TlsSettings, regex_failure};
-use super::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult, go_quote};
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::probe_spec::HttpGetAction;
+use podprobe_core::spec::probe_spec::extension::{
+    BodyRegex, Expect, GaveUp, Method, TlsSettings, regex_failure,
+};
+use podprobe_core::spec::{Attempt, MAX_OUTPUT_BYTES, Outcome, ProbeError, ProbeResult};
+use podprobe_core::util::gofmt::go_quote;
 
 /// Requests Go's client sends before giving up on a redirect chain.
 const MAX_REQUESTS: usize = 10;
@@ -370,7 +373,7 @@ mod tests {
     #[test]
     fn redirected_request_resolves_location_against_the_probe_url() {
         let action = HttpGetAction {
-            scheme: crate::probe::spec::Scheme::Http,
+            scheme: podprobe_core::spec::probe_spec::Scheme::Http,
             host: None,
             port: 8080,
             path: "/a/b".to_string(),

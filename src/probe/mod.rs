@@ -1,10 +1,9 @@
 //! The four probe handlers (exec through the CRI, HTTP, TCP, gRPC) and the
 //! kubelet's common wrapper around them ([`Prober`]: retries on errors,
 //! result mapping, the Event a run would record). The spec they run and the
-//! vocabulary they share with the workers are `podprobe_core::probe`'s,
+//! vocabulary they share with the workers are `podprobe_core::spec`'s,
 //! re-exported here so that one path names a probe's every part.
 
-pub mod client_pem;
 pub mod dial;
 pub mod exec;
 pub mod grpc;
@@ -13,7 +12,7 @@ pub mod netns;
 pub mod prober;
 mod tap;
 pub mod tcp;
-pub mod tls;
+pub(crate) mod tls;
 
-pub use podprobe_core::probe::*;
+pub use podprobe_core::spec::*;
 pub use prober::Prober;

@@ -22,7 +22,7 @@ use tokio::net::TcpSocket;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::{Instant, timeout_at};
 
-use super::pod_network::PodNetwork;
+use podprobe_core::spec::pod_network::PodNetwork;
 
 pub mod helper;
 

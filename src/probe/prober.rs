@@ -7,18 +7,22 @@ use std::time::Duration;
 
 use tokio::time::{Instant, timeout_at};
 
-use super::destinations::Destinations;
-use super::pod_network::PodNetwork;
-use super::spec::extension::{ClientIdentity, Network, POD_LOOPBACK, SecretHeader};
-use super::spec::{Handler, ProbeSpec};
-use super::verdict::{ProbeTarget, ProbeVerdict, probe_with_retries, reasons};
-use super::{Attempt, ProbeError, ProbeKind, exec, go_quote, grpc, http, tcp};
+use crate::probe::{exec, grpc, http, tcp};
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::pod_network::PodNetwork;
+use podprobe_core::spec::probe_spec::extension::{
+    ClientIdentity, Network, POD_LOOPBACK, SecretHeader,
+};
+use podprobe_core::spec::probe_spec::{Handler, ProbeSpec};
+use podprobe_core::spec::verdict::{ProbeTarget, ProbeVerdict, probe_with_retries, reasons};
+use podprobe_core::spec::{Attempt, ProbeError, ProbeKind};
+use podprobe_core::util::gofmt::go_quote;
 use std::sync::Arc;
 
-use super::client_identity::ClientIdentitySource;
-use super::header_secrets::HeaderSecretSource;
 use crate::runtime::cri::CriClient;
-use crate::util::fair_slots::{FairSlots, Slot, SlotsBusy};
+use podprobe_core::spec::client_identity::ClientIdentitySource;
+use podprobe_core::spec::header_secrets::HeaderSecretSource;
+use podprobe_core::util::fair_slots::{FairSlots, Slot, SlotsBusy};
 
 /// Runs probes; shared by every worker.
 #[derive(Clone, Debug)]
@@ -331,12 +335,12 @@ fn exec_timeout(timeout: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::Outcome;
-    use crate::probe::ProbeResult;
-    use crate::probe::spec::{
+    use podprobe_core::spec::Outcome;
+    use podprobe_core::spec::ProbeResult;
+    use podprobe_core::spec::probe_spec::{
         AtoiFailure, ExecAction, HttpGetAction, PortError, Scheme, TcpSocketAction,
     };
-    use crate::probe::verdict::{EventType, MAX_PROBE_RETRIES, ProbeEvent, reasons};
+    use podprobe_core::spec::verdict::{EventType, MAX_PROBE_RETRIES, ProbeEvent, reasons};
 
     fn spec(handler: Handler) -> ProbeSpec {
         ProbeSpec {
@@ -429,9 +433,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreadable_client_certificate_fails_the_run_without_connecting() {
-        use crate::kube::client_certificates::ClientCertificates;
-        use crate::kube::secret_cache::testing::Fake;
-        use crate::kube::secret_cache::{ReadError, SECRET_TTL};
+        use crate::api::client_certificates::ClientCertificates;
+        use crate::api::secret_cache::testing::Fake;
+        use crate::api::secret_cache::{ReadError, SECRET_TTL};
         let mut https = spec(Handler::HttpGet(HttpGetAction {
             scheme: Scheme::Https,
             host: None,
@@ -490,10 +494,10 @@ mod tests {
         use k8s_openapi::api::core::v1::Secret;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-        use crate::kube::header_secret_cache::HeaderSecrets;
-        use crate::kube::secret_cache::testing::Fake;
-        use crate::kube::secret_cache::{ReadError, SECRET_TTL};
-        use crate::probe::spec::extension::SecretHeader;
+        use crate::api::header_secret_cache::HeaderSecrets;
+        use crate::api::secret_cache::testing::Fake;
+        use crate::api::secret_cache::{ReadError, SECRET_TTL};
+        use podprobe_core::spec::probe_spec::extension::SecretHeader;
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::destinations::Destinations;
-use super::dial::dial;
-use super::{Attempt, Outcome, ProbeResult};
+use crate::probe::dial::dial;
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::{Attempt, Outcome, ProbeResult};
 
 /// Connects to `host:port` within `timeout`: `success` with empty output if
 /// the connection is accepted, otherwise `failure` with Go's dial error text

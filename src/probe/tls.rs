@@ -18,7 +18,7 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
-use super::spec::extension::TlsSettings;
+use podprobe_core::spec::probe_spec::extension::TlsSettings;
 
 /// The client configuration for `settings` offering `alpn`: ring provider,
 /// TLS 1.2 and 1.3. The kubelet's (default settings) is built once per

@@ -17,8 +17,8 @@
 //! runtime request timeout, 2 min, plus what the call itself may take).
 
 use crate::runtime::grpc_status::{GrpcStatus, WithoutStatusDetails, without_status_details};
-use crate::util::fair_slots::{FairSlots, SlotsBusy};
-use crate::util::pod::{self, ContainerIdentity};
+use podprobe_core::util::fair_slots::{FairSlots, SlotsBusy};
+use podprobe_core::util::pod::{self, ContainerIdentity};
 use std::collections::{HashMap, HashSet};
 use std::error::Error as _;
 use std::future::Future;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::util::watch_activity::WatchActivity;
+use podprobe_core::util::watch_activity::WatchActivity;
 
 /// The pod watch's server-side timeout: the API server ends every watch
 /// after this and podprobe starts the next, so a healthy watch receives a

@@ -29,13 +29,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::events::recorder::{EventObserver, EventOutcome};
-use crate::probe::ProbeKind;
-use crate::probe::spec::budget::Budget;
-use crate::results::CachedResult;
 use crate::server::process_stats::ProcessCollector;
-use crate::util::watch_activity::WatchActivity;
-use crate::worker::WorkerConfig;
+use podprobe_core::prober::events::recorder::{EventObserver, EventOutcome};
+use podprobe_core::prober::results::CachedResult;
+use podprobe_core::prober::worker::WorkerConfig;
+use podprobe_core::spec::ProbeKind;
+use podprobe_core::spec::probe_spec::budget::Budget;
+use podprobe_core::util::watch_activity::WatchActivity;
 
 /// Content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -1,6 +1,6 @@
 //! The probe status of a pod as part of the Kubernetes API (PS2, #38): the
 //! aggregated group `status.podprobe.io/v1alpha1` and its read-only
-//! resource `probes` ([`podprobe_core::probe_ledger::api`]), served over
+//! resource `probes` ([`podprobe_core::prober::probe_ledger::api`]), served over
 //! TLS on `--status-api-listen` behind the `APIService`
 //! `v1alpha1.status.podprobe.io`.
 //!
@@ -29,9 +29,9 @@
 //! handshakes within [`HANDSHAKE_TIMEOUT`].
 
 mod certificate;
-pub mod front_proxy;
+pub(crate) mod front_proxy;
+pub(crate) mod hop_tls;
 mod identity;
-pub mod tls;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -49,8 +49,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
-use podprobe_core::probe_ledger::ProbeLedger;
-use podprobe_core::probe_ledger::api::{self, PodProbes};
+use podprobe_core::prober::probe_ledger::ProbeLedger;
+use podprobe_core::prober::probe_ledger::api::{self, PodProbes};
 use podprobe_core::util::rate_limit::TokenBucket;
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
@@ -59,7 +59,7 @@ use tokio::time::Instant;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use self::front_proxy::RequestHeader;
-use self::tls::{Caller, TlsSource};
+use self::hop_tls::{Caller, TlsSource};
 use super::delegated_auth::{AccessDecision, Attributes, DelegatedAuth, UserInfo};
 use super::metrics::{AuthOutcome, Metrics};
 use super::{Limits, builder};
@@ -217,7 +217,7 @@ impl StatusApi {
             let tls = tls.clone();
             async move {
                 loop {
-                    tokio::time::sleep(tls::RELOAD_INTERVAL).await;
+                    tokio::time::sleep(hop_tls::RELOAD_INTERVAL).await;
                     tls.current();
                 }
             }
@@ -308,7 +308,7 @@ impl StatusApi {
     async fn respond(
         &self,
         tls: &TlsSource,
-        settings: &tls::Settings,
+        settings: &hop_tls::Settings,
         caller: &Caller,
         request: &Request<Incoming>,
     ) -> Response<Full<Bytes>> {
@@ -649,7 +649,7 @@ fn peer_request<'a>(path: &'a str, query: Option<&str>) -> Option<(&'a str, &'a 
 }
 
 fn valid<'a>(namespace: &'a str, name: &'a str) -> Option<(&'a str, &'a str)> {
-    use podprobe_core::probe::spec::{is_dns_label, is_dns_subdomain};
+    use podprobe_core::spec::probe_spec::{is_dns_label, is_dns_subdomain};
     (is_dns_label(namespace) && is_dns_subdomain(name)).then_some((namespace, name))
 }
 

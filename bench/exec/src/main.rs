@@ -27,16 +27,17 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
+use podprobe::probe::Prober;
 use podprobe::runtime::cri::{
     CONTAINER_NAME_LABEL, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState,
     ContainerStateValue, CriClient, ImageSpec, POD_UID_LABEL, PodSandboxConfig, PodSandboxFilter,
     PodSandboxMetadata,
 };
 use podprobe::server::metrics::Metrics;
-use podprobe::util::pod::ContainerIdentity;
-use podprobe::probe::spec::ExecAction;
-use podprobe::probe::spec::extension::Network;
-use podprobe::probe::{Handler, ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
+use podprobe_core::spec::probe_spec::ExecAction;
+use podprobe_core::spec::probe_spec::extension::Network;
+use podprobe_core::spec::{Handler, ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict};
+use podprobe_core::util::pod::ContainerIdentity;
 use serde_json::json;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::{Channel, Endpoint, Server};
@@ -58,7 +59,11 @@ const NAMESPACE: &str = "podprobe-bench";
 #[derive(Parser)]
 struct Cli {
     /// The CRI endpoint (hack/containerd.sh's by default).
-    #[arg(long, global = true, default_value = "unix:///tmp/podprobe-cri/containerd.sock")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "unix:///tmp/podprobe-cri/containerd.sock"
+    )]
     endpoint: String,
     /// tokio worker threads (the daemon uses one per core).
     #[arg(long, global = true, default_value_t = 2)]
@@ -409,8 +414,8 @@ fn podprobe_prober(endpoint: &str, cap: usize, metrics: &Metrics) -> Prober {
         .count_exec_in_flight(metrics.exec_in_flight())
         .limit_concurrent_execs(
             cap,
-            podprobe::daemon::config::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
-            Duration::from_secs(podprobe::daemon::config::DEFAULT_MAX_EXEC_TIMEOUT_SECONDS.into()),
+            podprobe::daemon::flags::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
+            Duration::from_secs(podprobe::daemon::flags::DEFAULT_MAX_EXEC_TIMEOUT_SECONDS.into()),
         );
     Prober::new("1.35", Some(cri))
 }
@@ -626,10 +631,21 @@ async fn overhead(
     let cri = CriClient::new(endpoint).expect("endpoint");
     let containers = containers_for(&cri, pods).await;
     let metrics = Metrics::new();
-    let callers = Arc::new(Callers::new(endpoint, cmd.clone(), 1, podprobe_prober(endpoint, cap, &metrics)).await);
+    let callers = Arc::new(
+        Callers::new(
+            endpoint,
+            cmd.clone(),
+            1,
+            podprobe_prober(endpoint, cap, &metrics),
+        )
+        .await,
+    );
     // Connect both clients before the clock starts.
     for side in SIDES {
-        callers.call(side, &containers[0]).await.expect("warm-up call");
+        callers
+            .call(side, &containers[0])
+            .await
+            .expect("warm-up call");
     }
     let procs = RuntimeProcs::find(endpoint);
     let shims = procs.shims();
@@ -663,7 +679,10 @@ async fn overhead(
                 if due >= measure_from {
                     samples.lock().unwrap().push((side, micros, result.is_ok()));
                     if let Err(e) = result {
-                        failures.lock().unwrap().push(format!("{}: {e}", side.name()));
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{}: {e}", side.name()));
                     }
                 }
             }
@@ -683,7 +702,11 @@ async fn overhead(
     let mut sides = serde_json::Map::new();
     let mut p: HashMap<Side, serde_json::Value> = HashMap::new();
     for side in SIDES {
-        let mut lat: Vec<f64> = samples.iter().filter(|s| s.0 == side).map(|s| s.1).collect();
+        let mut lat: Vec<f64> = samples
+            .iter()
+            .filter(|s| s.0 == side)
+            .map(|s| s.1)
+            .collect();
         let failed = samples.iter().filter(|s| s.0 == side && !s.2).count();
         let mut s = summary(&mut lat);
         s["failures"] = json!(failed);
@@ -857,7 +880,13 @@ async fn fake(calls: usize, rounds: usize, output_bytes: usize, cap: usize) -> s
     });
     let endpoint = format!("unix://{}", socket.display());
     let metrics = Metrics::new();
-    let callers = Callers::new(&endpoint, words("true"), 1, podprobe_prober(&endpoint, cap, &metrics)).await;
+    let callers = Callers::new(
+        &endpoint,
+        words("true"),
+        1,
+        podprobe_prober(&endpoint, cap, &metrics),
+    )
+    .await;
     for side in SIDES {
         for _ in 0..100 {
             callers.call(side, &container).await.expect("warm-up call");
@@ -872,7 +901,9 @@ async fn fake(calls: usize, rounds: usize, output_bytes: usize, cap: usize) -> s
             for _ in 0..calls {
                 let began = Instant::now();
                 callers.call(side, &container).await.expect("fake call");
-                lat.entry(side).or_default().push(began.elapsed().as_secs_f64() * 1e6);
+                lat.entry(side)
+                    .or_default()
+                    .push(began.elapsed().as_secs_f64() * 1e6);
             }
             *cpu.entry(side).or_default() += self_cpu() - cpu0;
         }
@@ -909,9 +940,18 @@ async fn cap_run(
     let containers = containers_for(&cri, pods).await;
     let metrics = Metrics::new();
     let callers = Arc::new(
-        Callers::new(endpoint, cmd.clone(), timeout_s, podprobe_prober(endpoint, cap, &metrics)).await,
+        Callers::new(
+            endpoint,
+            cmd.clone(),
+            timeout_s,
+            podprobe_prober(endpoint, cap, &metrics),
+        )
+        .await,
     );
-    callers.call(Side::Podprobe, &containers[0]).await.expect("warm-up call");
+    callers
+        .call(Side::Podprobe, &containers[0])
+        .await
+        .expect("warm-up call");
     let procs = RuntimeProcs::find(endpoint);
     let shims = procs.shims();
     let tck = clock_ticks();
@@ -953,7 +993,10 @@ async fn cap_run(
                 let now = procs.cpu(&shims);
                 let dt = last_t.elapsed().as_secs_f64();
                 let used = (now.containerd + now.shims - last.containerd - last.shims) as f64 / tck;
-                windows.lock().unwrap().push((t0.elapsed().as_secs_f64(), used / dt));
+                windows
+                    .lock()
+                    .unwrap()
+                    .push((t0.elapsed().as_secs_f64(), used / dt));
                 (last, last_t) = (now, Instant::now());
             }
         })
@@ -1004,7 +1047,10 @@ async fn cap_run(
             } else if verdict.output.contains("timed out") {
                 "failure: command timed out".to_string()
             } else {
-                format!("failure: {}", verdict.output.chars().take(80).collect::<String>())
+                format!(
+                    "failure: {}",
+                    verdict.output.chars().take(80).collect::<String>()
+                )
             };
             *outcomes.entry(outcome).or_default() += 1;
         }

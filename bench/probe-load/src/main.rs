@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use podprobe::probe::destinations::Destinations;
-use podprobe::probe::spec::{HttpGetAction, Scheme};
-use podprobe::probe::{Attempt, ProbeResult, grpc, http, tcp};
+use podprobe::probe::{grpc, http, tcp};
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::probe_spec::{HttpGetAction, Scheme};
+use podprobe_core::spec::{Attempt, ProbeResult};
 use rand::Rng;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -211,7 +212,7 @@ impl Target {
             },
             port: cfg.port,
             timeout: Duration::from_millis(cfg.timeout_ms),
-            user_agent: format!("kube-probe/{}", podprobe::KUBE_PROBE_VERSION),
+            user_agent: format!("kube-probe/{}", podprobe_core::KUBE_PROBE_VERSION),
             destinations: Destinations::default(),
         }
     }

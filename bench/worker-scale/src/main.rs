@@ -33,11 +33,14 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use podprobe::manager::{PodProbes, ProberManager};
-use podprobe::probe::spec::{Handler, HttpGetAction, Scheme, TcpSocketAction};
-use podprobe::probe::{ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict, Prober};
-use podprobe::results::{ProbeCaches, ResultReceivers};
-use podprobe::worker::{Clock, NoopObserver, ProbeRunner, StatusSource, SystemClock, TokioClock};
+use podprobe::probe::Prober;
+use podprobe_core::prober::manager::{PodProbes, ProberManager};
+use podprobe_core::prober::results::{ProbeCaches, ResultReceivers};
+use podprobe_core::prober::worker::{
+    Clock, NoopObserver, ProbeRunner, StatusSource, SystemClock, TokioClock,
+};
+use podprobe_core::spec::probe_spec::{Handler, HttpGetAction, Scheme, TcpSocketAction};
+use podprobe_core::spec::{ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -391,7 +394,9 @@ impl ProbeRunner for RecordingRunner {
 fn recording_runner(args: &FleetArgs, recorder: Arc<Recorder>) -> RecordingRunner {
     let network = match args.probe {
         ProbeArg::Instant => None,
-        ProbeArg::Tcp | ProbeArg::Http => Some(Prober::new(podprobe::KUBE_PROBE_VERSION, None)),
+        ProbeArg::Tcp | ProbeArg::Http => {
+            Some(Prober::new(podprobe_core::KUBE_PROBE_VERSION, None))
+        }
     };
     RecordingRunner {
         recorder,

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use podprobe_core::not_ready;
+use podprobe_core::prober::not_ready;
 
 use crate::reach::ReachError;
 

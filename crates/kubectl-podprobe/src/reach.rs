@@ -13,7 +13,7 @@
 
 use http_body_util::{BodyExt, Limited};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
-use podprobe_core::probe_ledger::api::{self, PodProbes};
+use podprobe_core::prober::probe_ledger::api::{self, PodProbes};
 
 /// Most bytes of an answer read: an object holds at most 16 KiB of output
 /// and a few hundred bytes per probe.
@@ -277,7 +277,7 @@ mod tests {
     const GROUP_PATH: &str = "/apis/status.podprobe.io";
 
     fn status(code: u16, reason: &str, message: &str) -> Vec<u8> {
-        podprobe_core::probe_ledger::api::failure(code, reason, message)
+        podprobe_core::prober::probe_ledger::api::failure(code, reason, message)
             .to_string()
             .into_bytes()
     }

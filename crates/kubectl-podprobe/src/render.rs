@@ -8,8 +8,8 @@
 use std::fmt::Write as _;
 
 use k8s_openapi::jiff::Timestamp;
-use podprobe_core::probe_ledger::RunResult;
-use podprobe_core::probe_ledger::api::PodProbes;
+use podprobe_core::prober::probe_ledger::RunResult;
+use podprobe_core::prober::probe_ledger::api::PodProbes;
 
 /// Most characters of an output's first line in the table.
 const OUTPUT_COLUMN_CHARS: usize = 48;
@@ -146,8 +146,8 @@ pub fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use podprobe_core::probe::ProbeKind;
-    use podprobe_core::probe_ledger::{PodReport, ProbeReport};
+    use podprobe_core::prober::probe_ledger::{PodReport, ProbeReport};
+    use podprobe_core::spec::ProbeKind;
 
     use super::*;
 

@@ -15,25 +15,12 @@
 //!   [`probe::verdict`], [`restart_policy`]);
 //! - [`util`]: pod accessors, token buckets, retry delays, exit codes.
 
-pub mod events;
-pub mod liveness_pause;
-pub mod manager;
-pub mod markers;
-pub mod not_ready;
-pub mod pod_store;
-pub mod pod_sync;
-pub mod pod_tracker;
-pub mod probe;
-pub mod probe_ledger;
-pub mod probe_rates;
-pub mod restart_policy;
-pub mod results;
+pub mod prober;
+pub mod spec;
 pub mod status;
-pub mod takeover;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod util;
-pub mod worker;
 
 /// The Kubernetes release whose API types and kubelet podprobe follows:
 /// `MAJOR.MINOR` in `User-Agent: kube-probe/...` when the node's kubelet

@@ -20,17 +20,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
-use crate::events::record::PodEvent;
-use crate::events::recorder::EventRecorder;
-use crate::manager::{PodProbes, ProbeStateView};
-use crate::probe::spec::{Handler, TcpSocketAction};
-use crate::probe::{
+use crate::prober::events::record::PodEvent;
+use crate::prober::events::recorder::EventRecorder;
+use crate::prober::manager::{PodProbes, ProbeStateView};
+use crate::prober::results::CachedResult;
+use crate::prober::worker::{ProbeObserver, ProbeRun, ProbeRunner, StatusSource, WorkerConfig};
+use crate::spec::probe_spec::{Handler, TcpSocketAction};
+use crate::spec::{
     Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
-use crate::results::CachedResult;
 use crate::status::conditions::condition;
 use crate::status::{ContainerProbeView, Mode, PROBES_ANNOTATION};
-use crate::worker::{ProbeObserver, ProbeRun, ProbeRunner, StatusSource, WorkerConfig};
 
 // The prober: workers, the manager, and what observes them.
 
@@ -530,7 +530,7 @@ pub const TRACKED_ANNOTATION: &str =
 pub fn tracked_pod(mode: Mode, started_at: i64, own: Option<(&str, i64)>) -> Pod {
     let time = |second| Time(Timestamp::from_second(second).unwrap());
     let conditions = own.map(|(status, since)| PodCondition {
-        type_: crate::takeover::own_condition_type(mode).into(),
+        type_: crate::prober::takeover::own_condition_type(mode).into(),
         status: status.into(),
         last_transition_time: Some(time(since)),
         ..PodCondition::default()

@@ -53,21 +53,21 @@ use tokio::time::Instant;
 
 use super::script::{ContainerScript, ScriptedResult};
 use super::simulation::Simulation;
-use crate::manager::{ProbeKill, ProberManager};
-use crate::markers::MarkerKeys;
-use crate::probe::spec::budget::{BudgetLimits, NodeBudget};
-use crate::probe::spec::timeout_caps::TimeoutCaps;
-use crate::probe::verdict::probe_with_retries;
-use crate::probe::{
+use podprobe_core::prober::manager::{ProbeKill, ProberManager};
+use podprobe_core::prober::markers::MarkerKeys;
+use podprobe_core::prober::pod_tracker::{Effect, Input, Now, PodTracker, Reading, TrackerConfig};
+use podprobe_core::prober::results::{ProbeCaches, ResultReceivers, ResultUpdate};
+use podprobe_core::prober::worker::{Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock};
+use podprobe_core::spec::probe_spec::budget::{BudgetLimits, NodeBudget};
+use podprobe_core::spec::probe_spec::timeout_caps::TimeoutCaps;
+use podprobe_core::spec::restart_policy::container_should_restart;
+use podprobe_core::spec::verdict::probe_with_retries;
+use podprobe_core::spec::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
-use crate::restart_policy::container_should_restart;
-use crate::results::{ProbeCaches, ResultReceivers, ResultUpdate};
-use crate::status::gate::{READY_CONDITION, gate_condition};
-use crate::status::{AnnotatedProbes, ContainerProbeView, Intent, Mode, Owned};
-use crate::util::pod::{ContainerList, is_restartable_init_container, probed_containers};
-use crate::worker::{Clock, NoopObserver, ProbeRunner, StatusSource, TokioClock};
-use podprobe_core::pod_tracker::{Effect, Input, Now, PodTracker, Reading, TrackerConfig};
+use podprobe_core::status::gate::{READY_CONDITION, gate_condition};
+use podprobe_core::status::{AnnotatedProbes, ContainerProbeView, Intent, Mode, Owned};
+use podprobe_core::util::pod::{ContainerList, is_restartable_init_container, probed_containers};
 
 /// Exit code of a container stopped by a probe failure: it was killed
 /// (SIGKILL), having ignored SIGTERM.
@@ -230,7 +230,7 @@ fn tracker(simulation: &Simulation) -> PodTracker {
         annotation_rules: None,
         budget: BudgetLimits::default(),
         node_budget: NodeBudget::new(),
-        max_liveness_pause: crate::liveness_pause::DEFAULT_MAX_PAUSE,
+        max_liveness_pause: podprobe_core::prober::liveness_pause::DEFAULT_MAX_PAUSE,
         marker_keys: MarkerKeys::new([]),
         timeout_caps: TimeoutCaps {
             exec: Duration::MAX,
@@ -923,7 +923,7 @@ mod tests {
     use super::*;
     use crate::cli::simulate::build;
     use crate::cli::simulate::script::Script;
-    use crate::daemon::config::ModeArg;
+    use crate::daemon::flags::ModeArg;
 
     /// What the fuzz suite found (tests/fuzz.rs, simulate_script_never_panics,
     /// out of memory): a probe period past 30 years, which tokio's `sleep`

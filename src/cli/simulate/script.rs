@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::probe::ProbeKind;
+use podprobe_core::spec::ProbeKind;
 
 /// The longest time a script may name: one week of virtual time.
 pub const MAX_SECONDS: u64 = 7 * 24 * 3600;

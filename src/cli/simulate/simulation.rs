@@ -7,8 +7,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::script::Script;
-use crate::manager::PodProbes;
-use crate::status::AnnotatedProbes;
+use podprobe_core::prober::manager::PodProbes;
+use podprobe_core::status::AnnotatedProbes;
 
 /// Everything a run needs, validated.
 #[derive(Debug, Clone)]

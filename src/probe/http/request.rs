@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::url::{ParseError, Url};
-use crate::probe::spec::extension::{Method, is_token_byte};
-use crate::probe::spec::{HttpGetAction, HttpProtocol, Scheme};
-use crate::probe::{go_quote, join_host_port};
+use podprobe_core::spec::join_host_port;
+use podprobe_core::spec::probe_spec::extension::{Method, is_token_byte};
+use podprobe_core::spec::probe_spec::{HttpGetAction, HttpProtocol, Scheme};
+use podprobe_core::util::gofmt::go_quote;
 
 /// Request headers keyed by canonical name, values in the order given.
 /// Sorted keys are also the order Go writes header lines in.

@@ -41,13 +41,13 @@ use tokio_rustls::TlsConnector;
 
 use super::informational::{H2Headers, Informational};
 use super::request::{HeaderLine, Hop};
-use crate::probe::destinations::Destinations;
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
-use crate::probe::go_quote;
-use crate::probe::spec::HttpProtocol;
-use crate::probe::spec::extension::{Method, TlsSettings};
 use crate::probe::tap::{ReadObserver, ReadTap};
 use crate::probe::tls;
+use podprobe_core::spec::destinations::Destinations;
+use podprobe_core::spec::probe_spec::HttpProtocol;
+use podprobe_core::spec::probe_spec::extension::{Method, TlsSettings};
+use podprobe_core::util::gofmt::go_quote;
 
 /// The dial deadline when the probe has none (Go's client without a
 /// timeout): the dialer needs an instant, and no probe waits this long.

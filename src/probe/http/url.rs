@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use crate::probe::{go_quote, go_quote_bytes};
+use podprobe_core::util::gofmt::{go_quote, go_quote_bytes};
 
 /// A parsed URL or URL reference (Go's `url.URL`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -8,7 +8,7 @@
 //! in the ConfigMap `kube-system/extension-apiserver-authentication`, which
 //! [`RequestHeader::from_config_map`] reads. The headers are believed only
 //! on a connection whose certificate passed that check
-//! (`status_api::tls`), never from anyone else.
+//! (`status_api::hop_tls`), never from anyone else.
 
 use std::collections::BTreeMap;
 

@@ -13,15 +13,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use podprobe::probe::spec::ExecAction;
-use podprobe::probe::spec::extension::Network;
-use podprobe::probe::{Handler, ProbeKind, ProbeSpec, ProbeTarget, Prober};
+use podprobe::probe::Prober;
 use podprobe::runtime::cri::{
     CONTAINER_NAME_LABEL, ContainerFilter, ContainerState, ContainerStateValue, CriClient,
     POD_UID_LABEL,
 };
 use podprobe::server::metrics::Metrics;
-use podprobe::util::pod::ContainerIdentity;
+use podprobe_core::spec::probe_spec::ExecAction;
+use podprobe_core::spec::probe_spec::extension::Network;
+use podprobe_core::spec::{Handler, ProbeKind, ProbeSpec, ProbeTarget};
+use podprobe_core::util::pod::ContainerIdentity;
 use serde_json::json;
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
@@ -115,9 +116,9 @@ async fn probe(
         .expect("endpoint")
         .count_exec_in_flight(metrics.exec_in_flight())
         .limit_concurrent_execs(
-            podprobe::daemon::config::DEFAULT_MAX_CONCURRENT_EXECS as usize,
-            podprobe::daemon::config::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
-            Duration::from_secs(podprobe::daemon::config::DEFAULT_MAX_EXEC_TIMEOUT_SECONDS.into()),
+            podprobe::daemon::flags::DEFAULT_MAX_CONCURRENT_EXECS as usize,
+            podprobe::daemon::flags::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
+            Duration::from_secs(podprobe::daemon::flags::DEFAULT_MAX_EXEC_TIMEOUT_SECONDS.into()),
         );
     let prober = Arc::new(Prober::new("1.35", Some(cri)));
     let spec = Arc::new(ProbeSpec {

@@ -22,12 +22,12 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde_json::Value;
 
 use super::readiness_containers;
-use crate::probe::destinations::Destinations;
-pub use crate::probe::spec::budget::MAX_ANNOTATION_BYTES;
-use crate::probe::spec::budget::{OverBudget, PodBudget};
-use crate::probe::spec::extension::Network;
-use crate::probe::spec::{clipped, decode_probe_object, normalize_object};
-use crate::probe::{Handler, ProbeKind, ProbeSpec, SpecError};
+use crate::spec::destinations::Destinations;
+pub use crate::spec::probe_spec::budget::MAX_ANNOTATION_BYTES;
+use crate::spec::probe_spec::budget::{OverBudget, PodBudget};
+use crate::spec::probe_spec::extension::Network;
+use crate::spec::probe_spec::{clipped, decode_probe_object, normalize_object};
+use crate::spec::{Handler, ProbeKind, ProbeSpec, SpecError};
 use crate::util::pod::find_container;
 
 /// The annotation holding gate mode's probes.
@@ -388,9 +388,9 @@ mod tests {
             "podprobe": {"expect": {"bodyRegex": "(?:a*b*){100}[^ab]"}}});
         let value = serde_json::json!({"app": {"readinessProbe": regex, "livenessProbe": regex}})
             .to_string();
-        let limits = crate::probe::spec::budget::BudgetLimits::default();
+        let limits = crate::spec::probe_spec::budget::BudgetLimits::default();
         assert!(parse_probes(&pod_spec(), &value, &mut PodBudget::new(limits)).is_ok());
-        let one_fits = crate::probe::spec::budget::BudgetLimits {
+        let one_fits = crate::spec::probe_spec::budget::BudgetLimits {
             regex_bytes: 15_000,
             ..limits
         };
@@ -404,7 +404,7 @@ mod tests {
             }
             other => panic!("expected OverBudget, got {other:?}"),
         }
-        let short = crate::probe::spec::budget::BudgetLimits {
+        let short = crate::spec::probe_spec::budget::BudgetLimits {
             annotation_bytes: 10,
             ..limits
         };
@@ -600,7 +600,7 @@ mod tests {
             other => panic!("expected httpGet, got {other:?}"),
         };
         let app = action("app").extensions;
-        assert_eq!(app.method, crate::probe::spec::extension::Method::Head);
+        assert_eq!(app.method, crate::spec::probe_spec::extension::Method::Head);
         assert_eq!(
             app.expect.status_codes.map(|c| c.to_string()).as_deref(),
             Some("204 or 300-399")

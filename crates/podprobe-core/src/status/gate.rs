@@ -42,7 +42,7 @@ pub const READY_CONDITION: &str = "podprobe.io/ready";
 ///
 /// The result has no timestamps; see [`desired_gate_status`].
 ///
-/// [`MAX_CONDITION_NOTE_BYTES`]: crate::results::MAX_CONDITION_NOTE_BYTES
+/// [`MAX_CONDITION_NOTE_BYTES`]: crate::prober::results::MAX_CONDITION_NOTE_BYTES
 pub fn gate_condition(
     pod: &Pod,
     probes: &AnnotatedProbes,
@@ -128,8 +128,8 @@ pub fn desired_gate_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::spec::{Handler, TcpSocketAction};
-    use crate::probe::{ProbeKind, ProbeSpec};
+    use crate::spec::probe_spec::{Handler, TcpSocketAction};
+    use crate::spec::{ProbeKind, ProbeSpec};
     use crate::status::annotation::AnnotatedProbe;
     use crate::status::conditions::{FALSE, TRUE, reason};
     use crate::testing::{

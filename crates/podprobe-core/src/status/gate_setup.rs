@@ -7,8 +7,8 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{PROBES_ANNOTATION, READY_CONDITION, check_hosts, pod_probes};
-use crate::probe::destinations::Destinations;
-use crate::probe::spec::budget::PodBudget;
+use crate::spec::destinations::Destinations;
+use crate::spec::probe_spec::budget::PodBudget;
 
 /// One set-up mistake of a pod (template).
 #[derive(Debug, Clone, PartialEq, Eq)]

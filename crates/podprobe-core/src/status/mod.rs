@@ -20,11 +20,11 @@
 //! [`PodStatus`]: k8s_openapi::api::core::v1::PodStatus
 
 pub mod annotation;
-pub mod authority;
+pub(crate) mod authority;
 pub mod conditions;
 pub mod gate;
 pub mod gate_setup;
-pub mod intent;
+pub(crate) mod intent;
 pub mod patch;
 
 #[cfg(test)]

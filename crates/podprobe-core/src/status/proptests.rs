@@ -18,8 +18,8 @@ use super::{
     ContainerProbeView, Mode, build_patch, desired_authority_status, desired_gate_status,
     readiness_containers, status_named,
 };
-use crate::probe::spec::{Handler, TcpSocketAction};
-use crate::probe::{ProbeKind, ProbeSpec};
+use crate::spec::probe_spec::{Handler, TcpSocketAction};
+use crate::spec::{ProbeKind, ProbeSpec};
 use crate::testing::{container, container_status, running_pod as pod, sidecar, time};
 
 const CONDITION_TYPES: [&str; 6] = [

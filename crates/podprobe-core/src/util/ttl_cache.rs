@@ -1,5 +1,5 @@
 //! What a cache of objects read by namespace and name knows, as plain data:
-//! the state of podprobe's Secret caches (`kube::secret_cache`), without the
+//! the state of podprobe's Secret caches (`api::secret_cache`), without the
 //! reads, the lock or the words. The caller reads when [`TtlCache::next`]
 //! says so and hands what the read came to to [`TtlCache::settle`].
 //!

@@ -1,0 +1,18 @@
+//! The Kubernetes API edge: the client ([`apiclient`]), the node's pod
+//! watch and store ([`pods`]), the status patcher ([`patcher`]), Events
+//! ([`events`]), the Secrets probes name ([`secret_cache`]) for client
+//! certificates ([`client_certificates`]) and header values
+//! ([`header_secret_cache`]), the markers' metadata patches ([`markers`])
+//! and the probes' `User-Agent` from the node's kubelet version
+//! ([`user_agent`]).
+
+pub(crate) mod apiclient;
+pub mod client_certificates;
+pub mod client_pem;
+pub mod event_broadcaster;
+pub(crate) mod header_secret_cache;
+pub(crate) mod marker_patch;
+pub(crate) mod patcher;
+pub(crate) mod pods;
+pub mod secret_cache;
+pub(crate) mod user_agent;
