@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use podprobe_core::prober::events::recorder::EventRecorder;
 use podprobe_core::prober::manager::{Killer, ProberManager};
 use podprobe_core::prober::pod_store::PodStore;
-use podprobe_core::prober::pod_tracker::{Effect, Input, Now, PodTracker, Reading};
+use podprobe_core::prober::pod_tracker::{Effect, Input, Now, PodTracker, Reading, WorkerCommand};
 use podprobe_core::prober::probe_ledger::ProbeLedger;
 use podprobe_core::prober::results::{ResultReceivers, ResultUpdate};
 use podprobe_core::prober::worker::ProbeRunner;
@@ -215,21 +215,16 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 annotation,
                 budget,
             } => self.read_annotation(uid, pod, annotation, budget),
-            Effect::StartWorkers { pod, probes } => self.manager.add_pod(&pod, &probes),
-            Effect::StopWorkers { pod, probes } => self.manager.stop_probes(&pod, &probes),
-            Effect::StopLivenessAndStartup(pod) => self.manager.stop_liveness_and_startup(&pod),
-            Effect::Forget(pod) => {
-                self.manager.remove_pod(&pod);
-                if let Some(uid) = pod.metadata.uid.as_deref() {
+            Effect::Workers(command) => {
+                if let WorkerCommand::Forget(pod) = &command
+                    && let Some(uid) = pod.metadata.uid.as_deref()
+                {
                     self.patcher.forget(uid);
                     self.markers.forget(uid);
                 }
+                command.apply(&self.manager);
             }
-            Effect::StopWorkersExcept(uids) => self.manager.cleanup_pods(&uids),
             Effect::ShowStarted { uid, started } => self.cache.set_started(&uid, started),
-            Effect::NudgeReadiness { pod, containers } => {
-                self.manager.nudge_readiness(&pod, containers);
-            }
             Effect::Patch(intent) => self.patcher.submit(intent),
             Effect::WriteMarkers { pod, desired } => self.markers.write(&pod, &desired),
             Effect::Kill { pod, kill } => self.killer.kill(&pod, kill),

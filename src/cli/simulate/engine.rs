@@ -733,22 +733,13 @@ impl Kubelet<'_> {
                         reading: Reading::read(uid, pod, annotation, budget),
                         current: Some(self.pod()),
                     }),
-                    Effect::StartWorkers { pod, probes } => self.manager.add_pod(&pod, &probes),
-                    Effect::StopWorkers { pod, probes } => self.manager.stop_probes(&pod, &probes),
-                    Effect::StopLivenessAndStartup(pod) => {
-                        self.manager.stop_liveness_and_startup(&pod);
-                    }
-                    Effect::Forget(pod) => self.manager.remove_pod(&pod),
-                    Effect::StopWorkersExcept(uids) => self.manager.cleanup_pods(&uids),
+                    Effect::Workers(command) => command.apply(&self.manager),
                     Effect::ShowStarted { started, .. } => self.show(|status| {
                         let id = status.container_id.as_deref().unwrap_or_default();
                         if let Some(&value) = started.get(id) {
                             status.started = Some(value);
                         }
                     }),
-                    Effect::NudgeReadiness { pod, containers } => {
-                        self.manager.nudge_readiness(&pod, containers);
-                    }
                     Effect::Patch(intent) => self.write_status(&intent),
                     Effect::Kill { kill, .. } => {
                         self.kill(kill);

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
-pub use effect::{Effect, Input, Now, ProbeStates, Reading};
+pub use effect::{Effect, Input, Now, ProbeStates, Reading, WorkerCommand};
 pub use probe_reading::EDIT_DEBOUNCE;
 
 use crate::prober::liveness_pause::LivenessPause;
@@ -149,10 +149,10 @@ impl<P> Step<'_, P> {
                 running: true,
             });
         }
-        self.effects.push(Effect::StartWorkers {
+        self.effects.push(Effect::Workers(WorkerCommand::Start {
             pod: pod.clone(),
             probes,
-        });
+        }));
     }
 
     fn stop_workers(&mut self, pod: &Arc<Pod>, probes: Vec<(String, ProbeKind)>) {
@@ -165,10 +165,10 @@ impl<P> Step<'_, P> {
                 running: false,
             });
         }
-        self.effects.push(Effect::StopWorkers {
+        self.effects.push(Effect::Workers(WorkerCommand::Stop {
             pod: pod.clone(),
             probes,
-        });
+        }));
     }
 }
 
@@ -224,7 +224,9 @@ impl PodTracker {
         match input {
             Input::PodApplied { pod, unknown } => self.on_pod_applied(&mut step, &pod, &unknown),
             Input::PodDeleted(pod) => self.on_pod_deleted(&mut step, &pod),
-            Input::Relisted(uids) => step.effects.push(Effect::StopWorkersExcept(uids)),
+            Input::Relisted(uids) => step
+                .effects
+                .push(Effect::Workers(WorkerCommand::StopExcept(uids))),
             Input::Result { pod, update } => {
                 if let Some(pod) = pod {
                     tracing::debug!(
@@ -284,7 +286,9 @@ impl PodTracker {
         if pod.metadata.deletion_timestamp.is_some() {
             // W11: a terminating pod keeps only its readiness workers.
             step.effects
-                .push(Effect::StopLivenessAndStartup(pod.clone()));
+                .push(Effect::Workers(WorkerCommand::StopLivenessAndStartup(
+                    pod.clone(),
+                )));
         }
         self.observe_pause(step, &uid, pod);
         let changed = self
@@ -352,7 +356,8 @@ impl PodTracker {
                 "pod deleted; stopping its probes"
             );
         }
-        step.effects.push(Effect::Forget(pod.clone()));
+        step.effects
+            .push(Effect::Workers(WorkerCommand::Forget(pod.clone())));
     }
 
     fn resync<P: ProbeStates>(&mut self, step: &mut Step<'_, P>, pods: &[Arc<Pod>]) {
@@ -437,10 +442,11 @@ impl PodTracker {
             });
         }
         if nudge == Nudge::Yes {
-            step.effects.push(Effect::NudgeReadiness {
-                pod: pod.clone(),
-                containers: nudges,
-            });
+            step.effects
+                .push(Effect::Workers(WorkerCommand::NudgeReadiness {
+                    pod: pod.clone(),
+                    containers: nudges,
+                }));
         }
         step.effects.push(Effect::Patch(Intent {
             namespace: pod_namespace(pod).to_string(),

@@ -91,7 +91,8 @@ impl Reading {
 
 /// What the tracker asks its executor to do, in order: a later effect may
 /// rely on an earlier one (workers read the `started` of
-/// [`Effect::ShowStarted`] before [`Effect::NudgeReadiness`] wakes them).
+/// [`Effect::ShowStarted`] before [`WorkerCommand::NudgeReadiness`] wakes
+/// them).
 #[derive(Debug)]
 pub enum Effect {
     /// Parse the pod's annotation and come back with
@@ -102,30 +103,13 @@ pub enum Effect {
         annotation: String,
         budget: PodBudget,
     },
-    /// Start a worker for each of these probes that has none (W1-W3).
-    StartWorkers { pod: Arc<Pod>, probes: PodProbes },
-    /// Stop these workers at once (an edited or paused probe).
-    StopWorkers {
-        pod: Arc<Pod>,
-        probes: Vec<(String, ProbeKind)>,
-    },
-    /// W11: a terminating pod keeps only its readiness workers.
-    StopLivenessAndStartup(Arc<Pod>),
-    /// The pod is gone: stop its workers (W12) and forget what the status
-    /// and marker writers keep for it.
-    Forget(Arc<Pod>),
-    /// W13: stop every worker of a pod not in this set.
-    StopWorkersExcept(HashSet<String>),
+    /// Start, stop or wake workers (the same in every executor).
+    Workers(WorkerCommand),
     /// podprobe's `started` verdicts of the pod's containers, by container
     /// ID, which its workers read.
     ShowStarted {
         uid: String,
         started: HashMap<String, bool>,
-    },
-    /// W8: trigger a run of these containers' readiness workers.
-    NudgeReadiness {
-        pod: Arc<Pod>,
-        containers: Vec<String>,
     },
     /// The status podprobe wants for the pod.
     Patch(Intent),
@@ -139,6 +123,48 @@ pub enum Effect {
     BudgetRefused(Budget),
     /// This many pods have their liveness paused now (a metric).
     PausedPods(usize),
+}
+
+/// What the tracker asks of the prober's workers. Every executor carries it
+/// out the same way, through [`WorkerCommand::apply`], so that `podprobe
+/// simulate` starts and stops the workers `podprobe run` would.
+#[derive(Debug)]
+pub enum WorkerCommand {
+    /// Start a worker for each of these probes that has none (W1-W3).
+    Start { pod: Arc<Pod>, probes: PodProbes },
+    /// Stop these workers at once (an edited or paused probe).
+    Stop {
+        pod: Arc<Pod>,
+        probes: Vec<(String, ProbeKind)>,
+    },
+    /// W11: a terminating pod keeps only its readiness workers.
+    StopLivenessAndStartup(Arc<Pod>),
+    /// The pod is gone: stop its workers (W12). The daemon also forgets
+    /// what its status and marker writers keep for the pod.
+    Forget(Arc<Pod>),
+    /// W13: stop every worker of a pod not in this set.
+    StopExcept(HashSet<String>),
+    /// W8: trigger a run of these containers' readiness workers.
+    NudgeReadiness {
+        pod: Arc<Pod>,
+        containers: Vec<String>,
+    },
+}
+
+impl WorkerCommand {
+    /// Carries the command out on `manager`.
+    pub fn apply<R: ProbeRunner, S: StatusSource>(self, manager: &ProberManager<R, S>) {
+        match self {
+            WorkerCommand::Start { pod, probes } => manager.add_pod(&pod, &probes),
+            WorkerCommand::Stop { pod, probes } => manager.stop_probes(&pod, &probes),
+            WorkerCommand::StopLivenessAndStartup(pod) => manager.stop_liveness_and_startup(&pod),
+            WorkerCommand::Forget(pod) => manager.remove_pod(&pod),
+            WorkerCommand::StopExcept(uids) => manager.cleanup_pods(&uids),
+            WorkerCommand::NudgeReadiness { pod, containers } => {
+                manager.nudge_readiness(&pod, containers);
+            }
+        }
+    }
 }
 
 /// What the tracker reads of the prober while it decides: the results

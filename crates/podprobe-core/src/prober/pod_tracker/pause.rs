@@ -44,13 +44,12 @@ impl PodTracker {
                 %refused,
                 "ignoring the pod's liveness pause"
             );
-            let event = PodEvent::liveness_pause(
+            step.pause_event(
                 pod,
                 EventType::Warning,
                 reasons::LIVENESS_PAUSE_INVALID,
                 format!("{refused}; liveness probes run"),
             );
-            step.effects.extend(event.map(Effect::Record));
         }
         let Some(change) = observed.change else {
             return;
@@ -63,13 +62,7 @@ impl PodTracker {
                     .collect();
                 let note = pause_note(mode, pod, &liveness, until);
                 tracing::info!(pod = name, namespace, %until, "{note}");
-                let event = PodEvent::liveness_pause(
-                    pod,
-                    EventType::Normal,
-                    reasons::LIVENESS_PAUSED,
-                    note,
-                );
-                step.effects.extend(event.map(Effect::Record));
+                step.pause_event(pod, EventType::Normal, reasons::LIVENESS_PAUSED, note);
                 let stopped: Vec<_> = (liveness.into_iter())
                     .map(|container| (container, ProbeKind::Liveness))
                     .collect();
@@ -79,13 +72,7 @@ impl PodTracker {
             PauseChange::Ended => {
                 let note = "Liveness probes resumed".to_string();
                 tracing::info!(pod = name, namespace, "{note}");
-                let event = PodEvent::liveness_pause(
-                    pod,
-                    EventType::Normal,
-                    reasons::LIVENESS_RESUMED,
-                    note,
-                );
-                step.effects.extend(event.map(Effect::Record));
+                step.pause_event(pod, EventType::Normal, reasons::LIVENESS_RESUMED, note);
                 // W11: a terminating pod runs no liveness probe anyway.
                 if pod.metadata.deletion_timestamp.is_none()
                     && let Some(running) = self.running_probes(uid)
@@ -116,6 +103,15 @@ impl PodTracker {
         self.next_pause_end = (self.pods.values())
             .filter_map(|tracked| tracked.pause.until())
             .min();
+    }
+}
+
+impl<P> Step<'_, P> {
+    /// Records an Event about a pod's pause (LP3), when the pod has a
+    /// name and namespace to record it on.
+    fn pause_event(&mut self, pod: &Pod, kind: EventType, reason: &'static str, note: String) {
+        let event = PodEvent::liveness_pause(pod, kind, reason, note);
+        self.effects.extend(event.map(Effect::Record));
     }
 }
 

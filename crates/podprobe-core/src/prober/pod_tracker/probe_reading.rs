@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
-use super::{Effect, PodTracker, Probes, Reading, Step, Tracked};
+use super::{Effect, PodTracker, Probes, Reading, Step, Tracked, WorkerCommand};
 use crate::prober::events::record::PodEvent;
 use crate::prober::liveness_pause::LivenessPause;
 use crate::prober::manager::{Nudge, PodProbes};
@@ -148,7 +148,9 @@ impl PodTracker {
             if current.metadata.deletion_timestamp.is_some() {
                 // W11, as in `on_pod_applied`.
                 step.effects
-                    .push(Effect::StopLivenessAndStartup(current.clone()));
+                    .push(Effect::Workers(WorkerCommand::StopLivenessAndStartup(
+                        current.clone(),
+                    )));
             }
             self.sync_pod(step, &current, Nudge::Yes, None);
         }

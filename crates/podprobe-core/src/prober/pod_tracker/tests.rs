@@ -340,13 +340,13 @@ fn names(effects: &[Effect]) -> Vec<&'static str> {
         .iter()
         .map(|effect| match effect {
             Effect::ReadAnnotation { .. } => "ReadAnnotation",
-            Effect::StartWorkers { .. } => "StartWorkers",
-            Effect::StopWorkers { .. } => "StopWorkers",
-            Effect::StopLivenessAndStartup(_) => "StopLivenessAndStartup",
-            Effect::Forget(_) => "Forget",
-            Effect::StopWorkersExcept(_) => "StopWorkersExcept",
+            Effect::Workers(WorkerCommand::Start { .. }) => "StartWorkers",
+            Effect::Workers(WorkerCommand::Stop { .. }) => "StopWorkers",
+            Effect::Workers(WorkerCommand::StopLivenessAndStartup(_)) => "StopLivenessAndStartup",
+            Effect::Workers(WorkerCommand::Forget(_)) => "Forget",
+            Effect::Workers(WorkerCommand::StopExcept(_)) => "StopWorkersExcept",
             Effect::ShowStarted { .. } => "ShowStarted",
-            Effect::NudgeReadiness { .. } => "NudgeReadiness",
+            Effect::Workers(WorkerCommand::NudgeReadiness { .. }) => "NudgeReadiness",
             Effect::Patch(_) => "Patch",
             Effect::WriteMarkers { .. } => "WriteMarkers",
             Effect::Kill { .. } => "Kill",
@@ -435,7 +435,8 @@ fn gate_a_new_pod_is_read_then_probed_and_its_intent_is_the_gate() {
             "Patch"
         ]
     );
-    let Some(Effect::NudgeReadiness { containers, .. }) = effects.get(3) else {
+    let Some(Effect::Workers(WorkerCommand::NudgeReadiness { containers, .. })) = effects.get(3)
+    else {
         unreachable!()
     };
     assert_eq!(containers, &["app"], "W8: started, not ready");
@@ -470,7 +471,9 @@ fn w13_a_relist_stops_the_workers_of_pods_it_no_longer_has() {
         clock.at(0),
         &Prober::default(),
     );
-    assert!(matches!(&effects[..], [Effect::StopWorkersExcept(kept)] if *kept == uids));
+    assert!(
+        matches!(&effects[..], [Effect::Workers(WorkerCommand::StopExcept(kept))] if *kept == uids)
+    );
 }
 
 /// A gate pod whose `app` has a liveness probe, failed (K2).
@@ -537,7 +540,8 @@ fn lp1_a_paused_pod_starts_no_liveness_worker_and_kills_nothing() {
     let (mut tracker, effects) = gate_tracked(&pod, &clock, &prober);
     assert!(
         effects.iter().all(|e| match e {
-            Effect::StartWorkers { probes, .. } => probes.get("app", ProbeKind::Liveness).is_none(),
+            Effect::Workers(WorkerCommand::Start { probes, .. }) =>
+                probes.get("app", ProbeKind::Liveness).is_none(),
             _ => true,
         }),
         "{:?}",
