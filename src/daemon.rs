@@ -330,24 +330,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
     let (readings_sender, readings) = mpsc::unbounded_channel();
     let markers = MarkerWriter::new(KubeMarkers(client.clone()), metrics.clone());
-    let tracker = PodTracker::new(
-        TrackerConfig {
-            mode: config.mode,
-            annotation_rules: Some(AnnotationRules {
-                destinations: config.destinations.clone(),
-                pod_network: config.pod_network,
-            }),
-            budget: config.budget,
-            node_budget: NodeBudget::new(),
-            max_liveness_pause: config.max_liveness_pause,
-            marker_keys: config.marker_keys.clone(),
-            timeout_caps: TimeoutCaps {
-                exec: config.max_exec_timeout,
-                network: config.max_network_timeout,
-            },
-        },
-        Box::new(rand::random::<f64>),
-    );
+    let tracker = PodTracker::new(tracker_config(&config), Box::new(rand::random::<f64>));
     let daemon = SyncLoop {
         tracker,
         reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
@@ -569,6 +552,26 @@ fn server_config(config: &Config, reviews: kube::Client) -> ServerConfig {
         limits: Limits {
             max_connections: config.max_connections,
             ..Limits::default()
+        },
+    }
+}
+
+/// The pod tracker's configuration from `podprobe run`'s flags (`podprobe
+/// simulate`'s tests compare their tracker with this one).
+pub(crate) fn tracker_config(config: &Config) -> TrackerConfig {
+    TrackerConfig {
+        mode: config.mode,
+        annotation_rules: Some(AnnotationRules {
+            destinations: config.destinations.clone(),
+            pod_network: config.pod_network,
+        }),
+        budget: config.budget,
+        node_budget: NodeBudget::new(),
+        max_liveness_pause: config.max_liveness_pause,
+        marker_keys: config.marker_keys.clone(),
+        timeout_caps: TimeoutCaps {
+            exec: config.max_exec_timeout,
+            network: config.max_network_timeout,
         },
     }
 }

@@ -778,28 +778,32 @@ fn check_selector(selector: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `podprobe run`'s command line, for tests.
+#[cfg(test)]
+#[derive(clap::Parser)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Parses `flags` alone, for tests: the environment of the test process (CI
+/// exports `PODPROBE_CRI_ENDPOINT` for the CRI tests) must not leak in.
+#[cfg(test)]
+pub(crate) fn parse(flags: &[&str]) -> RunArgs {
+    use clap::{CommandFactory, FromArgMatches};
+    let argv = std::iter::once("podprobe").chain(flags.iter().copied());
+    let matches = Cli::command()
+        .mut_args(|arg| arg.env(None::<&'static str>))
+        .try_get_matches_from(argv)
+        .expect("flags parse");
+    Cli::from_arg_matches(&matches).expect("flags parse").run
+}
+
 #[cfg(test)]
 mod tests {
-    use clap::{CommandFactory, FromArgMatches, Parser};
+    use clap::CommandFactory;
 
     use super::*;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    /// Parses `flags` alone: the environment of the test process (CI exports
-    /// `PODPROBE_CRI_ENDPOINT` for the CRI tests) must not leak in.
-    fn parse(flags: &[&str]) -> RunArgs {
-        let argv = std::iter::once("podprobe").chain(flags.iter().copied());
-        let matches = Cli::command()
-            .mut_args(|arg| arg.env(None::<&'static str>))
-            .try_get_matches_from(argv)
-            .expect("flags parse");
-        Cli::from_arg_matches(&matches).expect("flags parse").run
-    }
 
     /// `flags` after `--node-name node-1`.
     fn args(flags: &[&str]) -> RunArgs {

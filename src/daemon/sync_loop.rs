@@ -160,11 +160,15 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
 
     /// When the loop next wakes to end pauses whose time came (LP3).
     fn pause_wakeup(&self) -> Option<Instant> {
-        let end = self.tracker.next_pause_end()?;
-        let now = self.manager.context().clock.now();
-        let left = now.duration_until(end);
-        let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
-        Some(Instant::now() + left)
+        self.tracker.pause_timer(self.now())
+    }
+
+    /// The time of a step now.
+    fn now(&self) -> Now {
+        Now {
+            at: Instant::now(),
+            wall: self.manager.context().clock.now(),
+        }
     }
 
     fn end_pauses(&mut self) {
@@ -198,11 +202,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
 
     /// Feeds `input` to the tracker now and carries out what it asks for.
     fn step(&mut self, input: Input) {
-        let now = Now {
-            at: Instant::now(),
-            wall: self.manager.context().clock.now(),
-        };
-        for effect in self.tracker.step(input, now, &self.manager) {
+        for effect in self.tracker.step(input, self.now(), &self.manager) {
             self.carry_out(effect);
         }
     }

@@ -15,6 +15,8 @@
 //!   W8), which the simulation writes where the workers read them, and asks
 //!   to kill every container whose liveness or startup probe failed (K2),
 //!   with the grace period of K3;
+//! - a liveness pause (`podprobe.io/pause-liveness-until`) ends at its time,
+//!   as the daemon's loop ends it (LP3);
 //! - a kill takes effect at once: the grace period is reported, not waited
 //!   out, and the container is `terminated` with exit code 137 (SIGKILL);
 //!   if its restart policy restarts it, it runs again `restartDelay` later as
@@ -161,14 +163,19 @@ fn as_seconds<S: serde::Serializer>(d: &Duration, serializer: S) -> Result<S::Ok
 
 /// Runs `simulation` on a fresh single-threaded runtime with a paused clock.
 pub fn run(simulation: &Simulation) -> std::io::Result<SimulationReport> {
+    run_with(simulation, tracker_config(simulation))
+}
+
+/// Runs `simulation` with a tracker configured as `config` says.
+fn run_with(simulation: &Simulation, config: TrackerConfig) -> std::io::Result<SimulationReport> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()?;
-    Ok(runtime.block_on(simulate(simulation)))
+    Ok(runtime.block_on(simulate(simulation, config)))
 }
 
-async fn simulate(simulation: &Simulation) -> SimulationReport {
+async fn simulate(simulation: &Simulation, config: TrackerConfig) -> SimulationReport {
     let clock = TokioClock::new(Timestamp::from_second(WALL_ORIGIN_SECONDS).unwrap_or_default());
     let containers = SimContainer::all(simulation);
     let first_start = containers
@@ -197,7 +204,9 @@ async fn simulate(simulation: &Simulation) -> SimulationReport {
     tokio::time::sleep_until(prober_start + lead).await;
     let mut kubelet = Kubelet {
         simulation,
-        tracker: tracker(simulation),
+        // Its pod resync falls at a fixed point of its jitter, so that
+        // runs repeat.
+        tracker: PodTracker::new(config, Box::new(|| 0.0)),
         manager,
         runner,
         statuses,
@@ -215,17 +224,17 @@ async fn simulate(simulation: &Simulation) -> SimulationReport {
     SimulationReport { records, summary }
 }
 
-/// podprobe's tracker for the simulated pod: the daemon's, without a node's
-/// rules for annotated hosts and pod networks (the simulation connects
-/// nowhere), with the default budgets, no marker keys and no timeout caps;
-/// its pod resync falls at a fixed point of its jitter, so that runs repeat.
-fn tracker(simulation: &Simulation) -> PodTracker {
+/// podprobe's tracker configuration for the simulated pod: the daemon's,
+/// without a node's rules for annotated hosts and pod networks (the
+/// simulation connects nowhere), with the default budgets, no marker keys
+/// and no timeout caps.
+fn tracker_config(simulation: &Simulation) -> TrackerConfig {
     let mode = if simulation.gate.is_some() {
         Mode::Gate
     } else {
         Mode::Authority
     };
-    let config = TrackerConfig {
+    TrackerConfig {
         mode,
         annotation_rules: None,
         budget: BudgetLimits::default(),
@@ -236,8 +245,7 @@ fn tracker(simulation: &Simulation) -> PodTracker {
             exec: Duration::MAX,
             network: Duration::MAX,
         },
-    };
-    PodTracker::new(config, Box::new(|| 0.0))
+    }
 }
 
 /// The longest probe period of the pod (at least a second).
@@ -622,6 +630,10 @@ impl Kubelet<'_> {
                 Some(update) = receivers.readiness.recv() => self.on_result(&update),
                 Some(update) = receivers.liveness.recv() => self.on_result(&update),
                 () = sleep_until(next_start) => self.start_due(),
+                // LP3: a pause ends as in `podprobe run`.
+                () = sleep_until(self.tracker.pause_timer(self.now())) => {
+                    self.feed(Input::PauseTimer(vec![self.pod()]));
+                }
                 () = tokio::time::sleep_until(end) => return,
             }
         }
@@ -717,12 +729,8 @@ impl Kubelet<'_> {
     fn feed(&mut self, input: Input) {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
-            let now = Now {
-                at: Instant::now(),
-                wall: self.clock.now(),
-            };
             let mut killed = false;
-            for effect in self.tracker.step(input, now, &self.manager) {
+            for effect in self.tracker.step(input, self.now(), &self.manager) {
                 match effect {
                     Effect::ReadAnnotation {
                         uid,
@@ -758,6 +766,14 @@ impl Kubelet<'_> {
                     unknown: Vec::new(),
                 });
             }
+        }
+    }
+
+    /// The time of a step now.
+    fn now(&self) -> Now {
+        Now {
+            at: Instant::now(),
+            wall: self.clock.now(),
         }
     }
 
@@ -911,10 +927,127 @@ async fn sleep_until(at: Option<Instant>) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::cli::simulate::build;
-    use crate::cli::simulate::script::Script;
+    use crate::cli::simulate::script::{self, Script};
     use crate::daemon::flags::ModeArg;
+
+    /// The scripts both [`run_and_simulate_take_the_same_steps`] runs: a
+    /// slow app without a startup probe killed in a loop (K2, K3), the same
+    /// app saved by one (D10, W8), a readiness flap across its thresholds
+    /// (D14), a liveness pause over failures (LP1-LP3) and a gated pod
+    /// (`podprobe.io/ready`).
+    fn scripts() -> Vec<(&'static str, serde_json::Value, serde_json::Value, ModeArg)> {
+        let tcp = |extra: serde_json::Value| {
+            let mut probe = json!({"tcpSocket": {"port": 80}, "periodSeconds": 2});
+            probe
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            probe
+        };
+        let pod = |annotations: serde_json::Value, container: serde_json::Value| {
+            let mut app = json!({"name": "app", "image": "app"});
+            app.as_object_mut()
+                .unwrap()
+                .extend(container.as_object().unwrap().clone());
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "namespace": "ns", "annotations": annotations},
+                   "spec": {"containers": [app]}})
+        };
+        let slow = json!({"duration": 90, "containers": {"app": {
+            "restartDelay": 3,
+            "startup": [{"from": 0, "to": 20, "result": "failure"}],
+            "readiness": [{"from": 0, "to": 20, "result": "failure"}],
+            "liveness": [{"from": 0, "to": 20, "result": "failure"}],
+        }}});
+        let liveness = json!({"livenessProbe": tcp(json!({"failureThreshold": 3})),
+                              "readinessProbe": tcp(json!({}))});
+        let mut saved = liveness.clone();
+        saved
+            .as_object_mut()
+            .unwrap()
+            .insert("startupProbe".into(), tcp(json!({"failureThreshold": 30})));
+        let flap = json!({"duration": 60, "containers": {"app": {"readiness": [
+            {"from": 0, "to": 9, "result": "success"},
+            {"from": 9, "to": 13, "result": "failure"},
+            {"from": 13, "to": 30, "result": "success"},
+            {"from": 30, "to": 40, "result": "failure"},
+        ]}}});
+        let thresholds =
+            json!({"readinessProbe": tcp(json!({"failureThreshold": 3, "successThreshold": 2}))});
+        // The simulated wall clock starts at WALL_ORIGIN_SECONDS.
+        let pause = json!({"podprobe.io/pause-liveness-until": "2026-01-01T00:01:00Z"});
+        let failing = json!({"duration": 120, "containers": {"app": {
+            "restartDelay": 3,
+            "liveness": [{"from": 0, "to": 200, "result": "failure"}],
+        }}});
+        let gated = json!({"podprobe.io/probes": json!({"app": {"readinessProbe": tcp(json!({}))}}).to_string()});
+        let gate_script = json!({"duration": 40, "containers": {"app": {"readiness": [
+            {"from": 10, "to": 20, "result": "failure"},
+        ]}}});
+        vec![
+            (
+                "K2 loop",
+                pod(json!({}), liveness),
+                slow.clone(),
+                ModeArg::Authority,
+            ),
+            ("D10 saved", pod(json!({}), saved), slow, ModeArg::Authority),
+            (
+                "D14 flap",
+                pod(json!({}), thresholds),
+                flap,
+                ModeArg::Authority,
+            ),
+            (
+                "LP pause",
+                pod(pause, json!({"livenessProbe": tcp(json!({}))})),
+                failing,
+                ModeArg::Authority,
+            ),
+            ("gate", pod(gated, json!({})), gate_script, ModeArg::Gate),
+        ]
+    }
+
+    /// `podprobe simulate` and `podprobe run` take the same steps: the same
+    /// script, simulated once with the simulator's tracker and once with a
+    /// tracker configured as `podprobe run` configures it from its flags
+    /// (`daemon::tracker_config`), gives the same records, event for event.
+    /// Only the node's rules for annotated hosts and pod networks are left
+    /// out of the second, as the simulator leaves them out (it connects
+    /// nowhere). Both executors carry the tracker's worker effects out
+    /// through one `WorkerCommand::apply` and read annotations through one
+    /// `Reading::read`.
+    #[test]
+    fn run_and_simulate_take_the_same_steps() {
+        for (name, pod, script, mode) in scripts() {
+            let script = script::parse(&script).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let simulation =
+                build(&pod, script, Some(mode), None).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let simulated = run(&simulation).unwrap();
+            let mode_flag = match mode {
+                ModeArg::Gate => "gate",
+                ModeArg::Authority => "authority",
+            };
+            let flags = crate::daemon::flags::parse(&["--node-name", "n", "--mode", mode_flag]);
+            let config = flags.validate().expect("the default flags are valid");
+            let as_run = TrackerConfig {
+                annotation_rules: None,
+                ..crate::daemon::tracker_config(&config)
+            };
+            let run_report = run_with(&simulation, as_run).unwrap();
+            assert!(
+                simulated.records.len() > 5,
+                "{name}: too little happened to compare: {:?}",
+                simulated.records
+            );
+            assert_eq!(simulated.records, run_report.records, "{name}");
+            assert_eq!(simulated.summary, run_report.summary, "{name}");
+        }
+    }
 
     /// What the fuzz suite found (tests/fuzz.rs, simulate_script_never_panics,
     /// out of memory): a probe period past 30 years, which tokio's `sleep`

@@ -259,6 +259,14 @@ impl PodTracker {
         self.next_pause_end
     }
 
+    /// When, on the monotonic clock of `now`, [`Input::PauseTimer`] is due
+    /// (the earliest pause ends); at once if its time has passed.
+    pub fn pause_timer(&self, now: Now) -> Option<Instant> {
+        let end = self.next_pause_end?;
+        let left = Duration::try_from(now.wall.duration_until(end)).unwrap_or(Duration::ZERO);
+        Some(now.at + left)
+    }
+
     /// How many pods are tracked.
     pub fn tracked_pods(&self) -> usize {
         self.pods.len()
