@@ -54,7 +54,7 @@ use crate::daemon::flags::{Config, LogFormat, MetricsAuth, RunArgs};
 use crate::daemon::telemetry::Telemetry;
 use crate::probe::Prober;
 use crate::probe::netns::{self, NamespaceHelper};
-use crate::probe::prober::NetworkLimits;
+use crate::probe::run_probe::NetworkLimits;
 use crate::runtime::cri::{CriClient, CriError};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::health::{Health, Reachability, WATCH_TIMEOUT};

@@ -965,14 +965,14 @@ fn the_status_api_is_served_by_the_daemonset_with_the_charts_certificates() {
     assert_eq!(
         format!(
             "{}.{}",
-            podprobe_core::prober::probe_ledger::api::VERSION,
-            podprobe_core::prober::probe_ledger::api::GROUP
+            podprobe_core::prober::probe_ledger::api_types::VERSION,
+            podprobe_core::prober::probe_ledger::api_types::GROUP
         ),
-        podprobe_core::prober::probe_ledger::api::API_SERVICE
+        podprobe_core::prober::probe_ledger::api_types::API_SERVICE
     );
     assert_eq!(
         api_service["metadata"]["name"],
-        podprobe_core::prober::probe_ledger::api::API_SERVICE
+        podprobe_core::prober::probe_ledger::api_types::API_SERVICE
     );
 
     let binding = find(

@@ -28,7 +28,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use podprobe::probe::Prober;
 use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
 use podprobe::probe::http::MAX_RESPONSE_HEAD_BYTES;
-use podprobe::probe::prober::NetworkLimits;
+use podprobe::probe::run_probe::NetworkLimits;
 use podprobe_core::spec::probe_spec::{GrpcAction, Handler, HttpGetAction, HttpProtocol, Scheme};
 use podprobe_core::spec::verdict::MAX_PROBE_RETRIES;
 use podprobe_core::spec::{
@@ -201,7 +201,7 @@ impl Behaviour {
     /// `read_body`). A gRPC attempt has one deadline over connecting and the
     /// Check call (`src/probe/grpc.rs` `probe`: `connect` never waits past
     /// it, `check` runs under `timeout_at(deadline, ..)`) and is never an
-    /// error. The wrapper (`src/probe/prober.rs` `probe_with_retries`) runs
+    /// error. The wrapper (`src/probe/run_probe.rs` `probe_with_retries`) runs
     /// up to [`MAX_PROBE_RETRIES`] attempts back to back, each with the full
     /// timeout, when they error.
     fn bound(self) -> Duration {

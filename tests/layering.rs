@@ -99,11 +99,11 @@ const KNOWN_TEST_UPWARD: &[&str] = &[
     // api -> server: Metrics
     "api::event_broadcaster -> server::metrics",
     // handlers -> api: ClientCertificates
-    "probe::prober -> api::client_certificates",
+    "probe::run_probe -> api::client_certificates",
     // handlers -> api: HeaderSecrets
-    "probe::prober -> api::header_secret_cache",
+    "probe::run_probe -> api::header_secret_cache",
     // handlers -> api: Fake, ReadError, SECRET_TTL
-    "probe::prober -> api::secret_cache",
+    "probe::run_probe -> api::secret_cache",
     // server -> runtime: InFlightGauge
     "server::metrics -> runtime::cri::in_flight",
 ];
@@ -1527,6 +1527,45 @@ fn no_new_import_against_the_layering_in_test_code() {
         "KNOWN_TEST_UPWARD",
         KNOWN_TEST_UPWARD,
         &describe_upward(&SRC, &Layers::parse(LAYERS), Code::Test),
+    );
+}
+
+/// File names that name a role rather than a job, and may repeat.
+const ROLE_FILE_NAMES: &[&str] = &["lib.rs", "main.rs", "mod.rs", "tests.rs", "testing.rs"];
+
+/// No two source files of the workspace's crates share a name (#40): a name
+/// says which job a file does (`marker_sync.rs`, `marker_patch.rs`, not
+/// four `markers.rs`), except the roles of [`ROLE_FILE_NAMES`].
+#[test]
+fn no_two_files_share_a_name() {
+    fn walk(dir: &Path, out: &mut BTreeMap<String, Vec<String>>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if name.ends_with(".rs") && !ROLE_FILE_NAMES.contains(&name.as_str()) {
+                let shown = path.strip_prefix(root()).unwrap_or(&path);
+                out.entry(name)
+                    .or_default()
+                    .push(shown.display().to_string());
+            }
+        }
+    }
+    let mut names = BTreeMap::new();
+    walk(&root().join("src"), &mut names);
+    for krate in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        walk(&krate.path().join("src"), &mut names);
+    }
+    assert!(names.len() > 100, "read too few files: {}", names.len());
+    let shared: Vec<String> = (names.into_iter())
+        .filter(|(_, paths)| paths.len() > 1)
+        .map(|(name, paths)| format!("{name}: {}", paths.join(", ")))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "files that share a name (name each for its job):\n{}",
+        shared.join("\n")
     );
 }
 

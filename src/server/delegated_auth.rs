@@ -40,7 +40,7 @@
 //! than a turn takes. The
 //! reviews go through the [`Reviewer`] trait: [`KubeReviewer`] asks the API
 //! server, through a client of its own with its own request limit
-//! (`--review-qps`, `api::apiclient::Clients::reviews`), so that reviews
+//! (`--review-qps`, `api_types::apiclient::Clients::reviews`), so that reviews
 //! never hold podprobe's status patches back; tests script the answers.
 
 use std::collections::{BTreeMap, HashMap};
@@ -57,7 +57,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
-use podprobe_core::prober::probe_ledger::api;
+use podprobe_core::prober::probe_ledger::api_types;
 
 pub use super::review_turns::{
     MAX_REVIEW_PLACES, MAX_REVIEWS_IN_FLIGHT, PLACES_PER_SOURCE, TURNS_PER_SOURCE,
@@ -264,9 +264,12 @@ impl Reviewer for KubeReviewer {
                 | Attributes::GetPodLog { namespace, name }
                 | Attributes::GetProbes { namespace, name } => {
                     let (group, version, resource, subresource) = match attributes {
-                        Attributes::GetProbes { .. } => {
-                            (api::GROUP, api::VERSION, api::RESOURCE, None)
-                        }
+                        Attributes::GetProbes { .. } => (
+                            api_types::GROUP,
+                            api_types::VERSION,
+                            api_types::RESOURCE,
+                            None,
+                        ),
                         Attributes::GetPodLog { .. } => ("", "v1", "pods", Some("log")),
                         _ => ("", "v1", "pods", None),
                     };

@@ -1,6 +1,6 @@
 //! The probe status of a pod as part of the Kubernetes API (PS2, #38): the
 //! aggregated group `status.podprobe.io/v1alpha1` and its read-only
-//! resource `probes` ([`podprobe_core::prober::probe_ledger::api`]), served over
+//! resource `probes` ([`podprobe_core::prober::probe_ledger::api_types`]), served over
 //! TLS on `--status-api-listen` behind the `APIService`
 //! `v1alpha1.status.podprobe.io`.
 //!
@@ -50,7 +50,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use podprobe_core::prober::probe_ledger::ProbeLedger;
-use podprobe_core::prober::probe_ledger::api::{self, PodProbes};
+use podprobe_core::prober::probe_ledger::api_types::{self, PodProbes};
 use podprobe_core::util::rate_limit::TokenBucket;
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
@@ -335,7 +335,7 @@ impl StatusApi {
                         "NotFound",
                         &format!(
                             "the server could not find the requested resource; get one pod's probes at {}",
-                            api::path("NAMESPACE", "POD")
+                            api_types::path("NAMESPACE", "POD")
                         ),
                     );
                 };
@@ -628,9 +628,9 @@ impl Drop for Turn<'_> {
 /// `namespace` and `name` of `/apis/status.podprobe.io/v1alpha1/
 /// namespaces/{namespace}/probes/{name}`, both valid names.
 fn probes_request(path: &str) -> Option<(&str, &str)> {
-    let rest = path.strip_prefix(&format!("/apis/{}/namespaces/", api::API_VERSION))?;
+    let rest = path.strip_prefix(&format!("/apis/{}/namespaces/", api_types::API_VERSION))?;
     let (namespace, rest) = rest.split_once('/')?;
-    let name = rest.strip_prefix(&format!("{}/", api::RESOURCE))?;
+    let name = rest.strip_prefix(&format!("{}/", api_types::RESOURCE))?;
     valid(namespace, name)
 }
 
@@ -655,29 +655,29 @@ fn valid<'a>(namespace: &'a str, name: &'a str) -> Option<(&'a str, &'a str)> {
 
 /// The discovery documents: the group list, the group, the resource list.
 fn discovery(path: &str) -> Option<serde_json::Value> {
-    let version = json!({"groupVersion": api::API_VERSION, "version": api::VERSION});
+    let version = json!({"groupVersion": api_types::API_VERSION, "version": api_types::VERSION});
     let group = json!({
-        "name": api::GROUP,
+        "name": api_types::GROUP,
         "versions": [version.clone()],
         "preferredVersion": version,
     });
     match path.trim_end_matches('/') {
         "/apis" => Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]})),
-        p if p == format!("/apis/{}", api::GROUP) => {
+        p if p == format!("/apis/{}", api_types::GROUP) => {
             let mut group = group;
             group["kind"] = json!("APIGroup");
             group["apiVersion"] = json!("v1");
             Some(group)
         }
-        p if p == format!("/apis/{}", api::API_VERSION) => Some(json!({
+        p if p == format!("/apis/{}", api_types::API_VERSION) => Some(json!({
             "kind": "APIResourceList",
             "apiVersion": "v1",
-            "groupVersion": api::API_VERSION,
+            "groupVersion": api_types::API_VERSION,
             "resources": [{
-                "name": api::RESOURCE,
+                "name": api_types::RESOURCE,
                 "singularName": "",
                 "namespaced": true,
-                "kind": api::KIND,
+                "kind": api_types::KIND,
                 "verbs": ["get"],
             }],
         })),
@@ -700,7 +700,7 @@ fn json_response(code: StatusCode, body: &impl serde::Serialize) -> Response<Ful
 /// A `meta/v1` `Status`, as the API server answers errors (kubectl shows
 /// its message).
 fn status(code: StatusCode, reason: &str, message: &str) -> Response<Full<Bytes>> {
-    json_response(code, &api::failure(code.as_u16(), reason, message))
+    json_response(code, &api_types::failure(code.as_u16(), reason, message))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 
 use http_body_util::{BodyExt, Limited};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
-use podprobe_core::prober::probe_ledger::api::{self, PodProbes};
+use podprobe_core::prober::probe_ledger::api_types::{self, PodProbes};
 
 /// Most bytes of an answer read: an object holds at most 16 KiB of output
 /// and a few hundred bytes per probe.
@@ -113,14 +113,14 @@ pub async fn pod_probes(
     namespace: &str,
     name: &str,
 ) -> Result<Served, ReachError> {
-    let path = api::path(namespace, name);
+    let path = api_types::path(namespace, name);
     let (status, body) = get(client, &path).await?;
     let doubt = match object_answer(&path, status, &body) {
         ObjectAnswer::Served(served) => return Ok(*served),
         ObjectAnswer::Failed(error) => return Err(error),
         ObjectAnswer::Unclear(doubt) => doubt,
     };
-    let group_path = format!("/apis/{}", api::GROUP);
+    let group_path = format!("/apis/{}", api_types::GROUP);
     let (status, body) = get(client, &group_path).await?;
     Err(group_answer(&group_path, status, &body, doubt))
 }
@@ -185,7 +185,7 @@ fn served(path: &str, body: &[u8]) -> ObjectAnswer {
     };
     let field = |name: &str| raw.get(name).and_then(|v| v.as_str()).unwrap_or_default();
     let (api_version, kind) = (field("apiVersion"), field("kind"));
-    if api_version != api::API_VERSION || kind != api::KIND {
+    if api_version != api_types::API_VERSION || kind != api_types::KIND {
         return ObjectAnswer::Unclear(Doubt::OtherKind {
             api_version: api_version.to_string(),
             kind: kind.to_string(),
@@ -196,7 +196,7 @@ fn served(path: &str, body: &[u8]) -> ObjectAnswer {
         Err(e) => ObjectAnswer::Failed(ReachError::Unexpected {
             path: path.to_string(),
             status: 200,
-            body: format!("not a {} {}: {e}", api::API_VERSION, api::KIND),
+            body: format!("not a {} {}: {e}", api_types::API_VERSION, api_types::KIND),
         }),
     }
 }
@@ -224,7 +224,7 @@ pub fn group_answer(path: &str, status: u16, body: &[u8], doubt: Doubt) -> Reach
             };
         }
     };
-    if !versions.iter().any(|v| v == api::VERSION) {
+    if !versions.iter().any(|v| v == api_types::VERSION) {
         let serves = if versions.is_empty() {
             "no version".to_string()
         } else {
@@ -277,7 +277,7 @@ mod tests {
     const GROUP_PATH: &str = "/apis/status.podprobe.io";
 
     fn status(code: u16, reason: &str, message: &str) -> Vec<u8> {
-        podprobe_core::prober::probe_ledger::api::failure(code, reason, message)
+        podprobe_core::prober::probe_ledger::api_types::failure(code, reason, message)
             .to_string()
             .into_bytes()
     }

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use k8s_openapi::jiff::Timestamp;
 use podprobe_core::prober::probe_ledger::RunResult;
-use podprobe_core::prober::probe_ledger::api::PodProbes;
+use podprobe_core::prober::probe_ledger::api_types::PodProbes;
 
 /// Most characters of an output's first line in the table.
 const OUTPUT_COLUMN_CHARS: usize = 48;

@@ -22,7 +22,7 @@ use crate::prober::worker::{ProbeRun, WorkerConfig};
 use crate::spec::ProbeKind;
 use crate::util::pod::{pod_name, pod_namespace};
 
-pub mod api;
+pub mod api_types;
 
 /// Most bytes of one probe's output kept: the 4 KB that Consul keeps of a
 /// check's output.
