@@ -62,7 +62,7 @@ use crate::server::metrics::{Metrics, PatchOutcome};
 use crate::server::status_api::StatusApi;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use podprobe_core::prober::manager::ProberManager;
-use podprobe_core::prober::pod_store::PodStore;
+use podprobe_core::prober::pod_store::PodStoreWriter;
 use podprobe_core::prober::probe_ledger::ProbeLedger;
 use podprobe_core::prober::probe_rates::ProbeRates;
 use podprobe_core::prober::results::ProbeCaches;
@@ -213,7 +213,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.max_concurrent_execs_per_pod,
             config.max_exec_timeout,
         );
-    let cache = PodStore::new();
+    let pod_store = PodStoreWriter::new();
+    let (cache, started) = (pod_store.as_reader(), pod_store.started_writer());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (events, event_queue) = event_broadcaster::channel_with(
         event_broadcaster::QueueConfig {
@@ -317,11 +318,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         %listen,
         "podprobe starting"
     );
-    let pod_events = pods::watch(
-        Api::all(client.clone()),
-        watcher_config(&config),
-        cache.clone(),
-    );
+    let pod_events = pods::watch(Api::all(client.clone()), watcher_config(&config), pod_store);
     let hooks = HookRunner::new(
         cri.clone(),
         config.destinations.clone(),
@@ -337,6 +334,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         manager,
         patcher,
         cache,
+        started,
         events: Arc::new(events),
         metrics,
         health,

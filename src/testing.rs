@@ -143,15 +143,6 @@ impl StatusApi for Arc<FakeApi> {
     }
 }
 
-/// The status of condition `type_` in a status patch.
-pub fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
-    patch["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?["status"]
-        .as_str()
-}
-
 // The actuator: the kills the daemon's loop asks for.
 
 /// A [`Killer`] that stops nothing and records every kill it is asked for,

@@ -4,10 +4,11 @@
 //! The daemon [`submit`](Patcher::submit)s an [`Intent`] (the pod's identity
 //! and podprobe's verdicts) whenever something may have changed. Per pod UID
 //! there is one task with one in-flight patch; intents that arrive meanwhile
-//! coalesce and only the latest is sent. What to send is decided by the pure
-//! [`decide`] against the freshest pod object podprobe knows: the watch's
-//! cache, unless the API server's answer to podprobe's last write is newer
-//! (by `resourceVersion`: the watch lags behind podprobe's own write). Then
+//! coalesce and only the latest is sent. What to send is decided by the
+//! core's pure [`decide`] against the freshest pod object podprobe knows
+//! ([`diff_base`]): the watch's cache, unless the API server's answer to
+//! podprobe's last write is newer (by `resourceVersion`: the watch lags
+//! behind podprobe's own write). Then
 //!
 //! - gate mode: the cache with podprobe's own condition as that answer has it;
 //! - authority mode: that answer. The patch replaces whole container status
@@ -33,8 +34,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -45,53 +46,9 @@ use crate::api::apiclient::{RequestError, bounded};
 use kube::api::{Patch, PatchParams};
 use podprobe_core::prober::pod_store::PodStore;
 use podprobe_core::prober::worker::Clock;
-use podprobe_core::status::conditions::replace_or_append;
 use podprobe_core::status::patch::owned_conditions;
-use podprobe_core::status::{Intent, Owned};
-use podprobe_core::status::{
-    Mode, PatchError, READY_CONDITION, build_patch, desired_authority_status, desired_gate_status,
-};
-
-/// What to do for an intent, given the pod as the API server has it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PatchDecision {
-    /// Send this patch body.
-    Send(Value),
-    /// The owned fields already have the desired values.
-    Unchanged,
-    /// The pod no longer exists.
-    PodGone,
-    /// A pod of that name exists, but it is another pod (recreated).
-    UidChanged,
-}
-
-/// The pure decision: the patch that takes `pod` to the intent's desired
-/// status at `now`, if any.
-pub fn decide(pod: Option<&Pod>, intent: &Intent, now: &Time) -> Result<PatchDecision, PatchError> {
-    let Some(pod) = pod else {
-        return Ok(PatchDecision::PodGone);
-    };
-    if pod.metadata.uid.as_deref() != Some(intent.uid.as_str()) {
-        return Ok(PatchDecision::UidChanged);
-    }
-    let desired = match &intent.owned {
-        Owned::Gate(probes) => desired_gate_status(pod, probes, &intent.views, now),
-        // Until the node agent reports containers there is nothing to derive
-        // from (the kubelet always has its runtime's view of them).
-        Owned::Authority if !has_container_statuses(pod) => return Ok(PatchDecision::Unchanged),
-        Owned::Authority => desired_authority_status(pod, &intent.views, now),
-    };
-    Ok(match build_patch(intent.owned.mode(), pod, &desired)? {
-        Some(patch) => PatchDecision::Send(patch),
-        None => PatchDecision::Unchanged,
-    })
-}
-
-fn has_container_statuses(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .is_some_and(|s| s.container_statuses.is_some() || s.init_container_statuses.is_some())
-}
+use podprobe_core::status::patch_decision::{PatchDecision, decide, diff_base, kept};
+use podprobe_core::status::{Intent, Mode};
 
 /// A failed API request, classified by what the patcher does next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -458,7 +415,7 @@ impl<A: StatusApi> PodPatcher<'_, A> {
 
     /// The pod to diff against: a fresh read after a conflict, else the
     /// cached object brought up to date with what the API server last
-    /// returned (see the module doc).
+    /// returned ([`diff_base`]).
     async fn base_pod(&mut self, intent: &Intent, reread: bool) -> Result<Option<Pod>, ApiError> {
         if reread {
             let pod = self.shared.api.get(&intent.namespace, &intent.name).await?;
@@ -471,79 +428,9 @@ impl<A: StatusApi> PodPatcher<'_, A> {
         let Some(cached) = self.shared.api.cached(&intent.uid) else {
             return Ok(None);
         };
-        let Some(returned) = &self.returned else {
-            return Ok(Some(Pod::clone(&cached)));
-        };
-        if !newer(returned, &cached) {
-            // The watch has caught up with podprobe's write, or seen a later
-            // one: whatever it shows now is what podprobe must repair if it
-            // differs (the kubelet's `needsReconcile`).
-            return Ok(Some(Pod::clone(&cached)));
-        }
-        Ok(Some(match intent.owned.mode() {
-            Mode::Gate => with_own_condition(&cached, returned),
-            Mode::Authority => returned.clone(),
-        }))
+        let returned = self.returned.as_ref();
+        Ok(Some(diff_base(intent.owned.mode(), &cached, returned)))
     }
-}
-
-/// What the patcher keeps of a pod the API server returned, for as long as
-/// the pod lives: in gate mode only what [`PodPatcher::base_pod`] reads of
-/// it (its identity, resourceVersion and podprobe's condition), a few
-/// hundred bytes instead of the whole pod; in authority mode, the pod, the
-/// base of the next diff.
-fn kept(mode: Mode, pod: Pod) -> Pod {
-    match mode {
-        Mode::Authority => pod,
-        Mode::Gate => {
-            let own = own_condition(&pod).cloned();
-            Pod {
-                metadata: ObjectMeta {
-                    name: pod.metadata.name,
-                    namespace: pod.metadata.namespace,
-                    uid: pod.metadata.uid,
-                    resource_version: pod.metadata.resource_version,
-                    ..ObjectMeta::default()
-                },
-                status: Some(PodStatus {
-                    conditions: own.map(|c| vec![c]),
-                    ..PodStatus::default()
-                }),
-                ..Pod::default()
-            }
-        }
-    }
-}
-
-/// `cached` with podprobe's gate condition as in `returned`.
-fn with_own_condition(cached: &Pod, returned: &Pod) -> Pod {
-    let mut pod = cached.clone();
-    if let Some(written) = own_condition(returned) {
-        let status = pod.status.get_or_insert_with(Default::default);
-        replace_or_append(
-            status.conditions.get_or_insert_with(Vec::new),
-            written.clone(),
-        );
-    }
-    pod
-}
-
-/// Whether `a` is a later version of the pod than `b`. resourceVersions are
-/// opaque to clients; comparing them as numbers (etcd revisions) only picks
-/// the base to diff against, and a wrong pick costs one conflict.
-fn newer(a: &Pod, b: &Pod) -> bool {
-    let version = |pod: &Pod| {
-        pod.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    matches!((version(a), version(b)), (Some(a), Some(b)) if a > b)
-}
-
-fn own_condition(pod: &Pod) -> Option<&PodCondition> {
-    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    conditions.iter().find(|c| c.type_ == READY_CONDITION)
 }
 
 /// `Type=Status` of the conditions podprobe owns in `mode`, for the log.
@@ -566,105 +453,17 @@ fn owned_summary(mode: Mode, pod: &Pod) -> String {
 #[cfg(test)]
 mod tests {
 
-    use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+    use k8s_openapi::api::core::v1::ContainerStatus;
     use k8s_openapi::jiff::Timestamp;
     use tokio::time::Instant;
 
     use super::*;
     use crate::testing::{
-        FakeApi, UID, condition_in, container, container_status, running_pod as pod, view,
+        FakeApi, UID, agent_pod, authority_intent, gate_intent as intent, gate_pod as gated_pod,
     };
     use podprobe_core::prober::worker::TokioClock;
-    use podprobe_core::status::AnnotatedProbes;
-    use podprobe_core::status::conditions::{FALSE, POD_READY, TRUE};
-
-    fn gated_pod(gate: Option<&str>) -> Pod {
-        let conditions = gate
-            .map(|status| {
-                vec![PodCondition {
-                    type_: READY_CONDITION.to_string(),
-                    status: status.to_string(),
-                    ..PodCondition::default()
-                }]
-            })
-            .unwrap_or_default();
-        let status = PodStatus {
-            conditions: Some(conditions),
-            container_statuses: Some(vec![container_status("app", true)]),
-            ..PodStatus::default()
-        };
-        let mut pod = pod(vec![], vec![container("app")], &[READY_CONDITION], status);
-        pod.metadata.resource_version = Some("1".into());
-        pod
-    }
-
-    fn probes() -> Arc<AnnotatedProbes> {
-        let spec = k8s_openapi::api::core::v1::PodSpec {
-            containers: vec![container("app")],
-            ..Default::default()
-        };
-        let annotation = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
-        Arc::new(
-            podprobe_core::status::annotation::parse_probes(
-                &spec,
-                annotation,
-                &mut podprobe_core::spec::probe_spec::budget::PodBudget::default(),
-            )
-            .unwrap(),
-        )
-    }
-
-    fn intent(ready: bool) -> Intent {
-        Intent {
-            namespace: "shop".into(),
-            name: "web-0".into(),
-            uid: UID.into(),
-            owned: Owned::Gate(probes()),
-            views: vec![view("app", true, ready)],
-            result_at: None,
-        }
-    }
-
-    fn now() -> Time {
-        Time(Timestamp::from_second(1_740_823_231).unwrap())
-    }
-
-    fn gate_in(patch: &Value) -> Option<&str> {
-        condition_in(patch, READY_CONDITION)
-    }
-
-    #[test]
-    fn decide_sends_the_gate_with_the_uid_precondition() {
-        let pod = gated_pod(Some(FALSE));
-        let PatchDecision::Send(patch) = decide(Some(&pod), &intent(true), &now()).unwrap() else {
-            panic!("expected a patch");
-        };
-        assert_eq!(patch["metadata"]["uid"], UID);
-        assert_eq!(gate_in(&patch), Some(TRUE));
-    }
-
-    #[test]
-    fn decide_skips_when_nothing_changes() {
-        let pod = gated_pod(Some(TRUE));
-        assert_eq!(
-            decide(Some(&pod), &intent(true), &now()).unwrap(),
-            PatchDecision::Unchanged
-        );
-    }
-
-    #[test]
-    fn decide_never_patches_a_recreated_pod() {
-        let mut pod = gated_pod(Some(FALSE));
-        pod.metadata.uid = Some("another-uid".into());
-        assert_eq!(
-            decide(Some(&pod), &intent(true), &now()).unwrap(),
-            PatchDecision::UidChanged
-        );
-        assert_eq!(
-            decide(None, &intent(true), &now()).unwrap(),
-            PatchDecision::PodGone
-        );
-    }
+    use podprobe_core::status::conditions::{FALSE, TRUE};
+    use podprobe_core::status::patch_decision::own_condition;
 
     fn patcher(api: &Arc<FakeApi>) -> Patcher<Arc<FakeApi>> {
         Patcher::new(
@@ -744,28 +543,6 @@ mod tests {
         patcher.forget(UID);
         settle().await;
         assert_eq!(patcher.tasks(), 0);
-    }
-
-    #[test]
-    fn a_gate_patcher_keeps_only_what_it_reads_of_a_returned_pod() {
-        let mut pod = gated_pod(Some(TRUE));
-        pod.metadata.resource_version = Some("7".into());
-        let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
-        conditions.push(PodCondition {
-            type_: "Ready".into(),
-            status: TRUE.into(),
-            ..PodCondition::default()
-        });
-        assert!(pod.spec.is_some());
-        let slim = kept(Mode::Gate, pod.clone());
-        assert_eq!(slim.metadata.uid, pod.metadata.uid);
-        assert_eq!(slim.metadata.resource_version.as_deref(), Some("7"));
-        assert_eq!(own_condition(&slim), own_condition(&pod));
-        assert_eq!(slim.spec, None);
-        let conditions = slim.status.as_ref().unwrap().conditions.as_ref().unwrap();
-        assert_eq!(conditions.len(), 1, "only podprobe's condition");
-        // Authority mode diffs against the whole pod.
-        assert_eq!(kept(Mode::Authority, pod.clone()), pod);
     }
 
     /// Records what [`PatchObserver::patch_sent`] is told.
@@ -884,33 +661,6 @@ mod tests {
         assert_eq!(api.requests(), ["patch True"]);
     }
 
-    /// A pod on an agent's node: `app` running, not ready yet, no conditions
-    /// from podprobe, at resourceVersion 1.
-    fn agent_pod() -> Pod {
-        let mut app = container_status("app", false);
-        app.restart_count = 0;
-        let status = PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![PodCondition {
-                type_: "PodScheduled".into(),
-                status: TRUE.into(),
-                ..PodCondition::default()
-            }]),
-            container_statuses: Some(vec![app]),
-            ..PodStatus::default()
-        };
-        let mut pod = pod(vec![], vec![container("app")], &[], status);
-        pod.metadata.resource_version = Some("1".into());
-        pod
-    }
-
-    fn authority_intent(ready: bool) -> Intent {
-        Intent {
-            owned: Owned::Authority,
-            ..intent(ready)
-        }
-    }
-
     fn app_status(pod: &Pod) -> &ContainerStatus {
         &pod.status
             .as_ref()
@@ -918,24 +668,6 @@ mod tests {
             .container_statuses
             .as_ref()
             .unwrap()[0]
-    }
-
-    #[test]
-    fn decide_in_authority_mode_waits_for_the_agents_container_statuses() {
-        let mut pod = agent_pod();
-        pod.status.as_mut().unwrap().container_statuses = None;
-        assert_eq!(
-            decide(Some(&pod), &authority_intent(true), &now()).unwrap(),
-            PatchDecision::Unchanged
-        );
-        let PatchDecision::Send(patch) =
-            decide(Some(&agent_pod()), &authority_intent(true), &now()).unwrap()
-        else {
-            panic!("expected a patch");
-        };
-        assert_eq!(patch["metadata"]["resourceVersion"], "1");
-        assert_eq!(patch["status"]["containerStatuses"][0]["ready"], true);
-        assert_eq!(condition_in(&patch, POD_READY), Some(TRUE));
     }
 
     #[tokio::test(start_paused = true)]
@@ -972,20 +704,5 @@ mod tests {
         let server = api.state().server.clone().unwrap();
         assert!(!app_status(&server).ready);
         assert_eq!(server.metadata.resource_version.as_deref(), Some("3"));
-    }
-
-    #[test]
-    fn newer_compares_resource_versions_as_numbers_only() {
-        let at = |v: Option<&str>| Pod {
-            metadata: kube::api::ObjectMeta {
-                resource_version: v.map(str::to_string),
-                ..Default::default()
-            },
-            ..Pod::default()
-        };
-        assert!(newer(&at(Some("10")), &at(Some("9"))));
-        assert!(!newer(&at(Some("9")), &at(Some("10"))));
-        assert!(!newer(&at(Some("abc")), &at(Some("9"))));
-        assert!(!newer(&at(None), &at(Some("9"))));
     }
 }

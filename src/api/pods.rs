@@ -1,6 +1,7 @@
 //! The node-scoped pod watch: every pod bound to this node (field selector
 //! `spec.nodeName=<node>`, plus the optional label selector), kept in a
-//! [`PodStore`] by UID and turned into a stream of [`PodUpdate`]s. The
+//! [`PodStore`] by UID (through its one [`PodStoreWriter`], which the
+//! watch holds) and turned into a stream of [`PodUpdate`]s. The
 //! watch reconnects (relisting when it must) on API errors with [`RetryPolicy::WATCH`]'s backoff; a relist that no longer
 //! contains a pod reports it as deleted, so no worker outlives its pod.
 
@@ -17,7 +18,7 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
-use podprobe_core::prober::pod_store::PodStore;
+use podprobe_core::prober::pod_store::PodStoreWriter;
 use podprobe_core::spec::probe_spec::{UnknownProbeField, unknown_probe_fields};
 use podprobe_core::util::backoff::RetryPolicy;
 
@@ -91,7 +92,7 @@ struct Applier {
 }
 
 impl Applier {
-    fn apply(&mut self, cache: &PodStore, event: Event<WatchedPod>) -> Vec<PodUpdate> {
+    fn apply(&mut self, cache: &mut PodStoreWriter, event: Event<WatchedPod>) -> Vec<PodUpdate> {
         match event {
             Event::Init => {
                 self.listing = Some(HashSet::new());
@@ -121,7 +122,7 @@ impl Applier {
         }
     }
 
-    fn applied(cache: &PodStore, watched: WatchedPod) -> PodUpdate {
+    fn applied(cache: &mut PodStoreWriter, watched: WatchedPod) -> PodUpdate {
         let pod = Arc::new(watched.pod);
         cache.insert(pod.clone());
         PodUpdate::Applied(pod, watched.unknown_probe_fields)
@@ -129,13 +130,13 @@ impl Applier {
 }
 
 /// Watches the pods `api` lists under `config` (field and label selectors),
-/// keeps `cache` current and yields what changed. Never ends: API errors are
-/// logged on the transition and retried with [`RetryPolicy::WATCH`]'s
-/// backoff (relisting as needed).
+/// keeps the store `cache` writes current and yields what changed. Never
+/// ends: API errors are logged on the transition and retried with
+/// [`RetryPolicy::WATCH`]'s backoff (relisting as needed).
 pub fn watch(
     api: Api<WatchedPod>,
     config: watcher::Config,
-    cache: Arc<PodStore>,
+    mut cache: PodStoreWriter,
 ) -> impl Stream<Item = PodUpdate> + Send {
     let mut applier = Applier::default();
     let mut failing = false;
@@ -145,10 +146,13 @@ pub fn watch(
             let events = match event {
                 Ok(event) => {
                     if failing && matches!(event, Event::InitDone) {
-                        tracing::info!(pods = cache.uids().len(), "pod watch recovered");
+                        tracing::info!(
+                            pods = cache.as_reader().uids().len(),
+                            "pod watch recovered"
+                        );
                         failing = false;
                     }
-                    applier.apply(&cache, event)
+                    applier.apply(&mut cache, event)
                 }
                 Err(error) => {
                     if !failing {
@@ -269,7 +273,7 @@ mod tests {
             .collect();
         assert_eq!(fields, [("app", "readinessProbe.grpc.tlsServerName")]);
         let mut events = Applier::default().apply(
-            &PodStore::new(),
+            &mut PodStoreWriter::new(),
             Event::Apply(serde_json::from_str(json).unwrap()),
         );
         let Some(PodUpdate::Applied(_, unknown)) = events.pop() else {
@@ -293,28 +297,30 @@ mod tests {
 
     #[test]
     fn status_source_returns_latest_status_by_uid() {
-        let cache = PodStore::new();
+        let mut writer = PodStoreWriter::new();
+        let cache = writer.as_reader();
         let mut applier = Applier::default();
-        applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
-        applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.2"))));
+        applier.apply(&mut writer, Event::Apply(watched(pod("a", "10.0.0.1"))));
+        applier.apply(&mut writer, Event::Apply(watched(pod("a", "10.0.0.2"))));
         let status = cache.pod_status("a").unwrap();
         assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.2"));
         assert!(cache.pod_status("b").is_none());
-        applier.apply(&cache, Event::Delete(watched(pod("a", "10.0.0.2"))));
+        applier.apply(&mut writer, Event::Delete(watched(pod("a", "10.0.0.2"))));
         assert!(cache.pod_status("a").is_none());
     }
 
     #[test]
     fn relist_reports_pods_missing_from_it_as_deleted() {
-        let cache = PodStore::new();
+        let mut writer = PodStoreWriter::new();
+        let cache = writer.as_reader();
         let mut applier = Applier::default();
-        let mut before = applier.apply(&cache, Event::Apply(watched(pod("a", "10.0.0.1"))));
-        before.extend(applier.apply(&cache, Event::Apply(watched(pod("b", "10.0.0.2")))));
+        let mut before = applier.apply(&mut writer, Event::Apply(watched(pod("a", "10.0.0.1"))));
+        before.extend(applier.apply(&mut writer, Event::Apply(watched(pod("b", "10.0.0.2")))));
         assert_eq!(names(&before), ["applied a", "applied b"], "not synced yet");
-        let mut events = applier.apply(&cache, Event::Init);
-        events.extend(applier.apply(&cache, Event::InitApply(watched(pod("b", "10.0.0.2")))));
-        events.extend(applier.apply(&cache, Event::InitApply(watched(pod("c", "10.0.0.3")))));
-        events.extend(applier.apply(&cache, Event::InitDone));
+        let mut events = applier.apply(&mut writer, Event::Init);
+        events.extend(applier.apply(&mut writer, Event::InitApply(watched(pod("b", "10.0.0.2")))));
+        events.extend(applier.apply(&mut writer, Event::InitApply(watched(pod("c", "10.0.0.3")))));
+        events.extend(applier.apply(&mut writer, Event::InitDone));
         assert_eq!(
             names(&events),
             ["applied b", "applied c", "deleted a", "synced"]

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use podprobe_core::prober::events::recorder::EventRecorder;
 use podprobe_core::prober::manager::{Killer, ProberManager};
-use podprobe_core::prober::pod_store::PodStore;
+use podprobe_core::prober::pod_store::{PodStore, StartedWriter};
 use podprobe_core::prober::pod_tracker::{Effect, Input, Now, PodTracker, Reading, WorkerCommand};
 use podprobe_core::prober::probe_ledger::ProbeLedger;
 use podprobe_core::prober::results::{ResultReceivers, ResultUpdate};
@@ -59,6 +59,8 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) manager: ProberManager<R, Arc<PodStore>>,
     pub(super) patcher: Patcher<A>,
     pub(super) cache: Arc<PodStore>,
+    /// Records podprobe's `started` verdicts in `cache` for the workers.
+    pub(super) started: StartedWriter,
     /// Where its Events go (the Event queue's sink; a recorder in tests).
     pub(super) events: Arc<dyn EventRecorder>,
     pub(super) metrics: Metrics,
@@ -224,7 +226,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 }
                 command.apply(&self.manager);
             }
-            Effect::ShowStarted { uid, started } => self.cache.set_started(&uid, started),
+            Effect::ShowStarted { uid, started } => self.started.set_started(&uid, started),
             Effect::Patch(intent) => self.patcher.submit(intent),
             Effect::WriteMarkers { pod, desired } => self.markers.write(&pod, &desired),
             Effect::Kill { pod, kill } => self.killer.kill(&pod, kill),
@@ -274,6 +276,7 @@ mod tests {
     };
     use podprobe_core::prober::events::record::reasons;
     use podprobe_core::prober::markers::MarkerKeys;
+    use podprobe_core::prober::pod_store::PodStoreWriter;
     use podprobe_core::prober::pod_tracker::{AnnotationRules, EDIT_DEBOUNCE, TrackerConfig};
     use podprobe_core::prober::probe_rates::ProbeRates;
     use podprobe_core::prober::results::ProbeCaches;
@@ -305,7 +308,8 @@ mod tests {
         runner: Arc<ScriptedRunner>,
         api: Arc<FakeApi>,
         killer: RecordingKiller,
-        cache: Arc<PodStore>,
+        /// Plays the watch.
+        cache: PodStoreWriter,
         results: ResultReceivers,
         readings: mpsc::UnboundedReceiver<Reading>,
         events: Arc<RecordingEvents>,
@@ -333,7 +337,7 @@ mod tests {
         runner: Arc<ScriptedRunner>,
         observed: Observer,
     ) -> Harness {
-        let cache = PodStore::new();
+        let cache = PodStoreWriter::new();
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(crate::testing::epoch()));
         let (caches, results) = ProbeCaches::new();
         let events = Arc::new(RecordingEvents::default());
@@ -352,7 +356,7 @@ mod tests {
         };
         let manager = ProberManager::new(
             runner.clone(),
-            cache.clone(),
+            cache.as_reader(),
             caches,
             clock.clone(),
             observer,
@@ -393,7 +397,8 @@ mod tests {
             reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
             manager,
             patcher,
-            cache: cache.clone(),
+            cache: cache.as_reader(),
+            started: cache.started_writer(),
             events: events.clone(),
             metrics,
             health: Health::new(crate::daemon::HEALTH_STALE_AFTER, WatchActivity::new()),

@@ -3,8 +3,8 @@
 //! prober's (a scripted probe runner, a status cache the test sets, an
 //! observer that records what workers report, pods and container statuses
 //! of the worker tests), the desired status's (the running pod `shop/web-0`
-//! and its container statuses, probe views and conditions), and a client
-//! certificate.
+//! and its container statuses, probe views and conditions, the status
+//! patcher's pods and intents), and a client certificate.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::prober::events::record::PodEvent;
@@ -29,8 +30,8 @@ use crate::spec::probe_spec::{Handler, TcpSocketAction};
 use crate::spec::{
     Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
-use crate::status::conditions::condition;
-use crate::status::{ContainerProbeView, Mode, PROBES_ANNOTATION};
+use crate::status::conditions::{TRUE, condition};
+use crate::status::{ContainerProbeView, Intent, Mode, Owned, PROBES_ANNOTATION, READY_CONDITION};
 
 // The prober: workers, the manager, and what observes them.
 
@@ -468,6 +469,92 @@ pub fn running_pod(
             ..status
         }),
     }
+}
+
+/// A running pod with [`running_pod`]'s `app` and the readiness gate
+/// `podprobe.io/ready`, whose condition has status `gate` (none when
+/// `None`), at resourceVersion 1: the status patcher's gate-mode pod.
+pub fn gate_pod(gate: Option<&str>) -> Pod {
+    let conditions = gate
+        .map(|status| {
+            vec![PodCondition {
+                type_: READY_CONDITION.to_string(),
+                status: status.to_string(),
+                ..PodCondition::default()
+            }]
+        })
+        .unwrap_or_default();
+    let status = PodStatus {
+        conditions: Some(conditions),
+        container_statuses: Some(vec![container_status("app", true)]),
+        ..PodStatus::default()
+    };
+    let mut pod = running_pod(vec![], vec![container("app")], &[READY_CONDITION], status);
+    pod.metadata.resource_version = Some("1".into());
+    pod
+}
+
+/// A gate-mode [`Intent`] for [`gate_pod`]: `app`, started, is `ready`
+/// by its annotated readiness probe.
+pub fn gate_intent(ready: bool) -> Intent {
+    let spec = PodSpec {
+        containers: vec![container("app")],
+        ..Default::default()
+    };
+    let annotation = r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}}}}"#;
+    let probes = Arc::new(
+        crate::status::annotation::parse_probes(
+            &spec,
+            annotation,
+            &mut crate::spec::probe_spec::budget::PodBudget::default(),
+        )
+        .unwrap(),
+    );
+    Intent {
+        namespace: "shop".into(),
+        name: "web-0".into(),
+        uid: UID.into(),
+        owned: Owned::Gate(probes),
+        views: vec![view("app", true, ready)],
+        result_at: None,
+    }
+}
+
+/// A pod on an agent's node: `app` running, not ready yet, no conditions
+/// from podprobe, at resourceVersion 1.
+pub fn agent_pod() -> Pod {
+    let mut app = container_status("app", false);
+    app.restart_count = 0;
+    let status = PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: TRUE.into(),
+            ..PodCondition::default()
+        }]),
+        container_statuses: Some(vec![app]),
+        ..PodStatus::default()
+    };
+    let mut pod = running_pod(vec![], vec![container("app")], &[], status);
+    pod.metadata.resource_version = Some("1".into());
+    pod
+}
+
+/// [`gate_intent`] in authority mode, for [`agent_pod`].
+pub fn authority_intent(ready: bool) -> Intent {
+    Intent {
+        owned: Owned::Authority,
+        ..gate_intent(ready)
+    }
+}
+
+/// The status of condition `type_` in a status patch.
+pub fn condition_in<'a>(patch: &'a Value, type_: &str) -> Option<&'a str> {
+    patch["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?["status"]
+        .as_str()
 }
 
 /// The first container status of `pod`, to change in a test.

@@ -1,7 +1,7 @@
 //! What podprobe wants for one pod's status: its identity, the fields it
 //! owns and its verdicts. The sync loop's tracker produces intents; the
 //! patcher turns the latest one into a patch against the freshest pod it
-//! knows ([`super::build_patch`]).
+//! knows ([`super::patch_decision`]).
 
 use std::sync::Arc;
 

@@ -15,7 +15,9 @@
 //! The input is the prober core's per-container verdict, [`ContainerProbeView`]
 //! (status.md rule 1, already applied). The output is a desired [`PodStatus`]
 //! that [`build_patch`] turns into the strategic-merge patch for
-//! `pods/<name>/status`, or into nothing when no owned field changes.
+//! `pods/<name>/status`, or into nothing when no owned field changes;
+//! [`patch_decision`] picks the pod object that patch is built against and
+//! says what the patcher sends for an [`Intent`].
 //!
 //! [`PodStatus`]: k8s_openapi::api::core::v1::PodStatus
 
@@ -26,6 +28,7 @@ pub mod gate;
 pub mod gate_setup;
 pub(crate) mod intent;
 pub mod patch;
+pub mod patch_decision;
 
 #[cfg(test)]
 mod proptests;
