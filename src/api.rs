@@ -4,15 +4,21 @@
 //! certificates ([`client_certificates`]) and header values
 //! ([`header_secret_cache`]), the markers' metadata patches ([`markers`])
 //! and the probes' `User-Agent` from the node's kubelet version
-//! ([`user_agent`]).
+//! ([`user_agent`]); the metric families of the clients' requests
+//! ([`request_metrics`]), the pod watch ([`watch_metrics`]), Events
+//! ([`event_metrics`]) and status patches ([`patch_metrics`]).
 
 pub(crate) mod apiclient;
 pub mod client_certificates;
 pub mod client_pem;
 pub mod event_broadcaster;
+pub mod event_metrics;
 pub(crate) mod header_secret_cache;
 pub(crate) mod marker_patch;
+pub(crate) mod patch_metrics;
 pub(crate) mod patcher;
 pub(crate) mod pods;
+pub(crate) mod request_metrics;
 pub mod secret_cache;
 pub(crate) mod user_agent;
+pub(crate) mod watch_metrics;

@@ -12,15 +12,25 @@
 //! through CRI with the kubelet's grace period (K2, K3), and the node agent
 //! (the kubelet, in gate mode) restarts it.
 //!
+//! The metrics: every subsystem registers its families next to its code;
+//! [`metric_set`] registers them all in the registries `/metrics` serves,
+//! and each part goes to its subsystem here.
+//!
 //! A restart of podprobe does not flap a Ready pod ([`takeover`]): workers do
 //! not seed containers that predate podprobe (D5), podprobe's previous
 //! `started` is taken over from the API, and S4 reads podprobe's own
 //! condition as "the pod was Ready".
 
+mod budget_metrics;
+pub mod build_info;
 pub mod flags;
 mod heap_trim;
+mod marker_metrics;
 mod marker_sync;
+pub mod metric_set;
+pub mod probe_metrics;
 mod sync_loop;
+mod tracker_metrics;
 
 use self::marker_sync::MarkerWriter;
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
@@ -46,11 +56,13 @@ use crate::api::client_certificates::ClientCertificates;
 use crate::api::event_broadcaster::{self};
 use crate::api::header_secret_cache::HeaderSecrets;
 use crate::api::marker_patch::KubeMarkers;
-use crate::api::patcher::{KubeStatusApi, PatchObserver, Patcher, RetryPolicy};
+use crate::api::patcher::{KubeStatusApi, Patcher, RetryPolicy};
 use crate::api::pods;
+use crate::api::request_metrics::RequestMetrics;
 use crate::api::secret_cache::KubeSecrets;
 use crate::api::user_agent;
 use crate::daemon::flags::{Config, LogFormat, MetricsAuth, RunArgs};
+use crate::daemon::metric_set::MetricSet;
 use crate::daemon::telemetry::Telemetry;
 use crate::probe::Prober;
 use crate::probe::netns::{self, NamespaceHelper};
@@ -58,7 +70,6 @@ use crate::probe::run_probe::NetworkLimits;
 use crate::runtime::cri::{CriClient, CriError};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::health::{Health, Reachability, WATCH_TIMEOUT};
-use crate::server::metrics::{Metrics, PatchOutcome};
 use crate::server::status_api::StatusApi;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use podprobe_core::prober::manager::ProberManager;
@@ -199,15 +210,14 @@ async fn shutdown_signal() {
 /// waits (bounded) for in-flight patches.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
     let watch_activity = WatchActivity::new();
-    let metrics = Metrics::new();
-    let clients = kube_clients(&config, watch_activity.clone(), &metrics).await?;
+    let metrics = MetricSet::new(watch_activity.clone());
+    let clients = kube_clients(&config, watch_activity.clone(), metrics.requests.clone()).await?;
     let client = clients.api;
     let all_pods: Api<Pod> = Api::all(client.clone());
     check_selectors(&all_pods, &config).await?;
-    metrics.set_build_info(config.mode.as_str());
-    metrics.track_watch(watch_activity.clone());
+    metrics.build_info.set(config.mode.as_str());
     let cri = CriClient::new(&config.cri_endpoint)?
-        .count_exec_in_flight(metrics.exec_in_flight())
+        .count_exec_in_flight(metrics.exec_in_flight.clone())
         .limit_concurrent_execs(
             config.max_concurrent_execs,
             config.max_concurrent_execs_per_pod,
@@ -221,7 +231,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             writes: config.event_rate,
             ..event_broadcaster::QueueConfig::default()
         },
-        metrics.clone(),
+        metrics.events.clone(),
     );
     let event_publisher = tokio::spawn({
         let (client, node) = (client.clone(), config.node_name.clone());
@@ -229,7 +239,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
     let ledger = Arc::new(ProbeLedger::new(config.status_output_budget));
     let observer: Arc<dyn ProbeObserver> = Arc::new(Telemetry::new(
-        metrics.clone(),
+        metrics.probes.clone(),
+        metrics.budgets.clone(),
         Arc::new(events.clone()),
         ledger.clone(),
         clock.clone(),
@@ -267,7 +278,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let patcher = Patcher::new(
         KubeStatusApi::new(client.clone(), cache.clone()),
         clock,
-        Arc::new(PatchMetrics(metrics.clone())),
+        Arc::new(metrics.patches.clone()),
         RetryPolicy::default(),
     );
     let health = Health::new(HEALTH_STALE_AFTER, watch_activity);
@@ -278,16 +289,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.node_name.clone(),
             clients.reviews,
             ledger.clone(),
-            metrics.clone(),
+            metrics.status_api.clone(),
             server_config.limits.clone(),
         )
     });
-    let server = Server::bind(server_config, metrics.clone(), health.clone())
-        .await
-        .map_err(|e| DaemonError::Listen {
-            addr: e.addr,
-            source: e.source,
-        })?;
+    let server = Server::bind(
+        server_config,
+        metrics.served.clone(),
+        metrics.auth.clone(),
+        health.clone(),
+    )
+    .await
+    .map_err(|e| DaemonError::Listen {
+        addr: e.addr,
+        source: e.source,
+    })?;
     let listen = server.local_addr().unwrap_or(config.listen);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
@@ -326,7 +342,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
     let (readings_sender, readings) = mpsc::unbounded_channel();
-    let markers = MarkerWriter::new(KubeMarkers(client.clone()), metrics.clone());
+    let markers = MarkerWriter::new(KubeMarkers(client.clone()), metrics.markers.clone());
     let tracker = PodTracker::new(tracker_config(&config), Box::new(rand::random::<f64>));
     let daemon = SyncLoop {
         tracker,
@@ -359,7 +375,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 async fn kube_clients(
     config: &Config,
     watch: Arc<WatchActivity>,
-    metrics: &Metrics,
+    requests: RequestMetrics,
 ) -> Result<apiclient::Clients, DaemonError> {
     let kube_config = match &config.kubeconfig {
         Some(path) => {
@@ -379,7 +395,7 @@ async fn kube_clients(
         watch,
         config.api_rate,
         config.review_rate,
-        Arc::new(RequestMetrics(metrics.clone())),
+        Arc::new(requests),
     )
     .map_err(DaemonError::Client)
 }
@@ -488,39 +504,6 @@ async fn check_selectors(pods: &Api<Pod>, config: &Config) -> Result<(), DaemonE
             Ok(())
         }
         Ok(_) => Ok(()),
-    }
-}
-
-/// Counts status patches in the metrics.
-struct PatchMetrics(Metrics);
-
-impl PatchObserver for PatchMetrics {
-    fn patch_sent(&self, since_result: Option<Duration>) {
-        self.0.status_patch(PatchOutcome::Sent);
-        if let Some(latency) = since_result {
-            self.0.result_to_status(latency);
-        }
-    }
-
-    fn patch_failed(&self) {
-        self.0.status_patch(PatchOutcome::Failed);
-    }
-
-    fn patch_conflict(&self) {
-        self.0.status_patch(PatchOutcome::Conflict);
-    }
-}
-
-/// Times API requests in the metrics.
-struct RequestMetrics(Metrics);
-
-impl apiclient::RequestObserver for RequestMetrics {
-    fn waited(&self, client: apiclient::ClientName, wait: Duration) {
-        self.0.rate_limiter_wait(client.as_str(), wait);
-    }
-
-    fn answered(&self, client: apiclient::ClientName, took: Duration) {
-        self.0.api_request_duration(client.as_str(), took);
     }
 }
 

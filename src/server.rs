@@ -37,6 +37,7 @@
 //! one does, after the idle ones. So `/healthz` and `/readyz`, which wait on
 //! nothing, keep being answered on the same port.
 
+pub mod auth_metrics;
 mod connections;
 pub mod delegated_auth;
 pub mod health;
@@ -69,8 +70,9 @@ use self::connections::{Admission, Busy, ConnectionTable, SentBytes, Slot};
 pub use self::delegated_auth::DelegatedAuth;
 use self::delegated_auth::{AccessDecision, Attributes, Review};
 
+use self::auth_metrics::{AuthDecisions, AuthOutcome};
 pub use self::health::Health;
-use self::metrics::{AuthOutcome, Metrics};
+use self::metrics::Metrics;
 
 /// How long open connections may take to finish after shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -188,6 +190,8 @@ pub struct BindError {
 #[derive(Debug)]
 struct Endpoints {
     metrics: Metrics,
+    /// Counts what delegated authentication decided.
+    auth_decisions: AuthDecisions,
     health: Health,
     access: MetricsAccess,
     /// Whether `/healthz` and `/readyz` are served here (not on the plain
@@ -211,10 +215,12 @@ pub struct Server {
 
 impl Server {
     /// Binds `config.listen` and the plain metrics listener, if any (port 0
-    /// picks a free port; see [`Server::local_addr`]).
+    /// picks a free port; see [`Server::local_addr`]); serves `metrics` and
+    /// counts the decisions of delegated authentication in `auth_decisions`.
     pub async fn bind(
         config: ServerConfig,
         metrics: Metrics,
+        auth_decisions: AuthDecisions,
         health: Health,
     ) -> Result<Self, BindError> {
         let bind = |addr| async move {
@@ -226,6 +232,7 @@ impl Server {
             tcp: bind(config.listen).await?,
             endpoints: Arc::new(Endpoints {
                 metrics: metrics.clone(),
+                auth_decisions: auth_decisions.clone(),
                 health: health.clone(),
                 access: config.metrics_access,
                 health_checks: true,
@@ -236,6 +243,7 @@ impl Server {
                 tcp: bind(addr).await?,
                 endpoints: Arc::new(Endpoints {
                     metrics,
+                    auth_decisions,
                     health,
                     access: MetricsAccess::Open,
                     health_checks: false,
@@ -500,7 +508,7 @@ async fn respond(
                 // HEAD is `get` to the authorizer, as in the kubelet.
                 let decision =
                     reviewed(busy, auth.authorize(request.headers(), path, "get", source)).await;
-                endpoints.metrics.metrics_auth(outcome(&decision));
+                endpoints.auth_decisions.count(outcome(&decision));
                 let attributes = Attributes::NonResource {
                     path: path.to_string(),
                     verb: "get".to_string(),

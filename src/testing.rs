@@ -1,6 +1,7 @@
 //! The root crate's test fixtures: the core's (`podprobe_core::testing`),
-//! a fake API server for the status patcher, and a killer and a marker API
-//! that record what the daemon's loop asks of them.
+//! a fake API server for the status patcher, a killer and a marker API
+//! that record what the daemon's loop asks of them, and a registry to read
+//! one subsystem's metrics back from.
 
 pub use podprobe_core::testing::*;
 
@@ -8,6 +9,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
+use prometheus_client::registry::Registry;
 use serde_json::Value;
 
 use crate::api::marker_patch::MarkerApi;
@@ -198,5 +200,29 @@ impl MarkerApi for RecordingMarkers {
     ) -> futures::future::BoxFuture<'a, Result<(), crate::api::apiclient::RequestError>> {
         self.patches.lock().unwrap().push(patch.clone());
         Box::pin(async { Ok(()) })
+    }
+}
+
+// Metrics: one subsystem's families, read back as `/metrics` serves them.
+
+/// Registers one subsystem's metric families (`register`, e.g.
+/// `EventMetrics::register`) in a registry of their own: the subsystem's
+/// handle, and the registry to read back.
+pub fn registered<T>(register: impl FnOnce(&mut Registry) -> T) -> (T, Exposition) {
+    let mut registry = Registry::default();
+    let part = register(&mut registry);
+    (part, Exposition(registry))
+}
+
+/// The registry of [`registered`].
+pub struct Exposition(Registry);
+
+impl Exposition {
+    /// The OpenMetrics text of every family, `# EOF` included.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.0)
+            .expect("a String takes any text");
+        text
     }
 }

@@ -283,8 +283,11 @@ impl Drop for Down<'_> {
 /// drops back when it returns.
 #[tokio::test]
 async fn exec_in_flight_gauge_counts_running_execs() {
-    let metrics = podprobe::server::metrics::Metrics::new();
-    let cri = client().count_exec_in_flight(metrics.exec_in_flight());
+    let parts = podprobe::daemon::metric_set::MetricSet::new(
+        podprobe_core::util::watch_activity::WatchActivity::new(),
+    );
+    let metrics = &parts.served;
+    let cri = client().count_exec_in_flight(parts.exec_in_flight.clone());
     let pod = TestPod::start(&cri, "exec-gauge").await;
     let gauge_line = |text: &str| {
         text.lines()

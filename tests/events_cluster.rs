@@ -16,11 +16,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use podprobe::api::event_broadcaster::{self, PodEvent};
-use podprobe::server::metrics::Metrics;
+use podprobe::daemon::metric_set::MetricSet;
 use podprobe_core::prober::worker::WorkerConfig;
 use podprobe_core::spec::probe_spec::{Handler, TcpSocketAction};
 use podprobe_core::spec::{Outcome, ProbeKind, ProbeResult, ProbeSpec, ProbeVerdict};
 use podprobe_core::status::annotation::AnnotationError;
+use podprobe_core::util::watch_activity::WatchActivity;
 
 const NODE: &str = "obs-test-node";
 
@@ -122,13 +123,14 @@ async fn p5_k2_events_reach_the_api_with_kubelet_reasons_and_field_paths() {
     let pod = create_pod(&client, &namespace.name).await;
     let uid = pod.metadata.uid.clone().expect("created pod has a UID");
 
-    let metrics = Metrics::new();
+    let parts = MetricSet::new(WatchActivity::new());
+    let metrics = &parts.served;
     let (sink, queue) = event_broadcaster::channel_with(
         event_broadcaster::QueueConfig {
             capacity: 16,
             ..Default::default()
         },
-        metrics.clone(),
+        parts.events.clone(),
     );
     let publisher = tokio::spawn({
         let client = client.clone();
@@ -235,9 +237,12 @@ async fn rule9_4_a_flood_of_different_notes_is_one_combined_event_in_the_api() {
     let namespace = Namespace::create(&format!("podprobe-obs-{}", unique_id()));
     let pod = create_pod(&client, &namespace.name).await;
 
-    let metrics = Metrics::new();
-    let (sink, queue) =
-        event_broadcaster::channel_with(event_broadcaster::QueueConfig::default(), metrics.clone());
+    let parts = MetricSet::new(WatchActivity::new());
+    let metrics = &parts.served;
+    let (sink, queue) = event_broadcaster::channel_with(
+        event_broadcaster::QueueConfig::default(),
+        parts.events.clone(),
+    );
     let publisher = tokio::spawn({
         let client = client.clone();
         async move { queue.run(client, NODE).await }

@@ -96,16 +96,12 @@ const KNOWN_FILE_CYCLES: &[&str] = &[];
 const KNOWN_UPWARD: &[&str] = &[];
 /// Imports in `#[cfg(test)]` code that `LAYERS` forbids ("from -> to").
 const KNOWN_TEST_UPWARD: &[&str] = &[
-    // api -> server: Metrics
-    "api::event_broadcaster -> server::metrics",
     // handlers -> api: ClientCertificates
     "probe::run_probe -> api::client_certificates",
     // handlers -> api: HeaderSecrets
     "probe::run_probe -> api::header_secret_cache",
     // handlers -> api: Fake, ReadError, SECRET_TTL
     "probe::run_probe -> api::secret_cache",
-    // server -> runtime: InFlightGauge
-    "server::metrics -> runtime::cri::in_flight",
 ];
 // END KNOWN
 

@@ -2,7 +2,7 @@
 //! a Prometheus: `promtool check rules` and `promtool test rules`
 //! (`tests/monitoring/alerts_test.yaml`), and that every metric an alert or
 //! a dashboard query reads is one podprobe exports
-//! ([`podprobe::server::metrics::Metrics::encode`]), scraped under the job the
+//! ([`podprobe::daemon::metric_set::MetricSet`]), scraped under the job the
 //! chart's PodMonitor sets.
 //!
 //! promtool comes from `PODPROBE_PROMTOOL` (hack/test.sh exports it) or the
@@ -18,11 +18,13 @@ use std::time::Duration;
 
 use go_tools::{promtool, repo, run_ok, yaml_docs, yaml_file};
 use k8s_openapi::api::core::v1::{Container, Pod};
-use podprobe::server::metrics::Metrics;
+use podprobe::daemon::metric_set::MetricSet;
+use podprobe::daemon::probe_metrics::ProbeMetrics;
 use podprobe_core::prober::results::CachedResult;
 use podprobe_core::prober::worker::WorkerConfig;
 use podprobe_core::spec::ProbeKind;
 use podprobe_core::spec::probe_spec::normalize;
+use podprobe_core::util::watch_activity::WatchActivity;
 use serde_json::Value;
 
 const ALERTS: &str = "charts/podprobe/files/alerts.yaml";
@@ -139,16 +141,16 @@ fn selectors(expr: &str) -> Vec<Selector> {
     found
 }
 
-/// The series names `Metrics::encode()` can expose: each family by its type
+/// The series names `/metrics` can expose: each family by its type
 /// (a counter's `_total`, a histogram's `_bucket`, `_sum` and `_count`, an
 /// info's `_info`). A labelled family shows its type only once it has a
 /// series, so first one probe run is recorded and the build information
 /// published, as `podprobe run` does at start.
 fn exported_series() -> BTreeSet<String> {
-    let metrics = Metrics::new();
-    record_one_probe(&metrics);
-    metrics.set_build_info("gate");
-    let text = metrics.encode();
+    let metrics = MetricSet::new(WatchActivity::new());
+    record_one_probe(&metrics.probes);
+    metrics.build_info.set("gate");
+    let text = metrics.served.encode();
     let mut names = BTreeSet::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {
@@ -171,7 +173,7 @@ fn exported_series() -> BTreeSet<String> {
 
 /// Records one successful readiness probe run of a TCP probe, through the
 /// same calls a worker makes.
-fn record_one_probe(metrics: &Metrics) {
+fn record_one_probe(metrics: &ProbeMetrics) {
     let container: Container = serde_json::from_value(serde_json::json!({
         "name": "app",
         "readinessProbe": {"tcpSocket": {"port": 8080}},
@@ -331,7 +333,7 @@ fn every_metric_queried_is_exported() {
     }
     assert!(
         unknown.is_empty(),
-        "metrics that podprobe does not export (Metrics::new().encode()):\n{}\nexported: {exported:?}",
+        "metrics that podprobe does not export (MetricSet::new(..).served.encode()):\n{}\nexported: {exported:?}",
         unknown.join("\n")
     );
     assert!(

@@ -20,6 +20,7 @@ use futures::future::BoxFuture;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use podprobe::daemon::metric_set::MetricSet;
 use podprobe::server::delegated_auth::{
     Attributes, Authentication, Authorization, PLACES_PER_SOURCE, REVIEW_TIMEOUT, ReviewError,
     Reviewer, TURNS_PER_SOURCE, UserInfo,
@@ -48,7 +49,10 @@ const SLACK: Duration = Duration::from_millis(1500);
 struct Running {
     addr: SocketAddr,
     plain_metrics_addr: Option<SocketAddr>,
+    /// What the server serves.
     metrics: Metrics,
+    /// The families it serves.
+    parts: MetricSet,
     health: Health,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
@@ -62,11 +66,12 @@ async fn start() -> Running {
 /// A server on 127.0.0.1:0 with open metrics and default limits, as
 /// `configure` changes them.
 async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
-    let metrics = Metrics::new();
+    let parts = MetricSet::new(WatchActivity::new());
+    let metrics = parts.served.clone();
     let health = Health::new(Duration::from_secs(60), WatchActivity::new());
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), MetricsAccess::Open);
     configure(&mut config);
-    let server = Server::bind(config, metrics.clone(), health.clone())
+    let server = Server::bind(config, metrics.clone(), parts.auth.clone(), health.clone())
         .await
         .expect("bind 127.0.0.1:0");
     let addr = server.local_addr().unwrap();
@@ -79,6 +84,7 @@ async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
         addr,
         plain_metrics_addr,
         metrics,
+        parts,
         health,
         stop,
         task,
@@ -281,7 +287,7 @@ async fn readyz_follows_pod_sync_api_and_cri_state() {
 #[tokio::test]
 async fn metrics_serves_openmetrics_text() {
     let server = start().await;
-    server.metrics.set_workers(4);
+    server.parts.probes.set_workers(4);
     let reply = get(server.addr, "/metrics").await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.content_type, metrics::CONTENT_TYPE);

@@ -451,13 +451,13 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
-    use crate::server::metrics::Metrics;
+    use crate::api::event_metrics::EventMetrics;
     use podprobe_core::prober::events::record::truncate_note;
     use podprobe_core::spec::verdict::EventType;
     use podprobe_core::spec::{ProbeEvent, ProbeKind};
     use podprobe_core::status::annotation::AnnotationError;
 
-    use crate::testing::{container, pod, probe_spec, sidecar};
+    use crate::testing::{container, pod, probe_spec, registered, sidecar};
     use podprobe_core::prober::worker::WorkerConfig;
     use podprobe_core::spec::ProbeVerdict;
     use podprobe_core::spec::{Outcome, ProbeResult};
@@ -605,13 +605,13 @@ mod tests {
 
     #[test]
     fn full_queue_drops_and_counts() {
-        let metrics = Metrics::new();
+        let (events, metrics) = registered(EventMetrics::register);
         let (sink, _queue) = channel_with(
             QueueConfig {
                 capacity: 1,
                 ..QueueConfig::default()
             },
-            metrics.clone(),
+            events,
         );
         let app = pod("uid-1", vec![container("app")], vec![]);
         let event = PodEvent::killing(&app, "app", "m".into()).unwrap();
@@ -706,7 +706,8 @@ mod tests {
     /// connection) and of one whose output is always the same.
     async fn writes_per_1000_failing_probes(period: Duration) -> (usize, usize) {
         let (client, received) = fake_api(true);
-        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
+        let (sink, queue) =
+            channel_with(QueueConfig::default(), registered(EventMetrics::register).0);
         let publisher = tokio::spawn(async move { queue.run(client, "node").await });
         let (reset, refused) = (liveness_of("uid-reset"), liveness_of("uid-refused"));
         for port in 40_000..41_000 {
@@ -749,8 +750,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn rule9_5_a_flood_of_one_pod_never_drops_another_pods_killing() {
         let (client, received) = fake_api(true);
-        let metrics = Metrics::new();
-        let (sink, queue) = channel_with(QueueConfig::default(), metrics.clone());
+        let (events, metrics) = registered(EventMetrics::register);
+        let (sink, queue) = channel_with(QueueConfig::default(), events);
         let flood = liveness_of("uid-a");
         let b = pod("uid-b", vec![container("app")], vec![]);
         // Recorded faster than any publisher could write them.
@@ -794,7 +795,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn rule9_6_event_writes_keep_to_the_write_rate() {
         let (client, received) = fake_api(true);
-        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
+        let (sink, queue) =
+            channel_with(QueueConfig::default(), registered(EventMetrics::register).0);
         // One event for each of 150 pods: no pod's spam budget is touched.
         for i in 0..150 {
             let app = pod(&format!("uid-{i}"), vec![container("app")], vec![]);
@@ -820,7 +822,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn rule9_4_repeats_update_their_events_series() {
         let (client, received) = fake_api(true);
-        let (sink, queue) = channel_with(QueueConfig::default(), Metrics::new());
+        let (sink, queue) =
+            channel_with(QueueConfig::default(), registered(EventMetrics::register).0);
         let publisher = tokio::spawn(async move { queue.run(client, "node").await });
         let config = liveness_of("uid-1");
         let start = Instant::now();
@@ -867,8 +870,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn rule9_4_a_series_whose_event_is_gone_goes_on_in_a_new_one() {
         let (client, received) = fake_api(false);
-        let metrics = Metrics::new();
-        let (sink, queue) = channel_with(QueueConfig::default(), metrics.clone());
+        let (events, metrics) = registered(EventMetrics::register);
+        let (sink, queue) = channel_with(QueueConfig::default(), events);
         let config = liveness_of("uid-1");
         sink.record(failure(&config, "refused"));
         sink.record(failure(&config, "refused"));

@@ -21,8 +21,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::marker_metrics::{MarkerMetrics, MarkerOutcome};
 use crate::api::marker_patch::MarkerApi;
-use crate::server::metrics::{MarkerOutcome, Metrics};
 use podprobe_core::prober::markers::{self, Desired};
 use podprobe_core::util::pod::{pod_name, pod_namespace};
 use podprobe_core::util::rate_limit::TokenBucket;
@@ -46,7 +46,7 @@ pub(super) const WRITE_INTERVAL: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub(super) struct MarkerWriter {
     api: Arc<dyn MarkerApi>,
-    metrics: Metrics,
+    metrics: MarkerMetrics,
     /// By pod UID, from the pod's first write until it is forgotten.
     pods: Arc<Mutex<HashMap<String, PodWrites>>>,
 }
@@ -70,7 +70,7 @@ struct Sent {
 }
 
 impl MarkerWriter {
-    pub(super) fn new(api: impl MarkerApi, metrics: Metrics) -> Self {
+    pub(super) fn new(api: impl MarkerApi, metrics: MarkerMetrics) -> Self {
         MarkerWriter {
             api: Arc::new(api),
             metrics,
@@ -170,7 +170,7 @@ mod tests {
     use super::*;
     use crate::api::apiclient::RequestError;
     use crate::testing::{
-        RecordingMarkers, container, epoch, pod, pod_status, probe_spec, running,
+        RecordingMarkers, container, epoch, pod, pod_status, probe_spec, registered, running,
     };
     use podprobe_core::prober::manager::{PodProbes, ProbeStateView};
     use podprobe_core::prober::markers::{MarkerKeys, PodMarkers};
@@ -231,7 +231,7 @@ mod tests {
     async fn mk4_one_patch_per_pod_is_in_flight() {
         let (pod, markers) = marked_pod();
         let api = Stalled::default();
-        let writer = MarkerWriter::new(api.clone(), Metrics::new());
+        let writer = MarkerWriter::new(api.clone(), registered(MarkerMetrics::register).0);
         writer.write(&pod, &markers.desired(&pod, &Cached(CachedResult::Success)));
         tokio::task::yield_now().await;
         writer.write(&pod, &markers.desired(&pod, &Cached(CachedResult::Failure)));
@@ -249,8 +249,8 @@ mod tests {
     async fn mk4_a_flapping_probe_is_written_at_the_pods_rate() {
         let (pod, markers) = marked_pod();
         let api = RecordingMarkers::default();
-        let metrics = Metrics::new();
-        let writer = MarkerWriter::new(api.clone(), metrics.clone());
+        let (marker_metrics, metrics) = registered(MarkerMetrics::register);
+        let writer = MarkerWriter::new(api.clone(), marker_metrics);
         let flip = Duration::from_millis(100);
         let flapping = flip * 100;
         for i in 0..100 {
@@ -299,7 +299,7 @@ mod tests {
         let mut other = pod.clone();
         other.metadata.uid = Some("u2".into());
         let api = RecordingMarkers::default();
-        let writer = MarkerWriter::new(api.clone(), Metrics::new());
+        let writer = MarkerWriter::new(api.clone(), registered(MarkerMetrics::register).0);
         let flip = Duration::from_millis(100);
         for result in [
             CachedResult::Success,

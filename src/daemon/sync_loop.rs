@@ -31,10 +31,10 @@ use podprobe_core::spec::probe_spec::budget::PodBudget;
 use podprobe_core::util::pod::all_container_statuses;
 
 use super::marker_sync::MarkerWriter;
+use super::metric_set::MetricSet;
 use crate::api::patcher::{Patcher, StatusApi};
 use crate::api::pods::PodUpdate;
 use crate::server::health::Health;
-use crate::server::metrics::Metrics;
 
 /// How often every pod's desired status and kills are checked again, besides
 /// reacting to changes (the kubelet's status manager re-checks every 10 s).
@@ -63,7 +63,7 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     pub(super) started: StartedWriter,
     /// Where its Events go (the Event queue's sink; a recorder in tests).
     pub(super) events: Arc<dyn EventRecorder>,
-    pub(super) metrics: Metrics,
+    pub(super) metrics: MetricSet,
     pub(super) health: Health,
     /// Stops containers for failed probes (K2, K3, K7).
     pub(super) killer: K,
@@ -150,12 +150,15 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         let pods = self.cache.pods();
         self.forget_replaced_kills(&pods);
         self.manager.context().rates.forget_idle();
-        self.metrics.set_workers(self.manager.worker_count());
-        self.metrics.set_pods_watched(pods.len());
-        self.metrics.set_pods_tracked(self.tracker.tracked_pods());
-        self.metrics.set_patch_tasks(self.patcher.tasks());
+        let metrics = &self.metrics;
+        metrics.probes.set_workers(self.manager.worker_count());
+        metrics.watch.set_pods_watched(pods.len());
+        metrics
+            .tracker
+            .set_pods_tracked(self.tracker.tracked_pods());
+        metrics.patches.set_patch_tasks(self.patcher.tasks());
         for (structure, entries) in self.per_pod_entries() {
-            self.metrics.set_per_pod_entries(structure, entries);
+            metrics.tracker.set_per_pod_entries(structure, entries);
         }
         self.step(Input::Resync(pods));
     }
@@ -231,8 +234,8 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             Effect::WriteMarkers { pod, desired } => self.markers.write(&pod, &desired),
             Effect::Kill { pod, kill } => self.killer.kill(&pod, kill),
             Effect::Record(event) => self.events.record(event),
-            Effect::BudgetRefused(budget) => self.metrics.budget_refused(budget),
-            Effect::PausedPods(count) => self.metrics.set_liveness_paused(count),
+            Effect::BudgetRefused(budget) => self.metrics.budgets.budget_refused(budget),
+            Effect::PausedPods(count) => self.metrics.tracker.set_liveness_paused(count),
         }
     }
 
@@ -342,11 +345,13 @@ mod tests {
         let (caches, results) = ProbeCaches::new();
         let events = Arc::new(RecordingEvents::default());
         let ledger = Arc::new(ProbeLedger::default());
+        let metrics = MetricSet::new(WatchActivity::new());
         let (observer, rates): (Arc<dyn ProbeObserver>, _) = match observed {
             Observer::None => (Arc::new(NoopObserver), ProbeRates::unlimited()),
             Observer::Telemetry { pod, node } => (
                 Arc::new(Telemetry::new(
-                    Metrics::new(),
+                    metrics.probes.clone(),
+                    metrics.budgets.clone(),
                     events.clone(),
                     ledger.clone(),
                     clock.clone(),
@@ -369,7 +374,6 @@ mod tests {
             Arc::new(NoopPatchObserver),
             RetryPolicy::default(),
         );
-        let metrics = Metrics::new();
         let killer = RecordingKiller::default();
         let markers_api = RecordingMarkers::default();
         let (readings_sender, readings) = mpsc::unbounded_channel();
@@ -392,6 +396,7 @@ mod tests {
             },
             Box::new(rand::random::<f64>),
         );
+        let markers = MarkerWriter::new(markers_api.clone(), metrics.markers.clone());
         let daemon = SyncLoop {
             tracker,
             reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
@@ -404,7 +409,7 @@ mod tests {
             health: Health::new(crate::daemon::HEALTH_STALE_AFTER, WatchActivity::new()),
             killer: killer.clone(),
             readings: readings_sender,
-            markers: MarkerWriter::new(markers_api.clone(), Metrics::new()),
+            markers,
             ledger,
         };
         Harness {
@@ -1279,7 +1284,7 @@ mod tests {
             entries.iter().all(|&(_, n)| n == 0),
             "entries left after every pod went: {entries:?}"
         );
-        let exposition = sync.daemon.metrics.encode();
+        let exposition = sync.daemon.metrics.served.encode();
         for (structure, _) in sync.daemon.per_pod_entries() {
             let line = format!("podprobe_per_pod_entries{{structure=\"{structure}\"}} 0\n");
             assert!(exposition.contains(&line), "no {line} in {exposition}");

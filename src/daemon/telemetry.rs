@@ -5,8 +5,9 @@
 use podprobe_core::prober::events::recorder::EventRecorder;
 use std::sync::Arc;
 
+use super::budget_metrics::BudgetMetrics;
+use super::probe_metrics::ProbeMetrics;
 use crate::api::event_broadcaster::PodEvent;
-use crate::server::metrics::Metrics;
 use podprobe_core::prober::probe_ledger::ProbeLedger;
 use podprobe_core::prober::worker::{Clock, ProbeObserver, ProbeRun, WorkerConfig};
 
@@ -14,23 +15,27 @@ use podprobe_core::prober::worker::{Clock, ProbeObserver, ProbeRun, WorkerConfig
 /// the events of probe runs (P3-P5), the ledger of last runs (PS1).
 #[derive(Clone)]
 pub struct Telemetry {
-    metrics: Metrics,
+    metrics: ProbeMetrics,
+    budgets: BudgetMetrics,
     events: Arc<dyn EventRecorder>,
     ledger: Arc<ProbeLedger>,
     clock: Arc<dyn Clock>,
 }
 
 impl Telemetry {
-    /// Feeds `metrics`, queues events on `events` and keeps every run in
+    /// Feeds `metrics` and, with the runs that waited for a probe-run
+    /// budget, `budgets`; queues events on `events` and keeps every run in
     /// `ledger`, stamped with `clock`'s time.
     pub fn new(
-        metrics: Metrics,
+        metrics: ProbeMetrics,
+        budgets: BudgetMetrics,
         events: Arc<dyn EventRecorder>,
         ledger: Arc<ProbeLedger>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Telemetry {
             metrics,
+            budgets,
             events,
             ledger,
             clock,
@@ -59,7 +64,7 @@ impl ProbeObserver for Telemetry {
     }
 
     fn probe_delayed(&self, _config: &WorkerConfig, delay: std::time::Duration) {
-        self.metrics.probe_delayed(delay);
+        self.budgets.probe_delayed(delay);
     }
 }
 
@@ -69,20 +74,24 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::daemon::metric_set::MetricSet;
     use crate::testing::{container, epoch, pod, probe_spec};
     use podprobe_core::prober::probe_ledger::RunResult;
     use podprobe_core::prober::results::CachedResult;
     use podprobe_core::prober::worker::TokioClock;
     use podprobe_core::spec::{Outcome, ProbeError, ProbeKind, ProbeResult, ProbeVerdict};
+    use podprobe_core::util::watch_activity::WatchActivity;
 
     #[tokio::test(start_paused = true)]
     async fn telemetry_counts_queues_the_verdict_event_and_keeps_the_run() {
-        let metrics = Metrics::new();
+        let parts = MetricSet::new(WatchActivity::new());
+        let metrics = &parts.served;
         let recorded = Recorded::default();
         let ledger = Arc::new(ProbeLedger::default());
         let clock = Arc::new(TokioClock::new(epoch()));
         let telemetry = Telemetry::new(
-            metrics.clone(),
+            parts.probes.clone(),
+            parts.budgets.clone(),
             Arc::new(recorded.clone()),
             ledger.clone(),
             clock,

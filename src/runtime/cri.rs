@@ -296,8 +296,8 @@ impl CriClient {
     }
 
     /// Counts this client's `ExecSync` calls in flight on `gauge`.
-    pub fn count_exec_in_flight(mut self, gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
-        self.exec_in_flight = InFlightGauge::new(gauge);
+    pub fn count_exec_in_flight(mut self, gauge: InFlightGauge) -> Self {
+        self.exec_in_flight = gauge;
         self
     }
 

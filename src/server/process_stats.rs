@@ -19,6 +19,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 
 /// Clock ticks per second of the times in `/proc/<pid>/stat`: `USER_HZ`,
 /// which the kernel fixes at 100 for user space on every architecture
@@ -145,6 +146,13 @@ fn parse_max_open_files(limits: &str) -> Option<i64> {
 /// The [`Collector`] that reads [`ProcessStats`] on every scrape.
 #[derive(Debug, Default)]
 pub struct ProcessCollector;
+
+impl ProcessCollector {
+    /// Reports the process's figures in `registry` on every scrape.
+    pub fn register(registry: &mut Registry) {
+        registry.register_collector(Box::new(ProcessCollector));
+    }
+}
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {

@@ -32,6 +32,7 @@ mod certificate;
 pub(crate) mod front_proxy;
 pub(crate) mod hop_tls;
 mod identity;
+mod status_api_metrics;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -60,8 +61,9 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use self::front_proxy::RequestHeader;
 use self::hop_tls::{Caller, TlsSource};
+pub use self::status_api_metrics::StatusApiMetrics;
+use super::auth_metrics::AuthOutcome;
 use super::delegated_auth::{AccessDecision, Attributes, DelegatedAuth, UserInfo};
-use super::metrics::{AuthOutcome, Metrics};
 use super::{Limits, builder};
 
 /// Requests answered at once, all users together.
@@ -106,7 +108,7 @@ pub struct StatusApi {
     client: kube::Client,
     auth: DelegatedAuth,
     ledger: Arc<ProbeLedger>,
-    metrics: Metrics,
+    metrics: StatusApiMetrics,
     limits: Limits,
     requests: Semaphore,
     users: Mutex<HashMap<String, UserLimit>>,
@@ -134,7 +136,7 @@ impl StatusApi {
         node: String,
         client: kube::Client,
         ledger: Arc<ProbeLedger>,
-        metrics: Metrics,
+        metrics: StatusApiMetrics,
         limits: Limits,
     ) -> Self {
         StatusApi {

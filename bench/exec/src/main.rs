@@ -27,17 +27,18 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
+use podprobe::daemon::metric_set::MetricSet;
 use podprobe::probe::Prober;
 use podprobe::runtime::cri::{
     CONTAINER_NAME_LABEL, ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState,
     ContainerStateValue, CriClient, ImageSpec, POD_UID_LABEL, PodSandboxConfig, PodSandboxFilter,
     PodSandboxMetadata,
 };
-use podprobe::server::metrics::Metrics;
 use podprobe_core::spec::probe_spec::ExecAction;
 use podprobe_core::spec::probe_spec::extension::Network;
 use podprobe_core::spec::{Handler, ProbeKind, ProbeSpec, ProbeTarget, ProbeVerdict};
 use podprobe_core::util::pod::ContainerIdentity;
+use podprobe_core::util::watch_activity::WatchActivity;
 use serde_json::json;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::{Channel, Endpoint, Server};
@@ -408,10 +409,10 @@ fn exec_spec(cmd: &[String], timeout_s: i32) -> ProbeSpec {
 }
 
 /// podprobe's CRI client and prober exactly as `daemon::run` builds them.
-fn podprobe_prober(endpoint: &str, cap: usize, metrics: &Metrics) -> Prober {
+fn podprobe_prober(endpoint: &str, cap: usize, metrics: &MetricSet) -> Prober {
     let cri = CriClient::new(endpoint)
         .expect("endpoint")
-        .count_exec_in_flight(metrics.exec_in_flight())
+        .count_exec_in_flight(metrics.exec_in_flight.clone())
         .limit_concurrent_execs(
             cap,
             podprobe::daemon::flags::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
@@ -630,7 +631,7 @@ async fn overhead(
 ) -> serde_json::Value {
     let cri = CriClient::new(endpoint).expect("endpoint");
     let containers = containers_for(&cri, pods).await;
-    let metrics = Metrics::new();
+    let metrics = MetricSet::new(WatchActivity::new());
     let callers = Arc::new(
         Callers::new(
             endpoint,
@@ -879,7 +880,7 @@ async fn fake(calls: usize, rounds: usize, output_bytes: usize, cap: usize) -> s
             });
     });
     let endpoint = format!("unix://{}", socket.display());
-    let metrics = Metrics::new();
+    let metrics = MetricSet::new(WatchActivity::new());
     let callers = Callers::new(
         &endpoint,
         words("true"),
@@ -938,7 +939,7 @@ async fn cap_run(
 ) -> serde_json::Value {
     let cri = CriClient::new(endpoint).expect("endpoint");
     let containers = containers_for(&cri, pods).await;
-    let metrics = Metrics::new();
+    let metrics = MetricSet::new(WatchActivity::new());
     let callers = Arc::new(
         Callers::new(
             endpoint,
@@ -964,7 +965,7 @@ async fn cap_run(
         let (peak, stop, metrics) = (in_flight_peak.clone(), stop.clone(), metrics.clone());
         std::thread::spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let text = metrics.encode();
+                let text = metrics.served.encode();
                 let now = text
                     .lines()
                     .find_map(|l| l.strip_prefix("podprobe_exec_in_flight "))

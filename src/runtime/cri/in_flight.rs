@@ -1,7 +1,8 @@
-//! A gauge of runtime calls in flight (`podprobe_exec_in_flight`), owned by
-//! the metrics registry and counted by the CRI client.
+//! A gauge of runtime calls in flight (`podprobe_exec_in_flight`),
+//! registered here and counted by the CRI client.
 
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 /// A gauge of operations in flight; [`InFlightGauge::enter`] counts one until
 /// its guard drops, so an early return or a cancelled future cannot leak it.
@@ -9,8 +10,15 @@ use prometheus_client::metrics::gauge::Gauge;
 pub struct InFlightGauge(Gauge);
 
 impl InFlightGauge {
-    /// Counts into `gauge`, a registered metric.
-    pub fn new(gauge: Gauge) -> Self {
+    /// Registers `podprobe_exec_in_flight` in `registry`: the CRI client's
+    /// `ExecSync` calls in flight.
+    pub fn register(registry: &mut Registry) -> Self {
+        let gauge = Gauge::default();
+        registry.register(
+            "podprobe_exec_in_flight",
+            "CRI ExecSync calls of exec probes currently in flight",
+            gauge.clone(),
+        );
         InFlightGauge(gauge)
     }
 
@@ -29,5 +37,32 @@ pub struct InFlightGuard(Gauge);
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::registered;
+
+    #[test]
+    fn exec_in_flight_counts_live_guards() {
+        let (gauge, metrics) = registered(InFlightGauge::register);
+        let first = gauge.enter();
+        let second = gauge.enter();
+        assert!(
+            metrics
+                .encode()
+                .lines()
+                .any(|l| l == "podprobe_exec_in_flight 2")
+        );
+        drop(first);
+        drop(second);
+        assert!(
+            metrics
+                .encode()
+                .lines()
+                .any(|l| l == "podprobe_exec_in_flight 0")
+        );
     }
 }

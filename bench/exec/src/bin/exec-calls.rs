@@ -13,16 +13,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use podprobe::daemon::metric_set::MetricSet;
 use podprobe::probe::Prober;
 use podprobe::runtime::cri::{
     CONTAINER_NAME_LABEL, ContainerFilter, ContainerState, ContainerStateValue, CriClient,
     POD_UID_LABEL,
 };
-use podprobe::server::metrics::Metrics;
 use podprobe_core::spec::probe_spec::ExecAction;
 use podprobe_core::spec::probe_spec::extension::Network;
 use podprobe_core::spec::{Handler, ProbeKind, ProbeSpec, ProbeTarget};
 use podprobe_core::util::pod::ContainerIdentity;
+use podprobe_core::util::watch_activity::WatchActivity;
 use serde_json::json;
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
@@ -111,10 +112,10 @@ async fn probe(
     cmd: Vec<String>,
 ) -> serde_json::Value {
     // As `daemon::run` and bench/exec's `podprobe_prober` build them.
-    let metrics = Metrics::new();
+    let metrics = MetricSet::new(WatchActivity::new());
     let cri = CriClient::new(endpoint)
         .expect("endpoint")
-        .count_exec_in_flight(metrics.exec_in_flight())
+        .count_exec_in_flight(metrics.exec_in_flight.clone())
         .limit_concurrent_execs(
             podprobe::daemon::flags::DEFAULT_MAX_CONCURRENT_EXECS as usize,
             podprobe::daemon::flags::DEFAULT_MAX_CONCURRENT_EXECS_PER_POD as usize,
