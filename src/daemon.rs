@@ -44,9 +44,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher;
+use kube::{Api, Client};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::actuator::kill_container::ContainerKiller;
@@ -249,26 +249,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(given) => given,
         None => user_agent::of_node(client.clone(), &config.node_name).await,
     };
-    let prober = Prober::new(&kube_probe_version, Some(cri.clone()))
-        .with_destinations(config.destinations.clone())
-        .with_network_limits(NetworkLimits {
-            // A pod holding none always gets one: pods that fill the node
-            // cannot keep another's probes from running on time.
-            slots: FairSlots::with_guaranteed(
-                config.max_concurrent_network_probes,
-                config.max_concurrent_network_probes_per_pod,
-                1,
-            ),
-            max_timeout: config.max_network_timeout,
-        })
-        .with_client_certificates(ClientCertificates::new(
-            KubeSecrets(client.clone()),
-            config.secret_ttl,
-        ))
-        .with_header_secrets(HeaderSecrets::new(
-            KubeSecrets(client.clone()),
-            config.secret_ttl,
-        ));
+    let prober = prober(&config, &kube_probe_version, &client, &cri);
     let (caches, receivers) = ProbeCaches::new();
     let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer)
         .with_probe_rates(ProbeRates::new(
@@ -535,6 +516,32 @@ fn server_config(config: &Config, reviews: kube::Client) -> ServerConfig {
             ..Limits::default()
         },
     }
+}
+
+/// The probe handlers as `podprobe run`'s flags configure them: exec
+/// through `cri`, network probes within the node's limits, the Secrets
+/// probes name read through `client`.
+fn prober(config: &Config, kube_probe_version: &str, client: &Client, cri: &CriClient) -> Prober {
+    Prober::new(kube_probe_version, Some(cri.clone()))
+        .with_destinations(config.destinations.clone())
+        .with_network_limits(NetworkLimits {
+            // A pod holding none always gets one: pods that fill the node
+            // cannot keep another's probes from running on time.
+            slots: FairSlots::with_guaranteed(
+                config.max_concurrent_network_probes,
+                config.max_concurrent_network_probes_per_pod,
+                1,
+            ),
+            max_timeout: config.max_network_timeout,
+        })
+        .with_client_certificates(ClientCertificates::new(
+            KubeSecrets(client.clone()),
+            config.secret_ttl,
+        ))
+        .with_header_secrets(HeaderSecrets::new(
+            KubeSecrets(client.clone()),
+            config.secret_ttl,
+        ))
 }
 
 /// The pod tracker's configuration from `podprobe run`'s flags (`podprobe
