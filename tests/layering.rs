@@ -12,9 +12,9 @@
 //! `podprobe_core::`, a child module, or a name that a `use` bound to a
 //! module. Each one is resolved to the file that defines the item,
 //! following `pub use` re-exports (globs included) to their source, across
-//! the crates: the root re-exports the core's modules at the same paths,
-//! so `crate::worker::WorkerConfig` in `src/` is the core's
-//! `worker/config.rs`. A module's `pub use` of its own descendants is a
+//! the crates: `podprobe_core::prober::worker::WorkerConfig` in `src/` is
+//! the core's `prober/worker/config.rs` (the root re-exports none of the
+//! core today, but a re-export would be followed the same way). A module's `pub use` of its own descendants is a
 //! facade, not an import. The scanner skips comments and string and char
 //! literals. It reads test code (`mod tests`, test-only files and
 //! functions) and marks it: test code obeys the layer of the module it
@@ -33,8 +33,8 @@
 //! `BEGIN KNOWN` and `END KNOWN` lines, or run
 //! `PODPROBE_BLESS_LAYERING=1 cargo test --test layering`, which rewrites
 //! the block in place. When modules move or arrive, edit only `LAYERS`
-//! (and the doc's table): its prefixes are module paths, so a new core
-//! module such as `pod_tracker` is one more word on the `layer core` line,
+//! (and the doc's table): its prefixes are module paths, so a new module
+//! in the core's `prober/` folder is covered by the `layer prober` line,
 //! and everything under it follows. Then regenerate the KNOWN block,
 //! because its entries name modules.
 
@@ -47,9 +47,9 @@ use std::sync::LazyLock;
 /// - `allow L A B ...`: layer L may use A, B, ... and itself, and nothing
 ///   else. The layers must form a DAG.
 /// - `layer L P Q ...`: the modules P, Q and everything under them are in
-///   layer L. The longest prefix wins. A core module goes by the path the
-///   root re-exports it at (`worker`, `probe::spec`), so one prefix covers
-///   both crates' modules of that path (`probe`, `testing`). `crate` stands
+///   layer L. The longest prefix wins. A core module goes by its path in
+///   the core (`prober::worker`, `spec::probe_spec`), so one prefix covers
+///   both crates' modules of that path (`testing`). `crate` stands
 ///   for the crate roots' own items (`lib.rs`), and `main` for the binary
 ///   (`src/main.rs`).
 /// - `support L ...`: L is test support: the `#[cfg(test)]` code of every
@@ -57,7 +57,7 @@ use std::sync::LazyLock;
 ///
 /// Every module needs a layer, and every prefix must name a module.
 /// Each file sits in the layer where most of its code is headed:
-/// `kube::patcher` is kube code, `probe::gofmt` a utility.
+/// `api::patcher` is API code, `util::gofmt` a utility.
 /// docs/architecture.md's table shows this map, row by row.
 const LAYERS: &str = "
 allow util
@@ -696,10 +696,10 @@ fn split(module: &str) -> Vec<String> {
 
 /// The pure core crate (`crates/podprobe-core`). Inside the analysis its
 /// modules are named `podprobe_core::...`, so that each crate's modules
-/// stay apart (the root's `probe` is not the core's). Everywhere else
-/// (`LAYERS`, messages, KNOWN entries) a core module goes by the path the
-/// root crate re-exports it at, without that prefix, unless a root module
-/// has that path too (`podprobe_core::probe`, `podprobe_core::testing`).
+/// stay apart (the root's `testing` is not the core's). Everywhere else
+/// (`LAYERS`, messages, KNOWN entries) a core module goes by its path
+/// without that prefix, unless a root module has that path too
+/// (`podprobe_core::testing`).
 const CORE: &str = "podprobe_core";
 
 fn in_core(module: &str) -> bool {
@@ -1632,8 +1632,8 @@ const EDGE_FLOORS: &[(&str, Code, usize)] = &[
 ];
 
 /// Imports the scanner must find (file-graph edges, display names): one in
-/// each crate, one from the root into the core through a re-exported path
-/// and one through a `podprobe_core::` path, and two in test code.
+/// each crate, two from the root into the core through `podprobe_core::`
+/// paths, and two in test code.
 const MUST_FIND: &[(&str, Code)] = &[
     // src/probe/tcp.rs: `use super::dial::dial`
     ("probe::tcp -> probe::dial", Code::Product),
