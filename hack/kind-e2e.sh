@@ -5,7 +5,10 @@
 #   hack/kind-e2e.sh [test]   up, then the end-to-end suites against it
 #   hack/kind-e2e.sh up       create the cluster when missing, load the images,
 #                             install the chart; print the kubeconfig's path
-#   hack/kind-e2e.sh run      only the end-to-end suites, against the cluster as it is
+#   hack/kind-e2e.sh run [filter...]
+#                             only the end-to-end suites, against the cluster as
+#                             it is (the filters as for cargo test, e.g. one test);
+#                             podprobe's logs kept when a suite fails
 #   hack/kind-e2e.sh status   print "up" when the cluster exists, else "down" (exit 1)
 #   hack/kind-e2e.sh env      print KUBECONFIG=... for eval
 #   hack/kind-e2e.sh down     delete the cluster
@@ -182,10 +185,30 @@ run_tests() {
     cd "$ROOT"
     # tests/e2e_kind.rs runs `kubectl podprobe` from beside its own binary.
     cargo build --locked -p kubectl-podprobe >&2
+    local rc=0
     KUBECONFIG="$KUBECONFIG_PATH" PODPROBE_E2E_DEPLOYED=1 PODPROBE_KIND_ENGINE="$ENGINE" \
         cargo test --locked --features testing --no-fail-fast \
         --test e2e_gate --test e2e_upstream --test e2e_kind \
-        -- --ignored --skip kubelet:: --skip authority:: --test-threads=12
+        -- --ignored --skip kubelet:: --skip authority:: --test-threads=12 "$@" || rc=$?
+    if [ "$rc" != 0 ]; then save_podprobe_logs; fi
+    return "$rc"
+}
+
+# What every podprobe pod logged (and its previous container, when it
+# restarted), kept after a failed run for the failure's cause:
+# $PODPROBE_TEST_LOGS/kind-podprobe/ (hack/test.sh's log directory), else
+# beside the cluster's kubeconfig.
+save_podprobe_logs() {
+    local dir="${PODPROBE_TEST_LOGS:-$STATE}/kind-podprobe" pod
+    mkdir -p "$dir"
+    for pod in $(KUBECONFIG="$KUBECONFIG_PATH" kubectl -n "$NAMESPACE" get pods \
+        -l app.kubernetes.io/name=podprobe -o name 2>/dev/null); do
+        pod=${pod#pod/}
+        KUBECONFIG="$KUBECONFIG_PATH" kubectl -n "$NAMESPACE" logs "$pod" >"$dir/$pod.log" 2>&1 || true
+        KUBECONFIG="$KUBECONFIG_PATH" kubectl -n "$NAMESPACE" logs --previous "$pod" \
+            >"$dir/$pod.previous.log" 2>/dev/null || rm -f "$dir/$pod.previous.log"
+    done
+    log "a suite failed: podprobe's logs are in $dir"
 }
 
 case ${1:-test} in
@@ -196,7 +219,8 @@ test)
     ;;
 run)
     kind_provider_setup
-    run_tests
+    shift
+    run_tests "$@"
     ;;
 status)
     if kind_provider_setup 2>/dev/null && "$(kind_bin)" get clusters 2>/dev/null | grep -qxF "$CLUSTER"; then

@@ -35,6 +35,8 @@ cd "$(dirname "$0")/.."
 cache_root="${PODPROBE_CACHE:-$HOME/.cache/podprobe}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache_root/target}"
 logs="${PODPROBE_TEST_LOGS:-$(mktemp -d /tmp/podprobe-test.XXXXXX)}"
+# hack/kind-e2e.sh keeps podprobe's logs there when a kind suite fails.
+export PODPROBE_TEST_LOGS="$logs"
 mkdir -p "$logs"
 echo "test.sh: logs in $logs, cargo target $CARGO_TARGET_DIR" >&2
 run_start=$SECONDS

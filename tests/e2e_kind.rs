@@ -1171,6 +1171,35 @@ fn metrics_scraper(ns: &Namespace) -> ClusterRoleBinding {
     binding
 }
 
+/// What podprobe on `node` says of a refused scrape, for the failure's
+/// message: its log lines about reviews (a failed one is logged at warning
+/// level; a token the API server did not authenticate is not logged), and
+/// its count of each kind of decision, from the first scrape a new token
+/// gets answered within a minute.
+fn why_refused(node: &str, host_ip: &str, new_token: impl Fn() -> String) -> String {
+    let logs = podprobe_logs_on(node);
+    let reviews: Vec<&str> = logs.lines().filter(|l| l.contains("review")).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let decisions = loop {
+        match scrape(host_ip, &new_token()) {
+            Ok(text) => {
+                break text
+                    .lines()
+                    .filter(|l| l.starts_with("podprobe_metrics_auth_decisions_total"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+            }
+            Err(e) if Instant::now() >= deadline => break format!("every scrape refused: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_secs(2)),
+        }
+    };
+    format!(
+        "podprobe's log lines about reviews (last 10 of {}):\n{}\nits decisions:\n{decisions}",
+        reviews.len(),
+        reviews[reviews.len().saturating_sub(10)..].join("\n")
+    )
+}
+
 /// Pods that flip together in [`status_requests_delay_no_gate`].
 const FLIPPING_PODS: usize = 50;
 
@@ -1708,16 +1737,50 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
     // ... and through the flood, which podprobe throttles: a token it has
     // never seen (its reviews wait beside the flood's, not behind them:
     // #37, before which such a scraper was refused 401 for as long as the
-    // flood lasted) is answered at its first scrape, and the flapping
-    // marker is written at its rate (at most 2 at once, then one per 5 s;
-    // a patch a second without it).
+    // flood lasted) is answered, and the flapping marker is written at its
+    // rate (at most 2 at once, then one per 5 s; a patch a second without
+    // it). A single refusal is let pass only when podprobe counted the
+    // review as failed at the API server (an error or no answer within 10 s,
+    // which the flood cannot cause: its reviews hold at most 2 of the 8
+    // turns, and a review with no turn is throttled, 429); a throttled or
+    // unauthenticated scraper, or two refusals in a row, is the lockout.
+    let failed_of = |text: &str| {
+        sample(
+            text,
+            r#"podprobe_metrics_auth_decisions_total{outcome="failed"}"#,
+        )
+        .unwrap_or(0)
+    };
+    let mut last = before.clone();
+    let mut refused: Option<String> = None;
     let during = ns.wait_for(
         "the flood throttled and the flapping marker deferred",
         START,
         || {
             let token = new_token();
-            let text = scrape(&host_ip, &token)
-                .unwrap_or_else(|e| panic!("a new scraper token was refused under the flood: {e}"));
+            let text = match scrape(&host_ip, &token) {
+                Ok(text) => text,
+                Err(e) => {
+                    if let Some(first) = refused.replace(e.clone()) {
+                        panic!(
+                            "two new scraper tokens in a row were refused under the flood: \
+                             {first}; {e}\n{}",
+                            why_refused(&node, &host_ip, new_token)
+                        );
+                    }
+                    return Err(format!("a new scraper token refused: {e}"));
+                }
+            };
+            if let Some(e) = refused.take() {
+                assert!(
+                    failed_of(&text) > failed_of(&last),
+                    "a new scraper token was refused under the flood with no review failed at \
+                     the API server: {e}\n{}",
+                    why_refused(&node, &host_ip, new_token)
+                );
+                eprintln!("one scrape refused, its review failed at the API server: {e}");
+            }
+            last = text.clone();
             let throttled = throttled_of(&text);
             let (_, deferred) = marker_writes(&text);
             (throttled > throttled_before && deferred >= deferred_before + 3)
