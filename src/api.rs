@@ -22,3 +22,5 @@ pub(crate) mod request_metrics;
 pub mod secret_cache;
 pub(crate) mod user_agent;
 pub(crate) mod watch_metrics;
+pub mod workload_lease;
+pub mod workload_members;

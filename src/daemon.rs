@@ -29,10 +29,13 @@ mod marker_metrics;
 mod marker_sync;
 pub mod metric_set;
 pub mod probe_metrics;
+mod restart_budget;
+mod restart_budget_metrics;
 mod sync_loop;
 mod tracker_metrics;
 
 use self::marker_sync::MarkerWriter;
+use self::restart_budget::BudgetedKiller;
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
 use self::sync_loop::{READING_THREADS, SHUTDOWN_TIMEOUT, SyncLoop};
 use podprobe_core::prober::pod_tracker::{AnnotationRules, PodTracker, TrackerConfig};
@@ -321,7 +324,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.destinations.clone(),
         &kube_probe_version,
     );
-    let killer = ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone());
+    let killer = BudgetedKiller::new(
+        ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone()),
+        client.clone(),
+        config.node_name.clone(),
+        Arc::new(events.clone()),
+        metrics.restart_budgets.clone(),
+    );
     let (readings_sender, readings) = mpsc::unbounded_channel();
     let markers = MarkerWriter::new(KubeMarkers(client.clone()), metrics.markers.clone());
     let tracker = PodTracker::new(tracker_config(&config), Box::new(rand::random::<f64>));

@@ -52,6 +52,9 @@ const DENIED: &str = "ValidatingAdmissionPolicy 'podprobe-status-writes'";
 /// The policy of podprobe's Event writes, and what its refusals say.
 const EVENT_POLICY: &str = "podprobe-event-writes";
 const EVENT_DENIED: &str = "ValidatingAdmissionPolicy 'podprobe-event-writes'";
+/// The policy of podprobe's Lease writes (WG4), and what its refusals say.
+const LEASE_POLICY: &str = "podprobe-lease-writes";
+const LEASE_DENIED: &str = "ValidatingAdmissionPolicy 'podprobe-lease-writes'";
 
 fn repo_file(path: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -80,7 +83,7 @@ async fn ensure_policy() {
                 "-f",
                 &repo_file(POLICY_FILE),
             ]);
-            for name in [POLICY, EVENT_POLICY] {
+            for name in [POLICY, EVENT_POLICY, LEASE_POLICY] {
                 let policy = cluster::wait_for(
                     &format!("the API server to type-check {name}"),
                     Duration::from_secs(30),
@@ -1387,5 +1390,106 @@ async fn mk2_the_marker_policy_lets_podprobe_write_only_the_allowed_keys_of_its_
         )
         .await,
         &["its token names no node"],
+    );
+}
+
+/// A Lease named `name`, as `client`, in `namespace`.
+async fn create_lease(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<k8s_openapi::api::coordination::v1::Lease, kube::Error> {
+    let lease = k8s_openapi::api::coordination::v1::Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: None,
+    };
+    Api::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &lease)
+        .await
+}
+
+/// WG4: podprobe's token may write the workload Leases it keeps budgets in
+/// (`podprobe-guard-*`, in a workload's namespace) and no other Lease: not
+/// another name in that namespace, not a node's heartbeat in
+/// kube-node-lease, not a leader election in kube-system.
+#[tokio::test]
+async fn podprobe_token_may_write_only_its_workload_leases() {
+    ensure_policy().await;
+    let ns = Namespace::create(&format!("podprobe-leases-{}", unique_id()));
+    let podprobe = Identity::new(&unbound_token(GATE_SA)).await;
+    // The policy's informer lags its apply: a forged name until refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match create_lease(&podprobe.client, &ns.name, "forged").await {
+            Err(kube::Error::Api(status)) if status.message.contains(LEASE_DENIED) => break,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{LEASE_POLICY} is still not enforced 30 s after it was applied: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let leases = podprobe::api::workload_lease::WorkloadLeases::new(podprobe.client.clone());
+    let name = podprobe::api::workload_lease::lease_name("0b5e3c9e-4d1f-4a51-9b38-6f1f0c1b2a33");
+    let written = leases
+        .decide(&ns.name, &name, |record| {
+            let mut record = record.clone();
+            record.units.insert(
+                "pod".into(),
+                podprobe_core::prober::workload_guard::Unit {
+                    kind: podprobe_core::prober::workload_guard::UnitKind::Restart,
+                    node: "a".into(),
+                    since: 0,
+                    expires: 60,
+                    failures: 0,
+                },
+            );
+            ((), Some(record))
+        })
+        .await;
+    assert!(written.is_ok(), "podprobe's own Lease: {written:?}");
+    // Written again (an update naming its version).
+    let again = leases
+        .decide(&ns.name, &name, |record| {
+            ((), Some(record.without("pod").unwrap()))
+        })
+        .await;
+    assert!(again.is_ok(), "podprobe's own Lease, updated: {again:?}");
+    assert_refused_by(
+        LEASE_DENIED,
+        "another Lease in the workload's namespace",
+        create_lease(&podprobe.client, &ns.name, "leader-election").await,
+        &["podprobe-guard-*", "leader-election"],
+    );
+    for namespace in ["kube-node-lease", "kube-system"] {
+        assert_refused_by(
+            LEASE_DENIED,
+            &format!("a podprobe-guard Lease in {namespace}"),
+            create_lease(&podprobe.client, namespace, "podprobe-guard-forged").await,
+            &[namespace],
+        );
+    }
+    // A node's heartbeat: RBAC lets podprobe update Leases; the policy not.
+    let node = cluster().node_name();
+    let heartbeats: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(podprobe.client.clone(), "kube-node-lease");
+    let heartbeat = cluster()
+        .json(&["-n", "kube-node-lease", "get", "lease", &node])
+        .expect("the node's Lease");
+    let mut heartbeat: k8s_openapi::api::coordination::v1::Lease =
+        serde_json::from_value(heartbeat).expect("a Lease");
+    heartbeat.spec.as_mut().expect("spec").holder_identity = Some("forged".to_string());
+    assert_refused_by(
+        LEASE_DENIED,
+        "the node's heartbeat Lease",
+        heartbeats
+            .replace(&node, &PostParams::default(), &heartbeat)
+            .await,
+        &["kube-node-lease", &node],
     );
 }

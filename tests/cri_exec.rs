@@ -112,6 +112,7 @@ async fn e5_exec_in_missing_container_errors_and_is_retried() {
         termination_grace_period_seconds: None,
         network: Default::default(),
         markers: Vec::new(),
+        workload: Default::default(),
     };
     let missing = format!("containerd://{:064x}", rand::random::<u128>());
     let target = ProbeTarget {
@@ -335,6 +336,7 @@ fn exec_spec(command: &[&str], timeout_seconds: i32) -> ProbeSpec {
         termination_grace_period_seconds: None,
         network: Default::default(),
         markers: Vec::new(),
+        workload: Default::default(),
     }
 }
 

@@ -274,18 +274,24 @@ fn each_podprobe_probes_and_writes_only_the_pods_of_its_own_node() {
 /// sends the API server.
 fn projected_token(node: &str, uid: &str) -> String {
     let path = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/*/token");
+    let token = node_sh(node, &format!("cat {path}")).trim().to_string();
+    assert!(!token.is_empty(), "empty token at {path} on {node}");
+    token
+}
+
+/// `sh -c script` on kind node `node` (its container), which must succeed:
+/// its output.
+fn node_sh(node: &str, script: &str) -> String {
     let output = Command::new(engine())
-        .args(["exec", node, "sh", "-c", &format!("cat {path}")])
+        .args(["exec", node, "sh", "-c", script])
         .output()
         .expect("run the kind engine");
     assert!(
         output.status.success(),
-        "cannot read {path} on {node}: {}",
+        "{script} on {node}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let token = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    assert!(!token.is_empty(), "empty token at {path} on {node}");
-    token
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 #[test]
@@ -1883,4 +1889,214 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// Replicas of each ReplicaSet in
+/// [`wg2_liveness_restarts_of_a_workload_stay_within_its_budget`].
+const GUARD_REPLICAS: usize = 6;
+
+/// How long the shared dependency stays down in that test: long enough for
+/// every unguarded replica's liveness probe to fail twice (1 s period) and
+/// its container to be restarted, and for the kubelet's crash-loop back-off
+/// (10 s, then 20 s) to hold one guarded replica down while the others'
+/// restarts wait.
+const DEPENDENCY_DOWN: Duration = Duration::from_secs(45);
+
+/// A ReplicaSet of [`GUARD_REPLICAS`] gated pods spread over the workers,
+/// whose liveness probe checks that the node's directory `dir` (the shared
+/// dependency, as a hostPath) holds `up`; with `budget` as its
+/// `podprobe.restartBudget`.
+fn dependent_replica_set(name: &str, dir: &str, budget: Option<Value>) -> Value {
+    let mut liveness = json!({
+        "exec": {"command": ["test", "-f", "/dependency/up"]},
+        "periodSeconds": 1,
+        "failureThreshold": 2,
+    });
+    if let Some(budget) = budget {
+        liveness["podprobe"] = json!({"restartBudget": budget});
+    }
+    let probes = json!({"app": {
+        "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]},
+                           "periodSeconds": 1, "failureThreshold": 1},
+        "livenessProbe": liveness,
+    }});
+    let script = format!("touch /tmp/ready; {SLEEP_LOOP}");
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": GUARD_REPLICAS,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {"podprobe.io/probes": probes.to_string()},
+                },
+                "spec": {
+                    "readinessGates": [{"conditionType": GATE}],
+                    "terminationGracePeriodSeconds": 2,
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        // The control plane's taint keeps pods off it:
+                        // not a domain to spread over.
+                        "nodeTaintsPolicy": "Honor",
+                        "labelSelector": {"matchLabels": {"app": name}},
+                    }],
+                    "volumes": [{"name": "dependency",
+                                 "hostPath": {"path": dir, "type": "DirectoryOrCreate"}}],
+                    "containers": [{
+                        "name": "app",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", script],
+                        "volumeMounts": [{"name": "dependency", "mountPath": "/dependency"}],
+                    }],
+                },
+            },
+        },
+    })
+}
+
+/// Takes the shared dependency at `dir` up or down on every worker.
+fn dependency(dir: &str, up: bool) {
+    let script = if up {
+        format!("mkdir -p {dir} && touch {dir}/up")
+    } else {
+        format!("rm -f {dir}/up")
+    };
+    for node in workers() {
+        node_sh(&node, &script);
+    }
+}
+
+/// WG2 on the kind cluster: two ReplicaSets of six replicas over both
+/// workers whose liveness probes depend on one thing each (a file per node,
+/// removed on both nodes at once), one with `restartBudget: {maxUnavailable:
+/// 1}` and one without (the control). While the dependency is down, every
+/// version of the pods the API server holds (a watch) has at most one
+/// guarded replica not Ready, while the control's replicas all restart and
+/// several are not Ready together; the guarded replicas' deferred restarts
+/// say so in a Warning; once the dependency is back every replica is Ready.
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn wg2_liveness_restarts_of_a_workload_stay_within_its_budget() {
+    let _stay = podprobe_pods_stay();
+    let ns = setup("budget");
+    let id = unique_id();
+    let (guarded_dir, control_dir) = (
+        format!("/tmp/podprobe-wg2-{id}-guarded"),
+        format!("/tmp/podprobe-wg2-{id}-control"),
+    );
+    dependency(&guarded_dir, true);
+    dependency(&control_dir, true);
+    let budget = json!({"maxUnavailable": 1, "maxDeferralSeconds": 600});
+    ns.create_pod(&dependent_replica_set(
+        "guarded",
+        &guarded_dir,
+        Some(budget),
+    ));
+    ns.create_pod(&dependent_replica_set("control", &control_dir, None));
+    let ready_of = |app: &str| {
+        let pods = cluster()
+            .json(&["-n", &ns.name, "get", "pods", "-l", &format!("app={app}")])
+            .map_err(|e| e.to_string())?;
+        let items = pods["items"].as_array().cloned().unwrap_or_default();
+        let ready = items
+            .iter()
+            .filter(|p| condition(p, "Ready").is_some_and(|(s, _)| s == "True"))
+            .count();
+        (ready == GUARD_REPLICAS)
+            .then_some(())
+            .ok_or(format!("{ready} of {} Ready", items.len()))
+    };
+    for app in ["guarded", "control"] {
+        ns.wait_for(&format!("every {app} replica Ready"), START, || {
+            ready_of(app)
+        });
+    }
+
+    let watch = PodWatch::start(&ns.name);
+    dependency(&guarded_dir, false);
+    dependency(&control_dir, false);
+    let until = Instant::now() + DEPENDENCY_DOWN;
+    // The latest Ready of each pod, by app; the most not Ready at once.
+    let mut ready: std::collections::HashMap<String, (String, bool)> = Default::default();
+    let mut most = std::collections::HashMap::<String, usize>::new();
+    let mut restarts = std::collections::HashMap::<String, u64>::new();
+    loop {
+        match watch.next_until(until) {
+            Ok(Some(version)) => {
+                let pod = &version.pod;
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                let app = pod["metadata"]["labels"]["app"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let is_ready = condition(pod, "Ready").is_some_and(|(s, _)| s == "True");
+                let count = cluster::restart_count(pod, "app").unwrap_or(0);
+                *restarts.entry(name.to_string()).or_default() = count;
+                ready.insert(name.to_string(), (app.clone(), is_ready));
+                let not_ready = ready.values().filter(|(a, r)| *a == app && !r).count();
+                let worst = most.entry(app).or_default();
+                *worst = (*worst).max(not_ready);
+            }
+            Ok(None) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let restarted = |app: &str| {
+        restarts
+            .iter()
+            .filter(|(name, count)| name.starts_with(app) && **count > 0)
+            .count()
+    };
+    eprintln!(
+        "dependency down {} s: not Ready at once, at most: {most:?}; pods restarted: guarded {}, control {}",
+        DEPENDENCY_DOWN.as_secs(),
+        restarted("guarded"),
+        restarted("control")
+    );
+    assert!(
+        most.get("control").copied().unwrap_or(0) >= GUARD_REPLICAS / 2
+            && restarted("control") == GUARD_REPLICAS,
+        "the control did not go down together (not Ready at once: {most:?}, restarted: {restarts:?}): the test shows nothing"
+    );
+    assert_eq!(
+        most.get("guarded").copied().unwrap_or(0),
+        1,
+        "guarded replicas not Ready at once, at most (the budget is 1): {most:?}"
+    );
+    let deferred: Vec<Value> = cluster()
+        .json(&[
+            "-n",
+            &ns.name,
+            "get",
+            "events",
+            "--field-selector",
+            "reason=LivenessRestartDeferred",
+        ])
+        .ok()
+        .and_then(|list| list["items"].as_array().cloned())
+        .unwrap_or_default();
+    let note = deferred
+        .first()
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    assert!(
+        note.contains("restartBudget") && note.contains("maxUnavailable allows 1"),
+        "no LivenessRestartDeferred Warning saying why: {deferred:?}"
+    );
+
+    dependency(&guarded_dir, true);
+    dependency(&control_dir, true);
+    // Back within the kubelet's crash-loop back-off (at most 5 min, from a
+    // few restarts here: 40 s) and a probe period or two.
+    for app in ["guarded", "control"] {
+        ns.wait_for(&format!("every {app} replica Ready again"), START, || {
+            ready_of(app)
+        });
+    }
 }

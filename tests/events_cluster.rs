@@ -80,6 +80,7 @@ fn readiness_worker(pod: &Pod) -> WorkerConfig {
         termination_grace_period_seconds: None,
         network: Default::default(),
         markers: Vec::new(),
+        workload: Default::default(),
     };
     WorkerConfig::new(
         ProbeKind::Readiness,

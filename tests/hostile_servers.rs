@@ -553,6 +553,7 @@ fn spec(server: &HostileServer) -> ProbeSpec {
         termination_grace_period_seconds: None,
         network: Default::default(),
         markers: Vec::new(),
+        workload: Default::default(),
     }
 }
 

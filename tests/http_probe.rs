@@ -403,6 +403,7 @@ async fn h17_slow_body_errors_and_the_wrapper_retries_three_times() {
         termination_grace_period_seconds: None,
         network: Default::default(),
         markers: Vec::new(),
+        workload: Default::default(),
     };
     let target = ProbeTarget {
         pod_ip: "127.0.0.1",

@@ -10,6 +10,7 @@
 //! | budgets | `podprobe_budget_refusals`, `podprobe_probe_rate_delayed`, `podprobe_probe_rate_delay_seconds` | `daemon::budget_metrics` |
 //! | pod tracker | `podprobe_per_pod_entries`, `podprobe_pods_tracked`, `podprobe_liveness_paused_pods` | `daemon::tracker_metrics` |
 //! | marker writer | `podprobe_marker_writes` | `daemon::marker_metrics` |
+//! | restart budgets | `podprobe_restart_budget_decisions` | `daemon::restart_budget_metrics` |
 //! | build | `podprobe_build_info` | [`super::build_info`] |
 //! | status patcher | `podprobe_status_patches`, `podprobe_result_to_status_seconds`, `podprobe_status_patch_tasks` | `api::patch_metrics` |
 //! | API clients | `podprobe_api_rate_limiter_wait_seconds`, `podprobe_api_request_duration_seconds` | `api::request_metrics` |
@@ -28,6 +29,7 @@ use super::budget_metrics::BudgetMetrics;
 use super::build_info::BuildInfo;
 use super::marker_metrics::MarkerMetrics;
 use super::probe_metrics::ProbeMetrics;
+use super::restart_budget_metrics::RestartBudgetMetrics;
 use super::tracker_metrics::TrackerMetrics;
 use crate::api::event_metrics::EventMetrics;
 use crate::api::patch_metrics::PatchMetrics;
@@ -50,6 +52,7 @@ pub struct MetricSet {
     pub(crate) budgets: BudgetMetrics,
     pub(crate) tracker: TrackerMetrics,
     pub(crate) markers: MarkerMetrics,
+    pub(crate) restart_budgets: RestartBudgetMetrics,
     pub build_info: BuildInfo,
     pub(crate) patches: PatchMetrics,
     pub(crate) requests: RequestMetrics,
@@ -76,6 +79,7 @@ impl MetricSet {
         let probes = ProbeMetrics::register(&mut prober, &mut own);
         let watch = WatchMetrics::register(&mut own, watch);
         let markers = MarkerMetrics::register(&mut own);
+        let restart_budgets = RestartBudgetMetrics::register(&mut own);
         let build_info = BuildInfo::register(&mut own);
         let exec_in_flight = InFlightGauge::register(&mut own);
         let budgets = BudgetMetrics::register(&mut own);
@@ -86,6 +90,7 @@ impl MetricSet {
             budgets,
             tracker,
             markers,
+            restart_budgets,
             build_info,
             patches,
             requests,

@@ -405,6 +405,7 @@ fn exec_spec(cmd: &[String], timeout_s: i32) -> ProbeSpec {
         termination_grace_period_seconds: None,
         network: Network::Node,
         markers: Vec::new(),
+        workload: Default::default(),
     }
 }
 

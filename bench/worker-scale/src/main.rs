@@ -512,6 +512,7 @@ fn probe_spec(args: &FleetArgs) -> ProbeSpec {
         termination_grace_period_seconds: None,
         network: Default::default(),
         markers: Vec::new(),
+        workload: Default::default(),
     }
 }
 

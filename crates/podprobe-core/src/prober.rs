@@ -19,3 +19,4 @@ pub mod probe_rates;
 pub mod results;
 pub mod takeover;
 pub mod worker;
+pub mod workload_guard;

@@ -60,6 +60,7 @@ pub fn probe_spec(period: i32, initial_delay: i32, success: i32, failure: i32) -
         termination_grace_period_seconds: None,
         network: Default::default(),
         markers: Vec::new(),
+        workload: Default::default(),
     }
 }
 

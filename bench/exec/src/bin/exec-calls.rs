@@ -135,6 +135,7 @@ async fn probe(
         termination_grace_period_seconds: None,
         network: Network::Node,
         markers: Vec::new(),
+        workload: Default::default(),
     });
     #[derive(Default)]
     struct Tally {

@@ -65,6 +65,8 @@ pub struct ProbeSpec {
     pub network: Network,
     /// `podprobe.markers` (MK1): what the probe's result writes on its pod.
     pub markers: Vec<extension::marker_options::Marker>,
+    /// `podprobe.restartBudget` and `podprobe.readinessFloor` (WG1).
+    pub workload: extension::workload_options::WorkloadOptions,
 }
 
 impl ProbeSpec {
@@ -355,6 +357,13 @@ pub fn normalize_object(
         let field = format!("{}.{EXTENSIONS_KEY}.markers", kind.field_name());
         spec.markers = extension::marker_options::markers(&field, given).map_err(to_spec_error)?;
     }
+    spec.workload = extension::workload_options::workload_options(
+        &format!("{}.{EXTENSIONS_KEY}", kind.field_name()),
+        kind,
+        podprobe.restart_budget.as_ref(),
+        podprobe.readiness_floor.as_ref(),
+    )
+    .map_err(to_spec_error)?;
     Ok(spec)
 }
 
@@ -400,6 +409,7 @@ fn spec_with(handler: Handler, probe: &Probe) -> ProbeSpec {
         termination_grace_period_seconds: probe.termination_grace_period_seconds,
         network: Network::Node,
         markers: Vec::new(),
+        workload: Default::default(),
     }
 }
 

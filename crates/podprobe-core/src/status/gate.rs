@@ -153,6 +153,7 @@ mod tests {
             termination_grace_period_seconds: None,
             network: Default::default(),
             markers: Vec::new(),
+            workload: Default::default(),
         };
         AnnotatedProbes::from_probes(
             entries

@@ -217,6 +217,7 @@ fn annotated(container: &str, kind: ProbeKind) -> AnnotatedProbe {
             termination_grace_period_seconds: None,
             network: Default::default(),
             markers: Vec::new(),
+            workload: Default::default(),
         },
     }
 }

@@ -71,6 +71,12 @@ pub mod reasons {
     /// A probe's `timeoutSeconds` is longer than the node allows, so it is
     /// cut (#37).
     pub const PROBE_TIMEOUT_CAPPED: &str = "ProbeTimeoutCapped";
+    /// A liveness restart waits for a unit of the workload's
+    /// `restartBudget` (WG2).
+    pub const LIVENESS_RESTART_DEFERRED: &str = "LivenessRestartDeferred";
+    /// A `restartBudget` cannot be applied (no workload, the API failing),
+    /// so the restart is the kubelet's (WG2).
+    pub const RESTART_BUDGET_UNAVAILABLE: &str = "RestartBudgetUnavailable";
 }
 
 /// One Event to record, with the object it is about.

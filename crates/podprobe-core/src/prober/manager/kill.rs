@@ -10,6 +10,7 @@ use super::pod_probes::PodProbes;
 use super::view::ProbeStateView;
 use crate::prober::results::CachedResult;
 use crate::spec::ProbeKind;
+use crate::spec::probe_spec::extension::workload_options::RestartBudget;
 use crate::spec::restart_policy::RestartPolicy;
 use crate::util::pod::{is_restartable_init_container, is_running};
 
@@ -31,6 +32,9 @@ pub struct ProbeKill {
     /// takes its time out of it; `StopContainer` gets
     /// [`grace_left`](crate::lifecycle::grace_left) of it (K7).
     pub grace_period_seconds: i64,
+    /// A liveness kill's `podprobe.restartBudget` (WG2): the kill waits for
+    /// a unit of the workload's budget.
+    pub restart_budget: Option<RestartBudget>,
 }
 
 /// Carries out the kills [`probe_kills`] decides (K2). The daemon's sync
@@ -147,15 +151,15 @@ fn probe_kill(
     kind: ProbeKind,
     message: String,
 ) -> ProbeKill {
-    let probe_grace = probes
-        .get(&container.name, kind)
-        .and_then(|spec| spec.termination_grace_period_seconds);
+    let spec = probes.get(&container.name, kind);
+    let probe_grace = spec.and_then(|spec| spec.termination_grace_period_seconds);
     ProbeKill {
         container: container.name.clone(),
         container_id,
         kind,
         message,
         grace_period_seconds: kill_grace_period(pod, probe_grace),
+        restart_budget: spec.and_then(|spec| spec.workload.restart_budget),
     }
 }
 
@@ -235,6 +239,7 @@ mod tests {
                 kind: ProbeKind::Liveness,
                 message: "Container app failed liveness probe, will be restarted".to_string(),
                 grace_period_seconds: 30,
+                restart_budget: None,
             }]
         );
     }

@@ -36,6 +36,7 @@ use crate::util::gofmt::go_quote;
 pub(crate) mod body_regex;
 pub mod marker_options;
 pub(crate) mod tls_options;
+pub mod workload_options;
 
 pub use self::body_regex::{BodyRegex, GaveUp, MAX_COMPILED_REGEX_BYTES, MAX_REGEX_DFA_BYTES};
 pub use self::tls_options::{CaBundle, ClientIdentity, TlsFields, TlsSettings};
@@ -90,6 +91,12 @@ pub struct ProbeExtensions {
     /// The probe's result as labels or annotations of its pod (MK1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub markers: Option<Vec<marker_options::MarkerFields>>,
+    /// A liveness probe's restarts under the workload's budget (WG1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_budget: Option<workload_options::RestartBudgetFields>,
+    /// A readiness probe's gate held for the workload's floor (WG1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readiness_floor: Option<workload_options::ReadinessFloorFields>,
 }
 
 /// Where a network probe's sockets are made (`podprobe.network`).

@@ -1010,3 +1010,65 @@ fn a_client_identity_stands_in_for_the_secret_on_either_tls_handler() {
         assert!(!spec.present_client_identity(identity()));
     }
 }
+
+#[test]
+fn wg1_restart_budget_on_liveness_and_floor_on_readiness_only() {
+    use super::extension::workload_options::PodCount;
+    let normalized = |kind: ProbeKind, podprobe: Value| {
+        let object = decode_probe_object(
+            kind,
+            &json!({"tcpSocket": {"port": 80}, "podprobe": podprobe}),
+        )
+        .map_err(|e| e.to_string())?;
+        normalize_object(kind, &object, &app()).map_err(|e| e.to_string())
+    };
+    let budget = json!({"restartBudget": {"maxUnavailable": "25%", "maxDeferralSeconds": 60}});
+    let floor = json!({"readinessFloor": {"minReady": 2}});
+    let live = normalized(ProbeKind::Liveness, budget.clone()).unwrap();
+    let restart = live.workload.restart_budget.expect("a budget");
+    assert_eq!(
+        (restart.max_unavailable, restart.max_deferral_seconds),
+        (PodCount::Percent(25), 60)
+    );
+    // Refused until the daemon holds it (#41), after its value is checked.
+    let refused = normalized(ProbeKind::Readiness, floor.clone()).unwrap_err();
+    assert!(
+        refused.starts_with("readinessProbe.podprobe.readinessFloor: Forbidden: is not supported"),
+        "{refused}"
+    );
+    let bad = normalized(
+        ProbeKind::Readiness,
+        json!({"readinessFloor": {"minReady": "0%"}}),
+    )
+    .unwrap_err();
+    assert!(
+        bad.contains("readinessFloor.minReady: Invalid value"),
+        "{bad}"
+    );
+    for (kind, podprobe, field) in [
+        (
+            ProbeKind::Readiness,
+            budget.clone(),
+            "readinessProbe.podprobe.restartBudget",
+        ),
+        (
+            ProbeKind::Startup,
+            budget,
+            "startupProbe.podprobe.restartBudget",
+        ),
+        (
+            ProbeKind::Liveness,
+            floor,
+            "livenessProbe.podprobe.readinessFloor",
+        ),
+    ] {
+        let error = normalized(kind, podprobe).unwrap_err();
+        assert!(error.starts_with(&format!("{field}: Forbidden")), "{error}");
+    }
+    let error = normalized(
+        ProbeKind::Liveness,
+        json!({"restartBudget": {"maxUnavailable": 1, "other": 2}}),
+    )
+    .unwrap_err();
+    assert!(error.contains("restartBudget.other"), "{error}");
+}

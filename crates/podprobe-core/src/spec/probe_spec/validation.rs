@@ -45,7 +45,7 @@ impl FieldError {
     }
 
     /// `Invalid value` for an integer field.
-    pub(super) fn invalid_int(field: String, value: i32, detail: &str) -> Self {
+    pub(super) fn invalid_int(field: String, value: impl Into<i64>, detail: &str) -> Self {
         FieldError::invalid(field, BadValue::Int(value.into()), detail)
     }
 
