@@ -10,13 +10,13 @@
 #                                   as it is (down deletes it)
 #   hack/kind-upgrade.sh up         only the cluster on FROM with podprobe
 #                                   (hack/kind-e2e.sh up); print its kubeconfig
-#   hack/kind-upgrade.sh node NODE  upgrade one node to TO: cordon and drain
-#                                   it (every pod but those labelled
-#                                   podprobe.io/upgrade-stays and DaemonSets'),
-#                                   kubeadm TO (`upgrade apply` on the control
-#                                   plane, `upgrade node` on a worker), the
-#                                   kubelet TO, restart it, wait until the node
-#                                   is Ready on TO, uncordon
+#   hack/kind-upgrade.sh node NODE  upgrade one node to TO, in kubeadm's
+#                                   order: kubeadm TO (`upgrade apply` on the
+#                                   control plane, `upgrade node` on a
+#                                   worker), drain it (every pod but those
+#                                   labelled podprobe.io/upgrade-stays and
+#                                   DaemonSets'), the kubelet TO, restarted,
+#                                   wait until the node is Ready on TO, uncordon
 #   hack/kind-upgrade.sh nodes      print each node with its kubelet's version
 #   hack/kind-upgrade.sh down       delete the cluster
 #
@@ -100,9 +100,6 @@ upgrade_node() {
     bin=$(PODPROBE_K8S_VERSION=$TO "$HACK/k8s-build.sh")
     log "$node: $(kubelet_version "$node") -> $TO"
     local start=$SECONDS
-    kubectl_ cordon "$node" >&2
-    kubectl_ drain "$node" --ignore-daemonsets --delete-emptydir-data \
-        --pod-selector "!$STAYS_LABEL" --timeout=300s >&2
     install_on_node "$node" "$bin/kubeadm" /usr/bin/kubeadm
     install_on_node "$node" "$bin/kubectl" /usr/bin/kubectl
     if [ $control_plane = yes ]; then
@@ -123,6 +120,9 @@ upgrade_node() {
         on_node "$node" kubeadm upgrade node --ignore-preflight-errors=all \
             --skip-phases=addon/coredns,addon/kube-proxy >&2
     fi
+    # kubeadm's order: kubeadm first, then drain, the kubelet, uncordon.
+    kubectl_ drain "$node" --ignore-daemonsets --delete-emptydir-data \
+        --pod-selector "!$STAYS_LABEL" --timeout=300s >&2
     install_on_node "$node" "$bin/kubelet" /usr/bin/kubelet
     on_node "$node" systemctl daemon-reload
     on_node "$node" systemctl restart kubelet

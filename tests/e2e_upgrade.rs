@@ -153,32 +153,98 @@ fn upgrade_node(script: &str, node: &str) {
     eprintln!("upgrade: {node} upgraded in {:?}", start.elapsed());
 }
 
+/// What the pod watch saw: every version of the namespace's pods, and
+/// when it was blind (seconds since the epoch, from the watch ending to the
+/// first version of the next one), which is when the API server was down.
+/// `unready` adds when the API server answered but said it was not ready
+/// (`/readyz`: etcd restarting under it, say), which no watch shows but
+/// which fails every write.
+struct Seen {
+    versions: Vec<Value>,
+    outages: Vec<(i64, i64)>,
+}
+
+/// The seconds within `from..to` that any of `windows` (each from its
+/// first second to its last; they may overlap) covers.
+fn seconds_within(windows: &[(i64, i64)], from: i64, to: i64) -> i64 {
+    let mut clipped: Vec<(i64, i64)> = windows
+        .iter()
+        .map(|&(start, end)| (start.max(from), end.min(to)))
+        .filter(|(start, end)| start < end)
+        .collect();
+    clipped.sort_unstable();
+    let (mut covered, mut reached) = (0, from);
+    for (start, end) in clipped {
+        covered += (end - start.max(reached)).max(0);
+        reached = reached.max(end);
+    }
+    covered
+}
+
 /// Every version of the namespace's pods from now until `stop` is set,
 /// collected by a thread; the watch is started again whenever it ends (the
 /// API server restarts during the upgrade), each new one listing every pod
 /// first.
-fn collect_versions(
-    namespace: String,
-    stop: &'static AtomicBool,
-) -> std::thread::JoinHandle<(Vec<Value>, usize)> {
+fn collect_versions(namespace: String, stop: &'static AtomicBool) -> std::thread::JoinHandle<Seen> {
     std::thread::spawn(move || {
-        let mut versions = Vec::new();
-        let mut restarts = 0;
+        let mut seen = Seen {
+            versions: Vec::new(),
+            outages: Vec::new(),
+        };
+        let readyz = std::thread::spawn(move || unready_windows(stop));
+        let mut blind_since = None;
         let mut watch = PodWatch::start(&namespace);
         while !stop.load(Ordering::Relaxed) {
             match watch.next_until(Instant::now() + Duration::from_millis(500)) {
-                Ok(Some(version)) => versions.push(version.pod),
+                Ok(Some(version)) => {
+                    if let Some(start) = blind_since.take() {
+                        seen.outages.push((start, now_epoch_seconds() + 1));
+                    }
+                    seen.versions.push(version.pod);
+                }
                 Ok(None) => {}
                 Err(why) => {
-                    restarts += 1;
-                    eprintln!("upgrade: the pod watch ended ({why}); starting it again");
+                    if blind_since.is_none() {
+                        eprintln!("upgrade: the pod watch ended ({why}); starting it again");
+                        blind_since = Some(now_epoch_seconds());
+                    }
                     std::thread::sleep(Duration::from_secs(1));
                     watch = PodWatch::start(&namespace);
                 }
             }
         }
-        (versions, restarts)
+        if let Some(start) = blind_since {
+            seen.outages.push((start, now_epoch_seconds() + 1));
+        }
+        let unready = readyz.join().expect("the /readyz thread");
+        eprintln!("upgrade: the API server was not ready {unready:?}");
+        seen.outages.extend(unready);
+        seen
     })
+}
+
+/// When the API server's `/readyz` failed, asked every second until `stop`
+/// (seconds since the epoch, each window from the first failure to the
+/// first success after it).
+fn unready_windows(stop: &'static AtomicBool) -> Vec<(i64, i64)> {
+    let mut windows = Vec::new();
+    let mut since = None;
+    while !stop.load(Ordering::Relaxed) {
+        let ready = cluster()
+            .kubectl(&["get", "--raw", "/readyz", "--request-timeout=2s"])
+            .is_ok();
+        match (ready, since) {
+            (false, None) => since = Some(now_epoch_seconds()),
+            (true, Some(start)) => {
+                windows.push((start, now_epoch_seconds() + 1));
+                since = None;
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    windows.extend(since.map(|start| (start, now_epoch_seconds() + 1)));
+    windows
 }
 
 /// Whether a condition that says `status` (True or False) since `since`
@@ -250,10 +316,12 @@ fn an_upgrade_node_by_node_with_a_helm_upgrade_between_flips_no_pod() {
     upgrade_node(&script, &nodes[0]);
     upgrade_node(&script, &nodes[1]);
     let before = ready_podprobe_pods();
+    let rollout_start = now_epoch_seconds();
     let rollout = format!("podAnnotations.podprobe\\.io/e2e-upgrade={}", unique_id());
     helm_upgrade_reusing_values("--set-string", &rollout);
     podprobe_rolled_out();
     let after = ready_podprobe_pods();
+    let rollout_window = (rollout_start, now_epoch_seconds() + 1);
     eprintln!("upgrade: podprobe rolled from {before:?} to {after:?}");
     for node in &nodes[2..] {
         upgrade_node(&script, node);
@@ -269,15 +337,19 @@ fn an_upgrade_node_by_node_with_a_helm_upgrade_between_flips_no_pod() {
         (2 * FLIP + FOLLOW + READY_FOLLOW) as u64,
     ));
     STOP.store(true, Ordering::Relaxed);
-    let (versions, watch_restarts) = collector.join().expect("the watch's thread");
+    let observed_until = now_epoch_seconds();
+    let seen = collector.join().expect("the watch's thread");
+    let versions = &seen.versions;
     eprintln!(
-        "upgrade: {} pod versions seen, the watch started again {watch_restarts} times",
-        versions.len()
+        "upgrade: {} pod versions seen; the watch was blind {:?}",
+        versions.len(),
+        seen.outages
     );
 
     let mut violations = Vec::new();
     let mut turned_after_upgrade: HashMap<String, usize> = HashMap::new();
-    for pod in &versions {
+    let mut transitions: HashMap<String, std::collections::BTreeSet<i64>> = HashMap::new();
+    for pod in versions {
         let name = pod["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -318,10 +390,38 @@ fn an_upgrade_node_by_node_with_a_helm_upgrade_between_flips_no_pod() {
                     if status == "True" { "failed" } else { "passed" }
                 ));
             }
-            if type_ == GATE && since > upgraded {
-                *turned_after_upgrade
-                    .entry(format!("{name} {status}"))
-                    .or_default() += 1;
+            if type_ == GATE {
+                transitions.entry(name.clone()).or_default().insert(since);
+                if since > upgraded {
+                    *turned_after_upgrade
+                        .entry(format!("{name} {status}"))
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+    // A gate that stopped following its probe makes no version at all: its
+    // turns must come a probe's turn apart, but for the time the API
+    // server was down (podprobe cannot write then) and the roll-out of
+    // podprobe (a node's podprobe is replaced; its successor takes over).
+    let mut blind = seen.outages.clone();
+    blind.push(rollout_window);
+    for name in &flipping {
+        let mut turns: Vec<i64> = transitions
+            .get(name)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        turns.push(observed_until);
+        for pair in turns.windows(2) {
+            let (from, to) = (pair[0], pair[1]);
+            let bound = FLIP + FOLLOW + seconds_within(&blind, from, to);
+            if to - from > bound {
+                violations.push(format!(
+                    "{name}'s gate did not turn from {from} to {to} ({} s, more than {bound} s): it stopped following its probe",
+                    to - from
+                ));
             }
         }
     }
