@@ -90,6 +90,18 @@ install_on_node() {
     on_node "$node" sh -c "chmod 0755 '$dst.new' && mv -f '$dst.new' '$dst'"
 }
 
+# Runs a command until it succeeds, for at most $1 seconds: the control
+# plane's API server restarts once more after its node's kubelet restarts
+# (the kubelet of TO starts the static pods again).
+retry() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        [ $SECONDS -lt $deadline ] || return 1
+        sleep 2
+    done
+}
+
 kubelet_version() {
     kubectl_ get node "$1" -o 'jsonpath={.status.nodeInfo.kubeletVersion}'
 }
@@ -132,7 +144,7 @@ upgrade_node() {
         [ $SECONDS -lt $deadline ] || die "$node is not Ready on $TO after 300 s"
         sleep 2
     done
-    kubectl_ uncordon "$node" >&2
+    retry 120 kubectl_ uncordon "$node" >&2
     log "$node: on $TO in $((SECONDS - start)) s"
 }
 
