@@ -77,7 +77,12 @@ kind_runtime() {
     local node=$1-control-plane containerd runc
     containerd=$("$ENGINE" exec "$node" containerd --version 2>/dev/null | awk '{print $3}') || true
     runc=$("$ENGINE" exec "$node" runc --version 2>/dev/null | awk 'NR == 1 {print $3}') || true
-    echo "containerd ${containerd:-?}, runc ${runc:-?}"
+    runtime_name "containerd ${containerd:-?}, runc ${runc:-?}"
+}
+
+# $1 without a leading "v" on versions and Debian's "~ds1"/"+ds1" suffixes.
+runtime_name() {
+    sed -E 's/ v([0-9])/ \1/g; s/[~+]ds[0-9]+//g' <<<"$1"
 }
 
 run_kind() {
@@ -120,7 +125,7 @@ run_upstream() {
     start=$SECONDS
     PODPROBE_K8S_VERSION=$version UPSTREAM_E2E_OUT=$out "$HACK/upstream-e2e.sh" "$version" >"$log" 2>&1 || rc=$?
     local seconds=$((SECONDS - start))
-    runtime="$(containerd --version 2>/dev/null | awk '{print "containerd " $3}'), $(runc --version 2>/dev/null | awk 'NR == 1 {print "runc " $3}') (agent node)"
+    runtime=$(runtime_name "$(containerd --version 2>/dev/null | awk '{print "containerd " $3}'), $(runc --version 2>/dev/null | awk 'NR == 1 {print "runc " $3}') (agent node)")
     local_down
     # upstream-e2e.sh's summary: "passed: N, failed: N, skipped: N (of N specs ...)".
     counts=$(sed -n 's/^passed: \([0-9]*\), failed: \([0-9]*\), skipped: \([0-9]*\) .*/\1 \2 \3/p' "$log" | tail -n 1)
@@ -153,21 +158,25 @@ table() {
                 key = keys[i]; split(key, kv, SUBSEP); version = kv[1]; harness = kv[2]
                 split(version, vp, "."); minor = vp[2]
                 m = split(suites[key], names, SUBSEP)
-                what = ""; ok = 1
+                what = ""; ok = 1; uncounted = 0
                 for (j = 2; j <= m; j++) {
                     split(line[key, names[j]], f, "\t")
                     if (f[6] != "0") ok = 0
                     secs = f[8]; runtime = f[9]; note = f[10]
-                    count = (f[6] == "0") ? f[5] "/" f[5] : f[5] " passed, " f[6] " failed"
+                    # "-": a recorded run whose counts were not kept.
+                    if (f[5] == "-" && f[6] == "0") { count = ""; uncounted = 1 }
+                    else if (f[6] == "0") count = " " f[5] "/" f[5]
+                    else count = " " f[5] " passed, " f[6] " failed"
                     if (harness == "upstream") {
                         if (f[7] != "0" && f[7] != "-") count = count ", " f[7] " skipped"
-                        what = "upstream'"'"'s own `" f[4] "`, probe specs, against authority mode: " count
+                        what = "upstream'"'"'s own `" f[4] "`, probe specs, against authority mode:" count
                     } else {
                         name = "`" f[4] "`"
                         if (f[4] == "e2e_upstream") name = name " (gate mode)"
-                        what = what (what == "" ? "" : ", ") name " " count
+                        what = what (what == "" ? "" : ", ") name count
                     }
                 }
+                if (uncounted) what = what ": all passed"
                 if (harness == "kind") {
                     cluster = "kind, three nodes"
                     cmd = "`PODPROBE_K8S_VERSION=" version " KIND_CLUSTER_NAME=podprobe-compat-" minor " hack/kind-e2e.sh`"
