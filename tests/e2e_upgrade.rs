@@ -1,7 +1,7 @@
 //! A Kubernetes upgrade from one minor to the next with podprobe running
 //! (issue #42), on the kind cluster of `hack/kind-upgrade.sh`, which runs
 //! this test and does each node's upgrade when the test asks it to
-//! (`hack/kind-upgrade.sh node NODE`: drain, kubeadm, the kubelet, uncordon).
+//! (`hack/kind-upgrade.sh node NODE`: kubeadm, drain, the kubelet, uncordon).
 //!
 //! Every node carries two gated pods, pinned to it and left by the drain
 //! (the script spares the label [`STAYS`]), so that they live through their
@@ -21,7 +21,13 @@
 //!   each version's state held for the probe at some second of the
 //!   [`FOLLOW`] (for `Ready`, the kubelet's, [`READY_FOLLOW`]) seconds before
 //!   its `lastTransitionTime`, so a gate that drops while the probe passes,
-//!   or stays up while it fails, fails the test;
+//!   or turns up while it fails, fails the test;
+//! - a flipping pod's gate kept turning with its probe: two turns at most
+//!   [`FLIP`] + [`FOLLOW`] seconds apart, but for the seconds no write could
+//!   be made (the watch blind, or the API server's `/readyz` failing, asked
+//!   every second: kubeadm replacing etcd leaves the API server up and
+//!   unable to write for a minute or two) and the roll-out of podprobe, so
+//!   a gate that stops following (which makes no version at all) fails it;
 //! - no pod was killed or replaced: the same UID, no restart (each pod also
 //!   has a liveness probe that passes), no deletion;
 //! - the flipping pods kept turning after the upgrade, every node runs the
