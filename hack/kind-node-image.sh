@@ -4,6 +4,12 @@
 #
 #   hack/kind-node-image.sh [VERSION]     (default: the newest pinned release,
 #                                          hack/k8s-build.sh --versions)
+#   hack/kind-node-image.sh --control-plane-images VERSION DIR
+#                                          only the OCI tarballs of the images
+#                                          kubeadm VERSION runs, into DIR, and
+#                                          the sandbox image's name on stdout
+#                                          (hack/kind-upgrade.sh loads them into
+#                                          a running node)
 #
 # The image is a Debian bookworm root filesystem (debootstrap from Debian's
 # archive: systemd, iptables, runc, the CNI plugins), plus
@@ -141,6 +147,15 @@ control_plane_images() {
 }
 
 main() {
+    if [ "${1:-}" = --control-plane-images ]; then
+        [ $# = 3 ] || die "usage: $0 --control-plane-images VERSION DIR"
+        version=$2
+        bin=$(PODPROBE_K8S_VERSION=$version "$HACK/k8s-build.sh")
+        mkdir -p "$3"
+        control_plane_images "$bin/kubeadm" "$3"
+        echo "$PAUSE_IMAGE"
+        return
+    fi
     version=${1:-$("$HACK/k8s-build.sh" --version)}
     [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, rootful podman)"
     [ -x /bin/busybox ] || die "needs /bin/busybox (Debian: apt-get install busybox-static)"

@@ -34,13 +34,16 @@
 #     containerd.sh's docker.io/local/busybox); pods use IfNotPresent and the
 #     agent never pulls.
 #
-# Specs skipped (UPSTREAM_E2E_SKIP): those of `httpGet.protocol: HTTP2`
-# (v1.37, alpha gate H2CContainerProbe): podprobe refuses h2c probes (V10 in
-# docs/kubelet-semantics.md; every run errors, so liveness never restarts),
-# so "should be restarted ... with protocol HTTP2" cannot pass and "should
-# *not* be restarted ... HTTP2 against h2c server" would pass for the wrong
-# reason. The other alpha specs run: the local cluster's API server turns on
-# GRPCContainerProbeTLS and H2CContainerProbe from v1.37.
+# No spec is skipped by default (UPSTREAM_E2E_SKIP empty): the alpha specs
+# run too, since the local cluster's API server turns their gates on from
+# v1.37 (GRPCContainerProbeTLS and H2CContainerProbe; the `httpGet.protocol:
+# HTTP2` specs pass now that podprobe probes h2c, H23 in
+# docs/kubelet-semantics.md). Earlier releases have no alpha probe specs.
+#
+# The cluster runs the release under test: VERSION is also the Kubernetes
+# release of the local cluster (PODPROBE_K8S_VERSION, when hack/k8s-build.sh
+# pins it), and a local cluster already up with another release is refused
+# (take it down first: hack/agent-node.sh down; hack/local-cluster.sh down).
 #
 # Settings (environment): UPSTREAM_E2E_NODES (ginkgo processes, default 8),
 # UPSTREAM_E2E_FOCUS, UPSTREAM_E2E_SKIP (ginkgo regexps), UPSTREAM_E2E_OUT
@@ -58,7 +61,7 @@ AGENT_NODE=podprobe-agent
 AGENT_TAINT_KEY=podprobe.io/agent-node
 NODES=${UPSTREAM_E2E_NODES:-8}
 FOCUS=${UPSTREAM_E2E_FOCUS:-'Probing container|Probing restartable init container|readiness gates'}
-SKIP=${UPSTREAM_E2E_SKIP:-'protocol HTTP2'}
+SKIP=${UPSTREAM_E2E_SKIP:-}
 TIMEOUT=${UPSTREAM_E2E_TIMEOUT:-90m}
 
 log() { echo "upstream-e2e: $*" >&2; }
@@ -223,12 +226,15 @@ run() {
     local bindir=$out/bin
     mkdir -p "$bindir"
     ln -sf "$E2E_TEST" "$bindir/e2e.test"
-    log "running e2e.test on $NODES processes: focus '$FOCUS', skip '$SKIP'; output in $out"
+    log "running e2e.test on $NODES processes: focus '$FOCUS', skip '${SKIP:-nothing}'; output in $out"
+    # An empty --skip would be a regexp that matches every spec.
+    local skip=()
+    [ -z "$SKIP" ] || skip=(--skip="$SKIP")
     # --disable-log-dump: cluster/log-dump/log-dump.sh is not there (and
     # would only print "fork/exec ... no such file or directory").
     (cd "$out" && exec "$GINKGO" --nodes="$NODES" --no-color --silence-skips --timeout="$TIMEOUT" \
         --output-dir="$out" --json-report=report.json --junit-report=junit.xml \
-        --focus="$FOCUS" --skip="$SKIP" \
+        --focus="$FOCUS" "${skip[@]}" \
         "$bindir/e2e.test" -- \
         --kubeconfig="$KUBECONFIG" --provider=skeleton --disable-log-dump \
         --report-dir="$out" "$@") >"$out/run.log" 2>&1 &
@@ -258,7 +264,7 @@ summary() {
         ($failed[] | "FAILED [\(.State)] \(.name) (\(.RunTime / 1e9 | floor) s)\n    "
            + ((.Failure.Message // "") | split("\n") | map(select(length > 0)) | .[0:6] | join("\n    "))),
         ($skipped[] | "skipped: \(.name)"
-           + (if (.name | test($skip)) then " (--skip)" else " (" + ((.Failure.Message // "") | split("\n")[0]) + ")" end))
+           + (if ($skip != "" and (.name | test($skip))) then " (--skip)" else " (" + ((.Failure.Message // "") | split("\n")[0]) + ")" end))
     ' "$out/report.json"
 }
 
@@ -277,7 +283,16 @@ main() {
     [ "${1:-}" != -- ] || shift
     local out=${UPSTREAM_E2E_OUT:-/tmp/podprobe-upstream-e2e/$version-$(date -u +%Y%m%dT%H%M%SZ)}
     mkdir -p "$out"
+    # The cluster of the release under test, when k8s-build.sh pins it.
+    if [ -z "${PODPROBE_K8S_VERSION:-}" ] && "$HACK/k8s-build.sh" --versions | grep -qxF "$version"; then
+        export PODPROBE_K8S_VERSION=$version
+    fi
     ensure_cluster
+    local server
+    server=$(kubectl_ version -o json | jq -r .serverVersion.gitVersion)
+    if [ "$server" != "$version" ] && [ "${PODPROBE_K8S_VERSION:-}" = "$version" ]; then
+        die "the local cluster runs $server, not $version: hack/agent-node.sh down; hack/local-cluster.sh down; then run again"
+    fi
     tag_images "$version"
     steer_to_agent
     local start=$SECONDS rc=0

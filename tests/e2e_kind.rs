@@ -17,6 +17,8 @@
 mod cluster;
 #[path = "support/go_tools.rs"]
 mod go_tools;
+#[path = "support/kind_release.rs"]
+mod kind_release;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -29,6 +31,7 @@ use cluster::{
     ensure_podprobe, gated_pod, podprobe_pods, podprobe_rolled_out, ready_podprobe_pods, running,
     token_kubeconfig, unique_id,
 };
+use kind_release::helm_upgrade_reusing_values;
 
 /// Long enough for a pod to start and a probe period, a status patch and
 /// the kubelet's resync to follow, with slack for a busy two-core machine.
@@ -597,26 +600,6 @@ fn a_second_release_is_refused_the_status_api_and_installs_without_it() {
         installed.status.success(),
         "{}",
         String::from_utf8_lossy(&installed.stderr)
-    );
-}
-
-/// `helm upgrade` of the kind install with its values and `flag setting`
-/// (`--set` or `--set-string`).
-fn helm_upgrade_reusing_values(flag: &str, setting: &str) {
-    go_tools::run_ok(
-        &go_tools::helm(),
-        &[
-            "upgrade",
-            "podprobe",
-            &go_tools::repo().join("charts/podprobe").to_string_lossy(),
-            "--kubeconfig",
-            &cluster().kubeconfig,
-            "--namespace",
-            PODPROBE_NAMESPACE,
-            "--reuse-values",
-            flag,
-            setting,
-        ],
     );
 }
 
