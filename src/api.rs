@@ -4,7 +4,8 @@
 //! certificates ([`client_certificates`]) and header values
 //! ([`header_secret_cache`]), the markers' metadata patches ([`markers`])
 //! and the probes' `User-Agent` from the node's kubelet version
-//! ([`user_agent`]); the metric families of the clients' requests
+//! ([`user_agent`]), the workload guard's reads and Leases
+//! ([`guard_decisions`], [`workload_members`], [`workload_lease`]); the metric families of the clients' requests
 //! ([`request_metrics`]), the pod watch ([`watch_metrics`]), Events
 //! ([`event_metrics`]) and status patches ([`patch_metrics`]).
 
@@ -13,6 +14,7 @@ pub mod client_certificates;
 pub mod client_pem;
 pub mod event_broadcaster;
 pub mod event_metrics;
+pub mod guard_decisions;
 pub(crate) mod header_secret_cache;
 pub(crate) mod marker_patch;
 pub(crate) mod patch_metrics;

@@ -29,15 +29,18 @@ mod marker_metrics;
 mod marker_sync;
 pub mod metric_set;
 pub mod probe_metrics;
+mod readiness_floor;
 mod restart_budget;
-mod restart_budget_metrics;
 mod sync_loop;
 mod tracker_metrics;
+mod workload_guard_metrics;
 
 use self::marker_sync::MarkerWriter;
+use self::readiness_floor::{FloorGate, LeaseFloor};
 use self::restart_budget::BudgetedKiller;
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
 use self::sync_loop::{READING_THREADS, SHUTDOWN_TIMEOUT, SyncLoop};
+use crate::api::guard_decisions::GuardDecisions;
 use podprobe_core::prober::pod_tracker::{AnnotationRules, PodTracker, TrackerConfig};
 pub(crate) mod telemetry;
 
@@ -324,12 +327,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.destinations.clone(),
         &kube_probe_version,
     );
+    let decisions = GuardDecisions::new(client.clone());
     let killer = BudgetedKiller::new(
         ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone()),
-        client.clone(),
+        decisions.clone(),
         config.node_name.clone(),
         Arc::new(events.clone()),
-        metrics.restart_budgets.clone(),
+        metrics.workload_guard.clone(),
+    );
+    let (floor_decided_sender, floor_decided) = mpsc::unbounded_channel();
+    let floor = FloorGate::new(
+        Arc::new(LeaseFloor::new(
+            decisions,
+            config.node_name.clone(),
+            Arc::new(events.clone()),
+            metrics.workload_guard.clone(),
+        )),
+        floor_decided_sender,
+        ledger.clone(),
+        Arc::new(events.clone()),
+        metrics.workload_guard.clone(),
     );
     let (readings_sender, readings) = mpsc::unbounded_channel();
     let markers = MarkerWriter::new(KubeMarkers(client.clone()), metrics.markers.clone());
@@ -348,8 +365,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         readings: readings_sender,
         markers,
         ledger,
+        floor,
     };
-    daemon.run(pod_events, receivers, readings, shutdown).await;
+    daemon
+        .run(pod_events, receivers, readings, floor_decided, shutdown)
+        .await;
     let _ = stop.send(true);
     let _ = tokio::join!(server, cri_checks, api_checks);
     // Every event sink is gone with the daemon: the publisher flushes and ends.

@@ -1885,24 +1885,44 @@ const GUARD_REPLICAS: usize = 6;
 /// restarts wait.
 const DEPENDENCY_DOWN: Duration = Duration::from_secs(45);
 
+/// Which probe of a [`dependent_replica_set`] checks the shared dependency,
+/// with the workload guard's setting for it, if any.
+enum Dependent {
+    /// The liveness probe, with this `podprobe.restartBudget` (WG2).
+    Liveness(Option<Value>),
+    /// The readiness probe, with this `podprobe.readinessFloor` (WG3).
+    Readiness(Option<Value>),
+}
+
 /// A ReplicaSet of [`GUARD_REPLICAS`] gated pods spread over the workers,
-/// whose liveness probe checks that the node's directory `dir` (the shared
-/// dependency, as a hostPath) holds `up`; with `budget` as its
-/// `podprobe.restartBudget`.
-fn dependent_replica_set(name: &str, dir: &str, budget: Option<Value>) -> Value {
-    let mut liveness = json!({
-        "exec": {"command": ["test", "-f", "/dependency/up"]},
-        "periodSeconds": 1,
-        "failureThreshold": 2,
-    });
-    if let Some(budget) = budget {
-        liveness["podprobe"] = json!({"restartBudget": budget});
-    }
-    let probes = json!({"app": {
-        "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]},
-                           "periodSeconds": 1, "failureThreshold": 1},
-        "livenessProbe": liveness,
-    }});
+/// one of whose probes (`dependent`) checks that the node's directory `dir`
+/// (the shared dependency, as a hostPath) holds `up`.
+fn dependent_replica_set(name: &str, dir: &str, dependent: Dependent) -> Value {
+    let check = json!({"exec": {"command": ["test", "-f", "/dependency/up"]}});
+    let probes = match dependent {
+        Dependent::Liveness(budget) => {
+            let mut liveness = check;
+            liveness["periodSeconds"] = json!(1);
+            liveness["failureThreshold"] = json!(2);
+            if let Some(budget) = budget {
+                liveness["podprobe"] = json!({"restartBudget": budget});
+            }
+            json!({"app": {
+                "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]},
+                                   "periodSeconds": 1, "failureThreshold": 1},
+                "livenessProbe": liveness,
+            }})
+        }
+        Dependent::Readiness(floor) => {
+            let mut readiness = check;
+            readiness["periodSeconds"] = json!(1);
+            readiness["failureThreshold"] = json!(1);
+            if let Some(floor) = floor {
+                readiness["podprobe"] = json!({"readinessFloor": floor});
+            }
+            json!({"app": {"readinessProbe": readiness}})
+        }
+    };
     let script = format!("touch /tmp/ready; {SLEEP_LOOP}");
     json!({
         "apiVersion": "apps/v1",
@@ -1955,6 +1975,68 @@ fn dependency(dir: &str, up: bool) {
     }
 }
 
+/// Whether every one of the [`GUARD_REPLICAS`] pods labelled `app` in
+/// namespace `ns` is Ready.
+fn all_ready(ns: &str, app: &str) -> Result<(), String> {
+    let pods = cluster()
+        .json(&["-n", ns, "get", "pods", "-l", &format!("app={app}")])
+        .map_err(|e| e.to_string())?;
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    let ready = items
+        .iter()
+        .filter(|p| condition(p, "Ready").is_some_and(|(s, _)| s == "True"))
+        .count();
+    (ready == GUARD_REPLICAS)
+        .then_some(())
+        .ok_or(format!("{ready} of {} Ready", items.len()))
+}
+
+/// What a [`PodWatch`] saw of the pods of ReplicaSets (told apart by their
+/// `app` label), every version the API server held.
+#[derive(Default)]
+struct WorkloadWatch {
+    /// The most pods of each app not Ready at once.
+    most: std::collections::HashMap<String, usize>,
+    /// Each pod's latest restart count, by name.
+    restarts: std::collections::HashMap<String, u64>,
+    /// Pods whose gate was seen held True by a readiness floor.
+    held: std::collections::BTreeSet<String>,
+}
+
+impl WorkloadWatch {
+    fn follow(watch: &PodWatch, until: Instant) -> Self {
+        let mut seen = WorkloadWatch::default();
+        // The latest Ready of each pod, with its app.
+        let mut ready = std::collections::HashMap::<String, (String, bool)>::new();
+        loop {
+            let version = match watch.next_until(until) {
+                Ok(Some(version)) => version,
+                Ok(None) => return seen,
+                Err(e) => panic!("{e}"),
+            };
+            let pod = &version.pod;
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            let app = pod["metadata"]["labels"]["app"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let is_ready = condition(pod, "Ready").is_some_and(|(s, _)| s == "True");
+            let count = cluster::restart_count(pod, "app").unwrap_or(0);
+            seen.restarts.insert(name.to_string(), count);
+            let gate = pod["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == GATE));
+            if gate.is_some_and(|g| g["reason"] == "ReadinessFloor" && g["status"] == "True") {
+                seen.held.insert(name.to_string());
+            }
+            ready.insert(name.to_string(), (app.clone(), is_ready));
+            let not_ready = ready.values().filter(|(a, r)| *a == app && !r).count();
+            let worst = seen.most.entry(app).or_default();
+            *worst = (*worst).max(not_ready);
+        }
+    }
+}
+
 /// WG2 on the kind cluster: two ReplicaSets of six replicas over both
 /// workers whose liveness probes depend on one thing each (a file per node,
 /// removed on both nodes at once), one with `restartBudget: {maxUnavailable:
@@ -1979,57 +2061,24 @@ fn wg2_liveness_restarts_of_a_workload_stay_within_its_budget() {
     ns.create_pod(&dependent_replica_set(
         "guarded",
         &guarded_dir,
-        Some(budget),
+        Dependent::Liveness(Some(budget)),
     ));
-    ns.create_pod(&dependent_replica_set("control", &control_dir, None));
-    let ready_of = |app: &str| {
-        let pods = cluster()
-            .json(&["-n", &ns.name, "get", "pods", "-l", &format!("app={app}")])
-            .map_err(|e| e.to_string())?;
-        let items = pods["items"].as_array().cloned().unwrap_or_default();
-        let ready = items
-            .iter()
-            .filter(|p| condition(p, "Ready").is_some_and(|(s, _)| s == "True"))
-            .count();
-        (ready == GUARD_REPLICAS)
-            .then_some(())
-            .ok_or(format!("{ready} of {} Ready", items.len()))
-    };
+    ns.create_pod(&dependent_replica_set(
+        "control",
+        &control_dir,
+        Dependent::Liveness(None),
+    ));
     for app in ["guarded", "control"] {
         ns.wait_for(&format!("every {app} replica Ready"), START, || {
-            ready_of(app)
+            all_ready(&ns.name, app)
         });
     }
 
     let watch = PodWatch::start(&ns.name);
     dependency(&guarded_dir, false);
     dependency(&control_dir, false);
-    let until = Instant::now() + DEPENDENCY_DOWN;
-    // The latest Ready of each pod, by app; the most not Ready at once.
-    let mut ready: std::collections::HashMap<String, (String, bool)> = Default::default();
-    let mut most = std::collections::HashMap::<String, usize>::new();
-    let mut restarts = std::collections::HashMap::<String, u64>::new();
-    loop {
-        match watch.next_until(until) {
-            Ok(Some(version)) => {
-                let pod = &version.pod;
-                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-                let app = pod["metadata"]["labels"]["app"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                let is_ready = condition(pod, "Ready").is_some_and(|(s, _)| s == "True");
-                let count = cluster::restart_count(pod, "app").unwrap_or(0);
-                *restarts.entry(name.to_string()).or_default() = count;
-                ready.insert(name.to_string(), (app.clone(), is_ready));
-                let not_ready = ready.values().filter(|(a, r)| *a == app && !r).count();
-                let worst = most.entry(app).or_default();
-                *worst = (*worst).max(not_ready);
-            }
-            Ok(None) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let seen = WorkloadWatch::follow(&watch, Instant::now() + DEPENDENCY_DOWN);
+    let (most, restarts) = (&seen.most, &seen.restarts);
     let restarted = |app: &str| {
         restarts
             .iter()
@@ -2052,18 +2101,7 @@ fn wg2_liveness_restarts_of_a_workload_stay_within_its_budget() {
         1,
         "guarded replicas not Ready at once, at most (the budget is 1): {most:?}"
     );
-    let deferred: Vec<Value> = cluster()
-        .json(&[
-            "-n",
-            &ns.name,
-            "get",
-            "events",
-            "--field-selector",
-            "reason=LivenessRestartDeferred",
-        ])
-        .ok()
-        .and_then(|list| list["items"].as_array().cloned())
-        .unwrap_or_default();
+    let deferred = events_with_reason(&ns.name, "LivenessRestartDeferred");
     let note = deferred
         .first()
         .map(|e| e["message"].as_str().unwrap_or_default().to_string())
@@ -2079,7 +2117,139 @@ fn wg2_liveness_restarts_of_a_workload_stay_within_its_budget() {
     // few restarts here: 40 s) and a probe period or two.
     for app in ["guarded", "control"] {
         ns.wait_for(&format!("every {app} replica Ready again"), START, || {
-            ready_of(app)
+            all_ready(&ns.name, app)
         });
     }
+}
+
+/// The Events of namespace `ns` with `reason`.
+fn events_with_reason(ns: &str, reason: &str) -> Vec<Value> {
+    cluster()
+        .json(&[
+            "-n",
+            ns,
+            "get",
+            "events",
+            "--field-selector",
+            &format!("reason={reason}"),
+        ])
+        .ok()
+        .and_then(|list| list["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// How long the shared dependency stays down in
+/// [`wg3_a_readiness_floor_keeps_half_of_a_workload_ready`]: every replica's
+/// readiness fails within a second (1 s period, threshold 1), and the held
+/// ones are decided again at the resyncs that follow (every 10 s).
+const READINESS_DOWN: Duration = Duration::from_secs(30);
+
+/// WG3 on the kind cluster: two ReplicaSets of six replicas over both
+/// workers whose readiness probes depend on one thing each (a file per
+/// node, removed on both nodes at once), one with `readinessFloor:
+/// {minReady: 50%}` and one without (the control). While the dependency is
+/// down, every version of the pods the API server holds (a watch) has at
+/// least three floored replicas Ready, and some of them held so (their
+/// gate True with reason `ReadinessFloor`, a Warning saying so), while the
+/// control's replicas all go NotReady together; once the dependency is
+/// back every replica is Ready, and held by nothing.
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
+    let _stay = podprobe_pods_stay();
+    let ns = setup("floor");
+    let id = unique_id();
+    let (floored_dir, control_dir) = (
+        format!("/tmp/podprobe-wg3-{id}-floored"),
+        format!("/tmp/podprobe-wg3-{id}-control"),
+    );
+    dependency(&floored_dir, true);
+    dependency(&control_dir, true);
+    ns.create_pod(&dependent_replica_set(
+        "floored",
+        &floored_dir,
+        Dependent::Readiness(Some(json!({"minReady": "50%"}))),
+    ));
+    ns.create_pod(&dependent_replica_set(
+        "control",
+        &control_dir,
+        Dependent::Readiness(None),
+    ));
+    for app in ["floored", "control"] {
+        ns.wait_for(&format!("every {app} replica Ready"), START, || {
+            all_ready(&ns.name, app)
+        });
+    }
+
+    let watch = PodWatch::start(&ns.name);
+    dependency(&floored_dir, false);
+    dependency(&control_dir, false);
+    let seen = WorkloadWatch::follow(&watch, Instant::now() + READINESS_DOWN);
+    eprintln!(
+        "dependency down {} s: not Ready at once, at most: {:?}; held by the floor: {:?}",
+        READINESS_DOWN.as_secs(),
+        seen.most,
+        seen.held
+    );
+    assert_eq!(
+        seen.most.get("control").copied().unwrap_or(0),
+        GUARD_REPLICAS,
+        "the control did not go NotReady together: the test shows nothing"
+    );
+    let floored = seen.most.get("floored").copied().unwrap_or(0);
+    assert!(
+        floored <= GUARD_REPLICAS / 2,
+        "{floored} floored replicas not Ready at once: below minReady 50 %\n{}",
+        ns.diagnostics()
+    );
+    assert!(
+        floored >= 1 && seen.held.len() >= GUARD_REPLICAS / 2,
+        "the floor let {floored} go and held {:?}: it should hold exactly the floor, 3, and let the others go",
+        seen.held
+    );
+    let held = events_with_reason(&ns.name, "ReadinessFloor");
+    let note = held
+        .first()
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    assert!(
+        note.contains("readinessFloor") && note.contains("minReady is 3"),
+        "no ReadinessFloor Warning saying why: {held:?}"
+    );
+    let unavailable = events_with_reason(&ns.name, "ReadinessFloorUnavailable");
+    assert!(unavailable.is_empty(), "{unavailable:?}");
+
+    dependency(&floored_dir, true);
+    dependency(&control_dir, true);
+    for app in ["floored", "control"] {
+        ns.wait_for(&format!("every {app} replica Ready again"), START, || {
+            all_ready(&ns.name, app)
+        });
+    }
+    ns.wait_for("no gate held by the floor", START, || {
+        let pods = cluster()
+            .json(&["-n", &ns.name, "get", "pods", "-l", "app=floored"])
+            .map_err(|e| e.to_string())?;
+        let held: Vec<String> = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == GATE && c["reason"] == "ReadinessFloor")
+            })
+            .map(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        held.is_empty()
+            .then_some(())
+            .ok_or(format!("held: {held:?}"))
+    });
 }

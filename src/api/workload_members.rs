@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{ListParams, VersionMatch};
 use podprobe_core::prober::workload_guard::Member;
-use podprobe_core::util::pod::{pod_name, pod_namespace};
+use podprobe_core::util::pod::{is_pod_ready, pod_name, pod_namespace};
 
 use super::apiclient::{RequestError, bounded};
 
@@ -69,7 +69,7 @@ pub async fn members(client: &kube::Client, pod: &Pod) -> Result<Vec<Member>, Me
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .map(|p| Member {
             uid: p.metadata.uid.clone().unwrap_or_default(),
-            ready: ready(p),
+            ready: is_pod_ready(p),
         })
         .collect();
     if owned.len() > MAX_MEMBERS as usize {
@@ -82,14 +82,6 @@ pub async fn members(client: &kube::Client, pod: &Pod) -> Result<Vec<Member>, Me
         "workload read"
     );
     Ok(owned)
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
 }
 
 /// The label selector of `owner`, as a query string.

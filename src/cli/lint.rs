@@ -16,6 +16,8 @@ use serde_json::Value;
 
 use podprobe_core::prober::liveness_pause::{self, DEFAULT_MAX_PAUSE, PauseError};
 use podprobe_core::spec::destinations::{AllowedHost, Destinations};
+use podprobe_core::spec::probe_spec::budget::PodBudget;
+use podprobe_core::status::annotation::pod_probes;
 use podprobe_core::status::gate_setup::pod_findings;
 use podprobe_core::util::exit_code;
 
@@ -24,7 +26,20 @@ use podprobe_core::util::exit_code;
 struct Template {
     /// `Kind namespace/name` of the object that holds it.
     object: String,
+    /// The object's workload, as the workload guard sees it (WG1).
+    workload: Workload,
     pod: Result<Pod, String>,
+}
+
+/// What a template's pods share a restart budget or a readiness floor with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    /// A Pod written as such: no controller owner, nothing to share with.
+    Bare,
+    /// A controller with this many replicas (`spec.replicas`, default 1).
+    Replicas(usize),
+    /// A controller whose pods are not counted here (DaemonSet, Job).
+    Uncounted,
 }
 
 /// The kinds whose pod template `podprobe lint` checks, and where it is.
@@ -80,8 +95,17 @@ fn templates(text: &str) -> Result<Vec<Template>, String> {
         };
         let pod = serde_json::from_value::<Pod>(template)
             .map_err(|e| format!("{object_name}: not a pod template: {e}"));
+        let workload = match kind {
+            "Pod" => Workload::Bare,
+            "Deployment" | "StatefulSet" | "ReplicaSet" => {
+                let replicas = object.pointer("/spec/replicas").and_then(Value::as_u64);
+                Workload::Replicas(replicas.map_or(1, |r| r as usize))
+            }
+            _ => Workload::Uncounted,
+        };
         found.push(Template {
             object: object_name,
+            workload,
             pod,
         });
     }
@@ -114,6 +138,9 @@ podprobe.io/pause-liveness-until that is not an RFC 3339 time, is past, or is
 more than a day ahead (the chart's default bound). `podprobe run` reports the
 same on the cluster as Warning Events (ReadinessGateMissing,
 ProbeAnnotationMissing, ProbeAnnotationInvalid, LivenessPauseInvalid).
+Also a restartBudget or readinessFloor that cannot work as meant: on a bare
+Pod (no workload to share it with), or as large as the object's replicas (a
+budget that holds nothing back, a floor that holds every pod).
 
 Output: one line per finding, `FILE: KIND NAMESPACE/NAME: message`.
 
@@ -167,6 +194,10 @@ pub fn main(args: LintArgs) -> ExitCode {
                         println!("{name}: {}: {refused}", template.object);
                         findings += 1;
                     }
+                    for finding in guard_findings(template.workload, &pod) {
+                        println!("{name}: {}: {finding}", template.object);
+                        findings += 1;
+                    }
                 }
                 Err(error) => {
                     eprintln!("{name}: {error}");
@@ -182,6 +213,51 @@ pub fn main(args: LintArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Restart budgets and readiness floors (WG1) that would do nothing, or
+/// everything, for `workload`'s pods.
+fn guard_findings(workload: Workload, pod: &Pod) -> Vec<String> {
+    let Ok(probes) = pod_probes(pod, &mut PodBudget::default()) else {
+        // Reported as an invalid annotation.
+        return Vec::new();
+    };
+    let mut findings = Vec::new();
+    for probe in probes.iter() {
+        let field = |name: &str| {
+            format!(
+                "{}.{}.podprobe.{name}",
+                probe.container,
+                probe.kind.field_name()
+            )
+        };
+        let settings = &probe.spec.workload;
+        let budget = settings.restart_budget.map(|b| b.max_unavailable);
+        let floor = settings.readiness_floor.map(|f| f.min_ready);
+        for (name, count) in [("restartBudget", budget), ("readinessFloor", floor)] {
+            let Some(count) = count else { continue };
+            match workload {
+                Workload::Bare => findings.push(format!(
+                    "{}: a bare Pod has no workload to share it with: podprobe would act as the kubelet does, with a Warning",
+                    field(name)
+                )),
+                Workload::Replicas(replicas) if count.of(replicas) >= replicas => {
+                    findings.push(match name {
+                        "restartBudget" => format!(
+                            "{}.maxUnavailable: {count} of {replicas} replicas holds no restart back",
+                            field(name)
+                        ),
+                        _ => format!(
+                            "{}.minReady: {count} of {replicas} replicas holds every failing pod Ready: its readiness would never take it out of service",
+                            field(name)
+                        ),
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+    findings
 }
 
 /// Why the daemon would refuse `pod`'s liveness pause at `now` under the
@@ -271,6 +347,45 @@ mod tests {
         let findings = pod_findings(&pod(Some(host), false), &policy);
         assert_eq!(findings.len(), 2, "{findings:?}");
         assert_eq!(findings[0], Finding::GateMissing);
+    }
+
+    #[test]
+    fn wg1_budgets_and_floors_that_cannot_work_are_findings() {
+        let manifest = |kind: &str, replicas: u32, floor: &str| {
+            let probes = format!(
+                r#"{{"app": {{"readinessProbe": {{"exec": {{"command": ["true"]}}, "podprobe": {{"readinessFloor": {{"minReady": {floor}}}}}}}, "livenessProbe": {{"exec": {{"command": ["true"]}}, "podprobe": {{"restartBudget": {{"maxUnavailable": 2}}}}}}}}}}"#
+            );
+            let pod = serde_json::json!({
+                "metadata": {"annotations": {PROBES_ANNOTATION: probes}},
+                "spec": {"readinessGates": [{"conditionType": READY_CONDITION}],
+                         "containers": [{"name": "app", "image": "x"}]},
+            });
+            let mut object = match kind {
+                "Pod" => pod,
+                _ => serde_json::json!({"spec": {"replicas": replicas, "template": pod}}),
+            };
+            object["kind"] = kind.into();
+            object["metadata"]["name"] = "web".into();
+            let found = templates(&object.to_string()).unwrap().remove(0);
+            guard_findings(found.workload, &found.pod.unwrap())
+        };
+        let bare = manifest("Pod", 0, "1");
+        assert_eq!(bare.len(), 2, "{bare:?}");
+        assert!(
+            bare[0].starts_with("app.readinessProbe.podprobe.readinessFloor: a bare Pod")
+                && bare[1].starts_with("app.livenessProbe.podprobe.restartBudget: a bare Pod"),
+            "{bare:?}"
+        );
+        assert!(manifest("Deployment", 6, "\"50%\"").is_empty());
+        let two = manifest("Deployment", 2, "2");
+        assert_eq!(
+            two,
+            [
+                "app.readinessProbe.podprobe.readinessFloor.minReady: 2 of 2 replicas holds every failing pod Ready: its readiness would never take it out of service",
+                "app.livenessProbe.podprobe.restartBudget.maxUnavailable: 2 of 2 replicas holds no restart back",
+            ]
+        );
+        assert!(manifest("DaemonSet", 0, "100").is_empty());
     }
 
     #[test]

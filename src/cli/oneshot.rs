@@ -211,6 +211,10 @@ pub struct ProbeReport {
     /// errored run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub markers: Vec<MarkerWrite>,
+    /// What the probe's workload guard does once it fails past its
+    /// threshold (WG1): `restartBudget`, `readinessFloor`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workload: Vec<String>,
 }
 
 /// One marker's write, for the report.
@@ -507,6 +511,7 @@ fn report(selected: &Selected, pod_ip: &str, verdict: ProbeVerdict, took: Durati
         .unwrap_or_default();
     ProbeReport {
         markers,
+        workload: selected.spec.workload.describe(),
         kind: selected.kind,
         container: selected.container.clone(),
         handler: describe_handler(&selected.spec.handler, pod_ip),
@@ -552,6 +557,9 @@ pub fn render_text(report: &ProbeReport) -> String {
                 marker.target, marker.key
             )),
         }
+    }
+    for guard in &report.workload {
+        out.push_str(&format!("workload: {guard}\n"));
     }
     out.push_str(&format!("took {:.1} ms\n", report.duration_ms));
     out
@@ -715,6 +723,7 @@ mod tests {
             attempts: 1,
             duration_ms: 0.0,
             markers: Vec::new(),
+            workload: Vec::new(),
         };
         assert_eq!(report_exit_code(&report(ProbeResult::Success, None)), 0);
         assert_eq!(report_exit_code(&report(ProbeResult::Warning, None)), 0);
@@ -723,6 +732,42 @@ mod tests {
         assert_eq!(
             report_exit_code(&report(ProbeResult::Failure, Some("reset"))),
             2
+        );
+    }
+
+    /// WG1 in `podprobe probe`: what the budget or floor would do.
+    #[test]
+    fn wg1_the_report_says_what_the_workload_guard_would_do() {
+        let passed = |kind| {
+            ProbeVerdict::from_attempt(
+                kind,
+                Ok(podprobe_core::spec::Outcome::new(ProbeResult::Success, "")),
+                1,
+            )
+        };
+        let doc = serde_json::json!({"exec": {"command": ["true"]}, "podprobe": {"readinessFloor": {"minReady": "50%"}}});
+        let selected = select(&doc, &args(None, Some(KindArg::Readiness))).expect("selected");
+        let text = render_text(&report(
+            &selected,
+            "127.0.0.1",
+            passed(ProbeKind::Readiness),
+            Duration::ZERO,
+        ));
+        assert!(
+            text.contains("workload: readinessFloor: podprobe.io/ready stays True while fewer than 50% of its workload's pods would be Ready without this one\n"),
+            "{text}"
+        );
+        let doc = serde_json::json!({"exec": {"command": ["true"]}, "podprobe": {"restartBudget": {"maxUnavailable": 1}}});
+        let selected = select(&doc, &args(None, Some(KindArg::Liveness))).expect("selected");
+        let text = render_text(&report(
+            &selected,
+            "127.0.0.1",
+            passed(ProbeKind::Liveness),
+            Duration::ZERO,
+        ));
+        assert!(
+            text.contains("workload: restartBudget: a restart of this pod while it is Ready waits until fewer than 1 of its workload's pods are unavailable, at most 300 s\n"),
+            "{text}"
         );
     }
 

@@ -10,7 +10,7 @@
 //! | budgets | `podprobe_budget_refusals`, `podprobe_probe_rate_delayed`, `podprobe_probe_rate_delay_seconds` | `daemon::budget_metrics` |
 //! | pod tracker | `podprobe_per_pod_entries`, `podprobe_pods_tracked`, `podprobe_liveness_paused_pods` | `daemon::tracker_metrics` |
 //! | marker writer | `podprobe_marker_writes` | `daemon::marker_metrics` |
-//! | restart budgets | `podprobe_restart_budget_decisions` | `daemon::restart_budget_metrics` |
+//! | workload guard | `podprobe_restart_budget_decisions`, `podprobe_readiness_floor_decisions`, `podprobe_readiness_floor_held_pods` | `daemon::workload_guard_metrics` |
 //! | build | `podprobe_build_info` | [`super::build_info`] |
 //! | status patcher | `podprobe_status_patches`, `podprobe_result_to_status_seconds`, `podprobe_status_patch_tasks` | `api::patch_metrics` |
 //! | API clients | `podprobe_api_rate_limiter_wait_seconds`, `podprobe_api_request_duration_seconds` | `api::request_metrics` |
@@ -29,8 +29,8 @@ use super::budget_metrics::BudgetMetrics;
 use super::build_info::BuildInfo;
 use super::marker_metrics::MarkerMetrics;
 use super::probe_metrics::ProbeMetrics;
-use super::restart_budget_metrics::RestartBudgetMetrics;
 use super::tracker_metrics::TrackerMetrics;
+use super::workload_guard_metrics::WorkloadGuardMetrics;
 use crate::api::event_metrics::EventMetrics;
 use crate::api::patch_metrics::PatchMetrics;
 use crate::api::request_metrics::RequestMetrics;
@@ -52,7 +52,7 @@ pub struct MetricSet {
     pub(crate) budgets: BudgetMetrics,
     pub(crate) tracker: TrackerMetrics,
     pub(crate) markers: MarkerMetrics,
-    pub(crate) restart_budgets: RestartBudgetMetrics,
+    pub(crate) workload_guard: WorkloadGuardMetrics,
     pub build_info: BuildInfo,
     pub(crate) patches: PatchMetrics,
     pub(crate) requests: RequestMetrics,
@@ -79,7 +79,7 @@ impl MetricSet {
         let probes = ProbeMetrics::register(&mut prober, &mut own);
         let watch = WatchMetrics::register(&mut own, watch);
         let markers = MarkerMetrics::register(&mut own);
-        let restart_budgets = RestartBudgetMetrics::register(&mut own);
+        let workload_guard = WorkloadGuardMetrics::register(&mut own);
         let build_info = BuildInfo::register(&mut own);
         let exec_in_flight = InFlightGauge::register(&mut own);
         let budgets = BudgetMetrics::register(&mut own);
@@ -90,7 +90,7 @@ impl MetricSet {
             budgets,
             tracker,
             markers,
-            restart_budgets,
+            workload_guard,
             build_info,
             patches,
             requests,

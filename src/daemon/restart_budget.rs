@@ -1,7 +1,7 @@
 //! WG2 carried out: a liveness kill of a container whose probe has
 //! `podprobe.restartBudget` first takes a unit of its workload's budget,
 //! agreed with the other nodes' podprobes in the workload's Lease
-//! ([`WorkloadLeases`]). With no unit left the kill waits (a Warning
+//! ([`GuardDecisions`]). With no unit left the kill waits (a Warning
 //! `LivenessRestartDeferred` once per container instance), is decided again
 //! at the pod syncs that follow, at most every [`RETRY`], and goes ahead
 //! once a unit is free or `maxDeferralSeconds` have passed. A pod that is
@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use podprobe_core::prober::events::record::{PodEvent, reasons};
@@ -23,9 +23,8 @@ use podprobe_core::spec::probe_spec::extension::workload_options::RestartBudget;
 use podprobe_core::util::pod::{pod_name, pod_namespace};
 use tokio::time::Instant;
 
-use super::restart_budget_metrics::{BudgetOutcome, RestartBudgetMetrics};
-use crate::api::workload_lease::{WorkloadLeases, lease_name};
-use crate::api::workload_members::{controller, members};
+use super::workload_guard_metrics::{BudgetOutcome, WorkloadGuardMetrics};
+use crate::api::guard_decisions::{GuardDecisions, unix_now};
 
 /// How often a deferred kill is decided again, at most: each decision
 /// reads the workload's pods and its Lease.
@@ -41,11 +40,10 @@ pub const STALE: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct BudgetedKiller<K> {
     inner: K,
-    client: kube::Client,
-    leases: WorkloadLeases,
+    decisions: GuardDecisions,
     node: String,
     events: Arc<dyn EventRecorder>,
-    metrics: RestartBudgetMetrics,
+    metrics: WorkloadGuardMetrics,
     state: Arc<Mutex<State>>,
 }
 
@@ -75,15 +73,14 @@ enum Verdict {
 impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
     pub fn new(
         inner: K,
-        client: kube::Client,
+        decisions: GuardDecisions,
         node: String,
         events: Arc<dyn EventRecorder>,
-        metrics: RestartBudgetMetrics,
+        metrics: WorkloadGuardMetrics,
     ) -> Self {
         BudgetedKiller {
             inner,
-            leases: WorkloadLeases::new(client.clone()),
-            client,
+            decisions,
             node,
             events,
             metrics,
@@ -116,18 +113,11 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
             ));
             Verdict::Kill(BudgetOutcome::Unavailable)
         };
-        let members = match members(&self.client, pod).await {
-            Ok(members) => members,
-            Err(error) => return unavailable(error.to_string()),
-        };
-        let Some(owner) = controller(pod) else {
-            return unavailable("the pod has no controller owner".to_string());
-        };
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let decided = self
-            .leases
-            .decide(namespace, &lease_name(&owner.uid), |record| {
-                match restart(record, &members, uid, &self.node, budget, now) {
+            .decisions
+            .decide(pod, |record, members| {
+                match restart(record, members, uid, &self.node, budget, now) {
                     RestartDecision::Free => (Verdict::Kill(BudgetOutcome::Free), None),
                     RestartDecision::Holding => (Verdict::Kill(BudgetOutcome::Granted), None),
                     RestartDecision::Take(record) => {
@@ -177,7 +167,7 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
         };
         match verdict {
             Verdict::Kill(outcome) => {
-                self.metrics.decision(outcome);
+                self.metrics.restart_decision(outcome);
                 {
                     let mut state = self.lock();
                     state.deferred.remove(&id);
@@ -189,7 +179,7 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
                 unavailable,
                 allowed,
             } => {
-                self.metrics.decision(BudgetOutcome::Deferred);
+                self.metrics.restart_decision(BudgetOutcome::Deferred);
                 let first = {
                     let mut state = self.lock();
                     state.deciding.remove(&id);
@@ -281,10 +271,4 @@ impl<K: Killer + Clone + Send + Sync + 'static> Killer for BudgetedKiller<K> {
     fn containers(&self) -> usize {
         self.inner.containers() + self.lock().deferred.len()
     }
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }

@@ -32,6 +32,7 @@ use podprobe_core::util::pod::all_container_statuses;
 
 use super::marker_sync::MarkerWriter;
 use super::metric_set::MetricSet;
+use super::readiness_floor::{FloorDecided, FloorGate};
 use crate::api::patcher::{Patcher, StatusApi};
 use crate::api::pods::PodUpdate;
 use crate::server::health::Health;
@@ -74,6 +75,9 @@ pub(super) struct SyncLoop<R: ProbeRunner, A: StatusApi, K: Killer> {
     /// The last runs the workers report (PS1), counted in
     /// [`SyncLoop::per_pod_entries`].
     pub(super) ledger: Arc<ProbeLedger>,
+    /// Holds gates for readiness floors (WG3) between the tracker's
+    /// intents and the patcher.
+    pub(super) floor: FloorGate,
 }
 
 impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
@@ -82,6 +86,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
         events: impl Stream<Item = PodUpdate>,
         mut results: ResultReceivers,
         mut readings: mpsc::UnboundedReceiver<Reading>,
+        mut floor_decided: mpsc::UnboundedReceiver<FloorDecided>,
         shutdown: impl Future<Output = ()>,
     ) {
         let mut events = std::pin::pin!(events);
@@ -95,6 +100,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 () = &mut shutdown => break,
                 Some(event) = events.next() => self.on_pod_event(event),
                 Some(reading) = readings.recv() => self.on_reading(reading),
+                Some(decided) = floor_decided.recv() => self.on_floor_decided(decided),
                 Some(update) = results.readiness.recv() => self.on_result(&update),
                 Some(update) = results.startup.recv() => self.on_result(&update),
                 Some(update) = results.liveness.recv() => self.on_result(&update),
@@ -135,6 +141,14 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     fn on_reading(&mut self, reading: Reading) {
         let current = self.cache.get(&reading.uid);
         self.step(Input::AnnotationRead { reading, current });
+    }
+
+    /// WG3: a readiness floor's decision came back.
+    fn on_floor_decided(&mut self, decided: FloorDecided) {
+        let pod = self.cache.get(&decided.uid);
+        if let Some(intent) = self.floor.decided(decided, pod) {
+            self.patcher.submit(intent);
+        }
     }
 
     /// K1: a cached result changed.
@@ -185,7 +199,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
     /// `podprobe_patch_tasks` count (#39), by name: each follows the pods on
     /// the node and is empty once they are gone (the probe-run budgets a
     /// minute after a pod's last run, container facts at the next resync).
-    pub(super) fn per_pod_entries(&self) -> [(&'static str, usize); 7] {
+    pub(super) fn per_pod_entries(&self) -> [(&'static str, usize); 8] {
         [
             ("pod_store", self.cache.entries()),
             ("results", self.manager.caches().entries()),
@@ -194,6 +208,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
             ("markers", self.markers.pods()),
             ("ledger", self.ledger.pods()),
             ("containers", self.killer.containers()),
+            ("readiness_floor", self.floor.pods()),
         ]
     }
 
@@ -226,11 +241,17 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                 {
                     self.patcher.forget(uid);
                     self.markers.forget(uid);
+                    self.floor.forget(uid);
                 }
                 command.apply(&self.manager);
             }
             Effect::ShowStarted { uid, started } => self.started.set_started(&uid, started),
-            Effect::Patch(intent) => self.patcher.submit(intent),
+            Effect::Patch(intent) => {
+                let pod = self.cache.get(&intent.uid);
+                if let Some(intent) = self.floor.admit(intent, pod) {
+                    self.patcher.submit(intent);
+                }
+            }
             Effect::WriteMarkers { pod, desired } => self.markers.write(&pod, &desired),
             Effect::Kill { pod, kill } => self.killer.kill(&pod, kill),
             Effect::Record(event) => self.events.record(event),
@@ -277,7 +298,10 @@ mod tests {
         FakeApi, RecordingEvents, RecordingKiller, RecordingMarkers, Scripted, ScriptedRunner,
         first_container_status,
     };
+    use futures::future::BoxFuture;
+    use k8s_openapi::api::core::v1::PodCondition;
     use podprobe_core::prober::events::record::reasons;
+    use podprobe_core::prober::floor_keeper::{FloorAsk, FloorVerdict};
     use podprobe_core::prober::markers::MarkerKeys;
     use podprobe_core::prober::pod_store::PodStoreWriter;
     use podprobe_core::prober::pod_tracker::{AnnotationRules, EDIT_DEBOUNCE, TrackerConfig};
@@ -291,6 +315,10 @@ mod tests {
     use podprobe_core::spec::probe_spec::budget::{BudgetLimits, NodeBudget};
     use podprobe_core::spec::probe_spec::timeout_caps::TimeoutCaps;
     use podprobe_core::status::conditions::{CONTAINERS_READY, POD_READY};
+    use podprobe_core::status::gate::FloorHold;
+    use podprobe_core::status::patch_decision::own_condition;
+
+    use crate::daemon::readiness_floor::FloorDecider;
     use podprobe_core::status::{Mode, PROBES_ANNOTATION};
     use podprobe_core::testing::{
         TRACKED_ANNOTATION as ANNOTATION, TRACKED_ID as ID, tracked_pod as pod,
@@ -317,6 +345,35 @@ mod tests {
         readings: mpsc::UnboundedReceiver<Reading>,
         events: Arc<RecordingEvents>,
         markers: RecordingMarkers,
+        /// The readiness floor's decisions, as scripted.
+        floor: Arc<ScriptedFloor>,
+        floor_decided: mpsc::UnboundedReceiver<FloorDecided>,
+    }
+
+    /// Answers the readiness floor's decisions with the verdicts it is
+    /// given, in turn, then lets go; counts the units given back.
+    #[derive(Default)]
+    struct ScriptedFloor {
+        verdicts: std::sync::Mutex<std::collections::VecDeque<FloorVerdict>>,
+        given_back: std::sync::atomic::AtomicUsize,
+    }
+
+    impl FloorDecider for ScriptedFloor {
+        fn decide(
+            &self,
+            _pod: Arc<Pod>,
+            _ask: FloorAsk,
+            _failures: u32,
+        ) -> BoxFuture<'static, FloorVerdict> {
+            let next = self.verdicts.lock().unwrap().pop_front();
+            Box::pin(std::future::ready(next.unwrap_or(FloorVerdict::Release)))
+        }
+
+        fn give_back(&self, _pod: Arc<Pod>) -> BoxFuture<'static, ()> {
+            self.given_back
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(std::future::ready(()))
+        }
     }
 
     fn sync_loop(mode: Mode, pod: &Pod, runner: Arc<ScriptedRunner>) -> Harness {
@@ -397,6 +454,15 @@ mod tests {
             Box::new(rand::random::<f64>),
         );
         let markers = MarkerWriter::new(markers_api.clone(), metrics.markers.clone());
+        let floor = Arc::new(ScriptedFloor::default());
+        let (decided, floor_decided) = mpsc::unbounded_channel();
+        let floor_gate = FloorGate::new(
+            floor.clone(),
+            decided,
+            ledger.clone(),
+            events.clone(),
+            metrics.workload_guard.clone(),
+        );
         let daemon = SyncLoop {
             tracker,
             reading_slots: Arc::new(Semaphore::new(READING_THREADS)),
@@ -411,6 +477,7 @@ mod tests {
             readings: readings_sender,
             markers,
             ledger,
+            floor: floor_gate,
         };
         Harness {
             daemon,
@@ -423,6 +490,8 @@ mod tests {
             readings,
             events,
             markers: markers_api,
+            floor,
+            floor_decided,
         }
     }
 
@@ -440,6 +509,12 @@ mod tests {
             self.cache.remove(pod);
             self.daemon
                 .on_pod_event(PodUpdate::Deleted(Arc::new(pod.clone())));
+        }
+
+        /// The readiness floor's next decision comes back to the loop.
+        async fn floor_decision(&mut self) {
+            let decided = self.floor_decided.recv().await.expect("a decision");
+            self.daemon.on_floor_decided(decided);
         }
 
         /// The annotation reading the loop asked for comes back to it.
@@ -1044,6 +1119,92 @@ mod tests {
         }
     }
 
+    /// A gate-mode pod whose readiness probe has a readiness floor, Ready
+    /// as the kubelet and podprobe last reported it.
+    async fn floored_and_ready() -> Pod {
+        let mut pod = named(Mode::Gate);
+        pod.metadata.annotations = Some(
+            [(
+                PROBES_ANNOTATION.to_string(),
+                r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "podprobe": {"readinessFloor": {"minReady": 2}}}}}"#.to_string(),
+            )]
+            .into(),
+        );
+        let mut reported = reported_ready(Mode::Gate, &pod).await;
+        let conditions = reported.status.as_mut().and_then(|s| s.conditions.as_mut());
+        conditions.expect("conditions").push(PodCondition {
+            type_: POD_READY.to_string(),
+            status: "True".to_string(),
+            ..PodCondition::default()
+        });
+        reported
+    }
+
+    /// The gate as the API server has it: status and reason.
+    fn gate(sync: &Harness) -> (String, Option<String>) {
+        let pod = sync.server_pod();
+        let own = own_condition(&pod).expect("podprobe.io/ready");
+        (own.status.clone(), own.reason.clone())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wg3_a_failing_gate_is_held_by_the_floor_then_let_go() {
+        let pod = floored_and_ready().await;
+        let mut sync = sync_loop(
+            Mode::Gate,
+            &pod,
+            ScriptedRunner::always(ProbeResult::Failure),
+        );
+        sync.floor.verdicts.lock().unwrap().extend([
+            FloorVerdict::Hold(FloorHold { ready: 2, floor: 2 }),
+            FloorVerdict::Release,
+        ]);
+        sync.start(&pod).await;
+        // Taken over Ready (S6); three failures (failureThreshold) later
+        // readiness fails, and the floor decides before anything is sent.
+        tokio::time::sleep(PERIOD * 3 + TIMEOUT).await;
+        sync.feed_results();
+        settle().await;
+        assert_eq!(gate(&sync).0, "True", "{:?}", sync.api.requests());
+        sync.floor_decision().await;
+        settle().await;
+        assert_eq!(
+            gate(&sync),
+            (
+                "True".to_string(),
+                Some(reasons::READINESS_FLOOR.to_string())
+            ),
+            "{:?}",
+            sync.api.requests()
+        );
+        let warnings: Vec<_> = sync.events.reasons();
+        assert!(warnings.contains(&reasons::READINESS_FLOOR), "{warnings:?}");
+        // The next resync decides again (after RETRY); still held until
+        // the decision says otherwise, then let go.
+        tokio::time::sleep(STATUS_RESYNC_PERIOD).await;
+        sync.daemon.resync();
+        settle().await;
+        assert_eq!(gate(&sync).0, "True");
+        sync.floor_decision().await;
+        settle().await;
+        assert_eq!(gate(&sync).0, "False", "{:?}", sync.api.requests());
+        assert!(
+            !sync
+                .api
+                .requests()
+                .iter()
+                .rev()
+                .skip(1)
+                .any(|r| r == "patch False"),
+            "the gate went False only once let go: {:?}",
+            sync.api.requests()
+        );
+        assert_eq!(sync.daemon.floor.pods(), 1);
+        // Passing again: the release is given back and the pod forgotten.
+        sync.deleted(&pod);
+        assert_eq!(sync.daemon.floor.pods(), 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn s6_a_restarted_podprobe_starts_a_replacement_container_over() {
         let mut replaced = reported_ready(Mode::Authority, &named(Mode::Authority)).await;
@@ -1151,7 +1312,7 @@ mod tests {
             Some(format!("containerd://churn-{i}"));
         let markers =
             serde_json::json!([{"label": "role", "onSuccess": "primary", "onFailure": "replica"}]);
-        let readiness = if i.is_multiple_of(4) {
+        let mut readiness = if i.is_multiple_of(4) {
             serde_json::json!({"httpGet": {"port": 8080}, "periodSeconds": period,
                 "podprobe": {"markers": markers, "http": {"headers": [{"name": "Authorization",
                     "valueFrom": {"secretKeyRef": {"name": "probe-auth", "key": "token"}}}]}}})
@@ -1159,6 +1320,23 @@ mod tests {
             serde_json::json!({"exec": {"command": ["true"]}, "periodSeconds": period,
                 "podprobe": {"markers": markers}})
         };
+        if i % 5 == 1 {
+            // A readiness floor, on a pod the kubelet calls Ready: its
+            // failures are decided (as scripted) and held or let go.
+            readiness["failureThreshold"] = 1.into();
+            readiness["podprobe"]["readinessFloor"] = serde_json::json!({"minReady": 1});
+            let conditions = pod
+                .status
+                .as_mut()
+                .unwrap()
+                .conditions
+                .get_or_insert_default();
+            conditions.push(PodCondition {
+                type_: POD_READY.to_string(),
+                status: "True".to_string(),
+                ..PodCondition::default()
+            });
+        }
         let probes = serde_json::json!({"app": {"readinessProbe": readiness,
             "livenessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1,
                               "failureThreshold": 1}}});
@@ -1177,6 +1355,9 @@ mod tests {
             tokio::time::advance(Duration::from_secs(1)).await;
             settle().await;
             self.feed_results();
+            while let Ok(decided) = self.floor_decided.try_recv() {
+                self.daemon.on_floor_decided(decided);
+            }
             self.daemon.end_pauses();
             settle().await;
             *clock += 1;

@@ -7,6 +7,7 @@
 //! way round.
 
 pub mod events;
+pub mod floor_keeper;
 pub mod liveness_pause;
 pub mod manager;
 pub mod markers;

@@ -518,6 +518,7 @@ pub fn gate_intent(ready: bool) -> Intent {
         owned: Owned::Gate(probes),
         views: vec![view("app", true, ready)],
         result_at: None,
+        floor: None,
     }
 }
 

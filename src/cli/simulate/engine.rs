@@ -848,7 +848,7 @@ impl Kubelet<'_> {
         annotated: &AnnotatedProbes,
         views: &[ContainerProbeView],
     ) {
-        let condition = gate_condition(pod, annotated, views);
+        let condition = gate_condition(pod, annotated, views, None);
         if self.condition.as_deref() == Some(condition.status.as_str()) {
             return;
         }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::prober::probe_ledger::{PodReport, ProbeReport, RunResult};
 use crate::spec::ProbeKind;
-use crate::status::gate::READY_CONDITION;
+use crate::status::gate::{self, READY_CONDITION};
 use crate::util::pod::{all_container_statuses, pod_name, pod_namespace};
 
 /// Most bytes of a probe's output quoted in a reason.
@@ -27,7 +27,8 @@ pub struct Explanation {
     pub namespace: String,
     pub name: String,
     pub ready: bool,
-    /// One sentence per reason, most pressing first; empty when ready.
+    /// One sentence per reason, most pressing first; when ready, empty or
+    /// why it is Ready although a readiness probe fails (WG3).
     pub reasons: Vec<String>,
 }
 
@@ -35,10 +36,11 @@ impl Explanation {
     /// The reasons as one paragraph.
     pub fn paragraph(&self) -> String {
         let subject = format!("Pod {}/{}", self.namespace, self.name);
-        if self.ready {
-            return format!("{subject} is Ready.");
-        }
-        let mut text = format!("{subject} is not Ready.");
+        let mut text = if self.ready {
+            format!("{subject} is Ready.")
+        } else {
+            format!("{subject} is not Ready.")
+        };
         for reason in &self.reasons {
             text.push(' ');
             text.push_str(reason);
@@ -51,10 +53,11 @@ impl Explanation {
 /// (`None`: podprobe has run none of them).
 pub fn explain(pod: &Pod, report: Option<&PodReport>) -> Explanation {
     let ready = condition(pod, "Ready").is_some_and(|c| c.status == "True");
-    let mut reasons = Vec::new();
-    if !ready {
-        reasons = not_ready_reasons(pod, report);
-    }
+    let reasons = if ready {
+        held_by_floor(pod).into_iter().collect()
+    } else {
+        not_ready_reasons(pod, report)
+    };
     Explanation {
         namespace: pod_namespace(pod).to_string(),
         name: pod_name(pod).to_string(),
@@ -121,6 +124,18 @@ fn not_ready_reasons(pod: &Pod, report: Option<&PodReport>) -> Vec<String> {
         });
     }
     reasons
+}
+
+/// WG3: podprobe's gate is held True by the workload's readiness floor,
+/// in its condition's words.
+fn held_by_floor(pod: &Pod) -> Option<String> {
+    let gate = condition(pod, READY_CONDITION)?;
+    (gate.reason.as_deref() == Some(gate::reason::READINESS_FLOOR)).then(|| {
+        format!(
+            "Its readiness probe fails, but podprobe holds {READY_CONDITION} True: {}.",
+            quote(gate.message.as_deref().unwrap_or_default())
+        )
+    })
 }
 
 /// The kubelet's part: a container that is not running has no probe to
@@ -296,6 +311,25 @@ mod tests {
         let why = explain(&pod, None);
         assert!(why.ready);
         assert_eq!(why.paragraph(), "Pod default/pod-u1 is Ready.");
+    }
+
+    #[test]
+    fn wg3_a_pod_held_ready_by_the_floor_says_so() {
+        let mut pod = with_status(vec![running("app", "c://1", epoch(), Some(true))], "True");
+        let conditions = pod.status.as_mut().and_then(|s| s.conditions.as_mut());
+        conditions.unwrap().push(PodCondition {
+            type_: READY_CONDITION.into(),
+            status: "True".into(),
+            reason: Some(gate::reason::READINESS_FLOOR.into()),
+            message: Some("held Ready by the readiness floor: 1 of the workload's pods are Ready without this one, minReady is 2; containers with unready status: [app]".into()),
+            ..PodCondition::default()
+        });
+        let why = explain(&pod, None);
+        assert!(why.ready);
+        assert_eq!(
+            why.paragraph(),
+            "Pod default/pod-u1 is Ready. Its readiness probe fails, but podprobe holds podprobe.io/ready True: \"held Ready by the readiness floor: 1 of the workload's pods are Ready without this one, minReady is 2; containers with unready status: [app]\"."
+        );
     }
 
     #[test]

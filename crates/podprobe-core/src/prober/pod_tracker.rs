@@ -463,6 +463,7 @@ impl PodTracker {
             owned: probes.owned.clone(),
             views,
             result_at,
+            floor: None,
         }));
         if pod.metadata.deletion_timestamp.is_some() {
             return;

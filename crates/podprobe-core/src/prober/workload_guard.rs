@@ -8,10 +8,11 @@
 //! workload's Lease, written with a compare-and-swap by
 //! `podprobe::api::workload_lease`): a decision reads the record and the
 //! workload's pods, and what it takes is a new record, written only if
-//! nobody wrote one since; on a conflict it is decided again. A node drops
-//! the restart and release units it took once their pods show NotReady
-//! ([`shown`]), and its holds once their probes pass ([`recovered`]); units
-//! of a node that stopped lapse. Nothing is written while nothing fails. Pure: the clock is the caller's, in Unix
+//! nobody wrote one since; on a conflict it is decided again. A node gives
+//! back its holds and released gates once their probes pass
+//! ([`recovered`]); restart units lapse (by then the restart shows as
+//! NotReady, which counts by itself), and so do the units of a node that
+//! stopped. Nothing is written while nothing fails. Pure: the clock is the caller's, in Unix
 //! seconds (the record is read on other nodes, whose monotonic clocks
 //! mean nothing here).
 
@@ -259,24 +260,15 @@ pub fn release(
     }
 }
 
-/// WG3: the record once `uid`'s readiness probe passes again (its hold, if
-/// any, is over), or `None` when it held nothing.
+/// WG3: the record once `uid`'s readiness probe passes again: its hold is
+/// over, and a gate let go counts by itself again (a Ready pod with a
+/// `Release` unit would count as unavailable until the unit lapses);
+/// `None` when it holds neither.
 pub fn recovered(record: &GuardRecord, uid: &str) -> Option<GuardRecord> {
     record
         .units
         .get(uid)
-        .filter(|u| u.kind == UnitKind::Held)
-        .and_then(|_| record.without(uid))
-}
-
-/// WG2, WG3: the record once `uid`, for which this node took a restart or
-/// a release, shows NotReady (from then on it counts by itself), or `None`
-/// when it holds neither.
-pub fn shown(record: &GuardRecord, uid: &str) -> Option<GuardRecord> {
-    record
-        .units
-        .get(uid)
-        .filter(|u| matches!(u.kind, UnitKind::Restart | UnitKind::Release))
+        .filter(|u| matches!(u.kind, UnitKind::Held | UnitKind::Release))
         .and_then(|_| record.without(uid))
 }
 
@@ -461,12 +453,10 @@ mod tests {
         for i in 3..6 {
             assert_eq!(record.units[&format!("p{i}")].kind, UnitKind::Held);
         }
-        // The released gates show False, and their node drops the units.
+        // The released gates show False.
         for pod in &mut pods[..3] {
             pod.ready = false;
-            record = shown(&record, &pod.uid).expect("a released pod's unit");
         }
-        assert_eq!(shown(&record, "p3"), None);
         // Deciding again holds the same three, writing nothing.
         for i in 3..6 {
             let decision = release(&record, &pods, &format!("p{i}"), "a", &half, 4, 10);
@@ -482,8 +472,11 @@ mod tests {
                 "{decision:?}"
             );
         }
-        // p0 recovers: one held pod may go, the one held longest (p3).
+        // p0 recovers and its node gives its unit back: one held pod may
+        // go, the one held longest (p3).
         pods[0].ready = true;
+        record = recovered(&record, "p0").expect("p0's released gate");
+        assert_eq!(recovered(&record, "p0"), None);
         let p5 = release(&record, &pods, "p5", "a", &half, 9, 20);
         assert!(matches!(p5, FloorDecision::Hold { .. }), "{p5:?}");
         let p3 = release(&record, &pods, "p3", "a", &half, 9, 20);

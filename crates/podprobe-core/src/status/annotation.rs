@@ -26,6 +26,7 @@ use crate::spec::destinations::Destinations;
 pub use crate::spec::probe_spec::budget::MAX_ANNOTATION_BYTES;
 use crate::spec::probe_spec::budget::{OverBudget, PodBudget};
 use crate::spec::probe_spec::extension::Network;
+use crate::spec::probe_spec::extension::workload_options::ReadinessFloor;
 use crate::spec::probe_spec::{clipped, decode_probe_object, normalize_object};
 use crate::spec::{Handler, ProbeKind, ProbeSpec, SpecError};
 use crate::util::pod::find_container;
@@ -73,6 +74,15 @@ impl AnnotatedProbes {
     pub fn gates_readiness(&self, container: &str) -> bool {
         self.get(container, ProbeKind::Readiness).is_some()
             || self.get(container, ProbeKind::Startup).is_some()
+    }
+
+    /// The readiness floor of the workload (WG3): the first annotated
+    /// readiness probe's, in annotation order, that has one.
+    pub fn readiness_floor(&self) -> Option<ReadinessFloor> {
+        self.probes
+            .iter()
+            .filter(|p| p.kind == ProbeKind::Readiness)
+            .find_map(|p| p.spec.workload.readiness_floor)
     }
 
     #[cfg(test)]

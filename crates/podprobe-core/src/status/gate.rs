@@ -47,25 +47,59 @@ pub fn gate_condition(
     pod: &Pod,
     probes: &AnnotatedProbes,
     views: &[ContainerProbeView],
+    floor: Option<&FloorHold>,
 ) -> PodCondition {
+    let assessed = assess(pod, probes, views);
+    match floor {
+        Some(hold) if assessed.readiness_only => held(assessed.condition, hold),
+        _ => assessed.condition,
+    }
+}
+
+/// Whether `podprobe.io/ready` is False for readiness probes alone (WG3):
+/// every container it waits for runs and has started, and at least one's
+/// readiness probe fails. Only such a gate may be held by a readiness
+/// floor; a container that does not run or has not started is not Ready
+/// by the kubelet's own account either.
+pub fn readiness_failing(
+    pod: &Pod,
+    probes: &AnnotatedProbes,
+    views: &[ContainerProbeView],
+) -> bool {
+    assess(pod, probes, views).readiness_only
+}
+
+/// The gate as the kubelet's rules word it, and whether it is False for
+/// failing readiness probes alone.
+struct Assessed {
+    condition: PodCondition,
+    readiness_only: bool,
+}
+
+fn assess(pod: &Pod, probes: &AnnotatedProbes, views: &[ContainerProbeView]) -> Assessed {
     let (no_spec, no_status) = (PodSpec::default(), PodStatus::default());
     let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     let status = pod.status.as_ref().unwrap_or(&no_status);
     let mut not_ready = NotReady::default();
     let mut held_by = None;
+    let mut readiness_only = true;
     for container in readiness_containers(spec).filter(|c| probes.gates_readiness(&c.name)) {
         match status_named(status, &container.name) {
             None => not_ready.unknown.push(container.name.clone()),
             Some(current) if !is_ready(current, views) => {
                 not_ready.unready.push(container.name.clone());
                 held_by = held_by.or_else(|| noted(current, views));
+                readiness_only &=
+                    is_running(current) && view_for(views, current).is_some_and(|v| v.started);
             }
             Some(_) => {}
         }
     }
+    readiness_only &= not_ready.unknown.is_empty() && !not_ready.unready.is_empty();
     let mut condition = not_ready.into_condition(READY_CONDITION, status.phase.as_deref());
     let kubelets_not_ready =
         condition.reason.as_deref() == Some(conditions::reason::CONTAINERS_NOT_READY);
+    readiness_only &= kubelets_not_ready;
     if let Some(view) = held_by.filter(|_| kubelets_not_ready) {
         condition.reason = Some(
             if view.started {
@@ -79,7 +113,34 @@ pub fn gate_condition(
         let message = condition.message.get_or_insert_with(String::new);
         message.push_str(&format!("; {}: {note}", view.name));
     }
-    condition
+    Assessed {
+        condition,
+        readiness_only,
+    }
+}
+
+/// A readiness floor's hold on a pod's gate (WG3): the workload counted
+/// `ready` Ready pods with this one's gate let go, against `floor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FloorHold {
+    pub ready: usize,
+    pub floor: usize,
+}
+
+/// `condition`, False for readiness probes alone, held True: reason
+/// [`reason::READINESS_FLOOR`], and a message that says why it is True and
+/// what it would have said.
+fn held(condition: PodCondition, hold: &FloorHold) -> PodCondition {
+    let was = condition.message.as_deref().unwrap_or_default();
+    PodCondition {
+        status: conditions::TRUE.to_string(),
+        reason: Some(reason::READINESS_FLOOR.to_string()),
+        message: Some(format!(
+            "held Ready by the readiness floor: {} of the workload's pods are Ready without this one, minReady is {}; {was}",
+            hold.ready, hold.floor
+        )),
+        ..condition
+    }
 }
 
 /// Reasons of `podprobe.io/ready` beyond the kubelet's `ContainersReady`
@@ -89,6 +150,9 @@ pub mod reason {
     pub const STARTUP_PROBE_FAILED: &str = "StartupProbeFailed";
     /// A started, unready container's readiness probe has failed.
     pub const READINESS_PROBE_FAILED: &str = "ReadinessProbeFailed";
+    /// The gate is True although a readiness probe fails: the workload's
+    /// readiness floor holds it (WG3).
+    pub const READINESS_FLOOR: &str = "ReadinessFloor";
 }
 
 /// The verdict about `status`'s instance, if it carries a failure note.
@@ -105,17 +169,19 @@ fn is_ready(status: &ContainerStatus, views: &[ContainerProbeView]) -> bool {
     running && view_for(views, status).is_some_and(|view| view.started && view.ready)
 }
 
-/// `pod`'s status with `podprobe.io/ready` as [`gate_condition`] computes it,
+/// `pod`'s status with `podprobe.io/ready` as [`gate_condition`] computes it
+/// (held True by `floor` when given and the gate fails for readiness alone),
 /// its `lastTransitionTime` kept from the current condition unless the status
 /// changes (rule 4). Replaces the condition in place, or appends it.
 pub fn desired_gate_status(
     pod: &Pod,
     probes: &AnnotatedProbes,
     views: &[ContainerProbeView],
+    floor: Option<&FloorHold>,
     now: &Time,
 ) -> PodStatus {
     let mut status = pod.status.clone().unwrap_or_default();
-    let mut condition = gate_condition(pod, probes, views);
+    let mut condition = gate_condition(pod, probes, views, floor);
     set_transition_time(
         &mut condition,
         status.conditions.as_deref().unwrap_or_default(),
@@ -196,7 +262,7 @@ mod tests {
     fn gate_true_when_every_probed_container_is_ready() {
         let pod = two_container_pod("Running");
         let probes = probes(&[("app", ProbeKind::Readiness)]);
-        let got = gate_condition(&pod, &probes, &[view("app", true, true)]);
+        let got = gate_condition(&pod, &probes, &[view("app", true, true)], None);
         assert_eq!(verdict(&got), (TRUE, None, None));
         assert_eq!(got.type_, READY_CONDITION);
     }
@@ -209,7 +275,7 @@ mod tests {
             ("proxy", ProbeKind::Readiness),
         ]);
         let views = [view("app", true, false), view("proxy", true, false)];
-        let got = gate_condition(&pod, &probes, &views);
+        let got = gate_condition(&pod, &probes, &views, None);
         assert_eq!(
             verdict(&got),
             (
@@ -237,7 +303,7 @@ mod tests {
             noted("proxy", false, "Startup probe failed: dial tcp: refused"),
         ];
         assert_eq!(
-            verdict(&gate_condition(&pod, &probes, &views)),
+            verdict(&gate_condition(&pod, &probes, &views, None)),
             (
                 FALSE,
                 Some(super::reason::STARTUP_PROBE_FAILED),
@@ -256,7 +322,7 @@ mod tests {
             noted("proxy", false, "Startup probe failed: dial tcp: refused"),
         ];
         assert_eq!(
-            verdict(&gate_condition(&pod, &probes, &views)),
+            verdict(&gate_condition(&pod, &probes, &views, None)),
             (
                 FALSE,
                 Some(super::reason::READINESS_PROBE_FAILED),
@@ -273,14 +339,14 @@ mod tests {
         };
         let views = [stale, view("proxy", true, true)];
         assert_eq!(
-            verdict(&gate_condition(&pod, &probes, &views)).1,
+            verdict(&gate_condition(&pod, &probes, &views, None)).1,
             Some(reason::CONTAINERS_NOT_READY)
         );
         // Terminal phases keep the kubelet's reasons.
         let done = two_container_pod("Failed");
         let views = [noted("app", true, "Readiness probe failed: x")];
         assert_eq!(
-            verdict(&gate_condition(&done, &probes, &views)).1,
+            verdict(&gate_condition(&done, &probes, &views, None)).1,
             Some(reason::POD_FAILED)
         );
     }
@@ -294,7 +360,7 @@ mod tests {
             ("app", ProbeKind::Readiness),
             ("proxy", ProbeKind::Readiness),
         ]);
-        let got = gate_condition(&pod, &probes, &[view("proxy", true, false)]);
+        let got = gate_condition(&pod, &probes, &[view("proxy", true, false)], None);
         assert_eq!(
             got.message.as_deref(),
             Some("containers with unknown status: [app], containers with unready status: [proxy]")
@@ -306,11 +372,16 @@ mod tests {
         let pod = two_container_pod("Running");
         let probes = probes(&[("app", ProbeKind::Liveness)]);
         assert_eq!(
-            verdict(&gate_condition(&pod, &probes, &[])),
+            verdict(&gate_condition(&pod, &probes, &[], None)),
             (TRUE, None, None)
         );
         assert_eq!(
-            verdict(&gate_condition(&pod, &AnnotatedProbes::default(), &[])),
+            verdict(&gate_condition(
+                &pod,
+                &AnnotatedProbes::default(),
+                &[],
+                None
+            )),
             (TRUE, None, None)
         );
     }
@@ -319,12 +390,12 @@ mod tests {
     fn gate_startup_probe_holds_readiness_until_started() {
         let pod = two_container_pod("Running");
         let probes = probes(&[("app", ProbeKind::Startup)]);
-        let got = gate_condition(&pod, &probes, &[view("app", false, false)]);
+        let got = gate_condition(&pod, &probes, &[view("app", false, false)], None);
         assert_eq!(
             got.message.as_deref(),
             Some("containers with unready status: [app]")
         );
-        let got = gate_condition(&pod, &probes, &[view("app", true, true)]);
+        let got = gate_condition(&pod, &probes, &[view("app", true, true)], None);
         assert_eq!(got.status, TRUE);
     }
 
@@ -336,7 +407,7 @@ mod tests {
             container_id: Some("containerd://previous".to_string()),
             ..view("app", true, true)
         };
-        assert_eq!(gate_condition(&pod, &probes, &[stale]).status, FALSE);
+        assert_eq!(gate_condition(&pod, &probes, &[stale], None).status, FALSE);
     }
 
     #[test]
@@ -351,7 +422,7 @@ mod tests {
             ..ContainerState::default()
         });
         let probes = probes(&[("app", ProbeKind::Readiness)]);
-        let got = gate_condition(&pod, &probes, &[view("app", true, true)]);
+        let got = gate_condition(&pod, &probes, &[view("app", true, true)], None);
         assert_eq!(
             got.message.as_deref(),
             Some("containers with unready status: [app]")
@@ -370,7 +441,7 @@ mod tests {
             ("app", ProbeKind::Readiness),
             ("proxy", ProbeKind::Readiness),
         ]);
-        let got = gate_condition(&pod, &probes, &[]);
+        let got = gate_condition(&pod, &probes, &[], None);
         assert_eq!(
             got.message.as_deref(),
             Some("containers with unready status: [proxy app]")
@@ -381,9 +452,9 @@ mod tests {
     fn gate_rule3_1_terminal_phases() {
         let probes = probes(&[("app", ProbeKind::Readiness)]);
         let views = [view("app", true, true)];
-        let got = gate_condition(&two_container_pod("Succeeded"), &probes, &views);
+        let got = gate_condition(&two_container_pod("Succeeded"), &probes, &views, None);
         assert_eq!(verdict(&got), (FALSE, Some(reason::POD_COMPLETED), None));
-        let got = gate_condition(&two_container_pod("Failed"), &probes, &views);
+        let got = gate_condition(&two_container_pod("Failed"), &probes, &views, None);
         assert_eq!(verdict(&got), (FALSE, Some(reason::POD_FAILED), None));
     }
 
@@ -401,7 +472,7 @@ mod tests {
         pod.status.as_mut().unwrap().conditions = Some(vec![earlier]);
         let now = time("2025-03-01T10:00:31Z");
 
-        let unready = desired_gate_status(&pod, &probes, &[view("app", true, false)], &now);
+        let unready = desired_gate_status(&pod, &probes, &[view("app", true, false)], None, &now);
         let conditions = unready.conditions.unwrap();
         assert_eq!(conditions.len(), 1);
         assert_eq!(
@@ -413,7 +484,7 @@ mod tests {
             Some("containers with unready status: [app]")
         );
 
-        let ready = desired_gate_status(&pod, &probes, &[view("app", true, true)], &now);
+        let ready = desired_gate_status(&pod, &probes, &[view("app", true, true)], None, &now);
         assert_eq!(ready.conditions.unwrap()[0].last_transition_time, Some(now));
     }
 
@@ -428,7 +499,7 @@ mod tests {
             "2025-03-01T10:00:00Z",
         )]);
         let now = time("2025-03-01T10:00:31Z");
-        let status = desired_gate_status(&pod, &AnnotatedProbes::default(), &[], &now);
+        let status = desired_gate_status(&pod, &AnnotatedProbes::default(), &[], None, &now);
         let types: Vec<_> = status
             .conditions
             .unwrap()

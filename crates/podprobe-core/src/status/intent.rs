@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::annotation::AnnotatedProbes;
+use super::gate::FloorHold;
 use super::{ContainerProbeView, Mode};
 
 /// What podprobe wants for one pod.
@@ -23,6 +24,9 @@ pub struct Intent {
     /// intent about (`None`: a resync or a pod change). A newer intent
     /// replacing one not sent yet brings its own.
     pub result_at: Option<Instant>,
+    /// The workload's readiness floor holds the gate True (WG3): set by the
+    /// daemon's floor keeper, never by the tracker.
+    pub floor: Option<FloorHold>,
 }
 
 /// The fields podprobe owns for a pod (design.md), with what computing them

@@ -257,7 +257,7 @@ mod tests {
     }
 
     fn gate_patch(pod: &Pod) -> Option<Value> {
-        let desired = desired_gate_status(pod, &AnnotatedProbes::default(), &[], &time(AT));
+        let desired = desired_gate_status(pod, &AnnotatedProbes::default(), &[], None, &time(AT));
         build_patch(Mode::Gate, pod, &desired).expect("patch")
     }
 
@@ -335,7 +335,8 @@ mod tests {
     #[test]
     fn design_gate_patch_ignores_kubelet_fields_in_desired() {
         let pod = gated_pod(kubelet_conditions());
-        let mut desired = desired_gate_status(&pod, &AnnotatedProbes::default(), &[], &time(AT));
+        let mut desired =
+            desired_gate_status(&pod, &AnnotatedProbes::default(), &[], None, &time(AT));
         desired.phase = Some("Failed".to_string());
         desired.conditions.as_mut().unwrap()[1].status = TRUE.to_string();
         desired.container_statuses.as_mut().unwrap()[0].ready = false;
@@ -350,7 +351,7 @@ mod tests {
     fn rule5_3_no_uid_no_patch() {
         let mut pod = gated_pod(vec![]);
         pod.metadata.uid = None;
-        let desired = desired_gate_status(&pod, &AnnotatedProbes::default(), &[], &time(AT));
+        let desired = desired_gate_status(&pod, &AnnotatedProbes::default(), &[], None, &time(AT));
         assert!(matches!(
             build_patch(Mode::Gate, &pod, &desired),
             Err(PatchError::MissingUid)

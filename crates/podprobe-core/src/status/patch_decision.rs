@@ -43,7 +43,9 @@ pub fn decide(pod: Option<&Pod>, intent: &Intent, now: &Time) -> Result<PatchDec
         return Ok(PatchDecision::UidChanged);
     }
     let desired = match &intent.owned {
-        Owned::Gate(probes) => desired_gate_status(pod, probes, &intent.views, now),
+        Owned::Gate(probes) => {
+            desired_gate_status(pod, probes, &intent.views, intent.floor.as_ref(), now)
+        }
         // Until the node agent reports containers there is nothing to derive
         // from (the kubelet always has its runtime's view of them).
         Owned::Authority if !has_container_statuses(pod) => return Ok(PatchDecision::Unchanged),

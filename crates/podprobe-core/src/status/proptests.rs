@@ -255,7 +255,7 @@ fn shuffled<T>(mut items: Vec<T>, mut seed: u64) -> Vec<T> {
 
 fn desired(mode: Mode, scenario: &Scenario, pod: &Pod, now: &Time) -> PodStatus {
     match mode {
-        Mode::Gate => desired_gate_status(pod, &scenario.probes, &scenario.views, now),
+        Mode::Gate => desired_gate_status(pod, &scenario.probes, &scenario.views, None, now),
         Mode::Authority => desired_authority_status(pod, &scenario.views, now),
     }
 }
@@ -422,7 +422,7 @@ proptest! {
 
     #[test]
     fn gate_true_only_when_every_gated_container_is_ready(s in scenario()) {
-        let gate = gate_condition(&s.pod, &s.probes, &s.views);
+        let gate = gate_condition(&s.pod, &s.probes, &s.views, None);
         if gate.status == TRUE {
             let spec = s.pod.spec.as_ref().expect("spec");
             let status = s.pod.status.as_ref().expect("status");

@@ -26,6 +26,15 @@ pub fn all_container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatu
         .chain(regular.into_iter().flatten())
 }
 
+/// Whether the pod's `Ready` condition is True.
+pub fn is_pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
 /// Whether the container status says it is running now.
 pub fn is_running(status: &ContainerStatus) -> bool {
     status.state.as_ref().is_some_and(|s| s.running.is_some())

@@ -77,6 +77,12 @@ pub mod reasons {
     /// A `restartBudget` cannot be applied (no workload, the API failing),
     /// so the restart is the kubelet's (WG2).
     pub const RESTART_BUDGET_UNAVAILABLE: &str = "RestartBudgetUnavailable";
+    /// A failing readiness probe's gate is held True by the workload's
+    /// `readinessFloor` (WG3); the gate condition's reason too.
+    pub const READINESS_FLOOR: &str = crate::status::gate::reason::READINESS_FLOOR;
+    /// A `readinessFloor` cannot be applied (no workload, the API failing),
+    /// so the gate goes False as the kubelet's readiness would (WG3).
+    pub const READINESS_FLOOR_UNAVAILABLE: &str = "ReadinessFloorUnavailable";
 }
 
 /// One Event to record, with the object it is about.
@@ -186,6 +192,18 @@ impl PodEvent {
             reason,
             action,
             note,
+        })
+    }
+
+    /// A Warning on the pod about its readiness floor (WG3): `reason`
+    /// [`reasons::READINESS_FLOOR`] or [`reasons::READINESS_FLOOR_UNAVAILABLE`].
+    pub fn readiness_floor(pod: &Pod, reason: &'static str, note: String) -> Option<Self> {
+        Some(PodEvent {
+            regarding: pod_reference(pod, None)?,
+            type_: EventType::Warning,
+            reason,
+            action: "HoldReadiness",
+            note: truncate_note(note),
         })
     }
 

@@ -1030,12 +1030,9 @@ fn wg1_restart_budget_on_liveness_and_floor_on_readiness_only() {
         (restart.max_unavailable, restart.max_deferral_seconds),
         (PodCount::Percent(25), 60)
     );
-    // Refused until the daemon holds it (#41), after its value is checked.
-    let refused = normalized(ProbeKind::Readiness, floor.clone()).unwrap_err();
-    assert!(
-        refused.starts_with("readinessProbe.podprobe.readinessFloor: Forbidden: is not supported"),
-        "{refused}"
-    );
+    let ready = normalized(ProbeKind::Readiness, floor.clone()).unwrap();
+    let held = ready.workload.readiness_floor.expect("a floor");
+    assert_eq!(held.min_ready, PodCount::Count(2));
     let bad = normalized(
         ProbeKind::Readiness,
         json!({"readinessFloor": {"minReady": "0%"}}),

@@ -74,6 +74,16 @@ impl PodCount {
     }
 }
 
+impl std::fmt::Display for PodCount {
+    /// As written: `2`, `25%`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PodCount::Count(n) => write!(f, "{n}"),
+            PodCount::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
 /// A validated `restartBudget`: a liveness restart of a Ready pod takes a
 /// unit of it (at most `max_unavailable` of the workload's pods unavailable
 /// at once), and waits at most `max_deferral` for one.
@@ -96,6 +106,26 @@ pub struct ReadinessFloor {
 pub struct WorkloadOptions {
     pub restart_budget: Option<RestartBudget>,
     pub readiness_floor: Option<ReadinessFloor>,
+}
+
+impl WorkloadOptions {
+    /// What the settings do when the probe fails, in a sentence each, for
+    /// `podprobe probe`.
+    pub fn describe(&self) -> Vec<String> {
+        let budget = self.restart_budget.map(|b| {
+            format!(
+                "restartBudget: a restart of this pod while it is Ready waits until fewer than {} of its workload's pods are unavailable, at most {} s",
+                b.max_unavailable, b.max_deferral_seconds
+            )
+        });
+        let floor = self.readiness_floor.map(|f| {
+            format!(
+                "readinessFloor: podprobe.io/ready stays True while fewer than {} of its workload's pods would be Ready without this one",
+                f.min_ready
+            )
+        });
+        budget.into_iter().chain(floor).collect()
+    }
 }
 
 /// Validates the `restartBudget` and `readinessFloor` of the `kind` probe
@@ -122,15 +152,7 @@ pub(in crate::spec::probe_spec) fn workload_options(
     let readiness_floor = match (readiness_floor_fields, kind) {
         (None, _) => None,
         (Some(given), ProbeKind::Readiness) => {
-            // Validated, so that a wrong value says so first; then refused:
-            // the floor's decisions (`workload_guard::release`) are not
-            // carried out by the daemon yet (#41), and a floor accepted
-            // but not held would be a promise broken in an outage.
-            readiness_floor(&field("readinessFloor"), given)?;
-            return Err(FieldError::forbidden(
-                field("readinessFloor"),
-                "is not supported by this podprobe yet (#41): the readiness floor is not enforced",
-            ));
+            Some(readiness_floor(&field("readinessFloor"), given)?)
         }
         (Some(_), _) => return Err(only_on("readinessFloor", ProbeKind::Readiness)),
     };
