@@ -15,19 +15,15 @@
 //! the unit the pod took, a hold or a release, is given back.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
+use crate::prober::workload_guard::RETRY;
 use crate::spec::probe_spec::extension::workload_options::ReadinessFloor;
 use crate::status::gate::{FloorHold, readiness_failing};
 use crate::status::{Intent, Owned};
 use crate::util::pod::is_pod_ready;
-
-/// How often a held gate is decided again, at most: each decision reads
-/// the workload's pods and its Lease.
-pub const RETRY: Duration = Duration::from_secs(5);
 
 /// The floor's state of every pod whose gate it decides, by UID.
 #[derive(Debug, Default)]

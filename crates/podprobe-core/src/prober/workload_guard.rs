@@ -29,6 +29,11 @@ use crate::spec::probe_spec::extension::workload_options::{ReadinessFloor, Resta
 /// after this.
 pub const UNIT_SECONDS: i64 = 60;
 
+/// How often a decision that left something waiting (a deferred restart,
+/// a held gate) is made again, at most: each reads the workload's pods and
+/// its Lease.
+pub const RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a hold counts without its node renewing it: a node renews a
 /// hold it keeps each time it decides again after half of this.
 pub const HOLD_SECONDS: i64 = 120;
