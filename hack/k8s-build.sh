@@ -11,8 +11,8 @@
 # ${PODPROBE_CACHE:-$HOME/.cache/podprobe}/k8s/<version>/bin, and reused while
 # go.mod/go.sum are unchanged: a fresh clone on the same machine builds
 # nothing. Without a cache the script builds (it never depends on one).
-# Builds run under `nice -n 19` with one package at a time: the machine is small
-# and shared.
+# Builds run under `nice -n 19`, on every core: whatever else runs keeps the
+# cores it needs.
 #
 #   hack/k8s-build.sh            build if needed, print the bin directory
 #   hack/k8s-build.sh --version  print the pinned Kubernetes version
