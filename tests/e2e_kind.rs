@@ -1907,9 +1907,15 @@ fn dependent_replica_set(name: &str, dir: &str, dependent: Dependent) -> Value {
             if let Some(budget) = budget {
                 liveness["podprobe"] = json!({"restartBudget": budget});
             }
+            // Readiness checks the container itself, and must not flap
+            // under the suite's load (a 1 s exec timeout did, on a node
+            // the hostile test loads): a pod that is not Ready is
+            // restarted free of the budget (WG2), so a flap shows as a
+            // second replica down.
             json!({"app": {
                 "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]},
-                                   "periodSeconds": 1, "failureThreshold": 1},
+                                   "periodSeconds": 1, "failureThreshold": 3,
+                                   "timeoutSeconds": 5},
                 "livenessProbe": liveness,
             }})
         }
