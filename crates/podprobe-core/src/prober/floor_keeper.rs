@@ -89,10 +89,11 @@ pub struct FloorStep {
 impl FloorKeeper {
     /// Takes the tracker's `intent` for `pod` (the pod as cached) at `now`.
     pub fn admit(&mut self, intent: Intent, pod: Option<&Pod>, now: Instant) -> FloorStep {
+        // The floor first: most pods have none, and need no assessment.
         let floor = match (&intent.owned, pod) {
-            (Owned::Gate(probes), Some(pod)) if readiness_failing(pod, probes, &intent.views) => {
-                probes.readiness_floor()
-            }
+            (Owned::Gate(probes), Some(pod)) => probes
+                .readiness_floor()
+                .filter(|_| readiness_failing(pod, probes, &intent.views)),
             _ => None,
         };
         let Some(floor) = floor else {
@@ -234,7 +235,7 @@ mod tests {
     use crate::spec::probe_spec::extension::workload_options::PodCount;
     use crate::status::annotation::parse_probes;
     use crate::status::conditions::{FALSE, TRUE};
-    use crate::status::gate::{READY_CONDITION, gate_condition, reason};
+    use crate::status::gate::{gate_condition, reason};
     use crate::testing::{container, gate_intent, gate_pod};
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec};
 
