@@ -18,12 +18,14 @@
 #                       add one result of a run made otherwise (its NOTE says
 #                       which, and shows in the table)
 #
-#   COMPAT_RESULTS  the results file (default
-#                   ${PODPROBE_CACHE:-~/.cache/podprobe}/compat/results.tsv);
-#                   kept across runs: the table shows each release's newest
-#                   run of each harness, so a second run of one release
-#                   replaces its rows and the others stay
-#   COMPAT_LOGS     where each run's log goes (default beside the results)
+#   COMPAT_RESULTS  the results file (default docs/compat-results.tsv, in
+#                   the repository: the table's source is versioned with it
+#                   and survives a new machine); kept across runs: the table
+#                   shows each release's newest run of each harness, so a
+#                   second run of one release replaces its rows and the
+#                   others stay
+#   COMPAT_LOGS     where each run's log goes (default
+#                   ${PODPROBE_CACHE:-~/.cache/podprobe}/compat/logs)
 #
 # Each release, in turn (never two clusters at once: the machine is small):
 #   kind      KIND_CLUSTER_NAME=podprobe-compat-<minor> PODPROBE_K8S_VERSION=VERSION
@@ -49,8 +51,8 @@ ROOT=$(dirname "$HACK")
 # shellcheck source=hack/kind-provider.sh
 . "$HACK/kind-provider.sh"
 
-RESULTS=${COMPAT_RESULTS:-${PODPROBE_CACHE:-$HOME/.cache/podprobe}/compat/results.tsv}
-LOGS=${COMPAT_LOGS:-$(dirname "$RESULTS")/logs}
+RESULTS=${COMPAT_RESULTS:-$ROOT/docs/compat-results.tsv}
+LOGS=${COMPAT_LOGS:-${PODPROBE_CACHE:-$HOME/.cache/podprobe}/compat/logs}
 
 log() { echo "compat-matrix: $*" >&2; }
 die() {
