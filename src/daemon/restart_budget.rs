@@ -5,7 +5,8 @@
 //! `LivenessRestartDeferred` once per deferral), is decided again at the pod
 //! syncs that follow, at most every 5 s, and goes ahead once a unit is free
 //! or `maxDeferralSeconds` have passed ([`RestartDeferrals`] keeps count). A pod that is
-//! not Ready costs nothing. When the workload cannot be read (no owner, an
+//! not Ready costs nothing (its restart is written all the same, beyond the
+//! budget, for the other nodes to count until it shows). When the workload cannot be read (no owner, an
 //! owner of another kind, the API failing) the kill is the kubelet's, with
 //! a Warning `RestartBudgetUnavailable` saying why.
 
@@ -93,7 +94,9 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
             .decisions
             .decide(pod, |record, members| {
                 match restart(record, members, uid, &self.node, budget, now) {
-                    RestartDecision::Free => ((Decision::Kill, BudgetOutcome::Free), None),
+                    RestartDecision::Free(record) => {
+                        ((Decision::Kill, BudgetOutcome::Free), record)
+                    }
                     RestartDecision::Holding => ((Decision::Kill, BudgetOutcome::Granted), None),
                     RestartDecision::Take(record) => {
                         ((Decision::Kill, BudgetOutcome::Granted), Some(record))

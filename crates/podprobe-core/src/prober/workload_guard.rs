@@ -85,8 +85,12 @@ pub struct Member {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestartDecision {
     /// The pod is not Ready, or not among the workload's pods as listed:
-    /// it costs nothing, and is restarted as the kubelet would.
-    Free,
+    /// it costs nothing, and is restarted as the kubelet would. A listed
+    /// one still writes this record first (a `Restart` unit beyond the
+    /// budget): its gate may turn True again before the restart shows in
+    /// its `Ready`, and meanwhile the other nodes must count it as
+    /// unavailable (`None`: not listed, or its unit still counts).
+    Free(Option<GuardRecord>),
     /// Granted: write this record, then restart.
     Take(GuardRecord),
     /// Granted earlier and still counted: restart, write nothing.
@@ -156,24 +160,16 @@ pub fn restart(
     budget: &RestartBudget,
     now: i64,
 ) -> RestartDecision {
-    if !members.iter().any(|m| m.uid == uid && m.ready) {
-        return RestartDecision::Free;
-    }
+    let Some(member) = members.iter().find(|m| m.uid == uid) else {
+        return RestartDecision::Free(None);
+    };
     let record = record.pruned(members, now);
-    if record
+    let holding = record
         .units
         .get(uid)
-        .is_some_and(|u| u.kind == UnitKind::Restart)
-    {
-        return RestartDecision::Holding;
-    }
-    let not_ready = members.iter().filter(|m| !m.ready).count();
-    let unavailable = not_ready
-        + record.ready_with(members, UnitKind::Restart, uid)
-        + record.ready_with(members, UnitKind::Release, uid);
-    let allowed = budget.max_unavailable.of(members.len());
-    if unavailable < allowed {
-        RestartDecision::Take(record.with(
+        .is_some_and(|u| u.kind == UnitKind::Restart);
+    let unit = || {
+        record.with(
             uid,
             Unit {
                 kind: UnitKind::Restart,
@@ -182,7 +178,21 @@ pub fn restart(
                 expires: now + UNIT_SECONDS,
                 failures: 0,
             },
-        ))
+        )
+    };
+    if !member.ready {
+        return RestartDecision::Free((!holding).then(unit));
+    }
+    if holding {
+        return RestartDecision::Holding;
+    }
+    let not_ready = members.iter().filter(|m| !m.ready).count();
+    let unavailable = not_ready
+        + record.ready_with(members, UnitKind::Restart, uid)
+        + record.ready_with(members, UnitKind::Release, uid);
+    let allowed = budget.max_unavailable.of(members.len());
+    if unavailable < allowed {
+        RestartDecision::Take(unit())
     } else {
         RestartDecision::Defer {
             unavailable,
@@ -360,10 +370,11 @@ mod tests {
         let mut six = members(&[true; 6]);
         six[3].ready = false;
         let one = budget(PodCount::Count(1));
-        assert_eq!(
-            restart(&GuardRecord::default(), &six, "p3", "a", &one, 0),
-            RestartDecision::Free
-        );
+        let RestartDecision::Free(Some(record)) =
+            restart(&GuardRecord::default(), &six, "p3", "a", &one, 0)
+        else {
+            panic!("not free, or no unit written");
+        };
         // ... but takes the unit a Ready pod would need.
         assert!(matches!(
             restart(&GuardRecord::default(), &six, "p0", "a", &one, 0),
@@ -372,11 +383,51 @@ mod tests {
                 allowed: 1
             }
         ));
+        // Its unit is written beyond the budget, and once written, not
+        // again while it counts.
+        assert_eq!(record.units["p3"].kind, UnitKind::Restart);
+        assert_eq!(
+            restart(&record, &six, "p3", "a", &one, UNIT_SECONDS - 1),
+            RestartDecision::Free(None)
+        );
+        assert!(matches!(
+            restart(&record, &six, "p3", "a", &one, UNIT_SECONDS),
+            RestartDecision::Free(Some(_))
+        ));
         // A pod not among the listed ones is the kubelet's.
         assert_eq!(
             restart(&GuardRecord::default(), &six, "other", "a", &one, 0),
-            RestartDecision::Free
+            RestartDecision::Free(None)
         );
+    }
+
+    /// The gap a free restart left open: the pod was not Ready when it was
+    /// restarted, its gate turned True again before the restart showed, and
+    /// another node, listing it Ready, took the last unit: two replicas
+    /// down under a budget of one.
+    #[test]
+    fn wg2_a_free_restart_counts_while_its_pod_looks_ready_again() {
+        let mut six = members(&[true; 6]);
+        six[3].ready = false;
+        let one = budget(PodCount::Count(1));
+        let RestartDecision::Free(Some(record)) =
+            restart(&GuardRecord::default(), &six, "p3", "a", &one, 0)
+        else {
+            panic!("no unit written for the free restart");
+        };
+        six[3].ready = true;
+        assert!(matches!(
+            restart(&record, &six, "p0", "b", &one, 1),
+            RestartDecision::Defer {
+                unavailable: 1,
+                allowed: 1
+            }
+        ));
+        // Once its restart has shown and lapsed, the unit is free again.
+        assert!(matches!(
+            restart(&record, &six, "p0", "b", &one, UNIT_SECONDS),
+            RestartDecision::Take(_)
+        ));
     }
 
     #[test]
