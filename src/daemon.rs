@@ -327,7 +327,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.destinations.clone(),
         &kube_probe_version,
     );
-    let decisions = GuardDecisions::new(client.clone());
+    let decisions = GuardDecisions::new(clients.guards.clone());
     let killer = BudgetedKiller::new(
         ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone()),
         decisions.clone(),
@@ -400,14 +400,12 @@ async fn kube_clients(
             .await
             .map_err(|e| DaemonError::Kubeconfig(e.to_string()))?,
     };
-    apiclient::build(
-        kube_config,
-        watch,
-        config.api_rate,
-        config.review_rate,
-        Arc::new(requests),
-    )
-    .map_err(DaemonError::Client)
+    let limits = apiclient::ClientLimits {
+        api: config.api_rate,
+        reviews: config.review_rate,
+        guards: config.guard_rate,
+    };
+    apiclient::build(kube_config, watch, limits, Arc::new(requests)).map_err(DaemonError::Client)
 }
 
 /// Checks every [`STATUS_RESYNC_PERIOD`] that the runtime answers, for `/readyz`;

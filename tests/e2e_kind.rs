@@ -27,9 +27,9 @@ use podprobe::server::status_api::USER_INTERVAL;
 use serde_json::{Value, json};
 
 use cluster::{
-    BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PodWatch, cluster, condition,
-    ensure_podprobe, gated_pod, podprobe_pods, podprobe_rolled_out, ready_podprobe_pods, running,
-    token_kubeconfig, unique_id,
+    AGNHOST_IMAGE, BUSYBOX_IMAGE, GATE, Namespace, PODPROBE_NAMESPACE, PodWatch, cluster,
+    condition, ensure_podprobe, gated_pod, podprobe_pods, podprobe_rolled_out, ready_podprobe_pods,
+    running, token_kubeconfig, unique_id,
 };
 use kind_release::helm_upgrade_reusing_values;
 
@@ -1929,10 +1929,24 @@ fn dependent_replica_set(name: &str, dir: &str, dependent: Dependent) -> Value {
             json!({"app": {"readinessProbe": readiness}})
         }
     };
+    spread_workload(
+        "ReplicaSet",
+        name,
+        &probes,
+        json!([{"name": "dependency",
+                "hostPath": {"path": dir, "type": "DirectoryOrCreate"}}]),
+        json!([{"name": "dependency", "mountPath": "/dependency"}]),
+    )
+}
+
+/// A workload (`kind`: ReplicaSet or Deployment) `name` of [`GUARD_REPLICAS`]
+/// busybox pods gated by podprobe's `probes`, spread evenly over the
+/// workers, with `volumes` mounted at `mounts`.
+fn spread_workload(kind: &str, name: &str, probes: &Value, volumes: Value, mounts: Value) -> Value {
     let script = format!("touch /tmp/ready; {SLEEP_LOOP}");
     json!({
         "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
+        "kind": kind,
         "metadata": {"name": name},
         "spec": {
             "replicas": GUARD_REPLICAS,
@@ -1954,14 +1968,13 @@ fn dependent_replica_set(name: &str, dir: &str, dependent: Dependent) -> Value {
                         "nodeTaintsPolicy": "Honor",
                         "labelSelector": {"matchLabels": {"app": name}},
                     }],
-                    "volumes": [{"name": "dependency",
-                                 "hostPath": {"path": dir, "type": "DirectoryOrCreate"}}],
+                    "volumes": volumes,
                     "containers": [{
                         "name": "app",
                         "image": BUSYBOX_IMAGE,
                         "imagePullPolicy": "Never",
                         "command": ["sh", "-c", script],
-                        "volumeMounts": [{"name": "dependency", "mountPath": "/dependency"}],
+                        "volumeMounts": mounts,
                     }],
                 },
             },
@@ -2257,5 +2270,230 @@ fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
         held.is_empty()
             .then_some(())
             .ok_or(format!("held: {held:?}"))
+    });
+}
+
+/// How long the shared Service stays down in
+/// [`wg2_wg3_a_deployment_on_a_failing_service_keeps_its_floor_and_its_budget`]:
+/// every replica's readiness fails within 2 s and its liveness within 3 s
+/// (1 s periods), and the held replicas' deferred restarts are decided again
+/// at the syncs that follow (every 5 s at most).
+const SERVICE_DOWN: Duration = Duration::from_secs(45);
+
+/// A Deployment `name` of [`GUARD_REPLICAS`] whose liveness and readiness
+/// probes both check the Service at `service_ip:8080`, with `guard`'s
+/// `restartBudget` and `readinessFloor` when given. Both probes give the
+/// check 5 s: a loaded node's `runc exec` must not look like the Service
+/// failing.
+fn service_dependent_deployment(
+    name: &str,
+    service_ip: &str,
+    guard: Option<(Value, Value)>,
+) -> Value {
+    let check = |period: u32, threshold: u32| {
+        json!({"exec": {"command": ["wget", "-q", "-T", "4", "-O", "/dev/null",
+                                    format!("http://{service_ip}:8080/")]},
+               "periodSeconds": period, "failureThreshold": threshold, "timeoutSeconds": 5})
+    };
+    // Readiness fails first (2 s), so the floor has let its pods go by the
+    // time their liveness fails (3 s) and asks the budget.
+    let (mut readiness, mut liveness) = (check(1, 2), check(1, 3));
+    if let Some((budget, floor)) = guard {
+        liveness["podprobe"] = json!({"restartBudget": budget});
+        readiness["podprobe"] = json!({"readinessFloor": floor});
+    }
+    let probes = json!({"app": {"readinessProbe": readiness, "livenessProbe": liveness}});
+    spread_workload("Deployment", name, &probes, json!([]), json!([]))
+}
+
+/// The sum over the workers' podprobes of the sample `series`.
+fn workers_sample(token: &str, series: &str) -> u64 {
+    workers()
+        .iter()
+        .map(|node| {
+            let ip = cluster()
+                .kubectl(&[
+                    "get",
+                    "node",
+                    node,
+                    "-o",
+                    "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+                ])
+                .unwrap_or_else(|e| panic!("{node}'s address: {e}"));
+            let text = scrape(ip.trim(), token).unwrap_or_else(|e| panic!("scrape {node}: {e}"));
+            sample(&text, series).unwrap_or_else(|| panic!("{node} exposes no {series}"))
+        })
+        .sum()
+}
+
+/// WG2 and WG3 together, as the outage they exist for (#41): two Deployments
+/// of six replicas over both workers whose liveness and readiness probes
+/// both call one shared Service, one with `restartBudget: {maxUnavailable:
+/// 1}` and `readinessFloor: {minReady: 50%}`, one without (the control).
+/// The Service's only backend is scaled to zero. Every version of the pods
+/// the API server holds (a watch) shows the control's replicas all
+/// restarted and all NotReady together, and at least three guarded replicas
+/// Ready throughout, some held so by the floor: the ones it let go are
+/// restarted free (they were NotReady already, WG2), and they use up the
+/// budget, so no held replica is restarted: at most three guarded replicas
+/// restarted in all. The Warnings and metrics say so. Once the backend is
+/// back every replica is Ready, and held by nothing.
+#[test]
+#[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
+fn wg2_wg3_a_deployment_on_a_failing_service_keeps_its_floor_and_its_budget() {
+    let _stay = podprobe_pods_stay();
+    let ns = setup("service");
+    ns.create_pod(&json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "dependency"},
+        "spec": {"selector": {"app": "dependency"},
+                 "ports": [{"port": 8080, "targetPort": 8080}]},
+    }));
+    ns.create_pod(&json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "dependency"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "dependency"}},
+            "template": {
+                "metadata": {"labels": {"app": "dependency"}},
+                "spec": {"containers": [{
+                    "name": "netexec",
+                    "image": AGNHOST_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "args": ["netexec", "--http-port=8080"],
+                    "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                }]},
+            },
+        },
+    }));
+    let service_ip = ns.kubectl(&[
+        "get",
+        "service",
+        "dependency",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let service_ip = service_ip.trim();
+    let scale = |replicas: u32| {
+        ns.kubectl(&[
+            "scale",
+            "deployment/dependency",
+            &format!("--replicas={replicas}"),
+        ]);
+    };
+    let backends = |want: usize| {
+        let ready = ns.kubectl(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=dependency",
+            "-o",
+            "jsonpath={.items[*].endpoints[?(@.conditions.ready==true)].addresses[0]}",
+        ]);
+        let n = ready.split_whitespace().count();
+        (n == want)
+            .then_some(())
+            .ok_or(format!("{n} ready backends"))
+    };
+    ns.wait_for("the dependency's backend", START, || backends(1));
+    let guard = (
+        json!({"maxUnavailable": 1, "maxDeferralSeconds": 600}),
+        json!({"minReady": "50%"}),
+    );
+    ns.create_pod(&service_dependent_deployment(
+        "guarded",
+        service_ip,
+        Some(guard),
+    ));
+    ns.create_pod(&service_dependent_deployment("control", service_ip, None));
+    for app in ["guarded", "control"] {
+        ns.wait_for(&format!("every {app} replica Ready"), START, || {
+            all_ready(&ns.name, app)
+        });
+    }
+    let _scraper = metrics_scraper(&ns);
+    let token = ns.kubectl(&["create", "token", "scraper"]);
+    let token = token.trim();
+    const DEFERRED: &str = r#"podprobe_restart_budget_decisions_total{outcome="deferred"}"#;
+    const HELD: &str = r#"podprobe_readiness_floor_decisions_total{outcome="held"}"#;
+    const HELD_PODS: &str = "podprobe_readiness_floor_held_pods";
+    let (deferred_before, held_before) =
+        (workers_sample(token, DEFERRED), workers_sample(token, HELD));
+
+    let watch = PodWatch::start(&ns.name);
+    scale(0);
+    let seen = WorkloadWatch::follow(&watch, Instant::now() + SERVICE_DOWN);
+    let restarted = |app: &str| {
+        seen.restarts
+            .iter()
+            .filter(|(name, count)| name.starts_with(app) && **count > 0)
+            .count()
+    };
+    let (deferred, held) = (
+        workers_sample(token, DEFERRED) - deferred_before,
+        workers_sample(token, HELD) - held_before,
+    );
+    eprintln!(
+        "service down {} s: not Ready at once, at most: {:?}; held by the floor: {:?}; restarted: guarded {}, control {}; decisions: {deferred} deferred, {held} held",
+        SERVICE_DOWN.as_secs(),
+        seen.most,
+        seen.held,
+        restarted("guarded"),
+        restarted("control"),
+    );
+    assert!(
+        seen.most.get("control") == Some(&GUARD_REPLICAS) && restarted("control") == GUARD_REPLICAS,
+        "the control did not go down together (not Ready at once: {:?}, restarts: {:?}): the test shows nothing",
+        seen.most,
+        seen.restarts
+    );
+    let guarded = seen.most.get("guarded").copied().unwrap_or(0);
+    assert!(
+        guarded <= GUARD_REPLICAS / 2,
+        "{guarded} guarded replicas not Ready at once: below minReady 50 %\n{}",
+        ns.diagnostics()
+    );
+    assert!(
+        !seen.held.is_empty() && held > 0,
+        "the floor held nothing (held: {:?}, {held} held decisions)",
+        seen.held
+    );
+    assert!(
+        restarted("guarded") <= GUARD_REPLICAS / 2,
+        "{} guarded replicas restarted: a replica the floor held Ready was restarted beyond the budget ({:?})",
+        restarted("guarded"),
+        seen.restarts
+    );
+    let why = events_with_reason(&ns.name, "LivenessRestartDeferred");
+    assert!(
+        deferred > 0
+            && why.iter().any(|e| e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("maxUnavailable allows 1")),
+        "no held replica's restart was deferred ({deferred} deferred decisions): {why:?}"
+    );
+    let floor_events = events_with_reason(&ns.name, "ReadinessFloor");
+    assert!(
+        floor_events.iter().any(|e| e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("minReady is 3")),
+        "no ReadinessFloor Warning saying why: {floor_events:?}"
+    );
+
+    scale(1);
+    ns.wait_for("the dependency's backend again", START, || backends(1));
+    for app in ["guarded", "control"] {
+        ns.wait_for(&format!("every {app} replica Ready again"), START, || {
+            all_ready(&ns.name, app)
+        });
+    }
+    ns.wait_for("no pod held by the floor", START, || {
+        let held = workers_sample(token, HELD_PODS);
+        (held == 0).then_some(()).ok_or(format!("{held} held"))
     });
 }

@@ -20,6 +20,9 @@
 //! can make reviews, one per forged token, and in a shared bucket those
 //! would hold the status patches back. (The kubelet reviews through its
 //! main client; its reviews wait in the same bucket as its status updates.)
+//! The workload guards' reads and Lease writes (#41) go through a third
+//! ([`Clients::guards`], [`DEFAULT_GUARD_QPS`]): a tenant decides how many
+//! of its budgeted or floored pods fail at once.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -67,15 +70,39 @@ pub const DEFAULT_REVIEW_QPS: f64 = 20.0;
 /// paths, two reviews each, are answered without waiting.
 pub const DEFAULT_REVIEW_BURST: u32 = 40;
 
-/// podprobe's two clients of one API server, each with a request limit of
-/// its own.
+/// Requests a second the workload guards' client sends on average: a
+/// restart-budget or readiness-floor decision takes one to three (the
+/// workload's pods, shared for a second; its Lease; a write when something
+/// is taken), and a waiting one is made again every 5 s, so this keeps
+/// about 20 deferred restarts or held gates on a node decided on time; more
+/// wait here, and one that waits past its 10 s is the kubelet's
+/// (`guard_decisions::DECISION_TIMEOUT`). It bounds what a tenant's failing
+/// pods make a node send, apart from the status patches' bucket.
+pub const DEFAULT_GUARD_QPS: f64 = 10.0;
+
+/// Requests the workload guards' client may send at once above
+/// [`DEFAULT_GUARD_QPS`].
+pub const DEFAULT_GUARD_BURST: u32 = 20;
+
+/// podprobe's clients of one API server, each with a request limit of its
+/// own.
 #[derive(Clone)]
 pub struct Clients {
-    /// Everything but reviews: the pod watch, status and marker patches,
-    /// reads, Events (whose writes have their own limit).
+    /// Everything but reviews and the guards: the pod watch, status and
+    /// marker patches, reads, Events (whose writes have their own limit).
     pub api: kube::Client,
     /// `TokenReview`s and `SubjectAccessReview`s only.
     pub reviews: kube::Client,
+    /// The workload guards' reads and Lease writes only.
+    pub guards: kube::Client,
+}
+
+/// The request limit of each of [`Clients`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClientLimits {
+    pub api: RateLimit,
+    pub reviews: RateLimit,
+    pub guards: RateLimit,
 }
 
 /// Which of [`Clients`] a request went through.
@@ -83,6 +110,7 @@ pub struct Clients {
 pub enum ClientName {
     Api,
     Reviews,
+    Guards,
 }
 
 impl ClientName {
@@ -90,6 +118,7 @@ impl ClientName {
         match self {
             ClientName::Api => "api",
             ClientName::Reviews => "reviews",
+            ClientName::Guards => "guards",
         }
     }
 }
@@ -129,34 +158,34 @@ pub async fn bounded<T>(
 
 /// Builds the clients of `config`: [`Clients::api`] with the pod watch's
 /// responses reported to `activity` and every request but Event writes
-/// held to `api_limit` (the kubelet's default: [`DEFAULT_API_QPS`],
-/// [`DEFAULT_API_BURST`]), [`Clients::reviews`] held to `review_limit`
-/// ([`DEFAULT_REVIEW_QPS`], [`DEFAULT_REVIEW_BURST`]), each request's wait
-/// told to `observer`. Each has its own connections, so neither waits for the
-/// other's either.
+/// held to `limits.api` (the kubelet's default: [`DEFAULT_API_QPS`],
+/// [`DEFAULT_API_BURST`]), [`Clients::reviews`] held to `limits.reviews`
+/// ([`DEFAULT_REVIEW_QPS`], [`DEFAULT_REVIEW_BURST`]), [`Clients::guards`]
+/// to `limits.guards` ([`DEFAULT_GUARD_QPS`], [`DEFAULT_GUARD_BURST`]),
+/// each request's wait told to `observer`. Each has its own connections,
+/// so none waits for another's either.
 pub fn build(
     config: kube::Config,
     activity: Arc<WatchActivity>,
-    api_limit: RateLimit,
-    review_limit: RateLimit,
+    limits: ClientLimits,
     observer: Arc<dyn RequestObserver>,
 ) -> Result<Clients, kube::Error> {
+    let limited = |limit, name| LimitRequestsLayer::new(limit, name, observer.clone());
     let api = kube::client::ClientBuilder::try_from(config.clone())?
         .with_layer(&TrackWatchesLayer(activity))
-        .with_layer(&LimitRequestsLayer::new(
-            api_limit,
-            ClientName::Api,
-            observer.clone(),
-        ))
+        .with_layer(&limited(limits.api, ClientName::Api))
         .build();
-    let reviews = kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&LimitRequestsLayer::new(
-            review_limit,
-            ClientName::Reviews,
-            observer,
-        ))
+    let reviews = kube::client::ClientBuilder::try_from(config.clone())?
+        .with_layer(&limited(limits.reviews, ClientName::Reviews))
         .build();
-    Ok(Clients { api, reviews })
+    let guards = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&limited(limits.guards, ClientName::Guards))
+        .build();
+    Ok(Clients {
+        api,
+        reviews,
+        guards,
+    })
 }
 
 /// Whether `uri` is a watch request (`?watch=true`, as kube sends it).
@@ -390,14 +419,16 @@ mod tests {
         );
     }
 
-    /// #37: reviews wait in a bucket of their own. Both clients as [`build`]
-    /// makes them, against a server on 127.0.0.1 logging what it is sent;
-    /// in real time, since a paused clock would skip the bucket's wait
-    /// whenever the sockets are idle.
+    /// #37: reviews wait in a bucket of their own, and (#41) so do the
+    /// workload guards' requests. The clients as [`build`] makes them,
+    /// against a server on 127.0.0.1 logging what it is sent; in real time,
+    /// since a paused clock would skip the bucket's wait whenever the
+    /// sockets are idle.
     #[tokio::test]
-    async fn rule9_6_reviews_wait_in_a_bucket_of_their_own() {
-        const REVIEW: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+    async fn rule9_6_reviews_and_guards_wait_in_buckets_of_their_own() {
         const PATCH: &str = "/api/v1/namespaces/a/pods/p/status";
+        const REVIEW: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+        const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/a/leases/podprobe-guard-u";
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let sent = Arc::new(Mutex::new(Vec::new()));
@@ -417,43 +448,54 @@ mod tests {
         });
         // One request at once, the next 1,000 s later.
         let one = RateLimit::new(0.001, 1);
+        let limits = ClientLimits {
+            api: one,
+            reviews: one,
+            guards: one,
+        };
         let config = kube::Config::new(url.parse().unwrap());
         let recorder = Arc::new(Recorder::default());
-        let clients = build(config, WatchActivity::new(), one, one, recorder.clone()).unwrap();
+        let clients = build(config, WatchActivity::new(), limits, recorder.clone()).unwrap();
         let post = |path: &str| {
             Request::post(path)
                 .body(kube::client::Body::empty())
                 .unwrap()
         };
 
-        clients.reviews.send(post(REVIEW)).await.unwrap();
-        let reviews = clients.reviews.clone();
-        let waiting = tokio::spawn(async move { reviews.send(post(REVIEW)).await });
+        let mut waiting = Vec::new();
+        for (client, path) in [(&clients.reviews, REVIEW), (&clients.guards, LEASE)] {
+            client.send(post(path)).await.unwrap();
+            let client = client.clone();
+            waiting.push(tokio::spawn(async move { client.send(post(path)).await }));
+        }
         let patched = tokio::time::timeout(Duration::from_secs(5), clients.api.send(post(PATCH)));
         assert!(
             patched.await.is_ok_and(|sent| sent.is_ok()),
-            "the status patch waited behind the reviews"
+            "the status patch waited behind the reviews or the guards"
         );
-        assert_eq!(*sent.lock().unwrap(), [REVIEW, PATCH]);
-        assert!(!waiting.is_finished(), "the second review waits its turn");
-        waiting.abort();
+        assert_eq!(*sent.lock().unwrap(), [REVIEW, LEASE, PATCH]);
+        assert!(
+            waiting.iter().all(|w| !w.is_finished()),
+            "the second review and lease request wait their turns"
+        );
+        waiting.iter().for_each(tokio::task::JoinHandle::abort);
         // Each request's wait is told, under its own client's name.
         let mut waits = recorder.waits.lock().unwrap().clone();
         waits.sort();
-        assert_eq!(waits.len(), 3, "{waits:?}");
-        let (api, reviews) = (ClientName::Api, ClientName::Reviews);
-        assert_eq!(
-            waits[..2],
-            [(api, Duration::ZERO), (reviews, Duration::ZERO)]
-        );
-        assert!(
-            waits[2].0 == reviews && waits[2].1 > Duration::from_secs(990),
-            "{waits:?}"
-        );
-        // The two requests answered, the one waiting not yet.
+        let (api, reviews, guards) = (ClientName::Api, ClientName::Reviews, ClientName::Guards);
+        assert_eq!(waits.len(), 5, "{waits:?}");
+        assert_eq!(waits[0], (api, Duration::ZERO));
+        for (i, name) in [(1, reviews), (3, guards)] {
+            assert_eq!(waits[i], (name, Duration::ZERO), "{waits:?}");
+            assert!(
+                waits[i + 1].0 == name && waits[i + 1].1 > Duration::from_secs(990),
+                "{waits:?}"
+            );
+        }
+        // The three requests answered, the two waiting not yet.
         let mut answered = recorder.answered.lock().unwrap().clone();
         answered.sort();
-        assert_eq!(answered, [api, reviews]);
+        assert_eq!(answered, [api, reviews, guards]);
     }
 
     #[tokio::test(start_paused = true)]

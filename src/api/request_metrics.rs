@@ -50,7 +50,7 @@ impl RequestMetrics {
         };
         registry.register(
             "podprobe_api_rate_limiter_wait_seconds",
-            "Time each API request waited for its client's request limit before it was sent, by client (api: --kube-api-qps, everything but reviews and Event writes; reviews: --review-qps); client-go's rest_client_rate_limiter_duration_seconds",
+            "Time each API request waited for its client's request limit before it was sent, by client (api: --kube-api-qps, everything but reviews and Event writes; reviews: --review-qps; guards: --workload-guard-qps, the restartBudget and readinessFloor decisions); client-go's rest_client_rate_limiter_duration_seconds",
             metrics.rate_limiter_wait.clone(),
         );
         registry.register(

@@ -394,6 +394,31 @@ pub struct RunArgs {
     )]
     pub review_burst: u32,
 
+    /// Requests a second of the workload guards (a restartBudget's or
+    /// readinessFloor's reads of the workload and writes of its Lease),
+    /// sent through a client of their own so that a tenant's many failing
+    /// budgeted pods never hold a status patch back; 0: no limit. A
+    /// decision that waits past 10 s is given up, and the restart or gate
+    /// is then the kubelet's.
+    #[arg(
+        long,
+        env = "PODPROBE_WORKLOAD_GUARD_QPS",
+        value_name = "QPS",
+        default_value_t = apiclient::DEFAULT_GUARD_QPS,
+        value_parser = non_negative_rate
+    )]
+    pub workload_guard_qps: f64,
+
+    /// Workload guard requests allowed at once above --workload-guard-qps.
+    #[arg(
+        long,
+        env = "PODPROBE_WORKLOAD_GUARD_BURST",
+        value_name = "N",
+        default_value_t = apiclient::DEFAULT_GUARD_BURST,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub workload_guard_burst: u32,
+
     /// Probe runs a second one pod's probes may start, bursts of as many
     /// (a token bucket); a run over it waits, late rather than failed
     /// (podprobe_probe_rate_delayed_total). 0: no limit. The kubelet needs
@@ -558,6 +583,8 @@ pub struct Config {
     pub api_rate: RateLimit,
     /// `--review-qps`, `--review-burst`.
     pub review_rate: RateLimit,
+    /// `--workload-guard-qps`, `--workload-guard-burst`.
+    pub guard_rate: RateLimit,
     /// `--max-pod-probe-rate`, `--max-node-probe-rate`.
     pub pod_probe_rate: u32,
     pub node_probe_rate: u32,
@@ -684,6 +711,7 @@ impl RunArgs {
             ),
             api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
             review_rate: RateLimit::new(self.review_qps, self.review_burst),
+            guard_rate: RateLimit::new(self.workload_guard_qps, self.workload_guard_burst),
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),
                 command_bytes: usize::try_from(self.max_pod_command_bytes).unwrap_or(usize::MAX),
@@ -955,19 +983,32 @@ mod tests {
     }
 
     #[test]
-    fn reviews_have_a_rate_of_their_own() {
+    fn reviews_and_guards_have_rates_of_their_own() {
         let config = args(&[]).validate().expect("valid");
         assert_eq!(
             config.api_rate,
             RateLimit::new(apiclient::DEFAULT_API_QPS, apiclient::DEFAULT_API_BURST)
         );
         assert_eq!(config.review_rate, RateLimit::new(20.0, 40));
-        let config = args(&["--review-qps=5", "--review-burst=10", "--kube-api-qps=7"])
-            .validate()
-            .expect("valid");
+        assert_eq!(config.guard_rate, RateLimit::new(10.0, 20));
+        let config = args(&[
+            "--review-qps=5",
+            "--review-burst=10",
+            "--kube-api-qps=7",
+            "--workload-guard-qps=2",
+            "--workload-guard-burst=3",
+        ])
+        .validate()
+        .expect("valid");
         assert_eq!(config.review_rate, RateLimit::new(5.0, 10));
+        assert_eq!(config.guard_rate, RateLimit::new(2.0, 3));
         assert_eq!(config.api_rate.qps, 7.0);
-        for bad in ["--review-qps=-1", "--review-burst=0"] {
+        for bad in [
+            "--review-qps=-1",
+            "--review-burst=0",
+            "--workload-guard-qps=-1",
+            "--workload-guard-burst=0",
+        ] {
             let refused = Cli::command()
                 .mut_args(|arg| arg.env(None::<&'static str>))
                 .try_get_matches_from(["podprobe", "--node-name=n", bad]);
