@@ -2273,37 +2273,45 @@ fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
     });
 }
 
-/// How long the shared Service stays down in
-/// [`wg2_wg3_a_deployment_on_a_failing_service_keeps_its_floor_and_its_budget`]:
+/// How long the shared dependency stays down in
+/// [`wg2_wg3_a_deployment_on_a_failing_dependency_keeps_its_floor_and_its_budget`]:
 /// every replica's readiness fails within 2 s and its liveness within 3 s
 /// (1 s periods), and the held replicas' deferred restarts are decided again
 /// at the syncs that follow (every 5 s at most).
-const SERVICE_DOWN: Duration = Duration::from_secs(45);
+const SERVER_DOWN: Duration = Duration::from_secs(45);
+
+/// The port the shared dependency of that test serves on each worker's
+/// host network.
+const DEPENDENCY_PORT: u16 = 18080;
 
 /// A Deployment `name` of [`GUARD_REPLICAS`] whose liveness and readiness
-/// probes both check the Service at `service_ip:8080`, with `guard`'s
-/// `restartBudget` and `readinessFloor` when given. Both probes give the
-/// check 5 s: a loaded node's `runc exec` must not look like the Service
-/// failing.
-fn service_dependent_deployment(
-    name: &str,
-    service_ip: &str,
-    guard: Option<(Value, Value)>,
-) -> Value {
-    let check = |period: u32, threshold: u32| {
-        json!({"exec": {"command": ["wget", "-q", "-T", "4", "-O", "/dev/null",
-                                    format!("http://{service_ip}:8080/")]},
-               "periodSeconds": period, "failureThreshold": threshold, "timeoutSeconds": 5})
+/// probes both call the HTTP server on their node's address (the shared
+/// dependency), with `guard`'s `restartBudget` and `readinessFloor` when
+/// given. Both probes give the call 5 s: a loaded node's `runc exec` must
+/// not look like the server failing.
+fn server_dependent_deployment(name: &str, guard: Option<(Value, Value)>) -> Value {
+    // busybox's wget crashes in this image; an HTTP/1.0 request by hand.
+    let call = format!(
+        "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 $HOST_IP {DEPENDENCY_PORT} | grep -q '^HTTP/1.0 200'"
+    );
+    let check = |threshold: u32| {
+        json!({"exec": {"command": ["sh", "-c", call]},
+               "periodSeconds": 1, "failureThreshold": threshold, "timeoutSeconds": 5})
     };
     // Readiness fails first (2 s), so the floor has let its pods go by the
     // time their liveness fails (3 s) and asks the budget.
-    let (mut readiness, mut liveness) = (check(1, 2), check(1, 3));
+    let (mut readiness, mut liveness) = (check(2), check(3));
     if let Some((budget, floor)) = guard {
         liveness["podprobe"] = json!({"restartBudget": budget});
         readiness["podprobe"] = json!({"readinessFloor": floor});
     }
     let probes = json!({"app": {"readinessProbe": readiness, "livenessProbe": liveness}});
-    spread_workload("Deployment", name, &probes, json!([]), json!([]))
+    let mut deployment = spread_workload("Deployment", name, &probes, json!([]), json!([]));
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{
+        "name": "HOST_IP",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}},
+    }]);
+    deployment
 }
 
 /// The sum over the workers' podprobes of the sample `series`.
@@ -2326,89 +2334,80 @@ fn workers_sample(token: &str, series: &str) -> u64 {
         .sum()
 }
 
-/// WG2 and WG3 together, as the outage they exist for (#41): two Deployments
-/// of six replicas over both workers whose liveness and readiness probes
-/// both call one shared Service, one with `restartBudget: {maxUnavailable:
-/// 1}` and `readinessFloor: {minReady: 50%}`, one without (the control).
-/// The Service's only backend is scaled to zero. Every version of the pods
-/// the API server holds (a watch) shows the control's replicas all
-/// restarted and all NotReady together, and at least three guarded replicas
-/// Ready throughout, some held so by the floor: the ones it let go are
-/// restarted free (they were NotReady already, WG2), and they use up the
-/// budget, so no held replica is restarted: at most three guarded replicas
-/// restarted in all. The Warnings and metrics say so. Once the backend is
-/// back every replica is Ready, and held by nothing.
+/// WG2 and WG3 together, as the outage they exist for (#41): two
+/// Deployments of six replicas over both workers whose liveness and
+/// readiness probes both call one shared dependency, one with
+/// `restartBudget: {maxUnavailable: 1}` and `readinessFloor: {minReady:
+/// 50%}`, one without (the control). The dependency is an HTTP server (a
+/// DaemonSet on the workers' host network, each replica calling its node's:
+/// this kind cluster has no kube-proxy to route a Service), taken down by
+/// moving it off every node. Every version of the pods the API server
+/// holds (a watch) shows the control's replicas all restarted and all
+/// NotReady together, and at least three guarded replicas Ready
+/// throughout, some held so by the floor: the ones it let go are restarted
+/// free (they were NotReady already, WG2), and they use up the budget, so
+/// no held replica is restarted: at most three guarded replicas restarted
+/// in all. The Warnings and metrics say so. Once the server is back every
+/// replica is Ready, and held by nothing.
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
-fn wg2_wg3_a_deployment_on_a_failing_service_keeps_its_floor_and_its_budget() {
+fn wg2_wg3_a_deployment_on_a_failing_dependency_keeps_its_floor_and_its_budget() {
     let _stay = podprobe_pods_stay();
-    let ns = setup("service");
-    ns.create_pod(&json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "dependency"},
-        "spec": {"selector": {"app": "dependency"},
-                 "ports": [{"port": 8080, "targetPort": 8080}]},
-    }));
+    let ns = setup("dependency");
     ns.create_pod(&json!({
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": "DaemonSet",
         "metadata": {"name": "dependency"},
         "spec": {
-            "replicas": 1,
             "selector": {"matchLabels": {"app": "dependency"}},
             "template": {
                 "metadata": {"labels": {"app": "dependency"}},
-                "spec": {"containers": [{
-                    "name": "netexec",
-                    "image": AGNHOST_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "args": ["netexec", "--http-port=8080"],
-                    "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
-                }]},
+                "spec": {
+                    "hostNetwork": true,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{
+                        "name": "netexec",
+                        "image": AGNHOST_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "args": ["netexec", format!("--http-port={DEPENDENCY_PORT}")],
+                    }],
+                },
             },
         },
     }));
-    let service_ip = ns.kubectl(&[
-        "get",
-        "service",
-        "dependency",
-        "-o",
-        "jsonpath={.spec.clusterIP}",
-    ]);
-    let service_ip = service_ip.trim();
-    let scale = |replicas: u32| {
+    // Down: on no node; up: on every worker again.
+    let place = |selector: Value| {
+        let patch = json!({"spec": {"template": {"spec": {"nodeSelector": selector}}}});
         ns.kubectl(&[
-            "scale",
-            "deployment/dependency",
-            &format!("--replicas={replicas}"),
+            "patch",
+            "daemonset/dependency",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
         ]);
     };
-    let backends = |want: usize| {
-        let ready = ns.kubectl(&[
-            "get",
-            "endpointslices",
-            "-l",
-            "kubernetes.io/service-name=dependency",
-            "-o",
-            "jsonpath={.items[*].endpoints[?(@.conditions.ready==true)].addresses[0]}",
-        ]);
-        let n = ready.split_whitespace().count();
-        (n == want)
+    let servers = |want: usize| {
+        let pods = cluster()
+            .json(&["-n", &ns.name, "get", "pods", "-l", "app=dependency"])
+            .map_err(|e| e.to_string())?;
+        let running = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| condition(p, "Ready").is_some_and(|(s, _)| s == "True"))
+            .count();
+        (running == want)
             .then_some(())
-            .ok_or(format!("{n} ready backends"))
+            .ok_or(format!("{running} servers Ready"))
     };
-    ns.wait_for("the dependency's backend", START, || backends(1));
+    let nodes = workers().len();
+    ns.wait_for("the dependency on every worker", START, || servers(nodes));
     let guard = (
         json!({"maxUnavailable": 1, "maxDeferralSeconds": 600}),
         json!({"minReady": "50%"}),
     );
-    ns.create_pod(&service_dependent_deployment(
-        "guarded",
-        service_ip,
-        Some(guard),
-    ));
-    ns.create_pod(&service_dependent_deployment("control", service_ip, None));
+    ns.create_pod(&server_dependent_deployment("guarded", Some(guard)));
+    ns.create_pod(&server_dependent_deployment("control", None));
     for app in ["guarded", "control"] {
         ns.wait_for(&format!("every {app} replica Ready"), START, || {
             all_ready(&ns.name, app)
@@ -2424,8 +2423,8 @@ fn wg2_wg3_a_deployment_on_a_failing_service_keeps_its_floor_and_its_budget() {
         (workers_sample(token, DEFERRED), workers_sample(token, HELD));
 
     let watch = PodWatch::start(&ns.name);
-    scale(0);
-    let seen = WorkloadWatch::follow(&watch, Instant::now() + SERVICE_DOWN);
+    place(json!({"podprobe.io/no-such-node": "true"}));
+    let seen = WorkloadWatch::follow(&watch, Instant::now() + SERVER_DOWN);
     let restarted = |app: &str| {
         seen.restarts
             .iter()
@@ -2437,8 +2436,8 @@ fn wg2_wg3_a_deployment_on_a_failing_service_keeps_its_floor_and_its_budget() {
         workers_sample(token, HELD) - held_before,
     );
     eprintln!(
-        "service down {} s: not Ready at once, at most: {:?}; held by the floor: {:?}; restarted: guarded {}, control {}; decisions: {deferred} deferred, {held} held",
-        SERVICE_DOWN.as_secs(),
+        "dependency down {} s: not Ready at once, at most: {:?}; held by the floor: {:?}; restarted: guarded {}, control {}; decisions: {deferred} deferred, {held} held",
+        SERVER_DOWN.as_secs(),
         seen.most,
         seen.held,
         restarted("guarded"),
@@ -2470,23 +2469,29 @@ fn wg2_wg3_a_deployment_on_a_failing_service_keeps_its_floor_and_its_budget() {
     let why = events_with_reason(&ns.name, "LivenessRestartDeferred");
     assert!(
         deferred > 0
-            && why.iter().any(|e| e["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("maxUnavailable allows 1")),
+            && why.iter().any(|e| {
+                e["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("maxUnavailable allows 1")
+            }),
         "no held replica's restart was deferred ({deferred} deferred decisions): {why:?}"
     );
     let floor_events = events_with_reason(&ns.name, "ReadinessFloor");
     assert!(
-        floor_events.iter().any(|e| e["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("minReady is 3")),
+        floor_events.iter().any(|e| {
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("minReady is 3")
+        }),
         "no ReadinessFloor Warning saying why: {floor_events:?}"
     );
 
-    scale(1);
-    ns.wait_for("the dependency's backend again", START, || backends(1));
+    place(Value::Null);
+    ns.wait_for("the dependency on every worker again", START, || {
+        servers(nodes)
+    });
     for app in ["guarded", "control"] {
         ns.wait_for(&format!("every {app} replica Ready again"), START, || {
             all_ready(&ns.name, app)
