@@ -113,13 +113,21 @@ ensure_packages() {
 # ---------------------------------------------------------------- processes
 
 # Prints the PID of part $1 if its PID file names a live process started by
-# this script for this state directory (a recycled PID is not ours).
+# this script for this state directory (a recycled PID is not ours): the
+# program $BIN/$1, or with $2 = any-release, $1 of any release's bin
+# directory (`down` stops a cluster another PODPROBE_K8S_VERSION brought
+# up: the compatibility matrix's releases left it running otherwise).
 pid_of() {
-    local pidfile=$RUN/$1.pid pid
+    local pidfile=$RUN/$1.pid pid program
     [ -f "$pidfile" ] || return 1
     pid=$(cat "$pidfile")
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1 | grep -qxF "$BIN/$1" || return 1
+    program=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)
+    if [ "${2:-}" = any-release ]; then
+        [ "${program##*/}" = "$1" ] || return 1
+    else
+        [ "$program" = "$BIN/$1" ] || return 1
+    fi
     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR/" || return 1
     echo "$pid"
 }
@@ -137,7 +145,7 @@ start_part() {
 
 stop_part() {
     local name=$1 pid i
-    if pid=$(pid_of "$name"); then
+    if pid=$(pid_of "$name" any-release); then
         log "stopping $name (pid $pid)"
         kill -TERM "$pid"
         for i in $(seq 1 100); do
