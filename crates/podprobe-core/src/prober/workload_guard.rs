@@ -323,6 +323,14 @@ mod tests {
         }
     }
 
+    /// The record a free restart writes.
+    fn freed(decision: RestartDecision) -> GuardRecord {
+        match decision {
+            RestartDecision::Free(Some(record)) => record,
+            other => panic!("not free, or no unit written: {other:?}"),
+        }
+    }
+
     #[test]
     fn wg2_restarts_of_ready_pods_take_units_until_none_is_left() {
         let six = members(&[true; 6]);
@@ -370,11 +378,7 @@ mod tests {
         let mut six = members(&[true; 6]);
         six[3].ready = false;
         let one = budget(PodCount::Count(1));
-        let RestartDecision::Free(Some(record)) =
-            restart(&GuardRecord::default(), &six, "p3", "a", &one, 0)
-        else {
-            panic!("not free, or no unit written");
-        };
+        let record = freed(restart(&GuardRecord::default(), &six, "p3", "a", &one, 0));
         // ... but takes the unit a Ready pod would need.
         assert!(matches!(
             restart(&GuardRecord::default(), &six, "p0", "a", &one, 0),
@@ -410,11 +414,7 @@ mod tests {
         let mut six = members(&[true; 6]);
         six[3].ready = false;
         let one = budget(PodCount::Count(1));
-        let RestartDecision::Free(Some(record)) =
-            restart(&GuardRecord::default(), &six, "p3", "a", &one, 0)
-        else {
-            panic!("no unit written for the free restart");
-        };
+        let record = freed(restart(&GuardRecord::default(), &six, "p3", "a", &one, 0));
         six[3].ready = true;
         assert!(matches!(
             restart(&record, &six, "p0", "b", &one, 1),
