@@ -112,6 +112,60 @@ EOF
     fi
 }
 
+# kind's known issue "Pod errors due to too many open files": each node's
+# systemd, containerd and kubelet hold inotify instances and watches, and at
+# the kernel's defaults (128 instances per user) a node of a multi-node
+# cluster can fail to start. kind's documented values, when the host's are
+# lower and this user may raise them; else a warning.
+inotify_limits() {
+    local entry key want have file
+    for entry in max_user_instances=512 max_user_watches=524288; do
+        key=${entry%=*} want=${entry#*=}
+        file=/proc/sys/fs/inotify/$key
+        have=$(cat "$file")
+        [ "$have" -lt "$want" ] || continue
+        if echo "$want" 2>/dev/null >"$file"; then
+            log "raised fs.inotify.$key from $have to $want (kind's known issue: too many open files)"
+        else
+            log "warning: fs.inotify.$key is $have, below kind's $want, and cannot be raised here: a node may fail to start"
+        fi
+    done
+}
+
+# What the engine knows of this cluster's node containers: state, exit
+# code, error, OOM kill, and the last lines each logged (its systemd), with
+# the host's free memory: why a node stopped during `kind create`.
+node_diagnostics() {
+    local node
+    for node in $("$ENGINE" ps -a --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --format '{{.Names}}'); do
+        log "node $node: $("$ENGINE" inspect --format \
+            'status={{.State.Status}} exit={{.State.ExitCode}} oom-killed={{.State.OOMKilled}} error={{.State.Error}}' "$node")"
+        "$ENGINE" logs --tail 40 "$node" 2>&1 | sed "s/^/  $node| /" >&2
+    done
+    log "host: $(awk '/^MemAvailable/ {print int($2 / 1024) " MiB available"}' /proc/meminfo)," \
+        "inotify instances per user $(cat /proc/sys/fs/inotify/max_user_instances)"
+}
+
+# kind create, with the nodes kept on failure (--retain) so that their
+# state and logs can be printed; then the cluster is deleted and created
+# once more. A second failure ends the run. Node containers have stopped
+# during `kind create` on a loaded CI machine ("cannot exec in a stopped
+# container"); the diagnostics say why the next time.
+create_cluster() {
+    local kind=$1 image=$2 attempt
+    for attempt in 1 2; do
+        log "creating kind cluster $CLUSTER from $image (attempt $attempt)"
+        if "$kind" create cluster --name "$CLUSTER" --image "$image" --retain \
+            --config "$STATE/$CLUSTER.kind.yaml" --kubeconfig "$KUBECONFIG_PATH" --wait 0s >&2; then
+            return 0
+        fi
+        log "kind create cluster failed; its nodes as $ENGINE sees them:"
+        node_diagnostics
+        "$kind" delete cluster --name "$CLUSTER" >&2 || true
+    done
+    die "kind create cluster failed twice (the nodes' state and logs are above)"
+}
+
 up() {
     local kind bin image own_image=no work name digest tarball
     command -v cargo >/dev/null || die "cargo is required (podprobe's image is built here)"
@@ -135,11 +189,10 @@ up() {
             log "creating an empty /lib/modules: kind mounts it into each node"
             mkdir -p /lib/modules
         fi
-        log "creating kind cluster $CLUSTER from $image"
+        inotify_limits
         kind_config "$own_image" >"$STATE/$CLUSTER.kind.yaml"
         echo "$own_image" >"$STATE/$CLUSTER.own-image"
-        "$kind" create cluster --name "$CLUSTER" --image "$image" \
-            --config "$STATE/$CLUSTER.kind.yaml" --kubeconfig "$KUBECONFIG_PATH" --wait 0s >&2
+        create_cluster "$kind" "$image"
     fi
     "$kind" get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_PATH"
     own_image=$(cat "$STATE/$CLUSTER.own-image" 2>/dev/null || echo no)
