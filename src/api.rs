@@ -5,7 +5,8 @@
 //! ([`header_secret_cache`]), the markers' metadata patches ([`markers`])
 //! and the probes' `User-Agent` from the node's kubelet version
 //! ([`user_agent`]), the workload guard's reads and Leases
-//! ([`guard_decisions`], [`workload_members`], [`workload_lease`]); the metric families of the clients' requests
+//! ([`guard_decisions`], [`workload_members`], [`workload_lease`]) and the
+//! PodDisruptionBudgets that opt pods into it ([`pdb_guards`]); the metric families of the clients' requests
 //! ([`request_metrics`]), the pod watch ([`watch_metrics`]), Events
 //! ([`event_metrics`]) and status patches ([`patch_metrics`]).
 
@@ -19,6 +20,7 @@ pub(crate) mod header_secret_cache;
 pub(crate) mod marker_patch;
 pub(crate) mod patch_metrics;
 pub(crate) mod patcher;
+pub mod pdb_guards;
 pub(crate) mod pods;
 pub(crate) mod request_metrics;
 pub mod secret_cache;

@@ -41,6 +41,7 @@ use self::restart_budget::BudgetedKiller;
 pub use self::sync_loop::STATUS_RESYNC_PERIOD;
 use self::sync_loop::{READING_THREADS, SHUTDOWN_TIMEOUT, SyncLoop};
 use crate::api::guard_decisions::GuardDecisions;
+use crate::api::pdb_guards::PdbGuards;
 use podprobe_core::prober::pod_tracker::{AnnotationRules, PodTracker, TrackerConfig};
 pub(crate) mod telemetry;
 
@@ -328,9 +329,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         &kube_probe_version,
     );
     let decisions = GuardDecisions::new(clients.guards.clone());
+    let budgets = PdbGuards::default();
+    if config.pdb_guards {
+        // Ends with the runtime; it holds nothing to flush.
+        tokio::spawn(budgets.clone().watch(Api::all(clients.guards.clone())));
+    }
     let killer = BudgetedKiller::new(
         ContainerKiller::new(config.mode, cri.clone(), hooks, events.clone()),
         decisions.clone(),
+        budgets.clone(),
         config.node_name.clone(),
         Arc::new(events.clone()),
         metrics.workload_guard.clone(),
@@ -345,6 +352,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         )),
         floor_decided_sender,
         ledger.clone(),
+        budgets,
         Arc::new(events.clone()),
         metrics.workload_guard.clone(),
     );

@@ -1272,3 +1272,46 @@ fn patch_on_pods_needs_marker_keys_and_the_admission_policy() {
         }
     }
 }
+
+/// WG5: PodDisruptionBudgets are read (list, watch; never written) and
+/// `--pdb-guards` passed only when `workloadGuard.podDisruptionBudgets`
+/// asks, and only with the workload guard (and its admission policy).
+#[test]
+fn pdb_guards_grant_reading_pod_disruption_budgets_only_when_asked() {
+    let pdb_rules = |docs: &[Value]| -> Vec<Value> {
+        find(docs, "ClusterRole", "podprobe")["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r == "poddisruptionbudgets")
+            })
+            .cloned()
+            .collect()
+    };
+    let flag = |docs: &[Value]| args(docs).contains(&"--pdb-guards".to_string());
+    let docs = template(&[]);
+    assert!(pdb_rules(&docs).is_empty() && !flag(&docs));
+    let docs = template(&["--set", "workloadGuard.podDisruptionBudgets=true"]);
+    assert_eq!(
+        pdb_rules(&docs),
+        vec![
+            serde_json::json!({"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch"]})
+        ]
+    );
+    assert!(flag(&docs));
+    for off in [
+        "workloadGuard.enabled=false",
+        "admissionPolicy.enabled=false",
+    ] {
+        let docs = template(&[
+            "--set",
+            &format!("workloadGuard.podDisruptionBudgets=true,{off}"),
+        ]);
+        assert!(pdb_rules(&docs).is_empty() && !flag(&docs), "{off}");
+    }
+}

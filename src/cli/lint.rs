@@ -12,11 +12,15 @@ use std::process::ExitCode;
 
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::Value;
 
 use podprobe_core::prober::liveness_pause::{self, DEFAULT_MAX_PAUSE, PauseError};
 use podprobe_core::spec::destinations::{AllowedHost, Destinations};
 use podprobe_core::spec::probe_spec::budget::PodBudget;
+use podprobe_core::spec::probe_spec::extension::disruption_budget::{
+    GUARDS_ANNOTATION, GuardingBudget, pod_guards,
+};
 use podprobe_core::status::annotation::pod_probes;
 use podprobe_core::status::gate_setup::pod_findings;
 use podprobe_core::util::exit_code;
@@ -26,6 +30,8 @@ use podprobe_core::util::exit_code;
 struct Template {
     /// `Kind namespace/name` of the object that holds it.
     object: String,
+    /// Its `metadata.namespace`, empty when the manifest leaves it out.
+    namespace: String,
     /// The object's workload, as the workload guard sees it (WG1).
     workload: Workload,
     pod: Result<Pod, String>,
@@ -55,10 +61,28 @@ fn template_of(kind: &str, object: &Value) -> Option<Value> {
     Some(template.clone())
 }
 
-/// The pod templates of one YAML or JSON stream (`kind: List` items
-/// included), in order; objects of other kinds are skipped.
-fn templates(text: &str) -> Result<Vec<Template>, String> {
-    let mut found = Vec::new();
+/// A PodDisruptionBudget with `podprobe.io/guards` found in a manifest
+/// (WG5).
+#[derive(Debug)]
+struct Budget {
+    /// `PodDisruptionBudget namespace/name`.
+    object: String,
+    namespace: String,
+    budget: GuardingBudget,
+}
+
+/// What one stream holds that `podprobe lint` checks.
+#[derive(Debug, Default)]
+struct Manifests {
+    templates: Vec<Template>,
+    budgets: Vec<Budget>,
+}
+
+/// The pod templates and opted-in PodDisruptionBudgets of one YAML or JSON
+/// stream (`kind: List` items included), in order; objects of other kinds
+/// are skipped.
+fn manifests(text: &str) -> Result<Manifests, String> {
+    let mut found = Manifests::default();
     let mut stack = Vec::new();
     for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let value: Value = serde::Deserialize::deserialize(document)
@@ -77,9 +101,6 @@ fn templates(text: &str) -> Result<Vec<Template>, String> {
             }
             continue;
         }
-        let Some(template) = template_of(kind, &object) else {
-            continue;
-        };
         let meta = |field: &str| {
             object
                 .pointer(&format!("/metadata/{field}"))
@@ -93,6 +114,21 @@ fn templates(text: &str) -> Result<Vec<Template>, String> {
             "" => format!("{kind} {name}"),
             namespace => format!("{kind} {namespace}/{name}"),
         };
+        if kind == "PodDisruptionBudget" {
+            let pdb = serde_json::from_value::<PodDisruptionBudget>(object)
+                .map_err(|e| format!("{object_name}: not a PodDisruptionBudget: {e}"))?;
+            if let Some(budget) = GuardingBudget::read(&pdb) {
+                found.budgets.push(Budget {
+                    object: object_name,
+                    namespace,
+                    budget,
+                });
+            }
+            continue;
+        }
+        let Some(template) = template_of(kind, &object) else {
+            continue;
+        };
         let pod = serde_json::from_value::<Pod>(template)
             .map_err(|e| format!("{object_name}: not a pod template: {e}"));
         let workload = match kind {
@@ -103,8 +139,9 @@ fn templates(text: &str) -> Result<Vec<Template>, String> {
             }
             _ => Workload::Uncounted,
         };
-        found.push(Template {
+        found.templates.push(Template {
             object: object_name,
+            namespace,
             workload,
             pod,
         });
@@ -112,12 +149,49 @@ fn templates(text: &str) -> Result<Vec<Template>, String> {
     Ok(found)
 }
 
+/// What is wrong with a stream's opted-in PodDisruptionBudgets (WG5), as
+/// `(object, finding)`: one podprobe cannot apply, one that selects none of
+/// the stream's pod templates of its namespace, and a template two select.
+fn budget_findings(manifests: &Manifests) -> Vec<(String, String)> {
+    let mut findings = Vec::new();
+    let pods: Vec<(&Template, &Pod)> = manifests
+        .templates
+        .iter()
+        .filter_map(|t| t.pod.as_ref().ok().map(|pod| (t, pod)))
+        .collect();
+    for b in &manifests.budgets {
+        if let Err(why) = &b.budget.options {
+            findings.push((b.object.clone(), format!("{why}: podprobe would apply none of {GUARDS_ANNOTATION}, with a Warning at each pod's failure")));
+        } else if !pods
+            .iter()
+            .any(|(t, pod)| t.namespace == b.namespace && b.budget.selects(pod))
+        {
+            findings.push((
+                b.object.clone(),
+                format!("{GUARDS_ANNOTATION}: spec.selector selects none of the pod templates here: no pod would take its numbers"),
+            ));
+        }
+    }
+    for (template, pod) in pods {
+        let namespace = manifests
+            .budgets
+            .iter()
+            .filter(|b| b.namespace == template.namespace && b.budget.options.is_ok())
+            .map(|b| &b.budget);
+        if let Err(why) = pod_guards(pod, namespace) {
+            findings.push((template.object.clone(), why));
+        }
+    }
+    findings
+}
+
 /// Flags of `podprobe lint`.
 #[derive(Args, Debug)]
 pub struct LintArgs {
     /// Manifests to check (YAML streams or JSON; `-` reads stdin): Pods and
     /// the pod templates of Deployments, StatefulSets, DaemonSets,
-    /// ReplicaSets, Jobs and CronJobs; other objects are skipped.
+    /// ReplicaSets, Jobs and CronJobs, and PodDisruptionBudgets with
+    /// podprobe.io/guards; other objects are skipped.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
 
@@ -140,7 +214,11 @@ same on the cluster as Warning Events (ReadinessGateMissing,
 ProbeAnnotationMissing, ProbeAnnotationInvalid, LivenessPauseInvalid).
 Also a restartBudget or readinessFloor that cannot work as meant: on a bare
 Pod (no workload to share it with), or as large as the object's replicas (a
-budget that holds nothing back, a floor that holds every pod).
+budget that holds nothing back, a floor that holds every pod); and a
+PodDisruptionBudget with podprobe.io/guards that podprobe cannot apply (an
+unknown guard, a value out of range), that selects none of the pod
+templates given with it, or that selects a template another one selects
+too (--pdb-guards, WG5).
 
 Output: one line per finding, `FILE: KIND NAMESPACE/NAME: message`.
 
@@ -174,16 +252,20 @@ pub fn main(args: LintArgs) -> ExitCode {
         } else {
             std::fs::read_to_string(file)
         };
-        let parsed = text.map_err(|e| e.to_string()).and_then(|t| templates(&t));
-        let templates = match parsed {
-            Ok(templates) => templates,
+        let parsed = text.map_err(|e| e.to_string()).and_then(|t| manifests(&t));
+        let manifests = match parsed {
+            Ok(manifests) => manifests,
             Err(error) => {
                 eprintln!("{name}: {error}");
                 invalid.insert(name);
                 continue;
             }
         };
-        for template in templates {
+        for (object, finding) in budget_findings(&manifests) {
+            println!("{name}: {object}: {finding}");
+            findings += 1;
+        }
+        for template in manifests.templates {
             match template.pod {
                 Ok(pod) => {
                     for finding in pod_findings(&pod, &destinations) {
@@ -366,7 +448,7 @@ mod tests {
             };
             object["kind"] = kind.into();
             object["metadata"]["name"] = "web".into();
-            let found = templates(&object.to_string()).unwrap().remove(0);
+            let found = manifests(&object.to_string()).unwrap().templates.remove(0);
             guard_findings(found.workload, &found.pod.unwrap())
         };
         let bare = manifest("Pod", 0, "1");
@@ -411,15 +493,84 @@ items:
     metadata: {name: nightly, namespace: ops}
     spec: {jobTemplate: {spec: {template: {spec: {containers: [{name: job}]}}}}}
 "#;
-        let found = templates(text).expect("parses");
+        let found = manifests(text).expect("parses").templates;
         let names: Vec<_> = found.iter().map(|t| t.object.as_str()).collect();
         assert_eq!(
             names,
             ["Deployment shop/web", "Pod a", "CronJob ops/nightly"]
         );
         assert!(found.iter().all(|t| t.pod.is_ok()));
-        assert!(templates("kind: Pod\nspec: [").is_err());
-        let bad = templates("kind: Pod\nmetadata: {name: x}\nspec: {containers: 3}").expect("yaml");
+        assert!(manifests("kind: Pod\nspec: [").is_err());
+        let bad = manifests("kind: Pod\nmetadata: {name: x}\nspec: {containers: 3}")
+            .expect("yaml")
+            .templates;
         assert!(bad[0].pod.is_err());
+    }
+
+    #[test]
+    fn wg5_budgets_podprobe_cannot_apply_select_nothing_or_overlap_are_findings() {
+        let text = r#"
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: app}]}
+---
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: shop, annotations: {podprobe.io/guards: restartBudget}}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
+---
+kind: PodDisruptionBudget
+metadata: {name: all, namespace: shop, annotations: {podprobe.io/guards: readinessFloor}}
+spec: {minAvailable: 1, selector: {}}
+---
+kind: PodDisruptionBudget
+metadata: {name: db, namespace: shop, annotations: {podprobe.io/guards: readinessFloor}}
+spec: {minAvailable: 1, selector: {matchLabels: {app: db}}}
+---
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: other, annotations: {podprobe.io/guards: restartBudget}}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
+---
+kind: PodDisruptionBudget
+metadata: {name: typo, namespace: shop, annotations: {podprobe.io/guards: restartbudget}}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
+---
+kind: PodDisruptionBudget
+metadata: {name: plain, namespace: shop}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: nothing}}}
+"#;
+        let found = manifests(text).expect("parses");
+        assert_eq!(
+            found.budgets.len(),
+            5,
+            "the one without the annotation is not podprobe's"
+        );
+        let findings = budget_findings(&found);
+        assert_eq!(
+            findings,
+            [
+                (
+                    "PodDisruptionBudget shop/db".to_string(),
+                    "podprobe.io/guards: spec.selector selects none of the pod templates here: no pod would take its numbers".to_string()
+                ),
+                (
+                    "PodDisruptionBudget other/web".to_string(),
+                    "podprobe.io/guards: spec.selector selects none of the pod templates here: no pod would take its numbers".to_string()
+                ),
+                (
+                    "PodDisruptionBudget shop/typo".to_string(),
+                    "metadata.annotations[podprobe.io/guards]: Invalid value: \"restartbudget\": supported values: \"readinessFloor\", \"restartBudget\" (comma-separated): podprobe would apply none of podprobe.io/guards, with a Warning at each pod's failure".to_string()
+                ),
+                (
+                    "Deployment shop/web".to_string(),
+                    "PodDisruptionBudgets web and all both select the pod and set podprobe.io/guards; podprobe applies neither".to_string()
+                ),
+            ]
+        );
+        // One budget alone: nothing to say.
+        let one = text.split("---").take(2).collect::<Vec<_>>().join("---");
+        assert_eq!(budget_findings(&manifests(&one).unwrap()), []);
     }
 }

@@ -419,6 +419,14 @@ pub struct RunArgs {
     )]
     pub workload_guard_burst: u32,
 
+    /// Let PodDisruptionBudgets with the annotation `podprobe.io/guards:
+    /// restartBudget,readinessFloor` give their pods a restart budget and a
+    /// readiness floor from their numbers, where the pods' probes set none
+    /// (WG5). Watches the PodDisruptionBudgets of every namespace (RBAC:
+    /// list and watch poddisruptionbudgets); off, they are never read.
+    #[arg(long, env = "PODPROBE_PDB_GUARDS")]
+    pub pdb_guards: bool,
+
     /// Probe runs a second one pod's probes may start, bursts of as many
     /// (a token bucket); a run over it waits, late rather than failed
     /// (podprobe_probe_rate_delayed_total). 0: no limit. The kubelet needs
@@ -585,6 +593,8 @@ pub struct Config {
     pub review_rate: RateLimit,
     /// `--workload-guard-qps`, `--workload-guard-burst`.
     pub guard_rate: RateLimit,
+    /// `--pdb-guards`.
+    pub pdb_guards: bool,
     /// `--max-pod-probe-rate`, `--max-node-probe-rate`.
     pub pod_probe_rate: u32,
     pub node_probe_rate: u32,
@@ -712,6 +722,7 @@ impl RunArgs {
             api_rate: RateLimit::new(self.kube_api_qps, self.kube_api_burst),
             review_rate: RateLimit::new(self.review_qps, self.review_burst),
             guard_rate: RateLimit::new(self.workload_guard_qps, self.workload_guard_burst),
+            pdb_guards: self.pdb_guards,
             budget: BudgetLimits {
                 regex_bytes: usize::try_from(self.max_pod_regex_bytes).unwrap_or(usize::MAX),
                 command_bytes: usize::try_from(self.max_pod_command_bytes).unwrap_or(usize::MAX),

@@ -2,9 +2,11 @@
 //! intents and the patcher, its decisions made against the workload's
 //! Lease ([`GuardDecisions`]) off the sync loop and handed back to it. A
 //! hold that begins is a Warning `ReadinessFloor` on the pod; a floor that
-//! cannot be applied (no owner, another kind of owner, the API failing) a
-//! Warning `ReadinessFloorUnavailable`, and the gate goes False as the
-//! kubelet's readiness would.
+//! cannot be applied (no owner, another kind of owner, the API failing, a
+//! PodDisruptionBudget podprobe cannot apply) a Warning
+//! `ReadinessFloorUnavailable`, and the gate goes False as the kubelet's
+//! readiness would. A pod whose probes set no floor takes its
+//! PodDisruptionBudget's (WG5).
 
 use std::sync::Arc;
 
@@ -16,14 +18,16 @@ use podprobe_core::prober::floor_keeper::{FloorAsk, FloorKeeper, FloorStep, Floo
 use podprobe_core::prober::probe_ledger::{ProbeLedger, RunResult};
 use podprobe_core::prober::workload_guard::{FloorDecision, recovered, release};
 use podprobe_core::spec::ProbeKind;
-use podprobe_core::status::Intent;
-use podprobe_core::status::gate::FloorHold;
+use podprobe_core::spec::probe_spec::extension::workload_options::ReadinessFloor;
+use podprobe_core::status::gate::{FloorHold, readiness_failing};
+use podprobe_core::status::{Intent, Owned};
 use podprobe_core::util::pod::{pod_name, pod_namespace};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::workload_guard_metrics::{FloorOutcome, WorkloadGuardMetrics};
 use crate::api::guard_decisions::{GuardDecisions, unix_now};
+use crate::api::pdb_guards::PdbGuards;
 
 /// A decision made, back to the sync loop.
 #[derive(Debug)]
@@ -55,6 +59,8 @@ pub struct FloorGate {
     decided: mpsc::UnboundedSender<FloorDecided>,
     /// Where a decision reads the readiness probe's failures.
     ledger: Arc<ProbeLedger>,
+    /// The floors PodDisruptionBudgets give pods whose probes set none.
+    budgets: PdbGuards,
     events: Arc<dyn EventRecorder>,
     metrics: WorkloadGuardMetrics,
 }
@@ -64,6 +70,7 @@ impl FloorGate {
         decider: Arc<dyn FloorDecider>,
         decided: mpsc::UnboundedSender<FloorDecided>,
         ledger: Arc<ProbeLedger>,
+        budgets: PdbGuards,
         events: Arc<dyn EventRecorder>,
         metrics: WorkloadGuardMetrics,
     ) -> Self {
@@ -72,6 +79,7 @@ impl FloorGate {
             decider,
             decided,
             ledger,
+            budgets,
             events,
             metrics,
         }
@@ -80,8 +88,36 @@ impl FloorGate {
     /// Takes the tracker's `intent` for `pod` (as cached); what to send to
     /// the patcher now, if anything.
     pub fn admit(&mut self, intent: Intent, pod: Option<Arc<Pod>>) -> Option<Intent> {
-        let step = self.keeper.admit(intent, pod.as_deref(), Instant::now());
+        let workload_floor = pod
+            .as_deref()
+            .and_then(|pod| self.budget_floor(&intent, pod));
+        let step = self
+            .keeper
+            .admit(intent, pod.as_deref(), workload_floor, Instant::now());
         self.carry_out(step, pod)
+    }
+
+    /// The floor `pod`'s PodDisruptionBudget gives it (WG5), when its
+    /// probes set none. A budget podprobe cannot apply is a Warning
+    /// `ReadinessFloorUnavailable` at each intent whose readiness fails (the
+    /// Event aggregator counts them, as the kubelet's repeated probe
+    /// Warnings), and no floor: the kubelet's behaviour.
+    fn budget_floor(&self, intent: &Intent, pod: &Pod) -> Option<ReadinessFloor> {
+        let Owned::Gate(probes) = &intent.owned else {
+            return None;
+        };
+        if probes.readiness_floor().is_some() {
+            return None;
+        }
+        match self.budgets.lookup(pod) {
+            Ok(found) => found.and_then(|(_, options)| options.readiness_floor),
+            Err(why) => {
+                if readiness_failing(pod, probes, &intent.views) {
+                    floor_unavailable(&*self.events, &self.metrics, pod, &why);
+                }
+                None
+            }
+        }
     }
 
     /// Takes a decision made; what to send to the patcher now, if anything.
@@ -163,6 +199,28 @@ impl FloorGate {
     }
 }
 
+/// Says that `pod`'s floor is not applied, and why: a log line, a Warning
+/// `ReadinessFloorUnavailable` and the metric.
+fn floor_unavailable(
+    events: &dyn EventRecorder,
+    metrics: &WorkloadGuardMetrics,
+    pod: &Pod,
+    why: &str,
+) {
+    tracing::warn!(
+        pod = pod_name(pod),
+        namespace = pod_namespace(pod),
+        why,
+        "readinessFloor not applied; the gate goes False as the kubelet's readiness would"
+    );
+    events.record_opt(PodEvent::readiness_floor(
+        pod,
+        reasons::READINESS_FLOOR_UNAVAILABLE,
+        format!("readinessFloor not applied: {why}; podprobe.io/ready goes False as the kubelet's readiness would"),
+    ));
+    metrics.floor_decision(FloorOutcome::Unavailable);
+}
+
 /// The daemon's [`FloorDecider`]: decisions against the workload's Lease.
 #[derive(Clone)]
 pub struct LeaseFloor {
@@ -213,19 +271,7 @@ impl LeaseFloor {
                 verdict
             }
             Err(error) => {
-                let why = error.to_string();
-                tracing::warn!(
-                    pod = pod_name(pod),
-                    namespace = pod_namespace(pod),
-                    why,
-                    "readinessFloor not applied; the gate goes False as the kubelet's readiness would"
-                );
-                self.events.record_opt(PodEvent::readiness_floor(
-                    pod,
-                    reasons::READINESS_FLOOR_UNAVAILABLE,
-                    format!("readinessProbe.podprobe.readinessFloor not applied: {why}; podprobe.io/ready goes False as the kubelet's readiness would"),
-                ));
-                self.metrics.floor_decision(FloorOutcome::Unavailable);
+                floor_unavailable(&*self.events, &self.metrics, pod, &error.to_string());
                 FloorVerdict::Release
             }
         }

@@ -26,12 +26,15 @@ use tokio::time::Instant;
 
 use super::workload_guard_metrics::{BudgetOutcome, WorkloadGuardMetrics};
 use crate::api::guard_decisions::{GuardDecisions, unix_now};
+use crate::api::pdb_guards::PdbGuards;
 
 /// A [`Killer`] that holds liveness kills to their workload's budget.
 #[derive(Clone)]
 pub struct BudgetedKiller<K> {
     inner: K,
     decisions: GuardDecisions,
+    /// The budgets PodDisruptionBudgets give pods whose probes set none.
+    budgets: PdbGuards,
     node: String,
     events: Arc<dyn EventRecorder>,
     metrics: WorkloadGuardMetrics,
@@ -42,6 +45,7 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
     pub fn new(
         inner: K,
         decisions: GuardDecisions,
+        budgets: PdbGuards,
         node: String,
         events: Arc<dyn EventRecorder>,
         metrics: WorkloadGuardMetrics,
@@ -49,6 +53,7 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
         BudgetedKiller {
             inner,
             decisions,
+            budgets,
             node,
             events,
             metrics,
@@ -70,25 +75,6 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
         budget: &RestartBudget,
     ) -> (Decision, BudgetOutcome) {
         let now = unix_now();
-        let (namespace, name) = (pod_namespace(pod), pod_name(pod));
-        let container = kill.container.as_str();
-        let unavailable = |why: String| {
-            tracing::warn!(
-                pod = name,
-                namespace,
-                container,
-                why,
-                "restartBudget not applied; restarting as the kubelet would"
-            );
-            self.events.record_opt(PodEvent::kill_warning(
-                pod,
-                Some(container),
-                reasons::RESTART_BUDGET_UNAVAILABLE,
-                "StopContainer",
-                format!("livenessProbe.podprobe.restartBudget not applied: {why}; restarting as the kubelet would"),
-            ));
-            (Decision::Kill, BudgetOutcome::Unavailable)
-        };
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let decided = self
             .decisions
@@ -116,7 +102,49 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
             .await;
         match decided {
             Ok(verdict) => verdict,
-            Err(error) => unavailable(error.to_string()),
+            Err(error) => {
+                self.unavailable(pod, &kill.container, &error.to_string());
+                (Decision::Kill, BudgetOutcome::Unavailable)
+            }
+        }
+    }
+
+    /// Says that the budget of `pod`'s `container` is not applied, and why:
+    /// a log line and a Warning `RestartBudgetUnavailable`.
+    fn unavailable(&self, pod: &Pod, container: &str, why: &str) {
+        tracing::warn!(
+            pod = pod_name(pod),
+            namespace = pod_namespace(pod),
+            container,
+            why,
+            "restartBudget not applied; restarting as the kubelet would"
+        );
+        self.events.record_opt(PodEvent::kill_warning(
+            pod,
+            Some(container),
+            reasons::RESTART_BUDGET_UNAVAILABLE,
+            "StopContainer",
+            format!("restartBudget not applied: {why}; restarting as the kubelet would"),
+        ));
+    }
+
+    /// The budget a liveness kill of `pod` is held to: its probe's own, else
+    /// its PodDisruptionBudget's (WG5). A PodDisruptionBudget podprobe
+    /// cannot apply is said, and the kill is the kubelet's.
+    fn budget(&self, pod: &Pod, kill: &ProbeKill) -> Option<RestartBudget> {
+        if kill.kind != ProbeKind::Liveness {
+            return None;
+        }
+        if kill.restart_budget.is_some() {
+            return kill.restart_budget;
+        }
+        match self.budgets.lookup(pod) {
+            Ok(found) => found.and_then(|(_, options)| options.restart_budget),
+            Err(why) => {
+                self.unavailable(pod, &kill.container, &why);
+                self.metrics.restart_decision(BudgetOutcome::Unavailable);
+                None
+            }
         }
     }
 
@@ -194,10 +222,7 @@ impl<K: Killer + Clone + Send + Sync + 'static> Killer for BudgetedKiller<K> {
     /// container, a deferred one at most every 5 s: [`RestartDeferrals`]);
     /// any other is the inner killer's at once.
     fn kill(&self, pod: &Pod, kill: ProbeKill) {
-        let Some(budget) = kill
-            .restart_budget
-            .filter(|_| kill.kind == ProbeKind::Liveness)
-        else {
+        let Some(budget) = self.budget(pod, &kill) else {
             return self.inner.kill(pod, kill);
         };
         if !self.lock().ask(&kill.container_id, Instant::now()) {

@@ -293,6 +293,7 @@ mod tests {
     use super::*;
     use crate::api::patcher::NoopPatchObserver;
     use crate::api::patcher::RetryPolicy;
+    use crate::api::pdb_guards::PdbGuards;
     use crate::daemon::telemetry::Telemetry;
     use crate::testing::{
         FakeApi, RecordingEvents, RecordingKiller, RecordingMarkers, Scripted, ScriptedRunner,
@@ -460,6 +461,7 @@ mod tests {
             floor.clone(),
             decided,
             ledger.clone(),
+            PdbGuards::default(),
             events.clone(),
             metrics.workload_guard.clone(),
         );

@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod exit_code;
 pub mod fair_slots;
 pub mod gofmt;
+pub mod label_selector;
 pub mod pod;
 pub mod rate_limit;
 pub mod ttl_cache;

@@ -87,12 +87,21 @@ pub struct FloorStep {
 }
 
 impl FloorKeeper {
-    /// Takes the tracker's `intent` for `pod` (the pod as cached) at `now`.
-    pub fn admit(&mut self, intent: Intent, pod: Option<&Pod>, now: Instant) -> FloorStep {
+    /// Takes the tracker's `intent` for `pod` (the pod as cached) at `now`;
+    /// `workload_floor` is the floor its PodDisruptionBudget gives (WG5),
+    /// which its probes' own floor overrides.
+    pub fn admit(
+        &mut self,
+        intent: Intent,
+        pod: Option<&Pod>,
+        workload_floor: Option<ReadinessFloor>,
+        now: Instant,
+    ) -> FloorStep {
         // The floor first: most pods have none, and need no assessment.
         let floor = match (&intent.owned, pod) {
             (Owned::Gate(probes), Some(pod)) => probes
                 .readiness_floor()
+                .or(workload_floor)
                 .filter(|_| readiness_failing(pod, probes, &intent.views)),
             _ => None,
         };
@@ -273,14 +282,14 @@ mod tests {
     async fn wg3_a_failing_ready_pod_waits_for_its_decision_then_is_held() {
         let (pod, failing) = scene(true);
         let mut keeper = FloorKeeper::default();
-        let step = keeper.admit(failing.clone(), Some(&pod), Instant::now());
+        let step = keeper.admit(failing.clone(), Some(&pod), None, Instant::now());
         // Nothing sent: the gate stays True while the floor decides.
         assert_eq!(step.submit, None);
         let ask = step.decide.expect("a decision");
         assert_eq!(ask.floor.min_ready, PodCount::Count(2));
         // Another intent meanwhile neither goes out nor decides twice.
         assert_eq!(
-            keeper.admit(failing.clone(), Some(&pod), Instant::now()),
+            keeper.admit(failing.clone(), Some(&pod), None, Instant::now()),
             FloorStep::default()
         );
         let held = keeper.decided(&ask.uid, FloorVerdict::Hold(HOLD), Instant::now());
@@ -306,18 +315,20 @@ mod tests {
         let (pod, failing) = scene(true);
         let mut keeper = FloorKeeper::default();
         let start = Instant::now();
-        let ask = keeper.admit(failing.clone(), Some(&pod), start).decide;
+        let ask = keeper
+            .admit(failing.clone(), Some(&pod), None, start)
+            .decide;
         let uid = ask.expect("a decision").uid;
         keeper.decided(&uid, FloorVerdict::Hold(HOLD), start);
         // Within RETRY: held, not decided again.
-        let early = keeper.admit(failing.clone(), Some(&pod), start + RETRY / 2);
+        let early = keeper.admit(failing.clone(), Some(&pod), None, start + RETRY / 2);
         assert_eq!(early.decide, None);
         assert_eq!(early.submit.and_then(|i| i.floor), Some(HOLD));
         // After it: decided again once, still held meanwhile.
-        let late = keeper.admit(failing.clone(), Some(&pod), start + RETRY);
+        let late = keeper.admit(failing.clone(), Some(&pod), None, start + RETRY);
         assert!(late.decide.is_some());
         assert_eq!(late.submit.and_then(|i| i.floor), Some(HOLD));
-        let again = keeper.admit(failing.clone(), Some(&pod), start + RETRY * 2);
+        let again = keeper.admit(failing.clone(), Some(&pod), None, start + RETRY * 2);
         assert_eq!(again.decide, None, "one decision at a time");
         // Renewed: no new Warning.
         let renewed = keeper.decided(&uid, FloorVerdict::Hold(HOLD), start + RETRY * 2);
@@ -325,7 +336,7 @@ mod tests {
         // Let go: the gate goes False, and stays so while readiness fails.
         let released = keeper.decided(&uid, FloorVerdict::Release, start + RETRY * 3);
         assert_eq!(released.submit.map(|i| i.floor), Some(None));
-        let after = keeper.admit(failing, Some(&pod), start + RETRY * 9);
+        let after = keeper.admit(failing, Some(&pod), None, start + RETRY * 9);
         assert_eq!(
             (after.decide, after.submit.map(|i| i.floor)),
             (None, Some(None))
@@ -338,7 +349,7 @@ mod tests {
         // Not Ready already: let go at once, no decision.
         let (not_ready, failing) = scene(false);
         let mut keeper = FloorKeeper::default();
-        let step = keeper.admit(failing.clone(), Some(&not_ready), Instant::now());
+        let step = keeper.admit(failing.clone(), Some(&not_ready), None, Instant::now());
         assert_eq!(
             (step.decide, step.submit.map(|i| i.floor)),
             (None, Some(None))
@@ -346,13 +357,13 @@ mod tests {
         // Passing: through untouched, and forgotten.
         let (ready, _) = scene(true);
         let passing = floored(gate_intent(true));
-        let step = keeper.admit(passing.clone(), Some(&ready), Instant::now());
+        let step = keeper.admit(passing.clone(), Some(&ready), None, Instant::now());
         assert_eq!(step.submit, Some(passing));
         assert!(!step.recovered);
         assert_eq!(keeper.pods(), 0);
         // Without a floor: through untouched.
         let plain = gate_intent(false);
-        let step = keeper.admit(plain.clone(), Some(&ready), Instant::now());
+        let step = keeper.admit(plain.clone(), Some(&ready), None, Instant::now());
         assert_eq!((step.submit, step.decide), (Some(plain), None));
     }
 
@@ -361,18 +372,48 @@ mod tests {
         let (pod, failing) = scene(true);
         let mut keeper = FloorKeeper::default();
         let uid = keeper
-            .admit(failing, Some(&pod), Instant::now())
+            .admit(failing, Some(&pod), None, Instant::now())
             .decide
             .expect("a decision")
             .uid;
         keeper.decided(&uid, FloorVerdict::Hold(HOLD), Instant::now());
         let passing = floored(gate_intent(true));
-        let step = keeper.admit(passing.clone(), Some(&pod), Instant::now());
+        let step = keeper.admit(passing.clone(), Some(&pod), None, Instant::now());
         assert_eq!(step.submit, Some(passing));
         assert!(step.recovered);
         assert_eq!(keeper.pods(), 0);
         // A hold decided for a pod already gone is given back too.
         let late = keeper.decided(&uid, FloorVerdict::Hold(HOLD), Instant::now());
         assert_eq!((late.submit, late.recovered), (None, true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wg5_a_pod_disruption_budgets_floor_applies_where_the_probe_sets_none() {
+        let (pod, floored_failing) = scene(true);
+        let by_budget = ReadinessFloor {
+            min_ready: PodCount::AllBut(1),
+        };
+        // No floor of its own: the budget's is asked for.
+        let plain = gate_intent(false);
+        let ask = FloorKeeper::default()
+            .admit(plain.clone(), Some(&pod), Some(by_budget), Instant::now())
+            .decide
+            .expect("a decision under the budget's floor");
+        assert_eq!(ask.floor, by_budget);
+        // Its own floor wins.
+        let ask = FloorKeeper::default()
+            .admit(floored_failing, Some(&pod), Some(by_budget), Instant::now())
+            .decide
+            .expect("a decision under its own floor");
+        assert_eq!(ask.floor.min_ready, PodCount::Count(2));
+        // A passing probe costs nothing under either.
+        let passing = gate_intent(true);
+        let step = FloorKeeper::default().admit(
+            passing.clone(),
+            Some(&pod),
+            Some(by_budget),
+            Instant::now(),
+        );
+        assert_eq!((step.submit, step.decide), (Some(passing), None));
     }
 }

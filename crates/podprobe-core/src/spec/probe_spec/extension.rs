@@ -34,6 +34,7 @@ use super::validation::{FieldError, is_dns_subdomain};
 use crate::util::gofmt::go_quote;
 
 pub(crate) mod body_regex;
+pub mod disruption_budget;
 pub mod marker_options;
 pub(crate) mod tls_options;
 pub mod workload_options;

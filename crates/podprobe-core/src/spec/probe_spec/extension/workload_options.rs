@@ -60,6 +60,12 @@ pub struct ReadinessFloorFields {
 pub enum PodCount {
     Count(u32),
     Percent(u32),
+    /// All of the workload's pods but a count: a PodDisruptionBudget's
+    /// `minAvailable` read as a restart budget, its `maxUnavailable` as a
+    /// floor (WG5).
+    AllBut(u32),
+    /// All but a percentage, rounded up.
+    AllButPercent(u32),
 }
 
 impl PodCount {
@@ -70,6 +76,8 @@ impl PodCount {
         match self {
             PodCount::Count(n) => n as usize,
             PodCount::Percent(p) => (pods * p as usize).div_ceil(100),
+            PodCount::AllBut(n) => pods.saturating_sub(n as usize),
+            PodCount::AllButPercent(p) => pods - PodCount::Percent(p).of(pods).min(pods),
         }
     }
 }
@@ -80,6 +88,8 @@ impl std::fmt::Display for PodCount {
         match self {
             PodCount::Count(n) => write!(f, "{n}"),
             PodCount::Percent(p) => write!(f, "{p}%"),
+            PodCount::AllBut(n) => write!(f, "all but {n}"),
+            PodCount::AllButPercent(p) => write!(f, "all but {p}%"),
         }
     }
 }
@@ -203,22 +213,31 @@ fn pod_count(field: &str, given: Option<&IntOrString>) -> Result<PodCount, Field
             field.to_string(),
             "a count (e.g. 1) or a percentage (e.g. \"25%\") of the workload's pods",
         )),
-        Some(IntOrString::Int(n)) if (1..=MAX_COUNT).contains(n) => Ok(PodCount::Count(*n as u32)),
-        Some(IntOrString::Int(n)) => Err(FieldError::invalid_int(
+        Some(given) => share(field, given, 1),
+    }
+}
+
+/// A count from `least` to [`MAX_COUNT`] or a percentage from `least` % to
+/// 100 %, as a PodDisruptionBudget's `IntOrString` fields are written.
+pub(super) fn share(field: &str, given: &IntOrString, least: u32) -> Result<PodCount, FieldError> {
+    let range = least as i32..=MAX_COUNT;
+    match given {
+        IntOrString::Int(n) if range.contains(n) => Ok(PodCount::Count(*n as u32)),
+        IntOrString::Int(n) => Err(FieldError::invalid_int(
             field.to_string(),
             *n,
-            &format!("must be between 1 and {MAX_COUNT}"),
+            &format!("must be between {least} and {MAX_COUNT}"),
         )),
-        Some(IntOrString::String(s)) => match s
+        IntOrString::String(s) => match s
             .strip_suffix('%')
             .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|digits| digits.parse::<u32>().ok())
         {
-            Some(p) if (1..=100).contains(&p) => Ok(PodCount::Percent(p)),
+            Some(p) if (least..=100).contains(&p) => Ok(PodCount::Percent(p)),
             _ => Err(FieldError::invalid_string(
                 field.to_string(),
                 s,
-                "a percentage from \"1%\" to \"100%\", or a count",
+                &format!("a percentage from \"{least}%\" to \"100%\", or a count"),
             )),
         },
     }
