@@ -2163,46 +2163,58 @@ fn events_with_reason(ns: &str, reason: &str) -> Vec<Value> {
 /// ones are decided again at the resyncs that follow (every 10 s).
 const READINESS_DOWN: Duration = Duration::from_secs(30);
 
-/// WG3 on the kind cluster: two ReplicaSets of six replicas over both
+/// WG3 on the kind cluster: three ReplicaSets of six replicas over both
 /// workers whose readiness probes depend on one thing each (a file per
-/// node, removed on both nodes at once), one with `readinessFloor:
-/// {minReady: 50%}` and one without (the control). While the dependency is
-/// down, every version of the pods the API server holds (a watch) has at
-/// least three floored replicas Ready, and some of them held so (their
-/// gate True with reason `ReadinessFloor`, a Warning saying so), while the
-/// control's replicas all go NotReady together; once the dependency is
-/// back every replica is Ready, and held by nothing.
+/// node, removed on both nodes at once): one with `readinessFloor:
+/// {minReady: 50%}`, one whose floor comes from a PodDisruptionBudget with
+/// `minAvailable: 50%` and `podprobe.io/guards: readinessFloor` (WG5; the
+/// chart's `workloadGuard.podDisruptionBudgets` in
+/// tests/e2e-kind/values.yaml), and one without either (the control).
+/// While the dependency is down, every version of the pods the API server
+/// holds (a watch) has at least three replicas of each floored set Ready,
+/// and some of them held so (their gate True with reason `ReadinessFloor`,
+/// a Warning saying so), while the control's replicas all go NotReady
+/// together; once the dependency is back every replica is Ready, and held
+/// by nothing.
 #[test]
 #[ignore = "needs the kind cluster (hack/kind-e2e.sh runs it)"]
 fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
     let _stay = podprobe_pods_stay();
     let ns = setup("floor");
     let id = unique_id();
-    let (floored_dir, control_dir) = (
-        format!("/tmp/podprobe-wg3-{id}-floored"),
-        format!("/tmp/podprobe-wg3-{id}-control"),
-    );
-    dependency(&floored_dir, true);
-    dependency(&control_dir, true);
+    const APPS: [&str; 3] = ["floored", "budgeted", "control"];
+    let dir = |app: &str| format!("/tmp/podprobe-wg3-{id}-{app}");
+    for app in APPS {
+        dependency(&dir(app), true);
+    }
     ns.create_pod(&dependent_replica_set(
         "floored",
-        &floored_dir,
+        &dir("floored"),
         Dependent::Readiness(Some(json!({"minReady": "50%"}))),
     ));
-    ns.create_pod(&dependent_replica_set(
-        "control",
-        &control_dir,
-        Dependent::Readiness(None),
-    ));
-    for app in ["floored", "control"] {
+    ns.create_pod(&json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "budgeted", "annotations": {"podprobe.io/guards": "readinessFloor"}},
+        "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "budgeted"}}},
+    }));
+    for app in ["budgeted", "control"] {
+        ns.create_pod(&dependent_replica_set(
+            app,
+            &dir(app),
+            Dependent::Readiness(None),
+        ));
+    }
+    for app in APPS {
         ns.wait_for(&format!("every {app} replica Ready"), START, || {
             all_ready(&ns.name, app)
         });
     }
 
     let watch = PodWatch::start(&ns.name);
-    dependency(&floored_dir, false);
-    dependency(&control_dir, false);
+    for app in APPS {
+        dependency(&dir(app), false);
+    }
     let seen = WorkloadWatch::follow(&watch, Instant::now() + READINESS_DOWN);
     eprintln!(
         "dependency down {} s: not Ready at once, at most: {:?}; held by the floor: {:?}",
@@ -2215,32 +2227,42 @@ fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
         GUARD_REPLICAS,
         "the control did not go NotReady together: the test shows nothing"
     );
-    let floored = seen.most.get("floored").copied().unwrap_or(0);
-    assert!(
-        floored <= GUARD_REPLICAS / 2,
-        "{floored} floored replicas not Ready at once: below minReady 50 %\n{}",
-        ns.diagnostics()
-    );
-    assert!(
-        floored >= 1 && seen.held.len() >= GUARD_REPLICAS / 2,
-        "the floor let {floored} go and held {:?}: it should hold exactly the floor, 3, and let the others go",
-        seen.held
-    );
     let held = events_with_reason(&ns.name, "ReadinessFloor");
-    let note = held
-        .first()
-        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
-        .unwrap_or_default();
-    assert!(
-        note.contains("readinessFloor") && note.contains("minReady is 3"),
-        "no ReadinessFloor Warning saying why: {held:?}"
-    );
+    for app in ["floored", "budgeted"] {
+        let down = seen.most.get(app).copied().unwrap_or(0);
+        assert!(
+            down <= GUARD_REPLICAS / 2,
+            "{down} {app} replicas not Ready at once: below minReady 50 %\n{}",
+            ns.diagnostics()
+        );
+        let held_pods = seen.held.iter().filter(|p| p.starts_with(app)).count();
+        assert!(
+            down >= 1 && held_pods >= GUARD_REPLICAS / 2,
+            "the floor of {app} let {down} go and held {:?}: it should hold exactly the floor, 3, and let the others go",
+            seen.held
+        );
+        let note = held
+            .iter()
+            .filter(|e| {
+                e["involvedObject"]["name"]
+                    .as_str()
+                    .or(e["regarding"]["name"].as_str())
+                    .is_some_and(|pod| pod.starts_with(app))
+            })
+            .find_map(|e| e["message"].as_str())
+            .unwrap_or_default();
+        assert!(
+            note.contains("readinessFloor") && note.contains("minReady is 3"),
+            "no ReadinessFloor Warning on {app} saying why: {held:?}"
+        );
+    }
     let unavailable = events_with_reason(&ns.name, "ReadinessFloorUnavailable");
     assert!(unavailable.is_empty(), "{unavailable:?}");
 
-    dependency(&floored_dir, true);
-    dependency(&control_dir, true);
-    for app in ["floored", "control"] {
+    for app in APPS {
+        dependency(&dir(app), true);
+    }
+    for app in APPS {
         ns.wait_for(&format!("every {app} replica Ready again"), START, || {
             all_ready(&ns.name, app)
         });
