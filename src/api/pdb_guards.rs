@@ -99,6 +99,16 @@ impl PdbGuards {
         }
     }
 
+    /// Holds `pdbs` as a watch would have delivered them.
+    #[cfg(test)]
+    pub(crate) fn of(pdbs: &[PodDisruptionBudget]) -> Self {
+        let guards = PdbGuards::default();
+        for pdb in pdbs {
+            apply(&mut guards.write(), pdb);
+        }
+        guards
+    }
+
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Namespace>> {
         self.namespaces
             .write()
@@ -194,17 +204,9 @@ mod tests {
         pod
     }
 
-    fn guards(pdbs: &[PodDisruptionBudget]) -> PdbGuards {
-        let guards = PdbGuards::default();
-        for pdb in pdbs {
-            apply(&mut guards.write(), pdb);
-        }
-        guards
-    }
-
     #[test]
     fn wg5_a_pod_finds_its_namespaces_budget_and_a_removed_one_is_gone() {
-        let kept = guards(&[pdb("a", "web", 0)]);
+        let kept = PdbGuards::of(&[pdb("a", "web", 0)]);
         let found = kept.lookup(&pod("a")).unwrap().unwrap();
         assert_eq!(found.0, "web");
         assert!(found.1.restart_budget.is_some());
@@ -221,7 +223,7 @@ mod tests {
         let many: Vec<_> = (0..=MAX_PER_NAMESPACE + 5)
             .map(|i| pdb("crowded", &format!("b{i}"), 0))
             .collect();
-        let crowded = guards(&many);
+        let crowded = PdbGuards::of(&many);
         assert_eq!(
             crowded.namespaces.read().unwrap()["crowded"].len(),
             MAX_PER_NAMESPACE + 1
@@ -229,10 +231,10 @@ mod tests {
         let why = crowded.lookup(&pod("crowded")).unwrap_err();
         assert!(why.contains("more than 100"), "{why}");
         // The pod has every label it names, yet takes nothing from it.
-        let large = guards(&[pdb("a", "large", 200)]);
+        let large = PdbGuards::of(&[pdb("a", "large", 200)]);
         assert_eq!(large.lookup(&pod("a")), Ok(None));
         assert_eq!(
-            guards(&[pdb("a", "small", 100)])
+            PdbGuards::of(&[pdb("a", "small", 100)])
                 .lookup(&pod("a"))
                 .map(|f| f.is_some()),
             Ok(true)

@@ -240,3 +240,78 @@ impl<K: Killer + Clone + Send + Sync + 'static> Killer for BudgetedKiller<K> {
         self.inner.containers() + self.lock().deferred()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use podprobe_core::spec::probe_spec::extension::disruption_budget::GUARDS_ANNOTATION;
+    use podprobe_core::testing::RecordingEvents;
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+    use crate::testing::RecordingKiller;
+
+    fn pdb(name: &str) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta {
+                namespace: Some("shop".into()),
+                name: Some(name.into()),
+                annotations: Some(BTreeMap::from([(
+                    GUARDS_ANNOTATION.to_string(),
+                    "restartBudget".to_string(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                max_unavailable: Some(IntOrString::Int(1)),
+                selector: Some(LabelSelector::default()),
+                ..PodDisruptionBudgetSpec::default()
+            }),
+            ..PodDisruptionBudget::default()
+        }
+    }
+
+    fn kill(kind: ProbeKind) -> ProbeKill {
+        ProbeKill {
+            container: "app".into(),
+            container_id: "containerd://app-1".into(),
+            kind,
+            message: "Container app failed liveness probe, will be restarted".into(),
+            grace_period_seconds: 30,
+            restart_budget: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn wg5_a_pod_two_budgets_select_is_restarted_as_the_kubelet_would_saying_why() {
+        // No API server behind it: these kills must not need one.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let inner = RecordingKiller::default();
+        let events = Arc::new(RecordingEvents::default());
+        let killer = BudgetedKiller::new(
+            inner.clone(),
+            GuardDecisions::new(client),
+            PdbGuards::of(&[pdb("one"), pdb("two")]),
+            "node-1".into(),
+            events.clone(),
+            WorkloadGuardMetrics::register(&mut Registry::default()),
+        );
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("shop".into());
+        pod.metadata.name = Some("web-1".into());
+        pod.metadata.uid = Some("uid-1".into());
+        killer.kill(&pod, kill(ProbeKind::Liveness));
+        assert_eq!(inner.kills().len(), 1, "killed at once");
+        assert_eq!(events.reasons(), [reasons::RESTART_BUDGET_UNAVAILABLE]);
+        // A startup kill is never the budget's.
+        killer.kill(&pod, kill(ProbeKind::Startup));
+        assert_eq!(inner.kills().len(), 2);
+        assert_eq!(events.reasons().len(), 1);
+    }
+}
