@@ -129,17 +129,20 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
     }
 
     /// The budget a liveness kill of `pod` is held to: its probe's own, else
-    /// its PodDisruptionBudget's (WG5). A PodDisruptionBudget podprobe
-    /// cannot apply is said, and the kill is the kubelet's.
-    fn budget(&self, pod: &Pod, kill: &ProbeKill) -> Option<RestartBudget> {
+    /// its PodDisruptionBudget's (WG5), with that budget's name. A
+    /// PodDisruptionBudget podprobe cannot apply is said, and the kill is
+    /// the kubelet's.
+    fn budget(&self, pod: &Pod, kill: &ProbeKill) -> Option<(RestartBudget, Option<String>)> {
         if kill.kind != ProbeKind::Liveness {
             return None;
         }
-        if kill.restart_budget.is_some() {
-            return kill.restart_budget;
+        if let Some(own) = kill.restart_budget {
+            return Some((own, None));
         }
         match self.budgets.lookup(pod) {
-            Ok(found) => found.and_then(|(_, options)| options.restart_budget),
+            Ok(found) => {
+                found.and_then(|(name, options)| Some((options.restart_budget?, Some(name))))
+            }
             Err(why) => {
                 self.unavailable(pod, &kill.container, &why);
                 self.metrics.restart_decision(BudgetOutcome::Unavailable);
@@ -149,7 +152,7 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
     }
 
     /// Decides `kill` and carries it out, or defers it.
-    async fn run(self, pod: Pod, kill: ProbeKill, budget: RestartBudget) {
+    async fn run(self, pod: Pod, kill: ProbeKill, budget: RestartBudget, source: Option<String>) {
         let (decision, outcome) = self.decide(&pod, &kill, &budget).await;
         let next = self.lock().decided(
             &kill.container_id,
@@ -180,23 +183,36 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
             } => {
                 self.metrics.restart_decision(BudgetOutcome::Deferred);
                 if first {
-                    self.deferred(&pod, &kill, &budget, unavailable, allowed);
+                    self.deferred(
+                        &pod,
+                        &kill,
+                        &budget,
+                        source.as_deref(),
+                        unavailable,
+                        allowed,
+                    );
                 }
             }
         }
     }
 
-    /// Says that `kill` waits: a log line and a Warning.
+    /// Says that `kill` waits: a log line and a Warning naming the budget
+    /// (`source`: the PodDisruptionBudget it comes from, if it does).
     fn deferred(
         &self,
         pod: &Pod,
         kill: &ProbeKill,
         budget: &RestartBudget,
+        source: Option<&str>,
         unavailable: usize,
         allowed: usize,
     ) {
+        let which = match source {
+            Some(pdb) => format!("the restartBudget of PodDisruptionBudget {pdb}"),
+            None => "the workload's restartBudget".to_string(),
+        };
         let note = format!(
-            "Container {} failed liveness probe; its restart waits for the workload's restartBudget: {unavailable} of the workload's pods are unavailable or restarting, maxUnavailable allows {allowed} (at most {} s)",
+            "Container {} failed liveness probe; its restart waits for {which}: {unavailable} of the workload's pods are unavailable or restarting, maxUnavailable allows {allowed} (at most {} s)",
             kill.container, budget.max_deferral_seconds
         );
         tracing::warn!(
@@ -222,13 +238,13 @@ impl<K: Killer + Clone + Send + Sync + 'static> Killer for BudgetedKiller<K> {
     /// container, a deferred one at most every 5 s: [`RestartDeferrals`]);
     /// any other is the inner killer's at once.
     fn kill(&self, pod: &Pod, kill: ProbeKill) {
-        let Some(budget) = self.budget(pod, &kill) else {
+        let Some((budget, source)) = self.budget(pod, &kill) else {
             return self.inner.kill(pod, kill);
         };
         if !self.lock().ask(&kill.container_id, Instant::now()) {
             return;
         }
-        tokio::spawn(self.clone().run(pod.clone(), kill, budget));
+        tokio::spawn(self.clone().run(pod.clone(), kill, budget, source));
     }
 
     fn retain(&self, listed: &HashSet<String>) {
