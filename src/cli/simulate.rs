@@ -13,6 +13,7 @@ pub mod engine;
 pub mod script;
 mod simulation;
 pub(crate) mod timeline;
+mod workload;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -116,6 +117,12 @@ pub struct SimulateArgs {
     /// self-contained page with that timeline and a table of the events.
     #[arg(long, value_enum, default_value = "json")]
     pub output: OutputArg,
+
+    /// Workload mode (`replicas` in the script): ignore the probes'
+    /// `restartBudget` and `readinessFloor`, to compare the same workload
+    /// without them, as the kubelet alone would run it.
+    #[arg(long)]
+    pub without_guards: bool,
 }
 
 /// `--output`.
@@ -229,7 +236,11 @@ pub fn prepare(args: &SimulateArgs) -> Result<Simulation, SimulateInputError> {
         }
         None => None,
     };
-    build(&pod, script, args.mode, duration)
+    let simulation = build(&pod, script, args.mode, duration)?;
+    Ok(Simulation {
+        guards: !args.without_guards,
+        ..simulation
+    })
 }
 
 /// Validates a parsed pod and script and pairs them up; `duration`
@@ -264,12 +275,14 @@ pub fn build(
         field: "duration".to_string(),
         message: "required (or pass --duration)".to_string(),
     })?;
+    script.check_outage(duration)?;
     Ok(Simulation {
         pod,
         probes,
         gate,
         script,
         duration,
+        guards: true,
     })
 }
 

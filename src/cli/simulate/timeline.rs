@@ -363,7 +363,11 @@ impl<'a> Timeline<'a> {
                     grace_seconds: *grace_seconds,
                     message,
                 }),
-                Event::Condition { .. } => {}
+                Event::Condition { .. }
+                | Event::PodReady { .. }
+                | Event::RestartDeferred { .. }
+                | Event::FloorHeld { .. }
+                | Event::FloorReleased => {}
             }
         }
         for lane in &mut lanes {
@@ -480,6 +484,21 @@ fn describe(record: &Record) -> (&'static str, String, Option<&'static str>) {
             }
             ("condition", detail, None)
         }
+        Event::PodReady { value } => ("pod_ready", value.to_string(), None),
+        Event::RestartDeferred {
+            unavailable,
+            allowed,
+        } => (
+            "restart_deferred",
+            format!("{unavailable} unavailable, maxUnavailable allows {allowed}"),
+            None,
+        ),
+        Event::FloorHeld { ready, floor } => (
+            "floor_held",
+            format!("{ready} Ready without this one, minReady {floor}"),
+            None,
+        ),
+        Event::FloorReleased => ("floor_released", String::new(), None),
     }
 }
 
