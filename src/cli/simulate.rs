@@ -52,6 +52,13 @@ Script (YAML or JSON; times in seconds, to the millisecond):
       liveness:
         - {from: 0, to: 55, result: failure}
 
+A workload (the pod's restartBudget and readinessFloor applied, as
+podprobe run decides them, against one record all replicas share):
+
+  replicas: 6                # copies of the pod, 1 to 100; each record names its replica
+  outage: {from: 10, to: 55} # [from, to) in seconds since t 0, within the duration: every
+                             # probe of every replica fails (a shared dependency is down)
+
 Windows are [from, to) in seconds since that instance started. A result is
 success, warning (passes, as an HTTP redirect to another host), failure or
 error (all three attempts error, so the run is thrown away). Unscripted time
@@ -65,6 +72,15 @@ order. Each has `t` (seconds since the pod's first container started),
 `message`) and, in gate mode, condition (`podprobe.io/ready` status,
 pod-level). Events of one time are ordered by container name, each
 container's in the order they happened, pod-level events last. The last line is the summary.
+
+With replicas, each record has `pod` (replica-0, ...) and events of one time
+are ordered by replica first; pod-level events add pod_ready (the replica's
+Ready), restart_deferred (`unavailable`, `allowed`: waits for a unit of the
+restartBudget), floor_held (`ready`, `floor`) and floor_released, one per
+decision; podprobe's status resync (every 10 s) decides them again. The
+summary has each replica's restarts and Ready, and the workload's
+most_not_ready, restarted, deferred, held and released. --without-guards
+runs the same workload without restartBudget and readinessFloor.
 
 --output svg draws the same events as a timeline: a lane per container
 (and restartable init container) with a row per probe it has, its

@@ -439,7 +439,9 @@ fn workload_summary(
     for (index, record) in records.iter().enumerate() {
         match record.event {
             Event::PodReady { value } => {
-                if let Some(pod) = record.pod.as_deref() {
+                if let Some(pod) = record.pod.as_deref()
+                    && (value || ready.contains_key(pod))
+                {
                     ready.insert(pod, value);
                 }
             }
@@ -1450,5 +1452,176 @@ mod tests {
         // readiness worker probes on time from the start.
         assert_eq!(at(ProbeKind::Liveness), Vec::<f64>::new());
         assert_eq!(at(ProbeKind::Readiness), [0.0, 10.0, 20.0, 30.0]);
+    }
+
+    /// A gated workload whose one container's probes (exec, period 1 s;
+    /// readiness failing at 2, liveness at 3) carry `floor` and `budget`.
+    fn guarded_pod(floor: serde_json::Value, budget: serde_json::Value) -> serde_json::Value {
+        let check = |threshold: u32| json!({"exec": {"command": ["check"]}, "periodSeconds": 1, "failureThreshold": threshold});
+        let (mut readiness, mut liveness) = (check(2), check(3));
+        readiness["podprobe"] = json!({"readinessFloor": floor});
+        liveness["podprobe"] = json!({"restartBudget": budget});
+        let probes = json!({"app": {"readinessProbe": readiness, "livenessProbe": liveness}});
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "w", "annotations": {"podprobe.io/probes": probes.to_string()}},
+               "spec": {"readinessGates": [{"conditionType": READY_CONDITION}],
+                        "containers": [{"name": "app", "image": "app"}]}})
+    }
+
+    fn run_workload(
+        pod: &serde_json::Value,
+        script: serde_json::Value,
+        guards: bool,
+    ) -> SimulationReport {
+        let script = script::parse(&script).unwrap();
+        let simulation = build(pod, script, None, None).unwrap();
+        run(&Simulation {
+            guards,
+            ..simulation
+        })
+        .unwrap()
+    }
+
+    /// The replicas that had an event `is`, by name.
+    fn pods_with(report: &SimulationReport, is: impl Fn(&Event) -> bool) -> Vec<&str> {
+        let mut pods: Vec<&str> = (report.records.iter())
+            .filter(|r| is(&r.event))
+            .filter_map(|r| r.pod.as_deref())
+            .collect();
+        pods.dedup();
+        pods.sort_unstable();
+        pods.dedup();
+        pods
+    }
+
+    /// WG2 and WG3 on the paused clock, through the real prober: four
+    /// replicas whose dependency is down from 10 s to 40 s. The floor
+    /// (`minReady: 2`) lets two gates go and holds the other two; the two
+    /// let go are not Ready, so their restarts are free, and they leave no
+    /// unit of the budget (`maxUnavailable: 1`) for the held ones, whose
+    /// restarts wait. Never more than two replicas are not Ready.
+    #[test]
+    fn wg2_wg3_the_floor_holds_two_of_four_and_their_restarts_wait() {
+        let pod = guarded_pod(
+            json!({"minReady": 2}),
+            json!({"maxUnavailable": 1, "maxDeferralSeconds": 600}),
+        );
+        let script = json!({"duration": 40, "replicas": 4, "outage": {"from": 10, "to": 40}});
+        let report = run_workload(&pod, script, true);
+        let held = pods_with(&report, |e| matches!(e, Event::FloorHeld { .. }));
+        let released = pods_with(&report, |e| matches!(e, Event::FloorReleased));
+        let killed = pods_with(&report, |e| matches!(e, Event::Killed { .. }));
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert_eq!(released.len(), 2, "{released:?}");
+        assert!(held.iter().all(|pod| !released.contains(pod)));
+        assert_eq!(killed, released, "only the replicas let go restart");
+        let deferred: Vec<(usize, usize)> = (report.records.iter())
+            .filter_map(|r| match r.event {
+                Event::RestartDeferred {
+                    unavailable,
+                    allowed,
+                } => Some((unavailable, allowed)),
+                _ => None,
+            })
+            .collect();
+        assert!(!deferred.is_empty());
+        assert!(
+            deferred
+                .iter()
+                .all(|&(unavailable, allowed)| allowed == 1 && unavailable >= 2)
+        );
+        let workload = report.summary.workload.expect("workload mode");
+        assert_eq!(workload.most_not_ready, 2);
+        assert_eq!(workload.restarted, 2);
+        assert_eq!(workload.deferred, deferred.len());
+    }
+
+    /// The same workload without its guards goes down together: every
+    /// replica not Ready at once and every one restarted.
+    #[test]
+    fn without_guards_the_workload_goes_down_together() {
+        let pod = guarded_pod(
+            json!({"minReady": 2}),
+            json!({"maxUnavailable": 1, "maxDeferralSeconds": 600}),
+        );
+        let script = json!({"duration": 40, "replicas": 4, "outage": {"from": 10, "to": 40}});
+        let report = run_workload(&pod, script, false);
+        let workload = report.summary.workload.expect("workload mode");
+        assert_eq!(
+            workload,
+            WorkloadSummary {
+                most_not_ready: 4,
+                restarted: 4,
+                ..WorkloadSummary::default()
+            }
+        );
+    }
+
+    /// WG2: a deferred restart goes ahead `maxDeferralSeconds` after its
+    /// first deferral, decided again at a resync (every 10 s) after that.
+    #[test]
+    fn wg2_a_held_replica_restarts_once_its_deferral_is_over() {
+        let pod = guarded_pod(
+            json!({"minReady": 1}),
+            json!({"maxUnavailable": 1, "maxDeferralSeconds": 15}),
+        );
+        let script = json!({"duration": 60, "replicas": 2, "outage": {"from": 10, "to": 60}});
+        let report = run_workload(&pod, script, true);
+        let held = pods_with(&report, |e| matches!(e, Event::FloorHeld { .. }));
+        let [held] = held.as_slice() else {
+            panic!("one replica held: {held:?}");
+        };
+        let of_held = |is: fn(&Event) -> bool| {
+            (report.records.iter())
+                .filter(|r| r.pod.as_deref() == Some(*held) && is(&r.event))
+                .map(|r| r.t)
+                .next()
+        };
+        let deferred = of_held(|e| matches!(e, Event::RestartDeferred { .. })).expect("deferred");
+        let killed = of_held(|e| matches!(e, Event::Killed { .. })).expect("killed in the end");
+        assert!(
+            killed >= deferred + Duration::from_secs(15)
+                && killed <= deferred + Duration::from_secs(15) + STATUS_RESYNC_PERIOD,
+            "deferred at {deferred:?}, killed at {killed:?}"
+        );
+    }
+
+    #[test]
+    fn replica_names_sort_in_their_order() {
+        assert_eq!(replica_names(None), [None]);
+        let names: Vec<String> = replica_names(Some(3)).into_iter().flatten().collect();
+        assert_eq!(names, ["replica-0", "replica-1", "replica-2"]);
+        let names: Vec<String> = replica_names(Some(11)).into_iter().flatten().collect();
+        assert_eq!(
+            (names[0].as_str(), names[10].as_str()),
+            ("replica-00", "replica-10")
+        );
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, names);
+    }
+
+    /// Replicas going and coming back at one time are counted once all
+    /// of that time's changes are in; a replica never Ready yet is not
+    /// counted.
+    #[test]
+    fn most_not_ready_counts_a_time_s_changes_together() {
+        let at = |t: u64, pod: &str, value: bool| Record {
+            t: Duration::from_secs(t),
+            pod: Some(pod.to_string()),
+            container: None,
+            instance: None,
+            event: Event::PodReady { value },
+        };
+        let records = [
+            at(0, "a", true),
+            at(0, "b", true),
+            at(5, "a", false),
+            at(7, "a", true),
+            at(7, "b", false),
+            at(9, "c", false),
+        ];
+        let summary = workload_summary(&records, &BTreeMap::new());
+        assert_eq!(summary.most_not_ready, 1);
     }
 }
