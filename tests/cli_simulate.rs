@@ -849,6 +849,46 @@ fn cli_doc_heredoc(file: &str) -> String {
     doc[start..=start + length].to_string()
 }
 
+/// Workload mode draws a header, a pod lane (the gate and `Ready`) and
+/// the container lanes per replica, every probe run, kill and instance
+/// of every replica, and the outage shaded once; the HTML page names the
+/// replica of each event.
+#[test]
+fn svg_and_html_of_a_workload_have_a_lane_per_replica_and_the_outage() {
+    let (pod, script) = (
+        cli_doc_heredoc("/tmp/workload.yaml"),
+        cli_doc_heredoc("/tmp/outage.yaml"),
+    );
+    let json = lines(&simulate(&pod, &script, &[]));
+    let svg = stdout(&simulate(&pod, &script, &["--output", "svg"]));
+    let records: Vec<&Value> = json.iter().filter(|l| l["event"] != "summary").collect();
+    let of = |event: &str| records.iter().filter(|r| r["event"] == event).count();
+    assert_eq!(elements(&svg, "probe ").len(), of("probe"));
+    assert_eq!(count(&svg, "<g class=\"kill\">"), of("killed"));
+    assert_eq!(count(&svg, "<g class=\"instance\">"), of("started_running"));
+    let replicas = usize::try_from(REPLICAS).expect("a few replicas");
+    assert_eq!(elements(&svg, "replica\"").len(), replicas);
+    assert_eq!(count(&svg, "<g class=\"gate\">"), replicas);
+    for n in 0..replicas {
+        assert!(svg.contains(&format!(">replica-{n}</text>")), "replica-{n}");
+    }
+    assert!(!elements(&svg, "pod-ready\"").is_empty());
+    let outage = elements(&svg, "outage\"");
+    assert_eq!(outage.len(), 1, "{outage:?}");
+    assert!(
+        outage[0].contains("outage from 10s to 55s"),
+        "{}",
+        outage[0]
+    );
+    assert!(svg.contains("the gate held by the readinessFloor"));
+    assert_renders(&svg);
+    let html = stdout(&simulate(&pod, &script, &["--output", "html"]));
+    assert!(html.contains("<th>pod</th>"));
+    assert_eq!(count(&html, "<tr><td class=\"t\">"), records.len());
+    assert!(html.contains("<td>replica-5</td>"));
+    assert!(html.contains("At most 3 replicas not Ready at once; 3 restarted;"));
+}
+
 #[test]
 fn svg_draws_the_docs_example_event_for_event() {
     let (pod, script) = (
