@@ -7,7 +7,9 @@
 //! The prober is the real one ([`podprobe_core::prober::manager`], [`podprobe_core::prober::worker`]); only
 //! the probe handlers and the kubelet around them are simulated
 //! ([`engine`]). The script format is in [`script`]; [`render`] draws the
-//! events as an SVG timeline or an HTML page for `--output svg|html`.
+//! events as an SVG timeline or an HTML page for `--output svg|html`. A
+//! script with `replicas` simulates a workload, its guards decided as the
+//! daemon decides them (the `workload` module).
 
 pub mod engine;
 pub mod script;

@@ -37,6 +37,17 @@
 //! the start). The prober has been running since long before the pod, so
 //! workers start without jitter (W5).
 //!
+//! Workload mode (`replicas` in the script) runs one such kubelet, prober
+//! and tracker per replica, all in the same virtual time: each replica's
+//! pod gets its name as name and UID and a `Ready` condition (every
+//! container running, by the kubelet's own probes in gate mode, or ready
+//! in authority mode, and the `podprobe.io/ready` gate True if the pod has
+//! it); its kills and status intents go through the workload's guards
+//! ([`super::workload`]); podprobe's status resync runs every
+//! [`STATUS_RESYNC_PERIOD`], at which deferred restarts and held gates are
+//! decided again. One pod has neither the condition nor the resync, so its
+//! output is as it was.
+//!
 //! Everything runs on one thread in virtual time, and nothing depends on
 //! randomness or hash order, so the same input gives the same events.
 
@@ -1488,7 +1499,6 @@ mod tests {
             .filter(|r| is(&r.event))
             .filter_map(|r| r.pod.as_deref())
             .collect();
-        pods.dedup();
         pods.sort_unstable();
         pods.dedup();
         pods
