@@ -677,7 +677,8 @@ fn wg2_wg3_the_kind_outage_simulated_keeps_its_floor_and_its_budget() {
     assert!(number("deferred") > 0, "{guarded}");
     // What docs/cli.md says the example prints, the control first.
     let doc = include_str!("../docs/cli.md");
-    let printed = format!("```text\n{control_printed}\n{guarded_printed}\n```");
+    let printed =
+        format!("```text\n\"workload\":{control_printed}\n\"workload\":{guarded_printed}\n```");
     assert!(doc.contains(&printed), "docs/cli.md lacks {printed}");
 }
 
