@@ -475,8 +475,10 @@ fn workload_summary(
 /// its containers' and those by container; records of one container at
 /// one time keep the order they happened in.
 fn sort_records(records: &mut [Record]) {
+    fn key(r: &Record) -> (Duration, Option<&str>, bool) {
+        (r.t, r.pod.as_deref(), r.container.is_none())
+    }
     records.sort_by(|a, b| {
-        let key = |r: &Record| (r.t, r.pod.clone(), r.container.is_none());
         key(a)
             .cmp(&key(b))
             .then_with(|| a.container.cmp(&b.container))
@@ -524,35 +526,6 @@ impl EventLog {
         records
     }
 
-    /// The most failures in a row of any container's readiness probe so
-    /// far, as the daemon's ledger counts them for a floor decision.
-    fn readiness_failures(&self) -> u32 {
-        // By container: failures counted back from the last run, and
-        // whether a run that was not a failure ended the count.
-        let mut runs: HashMap<&str, (u32, bool)> = HashMap::new();
-        let records = self.lock();
-        for record in records.iter().rev() {
-            let (Some(container), Event::Probe { kind, result }) =
-                (&record.container, &record.event)
-            else {
-                continue;
-            };
-            if *kind != ProbeKind::Readiness {
-                continue;
-            }
-            let run = runs.entry(container).or_default();
-            match (run.1, result) {
-                (true, _) => {}
-                (false, ScriptedResult::Failure) => run.0 += 1,
-                (false, _) => run.1 = true,
-            }
-        }
-        runs.values()
-            .map(|(failures, _)| *failures)
-            .max()
-            .unwrap_or(0)
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -574,6 +547,8 @@ struct ScriptedProbes {
     outage: Option<Outage>,
     /// By runtime container ID (`app-1`).
     instances: Mutex<HashMap<String, Instance>>,
+    /// By container: its readiness probe's failures in a row.
+    readiness_failures: Mutex<HashMap<String, u32>>,
     log: Arc<EventLog>,
 }
 
@@ -583,6 +558,7 @@ impl ScriptedProbes {
             scripts: simulation.script.containers.clone(),
             outage: simulation.script.outage,
             instances: Mutex::new(HashMap::new()),
+            readiness_failures: Mutex::new(HashMap::new()),
             log,
         }
     }
@@ -620,12 +596,34 @@ impl ScriptedProbes {
                     script.result_at(kind, age)
                 })
         };
+        if kind == ProbeKind::Readiness {
+            let mut failures = self
+                .readiness_failures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let run = failures.entry(instance.container.clone()).or_default();
+            *run = if result == ScriptedResult::Failure {
+                run.saturating_add(1)
+            } else {
+                0
+            };
+        }
         self.log.record(
             Some(&instance.container),
             Some(instance.number),
             Event::Probe { kind, result },
         );
         scripted_attempt(result)
+    }
+
+    /// The most failures in a row of any container's readiness probe so
+    /// far, as the daemon's ledger counts them for a floor decision.
+    fn readiness_failures(&self) -> u32 {
+        let failures = self
+            .readiness_failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        failures.values().copied().max().unwrap_or(0)
     }
 }
 
@@ -1068,7 +1066,7 @@ impl<'a> Kubelet<'a> {
         if self.replica.is_none() {
             return self.write_status(&intent);
         }
-        let (pod, now, failures) = (self.pod(), self.now(), self.log.readiness_failures());
+        let (pod, now, failures) = (self.pod(), self.now(), self.runner.readiness_failures());
         let Some(replica) = self.replica.as_mut() else {
             return;
         };
