@@ -650,9 +650,10 @@ fn docs_workload(extra: &[&str]) -> (Value, String) {
 /// The kind run measured: control 6 of 6 NotReady at once and 6
 /// restarted; guarded at most 3 NotReady at once, 3 held Ready, 3
 /// restarted, 16 deferred and 14 held decisions. The simulation gives
-/// the same 6/6 and 3/3, with 18 deferred and 15 held decisions: it asks
-/// again exactly every 10 s resync over the whole 45 s, where kind's
-/// first decisions came a few seconds later, over its API.
+/// the same 6/6 and 3/3, with 18 deferred and 15 held decisions. The
+/// decision counts depend on when the resyncs fall and on the API's
+/// latency, neither of which is the kind run's here (not measured), so
+/// only their being there is checked.
 #[test]
 fn wg2_wg3_the_kind_outage_simulated_keeps_its_floor_and_its_budget() {
     let (control, control_printed) = docs_workload(&["--without-guards"]);
