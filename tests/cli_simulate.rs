@@ -604,6 +604,128 @@ spec:
     );
 }
 
+/// The workload the docs simulate: tests/e2e_kind.rs's
+/// `server_dependent_deployment` as one pod manifest (six replicas come
+/// from the script), readiness and liveness both calling a dependency.
+const REPLICAS: u64 = 6;
+/// Its `readinessFloor: {minReady: "50%"}` of six, rounded up.
+const MIN_READY: u64 = 3;
+
+/// The docs' workload example run with `extra` flags: its summary's
+/// `workload`, parsed and as printed.
+fn docs_workload(extra: &[&str]) -> (Value, String) {
+    let (pod, script) = (
+        cli_doc_heredoc("/tmp/workload.yaml"),
+        cli_doc_heredoc("/tmp/outage.yaml"),
+    );
+    let output = simulate(&pod, &script, extra);
+    let again = simulate(&pod, &script, extra);
+    assert_eq!(
+        output.stdout, again.stdout,
+        "the same input, the same bytes"
+    );
+    let text = stdout(&output);
+    let last = text.lines().last().unwrap_or_default();
+    let printed = last
+        .split_once("\"workload\":")
+        .and_then(|(_, rest)| rest.strip_suffix('}'))
+        .unwrap_or_else(|| panic!("no workload in the summary: {last}"));
+    (
+        summary(&lines(&output))["workload"].clone(),
+        printed.to_string(),
+    )
+}
+
+/// WG2 and WG3 together, the kind scenario
+/// (`wg2_wg3_a_deployment_on_a_failing_dependency_keeps_its_floor_and_its_budget`)
+/// simulated: the dependency is down for 45 s (the kind run's
+/// SERVER_DOWN). The bounds come from the settings: the floor lets at most
+/// REPLICAS - MIN_READY gates go; those replicas are NotReady, so their
+/// restarts are free, and they keep more than `maxUnavailable: 1`
+/// unavailable, so no held replica gets a unit before its
+/// `maxDeferralSeconds` (600, beyond the outage): at most REPLICAS -
+/// MIN_READY restart. The control, the same script without the guards,
+/// goes down whole.
+///
+/// The kind run measured: control 6 of 6 NotReady at once and 6
+/// restarted; guarded at most 3 NotReady at once, 3 held Ready, 3
+/// restarted, 16 deferred and 14 held decisions. The simulation gives
+/// the same 6/6 and 3/3, with 18 deferred and 15 held decisions. The
+/// decision counts depend on when the resyncs fall and on the API's
+/// latency, neither of which is the kind run's here (not measured), so
+/// only their being there is checked.
+#[test]
+fn wg2_wg3_the_kind_outage_simulated_keeps_its_floor_and_its_budget() {
+    let (control, control_printed) = docs_workload(&["--without-guards"]);
+    assert_eq!(control["most_not_ready"], REPLICAS, "{control}");
+    assert_eq!(control["restarted"], REPLICAS, "{control}");
+    assert_eq!(
+        (control["deferred"].as_u64(), control["held"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let (guarded, guarded_printed) = docs_workload(&[]);
+    let number = |key: &str| {
+        guarded[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key}: {guarded}"))
+    };
+    assert!(
+        number("most_not_ready") <= REPLICAS - MIN_READY,
+        "{guarded}"
+    );
+    assert!(number("restarted") <= REPLICAS - MIN_READY, "{guarded}");
+    assert!(number("held") > 0, "{guarded}");
+    assert!(number("deferred") > 0, "{guarded}");
+    // What docs/cli.md says the example prints, the control first.
+    let doc = include_str!("../docs/cli.md");
+    let printed =
+        format!("```text\n\"workload\":{control_printed}\n\"workload\":{guarded_printed}\n```");
+    assert!(doc.contains(&printed), "docs/cli.md lacks {printed}");
+}
+
+#[test]
+fn invalid_workload_script_exits_64_naming_the_field() {
+    let pod = cli_doc_heredoc("/tmp/workload.yaml");
+    let cases = [
+        (
+            "{duration: 9, replicas: 0}",
+            "script: replicas: expected a whole number from 1 to 100, got 0",
+        ),
+        (
+            "{duration: 9, replicas: 101}",
+            "script: replicas: expected a whole number from 1 to 100, got 101",
+        ),
+        (
+            "{duration: 9, replicas: 2, outage: {from: 5, to: 5}}",
+            "script: outage.to: 5 must be after from (5)",
+        ),
+        (
+            "{duration: 9, replicas: 2, outage: {from: 5}}",
+            "script: outage.to: required",
+        ),
+        (
+            "{duration: 9, replicas: 2, outage: {from: 5, to: 10}}",
+            "script: outage.to: 10 is past the end of the simulation (9, the script's duration or --duration)",
+        ),
+    ];
+    for (script, message) in cases {
+        assert_eq!(
+            rejected(&pod, script, &[]),
+            format!("podprobe simulate: invalid input: {message}\n")
+        );
+    }
+    let stderr = rejected(
+        &pod,
+        "{duration: 60, replicas: 2, outage: {from: 5, to: 30}}",
+        &["--duration", "20"],
+    );
+    assert_eq!(
+        stderr,
+        "podprobe simulate: invalid input: script: outage.to: 30 is past the end of the simulation \
+         (20, the script's duration or --duration)\n"
+    );
+}
+
 #[test]
 fn help_explains_every_flag_and_the_script() {
     let output = Command::new(env!("CARGO_BIN_EXE_podprobe"))
@@ -626,6 +748,9 @@ fn help_explains_every_flag_and_the_script() {
         "--output svg draws the same events as a timeline",
         "self-contained page",
         "--output svg > timeline.svg",
+        "replicas: 6",
+        "outage: {from: 10, to: 55}",
+        "--without-guards",
     ] {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
     }
@@ -724,6 +849,46 @@ fn cli_doc_heredoc(file: &str) -> String {
     let start = doc.find(&opening).expect("docs/cli.md writes the file") + opening.len();
     let length = doc[start..].find("\nYAML\n").expect("heredoc ends");
     doc[start..=start + length].to_string()
+}
+
+/// Workload mode draws a header, a pod lane (the gate and `Ready`) and
+/// the container lanes per replica, every probe run, kill and instance
+/// of every replica, and the outage shaded once; the HTML page names the
+/// replica of each event.
+#[test]
+fn svg_and_html_of_a_workload_have_a_lane_per_replica_and_the_outage() {
+    let (pod, script) = (
+        cli_doc_heredoc("/tmp/workload.yaml"),
+        cli_doc_heredoc("/tmp/outage.yaml"),
+    );
+    let json = lines(&simulate(&pod, &script, &[]));
+    let svg = stdout(&simulate(&pod, &script, &["--output", "svg"]));
+    let records: Vec<&Value> = json.iter().filter(|l| l["event"] != "summary").collect();
+    let of = |event: &str| records.iter().filter(|r| r["event"] == event).count();
+    assert_eq!(elements(&svg, "probe ").len(), of("probe"));
+    assert_eq!(count(&svg, "<g class=\"kill\">"), of("killed"));
+    assert_eq!(count(&svg, "<g class=\"instance\">"), of("started_running"));
+    let replicas = usize::try_from(REPLICAS).expect("a few replicas");
+    assert_eq!(elements(&svg, "replica\"").len(), replicas);
+    assert_eq!(count(&svg, "<g class=\"gate\">"), replicas);
+    for n in 0..replicas {
+        assert!(svg.contains(&format!(">replica-{n}</text>")), "replica-{n}");
+    }
+    assert!(!elements(&svg, "pod-ready\"").is_empty());
+    let outage = elements(&svg, "outage\"");
+    assert_eq!(outage.len(), 1, "{outage:?}");
+    assert!(
+        outage[0].contains("outage from 10s to 55s"),
+        "{}",
+        outage[0]
+    );
+    assert!(svg.contains("the gate held by the readinessFloor"));
+    assert_renders(&svg);
+    let html = stdout(&simulate(&pod, &script, &["--output", "html"]));
+    assert!(html.contains("<th>pod</th>"));
+    assert_eq!(count(&html, "<tr><td class=\"t\">"), records.len());
+    assert!(html.contains("<td>replica-5</td>"));
+    assert!(html.contains("At most 3 replicas not Ready at once; 3 restarted;"));
 }
 
 #[test]

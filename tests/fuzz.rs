@@ -958,7 +958,9 @@ fn simulate_pod(
     let Ok(simulation) = simulate::build(&pod, script, Some(mode), duration) else {
         return;
     };
-    if simulation.duration <= Duration::from_secs(300) {
+    // Each replica is simulated in full: a short run in all.
+    let replicas = simulation.script.replicas.unwrap_or(1);
+    if simulation.duration.saturating_mul(replicas) <= Duration::from_secs(300) {
         let report = engine::run(&simulation).expect("tokio runtime");
         simulate::write_report(&mut Vec::new(), &report).expect("write to memory");
     }
@@ -1009,9 +1011,16 @@ fn script_text(spec: &PodSpec) -> BoxedStrategy<String> {
             .prop_map(|c| Value::Object(c.into_iter().map(|(n, v)| (n.to_string(), v)).collect()))
             .boxed(),
     );
+    let replicas = prop_oneof![3 => (0i64..8).prop_map(Value::from), 1 => hostile_number()].boxed();
+    let outage = mostly(object(vec![
+        ("from", seconds_json()),
+        ("to", seconds_json()),
+    ]));
     let hostile = mostly(object(vec![
         ("duration", seconds_json()),
         ("containers", containers),
+        ("replicas", mostly(replicas)),
+        ("outage", outage),
     ]));
     let document = prop_oneof![3 => mutated(valid_script(spec)), 1 => hostile];
     const YAML: &[&str] = &[
@@ -1106,10 +1115,19 @@ fn valid_script(spec: &PodSpec) -> BoxedStrategy<Value> {
             proptest::option::weighted(0.6, container.clone()).prop_map(move |c| (name.clone(), c))
         })
         .collect();
-    (1u32..200, containers)
-        .prop_map(|(duration, containers)| {
+    // The workload form: a few replicas, an outage within the duration.
+    let workload = (1u32..6, 0u32..200, 1u32..100);
+    (1u32..200, containers, proptest::option::weighted(0.3, workload))
+        .prop_map(|(duration, containers, workload)| {
             let present = containers.into_iter().filter_map(|(n, c)| c.map(|c| (n, c)));
-            serde_json::json!({"duration": duration, "containers": Value::Object(present.collect())})
+            let mut script = serde_json::json!({"duration": duration, "containers": Value::Object(present.collect())});
+            if let Some((replicas, from, length)) = workload {
+                let from = from.min(duration - 1);
+                let to = (from + length).min(duration);
+                script["replicas"] = replicas.into();
+                script["outage"] = serde_json::json!({"from": from, "to": to});
+            }
+            script
         })
         .boxed()
 }

@@ -256,6 +256,23 @@ fn table() -> Vec<(&'static str, &'static str, Exercised)> {
         ),
         (
             "docs/cli.md",
+            "cat > /tmp/workload.yaml <<'YAML'",
+            Here(|code, out| {
+                assert_eq!(code, 0, "{out}");
+                // The workload's numbers, without the guards and with them
+                // (tests/cli_simulate.rs checks them against the page).
+                let lines: Vec<&str> = out.lines().collect();
+                assert_eq!(lines.len(), 2, "{out}");
+                assert!(
+                    lines
+                        .iter()
+                        .all(|l| l.starts_with("\"workload\":{\"most_not_ready\":")),
+                    "{out}"
+                );
+            }),
+        ),
+        (
+            "docs/cli.md",
             "target/release/podprobe lint deploy/examples/*.yaml",
             Here(|code, out| {
                 assert_eq!(code, 0, "{out}");

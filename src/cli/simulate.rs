@@ -7,12 +7,15 @@
 //! The prober is the real one ([`podprobe_core::prober::manager`], [`podprobe_core::prober::worker`]); only
 //! the probe handlers and the kubelet around them are simulated
 //! ([`engine`]). The script format is in [`script`]; [`render`] draws the
-//! events as an SVG timeline or an HTML page for `--output svg|html`.
+//! events as an SVG timeline or an HTML page for `--output svg|html`. A
+//! script with `replicas` simulates a workload, its guards decided as the
+//! daemon decides them (the `workload` module).
 
 pub mod engine;
 pub mod script;
 mod simulation;
 pub(crate) mod timeline;
+mod workload;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -51,6 +54,13 @@ Script (YAML or JSON; times in seconds, to the millisecond):
       liveness:
         - {from: 0, to: 55, result: failure}
 
+A workload (the pod's restartBudget and readinessFloor applied, as
+podprobe run decides them, against one record all replicas share):
+
+  replicas: 6                # copies of the pod, 1 to 100; each record names its replica
+  outage: {from: 10, to: 55} # [from, to) in seconds since t 0, within the duration: every
+                             # probe of every replica fails (a shared dependency is down)
+
 Windows are [from, to) in seconds since that instance started. A result is
 success, warning (passes, as an HTTP redirect to another host), failure or
 error (all three attempts error, so the run is thrown away). Unscripted time
@@ -64,6 +74,15 @@ order. Each has `t` (seconds since the pod's first container started),
 `message`) and, in gate mode, condition (`podprobe.io/ready` status,
 pod-level). Events of one time are ordered by container name, each
 container's in the order they happened, pod-level events last. The last line is the summary.
+
+With replicas, each record has `pod` (replica-0, ...) and events of one time
+are ordered by replica first; pod-level events add pod_ready (the replica's
+Ready), restart_deferred (`unavailable`, `allowed`: waits for a unit of the
+restartBudget), floor_held (`ready`, `floor`) and floor_released, one per
+decision; podprobe's status resync (every 10 s) decides them again. The
+summary has each replica's restarts and Ready, and the workload's
+most_not_ready, restarted, deferred, held and released. --without-guards
+runs the same workload without restartBudget and readinessFloor.
 
 --output svg draws the same events as a timeline: a lane per container
 (and restartable init container) with a row per probe it has, its
@@ -116,6 +135,12 @@ pub struct SimulateArgs {
     /// self-contained page with that timeline and a table of the events.
     #[arg(long, value_enum, default_value = "json")]
     pub output: OutputArg,
+
+    /// Workload mode (`replicas` in the script): ignore the probes'
+    /// `restartBudget` and `readinessFloor`, to compare the same workload
+    /// without them, as the kubelet alone would run it.
+    #[arg(long)]
+    pub without_guards: bool,
 }
 
 /// `--output`.
@@ -229,7 +254,11 @@ pub fn prepare(args: &SimulateArgs) -> Result<Simulation, SimulateInputError> {
         }
         None => None,
     };
-    build(&pod, script, args.mode, duration)
+    let simulation = build(&pod, script, args.mode, duration)?;
+    Ok(Simulation {
+        guards: !args.without_guards,
+        ..simulation
+    })
 }
 
 /// Validates a parsed pod and script and pairs them up; `duration`
@@ -264,12 +293,14 @@ pub fn build(
         field: "duration".to_string(),
         message: "required (or pass --duration)".to_string(),
     })?;
+    script.check_outage(duration)?;
     Ok(Simulation {
         pod,
         probes,
         gate,
         script,
         duration,
+        guards: true,
     })
 }
 

@@ -16,7 +16,7 @@ use podprobe_core::prober::events::record::{PodEvent, reasons};
 use podprobe_core::prober::events::recorder::EventRecorder;
 use podprobe_core::prober::floor_keeper::{FloorAsk, FloorKeeper, FloorStep, FloorVerdict};
 use podprobe_core::prober::probe_ledger::{ProbeLedger, RunResult};
-use podprobe_core::prober::workload_guard::{FloorDecision, recovered, release};
+use podprobe_core::prober::workload_guard::{recovered, release};
 use podprobe_core::spec::ProbeKind;
 use podprobe_core::spec::probe_spec::extension::workload_options::ReadinessFloor;
 use podprobe_core::status::gate::{FloorHold, readiness_failing};
@@ -250,16 +250,9 @@ impl LeaseFloor {
         let decided = self
             .decisions
             .decide(pod, |record, members| {
-                match release(
+                FloorVerdict::of_release(release(
                     record, members, &ask.uid, &self.node, &ask.floor, failures, now,
-                ) {
-                    FloorDecision::Release(write) => (FloorVerdict::Release, write),
-                    FloorDecision::Hold {
-                        record,
-                        ready,
-                        floor,
-                    } => (FloorVerdict::Hold(FloorHold { ready, floor }), record),
-                }
+                ))
             })
             .await;
         match decided {

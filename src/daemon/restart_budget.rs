@@ -79,25 +79,14 @@ impl<K: Killer + Clone + Send + Sync + 'static> BudgetedKiller<K> {
         let decided = self
             .decisions
             .decide(pod, |record, members| {
-                match restart(record, members, uid, &self.node, budget, now) {
-                    RestartDecision::Free(record) => {
-                        ((Decision::Kill, BudgetOutcome::Free), record)
-                    }
-                    RestartDecision::Holding => ((Decision::Kill, BudgetOutcome::Granted), None),
-                    RestartDecision::Take(record) => {
-                        ((Decision::Kill, BudgetOutcome::Granted), Some(record))
-                    }
-                    RestartDecision::Defer {
-                        unavailable,
-                        allowed,
-                    } => {
-                        let wait = Decision::Wait {
-                            unavailable,
-                            allowed,
-                        };
-                        ((wait, BudgetOutcome::Deferred), None)
-                    }
-                }
+                let decision = restart(record, members, uid, &self.node, budget, now);
+                let outcome = match decision {
+                    RestartDecision::Free(_) => BudgetOutcome::Free,
+                    RestartDecision::Holding | RestartDecision::Take(_) => BudgetOutcome::Granted,
+                    RestartDecision::Defer { .. } => BudgetOutcome::Deferred,
+                };
+                let (decision, record) = Decision::of_restart(decision);
+                ((decision, outcome), record)
             })
             .await;
         match decided {

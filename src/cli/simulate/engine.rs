@@ -37,24 +37,40 @@
 //! the start). The prober has been running since long before the pod, so
 //! workers start without jitter (W5).
 //!
+//! Workload mode (`replicas` in the script) runs one such kubelet, prober
+//! and tracker per replica, all in the same virtual time: each replica's
+//! pod gets its name as name and UID and a `Ready` condition (every
+//! container running, by the kubelet's own probes in gate mode, or ready
+//! in authority mode, and the `podprobe.io/ready` gate True if the pod has
+//! it); its kills and status intents go through the workload's guards
+//! ([`super::workload`]); podprobe's status resync runs every
+//! [`STATUS_RESYNC_PERIOD`], at which deferred restarts and held gates are
+//! decided again. One pod has neither the condition nor the resync, so its
+//! output is as it was.
+//!
 //! Everything runs on one thread in virtual time, and nothing depends on
 //! randomness or hash order, so the same input gives the same events.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodStatus,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::script::{ContainerScript, ScriptedResult};
+use super::script::{ContainerScript, Outage, ScriptedResult};
 use super::simulation::Simulation;
+use super::workload::{KillStep, Replica, Workload};
+use crate::daemon::STATUS_RESYNC_PERIOD;
+use podprobe_core::prober::floor_keeper::FloorVerdict;
 use podprobe_core::prober::manager::{ProbeKill, ProberManager};
 use podprobe_core::prober::markers::MarkerKeys;
 use podprobe_core::prober::pod_tracker::{Effect, Input, Now, PodTracker, Reading, TrackerConfig};
@@ -67,7 +83,8 @@ use podprobe_core::spec::verdict::probe_with_retries;
 use podprobe_core::spec::{
     Attempt, Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
 };
-use podprobe_core::status::gate::{READY_CONDITION, gate_condition};
+use podprobe_core::status::conditions::{FALSE, POD_READY, TRUE};
+use podprobe_core::status::gate::{FloorHold, READY_CONDITION, gate_condition};
 use podprobe_core::status::{AnnotatedProbes, ContainerProbeView, Intent, Mode, Owned};
 use podprobe_core::util::pod::{ContainerList, is_restartable_init_container, probed_containers};
 
@@ -85,7 +102,10 @@ pub struct Record {
     /// Since the pod's first container started.
     #[serde(serialize_with = "as_seconds")]
     pub t: Duration,
-    /// `None` for pod-level events (conditions).
+    /// Workload mode: the replica (`replica-0`); `None` for a single pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// `None` for pod-level events (conditions, the floor's decisions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
     /// 1 for a container's first run, one more per restart.
@@ -127,6 +147,18 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// Workload mode: the replica's `Ready` condition changed (its
+    /// containers run, and in gate mode the gate, if it has one, is True).
+    PodReady { value: bool },
+    /// WG2: a liveness restart waits for a unit of the workload's budget:
+    /// `unavailable` replicas are unavailable or restarting, and
+    /// `maxUnavailable` allows `allowed`. One per decision.
+    RestartDeferred { unavailable: usize, allowed: usize },
+    /// WG3: the readiness floor keeps the gate True: `ready` replicas are
+    /// Ready without this one, and `minReady` is `floor`. One per decision.
+    FloorHeld { ready: usize, floor: usize },
+    /// WG3: the readiness floor let the gate go False.
+    FloorReleased,
 }
 
 /// The last line: where things stand at the end.
@@ -136,10 +168,46 @@ pub struct Summary {
     pub event: &'static str,
     #[serde(serialize_with = "as_seconds")]
     pub duration: Duration,
+    /// One pod: its containers (empty in workload mode, never otherwise).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub containers: BTreeMap<String, ContainerSummary>,
     /// Gate mode: the final status of the `podprobe.io/ready` condition.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
+    /// Workload mode: each replica's end state, by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub replicas: BTreeMap<String, ReplicaSummary>,
+    /// Workload mode: what the workload went through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadSummary>,
+}
+
+/// One replica at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplicaSummary {
+    /// Its containers' restarts, summed.
+    pub restarts: u32,
+    /// Its `Ready` condition.
+    pub ready: bool,
+    pub containers: BTreeMap<String, ContainerSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+}
+
+/// A workload's run, in the numbers a disruption budget cares about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WorkloadSummary {
+    /// The most replicas not Ready at one time, each counted from its
+    /// first Ready on (a replica still starting up is not counted).
+    pub most_not_ready: usize,
+    /// Replicas restarted at least once.
+    pub restarted: usize,
+    /// WG2: restart decisions that deferred a restart.
+    pub deferred: usize,
+    /// WG3: floor decisions that held a gate True.
+    pub held: usize,
+    /// WG3: floor decisions that let a gate go.
+    pub released: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -186,42 +254,83 @@ async fn simulate(simulation: &Simulation, config: TrackerConfig) -> SimulationR
     let lead = longest_period(simulation, &containers);
     let prober_start = Instant::now();
     let origin = prober_start + lead + first_start;
-    let log = Arc::new(EventLog::new(origin));
-    let runner = Arc::new(ScriptedProbes::new(simulation, log.clone()));
-    let statuses = Arc::new(SimStatuses::new(&simulation.pod));
-    let (caches, receivers) = ProbeCaches::new();
-    let manager = ProberManager::new(
-        runner.clone(),
-        statuses.clone(),
-        caches,
-        Arc::new(clock),
-        Arc::new(NoopObserver),
-    );
+    let pods: Vec<(Option<String>, Pod)> = replica_names(simulation.script.replicas)
+        .into_iter()
+        .map(|name| {
+            let pod = replica_pod(&simulation.pod, name.as_deref());
+            (name, pod)
+        })
+        .collect();
+    let workload = Rc::new(RefCell::new(Workload::new(
+        pods.iter().map(|(_, pod)| pod_uid(pod).to_string()),
+    )));
+    let (mut kubelets, receivers): (Vec<Kubelet>, Vec<ResultReceivers>) = pods
+        .into_iter()
+        .map(|(name, pod)| {
+            let replica = name.is_some().then(|| {
+                Replica::new(
+                    pod_uid(&pod).to_string(),
+                    workload.clone(),
+                    simulation.guards,
+                )
+            });
+            // Each replica runs on a node of its own.
+            let config = TrackerConfig {
+                node_budget: NodeBudget::new(),
+                ..config.clone()
+            };
+            let log = Arc::new(EventLog::new(origin, name));
+            Kubelet::new(simulation, pod, config, clock, log, replica)
+        })
+        .unzip();
     // W5: a worker created within one period of the prober's start sleeps a
     // random part of its period first; this prober started long before.
     // `sleep_until`: tokio cuts a `sleep` to 30 years, and a period may be
     // up to 68; the run would then start decades before `origin`.
     tokio::time::sleep_until(prober_start + lead).await;
-    let mut kubelet = Kubelet {
-        simulation,
-        // Its pod resync falls at a fixed point of its jitter, so that
-        // runs repeat.
-        tracker: PodTracker::new(config, Box::new(|| 0.0)),
-        manager,
-        runner,
-        statuses,
-        clock,
-        containers,
-        log: log.clone(),
-        condition: None,
-    };
-    kubelet.add_pod().await;
+    for kubelet in &mut kubelets {
+        kubelet.add_pod().await;
+    }
     // Events at exactly `duration` still happen; the millisecond after is cut.
     let end = origin + simulation.duration + Duration::from_millis(1);
-    kubelet.run(receivers, end).await;
-    let records = log.take(simulation.duration);
-    let summary = summarize(simulation, &kubelet.containers, &records);
+    let runs = kubelets
+        .iter_mut()
+        .zip(receivers)
+        .map(|(kubelet, receivers)| kubelet.run(receivers, end));
+    futures::future::join_all(runs).await;
+    let mut records: Vec<Record> = kubelets
+        .iter()
+        .flat_map(|kubelet| kubelet.log.take(simulation.duration))
+        .collect();
+    sort_records(&mut records);
+    let summary = summarize(simulation, &kubelets, &records);
     SimulationReport { records, summary }
+}
+
+/// The replicas' names, zero-padded to sort in order (`replica-0`, or
+/// `replica-00` from ten on); a single `None` for one pod.
+fn replica_names(replicas: Option<u32>) -> Vec<Option<String>> {
+    let Some(replicas) = replicas else {
+        return vec![None];
+    };
+    let width = replicas.saturating_sub(1).to_string().len();
+    (0..replicas)
+        .map(|i| Some(format!("replica-{i:0width$}")))
+        .collect()
+}
+
+/// A replica's pod: the manifest named for it, with its name as its UID.
+fn replica_pod(manifest: &Pod, name: Option<&str>) -> Pod {
+    let mut pod = manifest.clone();
+    if let Some(name) = name {
+        pod.metadata.name = Some(name.to_string());
+        pod.metadata.uid = Some(name.to_string());
+    }
+    pod
+}
+
+fn pod_uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
 /// podprobe's tracker configuration for the simulated pod: the daemon's,
@@ -262,15 +371,49 @@ fn longest_period(simulation: &Simulation, containers: &[SimContainer]) -> Durat
 
 /// The end state, read from the events themselves so that it agrees with
 /// them exactly.
-fn summarize(simulation: &Simulation, containers: &[SimContainer], records: &[Record]) -> Summary {
+fn summarize(simulation: &Simulation, kubelets: &[Kubelet], records: &[Record]) -> Summary {
+    let mut summary = Summary {
+        event: "summary",
+        duration: simulation.duration,
+        containers: BTreeMap::new(),
+        condition: None,
+        replicas: BTreeMap::new(),
+        workload: None,
+    };
+    for kubelet in kubelets {
+        let Some(name) = kubelet.log.pod.as_deref() else {
+            // One pod, one kubelet.
+            let pod = pod_summary(&kubelet.containers, records.iter());
+            summary.containers = pod.containers;
+            summary.condition = pod.condition;
+            continue;
+        };
+        let own = records.iter().filter(|r| r.pod.as_deref() == Some(name));
+        summary
+            .replicas
+            .insert(name.to_string(), pod_summary(&kubelet.containers, own));
+    }
+    if simulation.script.replicas.is_some() {
+        summary.workload = Some(workload_summary(records, &summary.replicas));
+    }
+    summary
+}
+
+/// One pod's end state from its `records`.
+fn pod_summary<'r>(
+    containers: &[SimContainer],
+    records: impl Iterator<Item = &'r Record>,
+) -> ReplicaSummary {
     let mut summaries: BTreeMap<String, ContainerSummary> = containers
         .iter()
         .map(|c| (c.name.clone(), ContainerSummary::default()))
         .collect();
-    let mut condition = None;
+    let (mut condition, mut ready) = (None, false);
     for record in records {
-        if let Event::Condition { status, .. } = &record.event {
-            condition = Some(status.clone());
+        match &record.event {
+            Event::Condition { status, .. } => condition = Some(status.clone()),
+            Event::PodReady { value } => ready = *value,
+            _ => {}
         }
         let Some(summary) = record.container.as_ref().and_then(|c| summaries.get_mut(c)) else {
             continue;
@@ -284,32 +427,91 @@ fn summarize(simulation: &Simulation, containers: &[SimContainer], records: &[Re
             _ => {}
         }
     }
-    Summary {
-        event: "summary",
-        duration: simulation.duration,
+    ReplicaSummary {
+        restarts: summaries.values().map(|c| c.restarts).sum(),
+        ready,
         containers: summaries,
         condition,
     }
+}
+
+/// The workload's numbers from the `records` of all replicas, in time
+/// order, and their end states.
+fn workload_summary(
+    records: &[Record],
+    replicas: &BTreeMap<String, ReplicaSummary>,
+) -> WorkloadSummary {
+    let mut summary = WorkloadSummary {
+        restarted: replicas.values().filter(|r| r.restarts > 0).count(),
+        ..WorkloadSummary::default()
+    };
+    // Replicas that have been Ready: whether they are now.
+    let mut ready: BTreeMap<&str, bool> = BTreeMap::new();
+    for (index, record) in records.iter().enumerate() {
+        match record.event {
+            Event::PodReady { value } => {
+                if let Some(pod) = record.pod.as_deref()
+                    && (value || ready.contains_key(pod))
+                {
+                    ready.insert(pod, value);
+                }
+            }
+            Event::RestartDeferred { .. } => summary.deferred += 1,
+            Event::FloorHeld { .. } => summary.held += 1,
+            Event::FloorReleased => summary.released += 1,
+            _ => {}
+        }
+        // Counted once every change of this time is in: one replica going
+        // and another coming back at once are not two down.
+        if records.get(index + 1).is_none_or(|next| next.t != record.t) {
+            let not_ready = ready.values().filter(|ready| !**ready).count();
+            summary.most_not_ready = summary.most_not_ready.max(not_ready);
+        }
+    }
+    summary
+}
+
+/// Sorts `records` by time, then pod, with a pod's pod-level records after
+/// its containers' and those by container; records of one container at
+/// one time keep the order they happened in.
+fn sort_records(records: &mut [Record]) {
+    fn key(r: &Record) -> (Duration, Option<&str>, bool) {
+        (r.t, r.pod.as_deref(), r.container.is_none())
+    }
+    records.sort_by(|a, b| {
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| a.container.cmp(&b.container))
+    });
 }
 
 /// Collects events with their virtual time.
 #[derive(Debug)]
 struct EventLog {
     origin: Instant,
+    /// Workload mode: the replica whose events these are.
+    pod: Option<String>,
     records: Mutex<Vec<Record>>,
 }
 
 impl EventLog {
-    fn new(origin: Instant) -> Self {
+    fn new(origin: Instant, pod: Option<String>) -> Self {
         EventLog {
             origin,
+            pod,
             records: Mutex::new(Vec::new()),
         }
     }
 
+    /// Virtual time since the simulation's start.
+    fn elapsed(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.origin)
+    }
+
     fn record(&self, container: Option<&str>, instance: Option<u32>, event: Event) {
         let record = Record {
-            t: Instant::now().saturating_duration_since(self.origin),
+            t: self.elapsed(),
+            pod: self.pod.clone(),
             container: container.map(str::to_string),
             instance,
             event,
@@ -317,18 +519,10 @@ impl EventLog {
         self.lock().push(record);
     }
 
-    /// The records up to `until`, sorted by time, then container, with
-    /// pod-level records last; records of one container at one time keep
-    /// the order they happened in.
+    /// The records up to `until`, in the order they happened.
     fn take(&self, until: Duration) -> Vec<Record> {
         let mut records = std::mem::take(&mut *self.lock());
         records.retain(|r| r.t <= until);
-        records.sort_by(|a, b| {
-            let key = |r: &Record| (r.t, r.container.is_none());
-            key(a)
-                .cmp(&key(b))
-                .then_with(|| a.container.cmp(&b.container))
-        });
         records
     }
 
@@ -349,8 +543,12 @@ struct Instance {
 #[derive(Debug)]
 struct ScriptedProbes {
     scripts: BTreeMap<String, ContainerScript>,
+    /// When every probe fails, whatever the scripts say.
+    outage: Option<Outage>,
     /// By runtime container ID (`app-1`).
     instances: Mutex<HashMap<String, Instance>>,
+    /// By container: its readiness probe's failures in a row.
+    readiness_failures: Mutex<HashMap<String, u32>>,
     log: Arc<EventLog>,
 }
 
@@ -358,7 +556,9 @@ impl ScriptedProbes {
     fn new(simulation: &Simulation, log: Arc<EventLog>) -> Self {
         ScriptedProbes {
             scripts: simulation.script.containers.clone(),
+            outage: simulation.script.outage,
             instances: Mutex::new(HashMap::new()),
+            readiness_failures: Mutex::new(HashMap::new()),
             log,
         }
     }
@@ -386,18 +586,44 @@ impl ScriptedProbes {
             )));
         };
         let age = Instant::now().saturating_duration_since(instance.started);
-        let result = self
-            .scripts
-            .get(&instance.container)
-            .map_or(ScriptedResult::Success, |script| {
-                script.result_at(kind, age)
-            });
+        let down = self.outage.is_some_and(|o| o.contains(self.log.elapsed()));
+        let result = if down {
+            ScriptedResult::Failure
+        } else {
+            self.scripts
+                .get(&instance.container)
+                .map_or(ScriptedResult::Success, |script| {
+                    script.result_at(kind, age)
+                })
+        };
+        if kind == ProbeKind::Readiness {
+            let mut failures = self
+                .readiness_failures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let run = failures.entry(instance.container.clone()).or_default();
+            *run = if result == ScriptedResult::Failure {
+                run.saturating_add(1)
+            } else {
+                0
+            };
+        }
         self.log.record(
             Some(&instance.container),
             Some(instance.number),
             Event::Probe { kind, result },
         );
         scripted_attempt(result)
+    }
+
+    /// The most failures in a row of any container's readiness probe so
+    /// far, as the daemon's ledger counts them for a floor decision.
+    fn readiness_failures(&self) -> u32 {
+        let failures = self
+            .readiness_failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        failures.values().copied().max().unwrap_or(0)
     }
 }
 
@@ -585,6 +811,8 @@ impl SimContainer {
 
 struct Kubelet<'a> {
     simulation: &'a Simulation,
+    /// The pod it runs: the manifest, or in workload mode its replica's.
+    pod: Pod,
     /// podprobe's reaction to what happens, as the daemon's.
     tracker: PodTracker,
     manager: ProberManager<Arc<ScriptedProbes>, Arc<SimStatuses>>,
@@ -595,9 +823,52 @@ struct Kubelet<'a> {
     log: Arc<EventLog>,
     /// Gate mode: the condition's status as last reported.
     condition: Option<String>,
+    /// Workload mode: its replica's share of the workload.
+    replica: Option<Replica>,
+    /// Workload mode: podprobe's next status resync.
+    next_resync: Option<Instant>,
 }
 
-impl Kubelet<'_> {
+impl<'a> Kubelet<'a> {
+    /// A kubelet for `pod` with its own prober, whose results come out of
+    /// the receivers returned with it.
+    fn new(
+        simulation: &'a Simulation,
+        pod: Pod,
+        config: TrackerConfig,
+        clock: TokioClock,
+        log: Arc<EventLog>,
+        replica: Option<Replica>,
+    ) -> (Self, ResultReceivers) {
+        let runner = Arc::new(ScriptedProbes::new(simulation, log.clone()));
+        let statuses = Arc::new(SimStatuses::new(&pod));
+        let (caches, receivers) = ProbeCaches::new();
+        let manager = ProberManager::new(
+            runner.clone(),
+            statuses.clone(),
+            caches,
+            Arc::new(clock),
+            Arc::new(NoopObserver),
+        );
+        let kubelet = Kubelet {
+            simulation,
+            pod,
+            // Its pod resync falls at a fixed point of its jitter, so that
+            // runs repeat.
+            tracker: PodTracker::new(config, Box::new(|| 0.0)),
+            manager,
+            runner,
+            statuses,
+            clock,
+            containers: SimContainer::all(simulation),
+            log,
+            condition: None,
+            replica,
+            next_resync: None,
+        };
+        (kubelet, receivers)
+    }
+
     /// Admits the pod: its workers start now and its containers on their
     /// `startAfter`. As in the kubelet, a worker's first run comes before
     /// its container runs (the kubelet starts containers in the pod sync
@@ -613,6 +884,12 @@ impl Kubelet<'_> {
         let now = Instant::now();
         for container in &mut self.containers {
             container.next_start = Some(now + container.script.start_after);
+        }
+        // Deferred restarts and held gates are decided again at the pod
+        // syncs that follow, the daemon's resync among them; one pod's
+        // output stays as it was without it.
+        if self.replica.is_some() {
+            self.next_resync = Some(now + STATUS_RESYNC_PERIOD);
         }
         // On this current-thread runtime the new workers run their first
         // iteration (no container running: no await that pends) before this
@@ -634,9 +911,17 @@ impl Kubelet<'_> {
                 () = sleep_until(self.tracker.pause_timer(self.now())) => {
                     self.feed(Input::PauseTimer(vec![self.pod()]));
                 }
+                () = sleep_until(self.next_resync) => self.resync(),
                 () = tokio::time::sleep_until(end) => return,
             }
         }
+    }
+
+    /// Workload mode: podprobe's status resync, every
+    /// [`STATUS_RESYNC_PERIOD`] as in the daemon.
+    fn resync(&mut self) {
+        self.next_resync = self.next_resync.map(|at| at + STATUS_RESYNC_PERIOD);
+        self.feed(Input::Resync(vec![self.pod()]));
     }
 
     /// K1: podprobe's reaction to a results cache change.
@@ -710,9 +995,17 @@ impl Kubelet<'_> {
     fn pod(&self) -> Arc<Pod> {
         let mut status = self.statuses.get();
         status.phase = Some(self.phase().to_string());
+        if let Some(replica) = &self.replica {
+            // The kubelet's verdict, which the workload's guards count by.
+            status.conditions = Some(vec![PodCondition {
+                type_: POD_READY.to_string(),
+                status: if replica.ready() { TRUE } else { FALSE }.to_string(),
+                ..PodCondition::default()
+            }]);
+        }
         Arc::new(Pod {
             status: Some(status),
-            ..self.simulation.pod.clone()
+            ..self.pod.clone()
         })
     }
 
@@ -748,11 +1041,8 @@ impl Kubelet<'_> {
                             status.started = Some(value);
                         }
                     }),
-                    Effect::Patch(intent) => self.write_status(&intent),
-                    Effect::Kill { kill, .. } => {
-                        self.kill(kill);
-                        killed = true;
-                    }
+                    Effect::Patch(intent) => self.patch(intent),
+                    Effect::Kill { kill, .. } => killed |= self.ask_kill(kill),
                     // Events, markers and metrics are not simulated.
                     Effect::WriteMarkers { .. }
                     | Effect::Record(_)
@@ -767,6 +1057,91 @@ impl Kubelet<'_> {
                 });
             }
         }
+        self.report_ready();
+    }
+
+    /// The tracker's status intent, through the workload's readiness floor
+    /// in workload mode (WG3).
+    fn patch(&mut self, intent: Intent) {
+        if self.replica.is_none() {
+            return self.write_status(&intent);
+        }
+        let (pod, now, failures) = (self.pod(), self.now(), self.runner.readiness_failures());
+        let Some(replica) = self.replica.as_mut() else {
+            return;
+        };
+        let admitted = replica.admit(intent, &pod, failures, now);
+        match admitted.verdict {
+            Some(FloorVerdict::Hold(hold)) => self.log.record(
+                None,
+                None,
+                Event::FloorHeld {
+                    ready: hold.ready,
+                    floor: hold.floor,
+                },
+            ),
+            Some(FloorVerdict::Release) => self.log.record(None, None, Event::FloorReleased),
+            None => {}
+        }
+        if let Some(intent) = admitted.submit {
+            self.write_status(&intent);
+        }
+    }
+
+    /// A kill the tracker asks for, through the workload's restart budget
+    /// in workload mode (WG2): whether the container was killed.
+    fn ask_kill(&mut self, kill: ProbeKill) -> bool {
+        let now = self.now();
+        let step = match self.replica.as_mut() {
+            Some(replica) => replica.kill(&kill, now),
+            None => KillStep::Kill,
+        };
+        match step {
+            KillStep::Kill => {
+                self.kill(kill);
+                return true;
+            }
+            KillStep::Deferred {
+                unavailable,
+                allowed,
+            } => {
+                let instance = self
+                    .containers
+                    .iter()
+                    .find(|c| c.name == kill.container)
+                    .map(|c| c.instance);
+                let event = Event::RestartDeferred {
+                    unavailable,
+                    allowed,
+                };
+                self.log.record(Some(&kill.container), instance, event);
+            }
+            KillStep::Waiting => {}
+        }
+        false
+    }
+
+    /// Workload mode: records a change of the replica's `Ready`.
+    fn report_ready(&mut self) {
+        let ready = self.pod_ready();
+        if self.replica.as_mut().is_some_and(|r| r.set_ready(ready)) {
+            self.log
+                .record(None, None, Event::PodReady { value: ready });
+        }
+    }
+
+    /// The kubelet's `Ready`: every container ready and every readiness
+    /// gate True. In gate mode a running container is ready by the
+    /// kubelet's own probes (not simulated), and `podprobe.io/ready` is
+    /// podprobe's verdict.
+    fn pod_ready(&self) -> bool {
+        let gated = self.simulation.gate.is_some();
+        let containers =
+            (self.containers.iter()).all(|c| if gated { c.running } else { c.shown.1 });
+        let has_gate = (self.pod.spec.iter())
+            .flat_map(|spec| spec.readiness_gates.iter().flatten())
+            .any(|gate| gate.condition_type == READY_CONDITION);
+        containers && (!has_gate || self.condition.as_deref() == Some(TRUE))
     }
 
     /// The time of a step now.
@@ -805,7 +1180,7 @@ impl Kubelet<'_> {
         let mut status = pod.status.clone().unwrap_or_default();
         self.report_changes(&mut status);
         if let Owned::Gate(annotated) = &intent.owned {
-            self.report_condition(&pod, annotated, &intent.views);
+            self.report_condition(&pod, annotated, &intent.views, intent.floor.as_ref());
         }
     }
 
@@ -847,8 +1222,9 @@ impl Kubelet<'_> {
         pod: &Pod,
         annotated: &AnnotatedProbes,
         views: &[ContainerProbeView],
+        floor: Option<&FloorHold>,
     ) {
-        let condition = gate_condition(pod, annotated, views, None);
+        let condition = gate_condition(pod, annotated, views, floor);
         if self.condition.as_deref() == Some(condition.status.as_str()) {
             return;
         }
@@ -873,7 +1249,6 @@ impl Kubelet<'_> {
             return;
         };
         let pod_policy = self
-            .simulation
             .pod
             .spec
             .as_ref()
@@ -1086,5 +1461,175 @@ mod tests {
         // readiness worker probes on time from the start.
         assert_eq!(at(ProbeKind::Liveness), Vec::<f64>::new());
         assert_eq!(at(ProbeKind::Readiness), [0.0, 10.0, 20.0, 30.0]);
+    }
+
+    /// A gated workload whose one container's probes (exec, period 1 s;
+    /// readiness failing at 2, liveness at 3) carry `floor` and `budget`.
+    fn guarded_pod(floor: serde_json::Value, budget: serde_json::Value) -> serde_json::Value {
+        let check = |threshold: u32| json!({"exec": {"command": ["check"]}, "periodSeconds": 1, "failureThreshold": threshold});
+        let (mut readiness, mut liveness) = (check(2), check(3));
+        readiness["podprobe"] = json!({"readinessFloor": floor});
+        liveness["podprobe"] = json!({"restartBudget": budget});
+        let probes = json!({"app": {"readinessProbe": readiness, "livenessProbe": liveness}});
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "w", "annotations": {"podprobe.io/probes": probes.to_string()}},
+               "spec": {"readinessGates": [{"conditionType": READY_CONDITION}],
+                        "containers": [{"name": "app", "image": "app"}]}})
+    }
+
+    fn run_workload(
+        pod: &serde_json::Value,
+        script: serde_json::Value,
+        guards: bool,
+    ) -> SimulationReport {
+        let script = script::parse(&script).unwrap();
+        let simulation = build(pod, script, None, None).unwrap();
+        run(&Simulation {
+            guards,
+            ..simulation
+        })
+        .unwrap()
+    }
+
+    /// The replicas that had an event `is`, by name.
+    fn pods_with(report: &SimulationReport, is: impl Fn(&Event) -> bool) -> Vec<&str> {
+        let mut pods: Vec<&str> = (report.records.iter())
+            .filter(|r| is(&r.event))
+            .filter_map(|r| r.pod.as_deref())
+            .collect();
+        pods.sort_unstable();
+        pods.dedup();
+        pods
+    }
+
+    /// WG2 and WG3 on the paused clock, through the real prober: four
+    /// replicas whose dependency is down from 10 s to 40 s. The floor
+    /// (`minReady: 2`) lets two gates go and holds the other two; the two
+    /// let go are not Ready, so their restarts are free, and they leave no
+    /// unit of the budget (`maxUnavailable: 1`) for the held ones, whose
+    /// restarts wait. Never more than two replicas are not Ready.
+    #[test]
+    fn wg2_wg3_the_floor_holds_two_of_four_and_their_restarts_wait() {
+        let pod = guarded_pod(
+            json!({"minReady": 2}),
+            json!({"maxUnavailable": 1, "maxDeferralSeconds": 600}),
+        );
+        let script = json!({"duration": 40, "replicas": 4, "outage": {"from": 10, "to": 40}});
+        let report = run_workload(&pod, script, true);
+        let held = pods_with(&report, |e| matches!(e, Event::FloorHeld { .. }));
+        let released = pods_with(&report, |e| matches!(e, Event::FloorReleased));
+        let killed = pods_with(&report, |e| matches!(e, Event::Killed { .. }));
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert_eq!(released.len(), 2, "{released:?}");
+        assert!(held.iter().all(|pod| !released.contains(pod)));
+        assert_eq!(killed, released, "only the replicas let go restart");
+        let deferred: Vec<(usize, usize)> = (report.records.iter())
+            .filter_map(|r| match r.event {
+                Event::RestartDeferred {
+                    unavailable,
+                    allowed,
+                } => Some((unavailable, allowed)),
+                _ => None,
+            })
+            .collect();
+        assert!(!deferred.is_empty());
+        assert!(
+            deferred
+                .iter()
+                .all(|&(unavailable, allowed)| allowed == 1 && unavailable >= 2)
+        );
+        let workload = report.summary.workload.expect("workload mode");
+        assert_eq!(workload.most_not_ready, 2);
+        assert_eq!(workload.restarted, 2);
+        assert_eq!(workload.deferred, deferred.len());
+    }
+
+    /// The same workload without its guards goes down together: every
+    /// replica not Ready at once and every one restarted.
+    #[test]
+    fn without_guards_the_workload_goes_down_together() {
+        let pod = guarded_pod(
+            json!({"minReady": 2}),
+            json!({"maxUnavailable": 1, "maxDeferralSeconds": 600}),
+        );
+        let script = json!({"duration": 40, "replicas": 4, "outage": {"from": 10, "to": 40}});
+        let report = run_workload(&pod, script, false);
+        let workload = report.summary.workload.expect("workload mode");
+        assert_eq!(
+            workload,
+            WorkloadSummary {
+                most_not_ready: 4,
+                restarted: 4,
+                ..WorkloadSummary::default()
+            }
+        );
+    }
+
+    /// WG2: a deferred restart goes ahead `maxDeferralSeconds` after its
+    /// first deferral, decided again at a resync (every 10 s) after that.
+    #[test]
+    fn wg2_a_held_replica_restarts_once_its_deferral_is_over() {
+        let pod = guarded_pod(
+            json!({"minReady": 1}),
+            json!({"maxUnavailable": 1, "maxDeferralSeconds": 15}),
+        );
+        let script = json!({"duration": 60, "replicas": 2, "outage": {"from": 10, "to": 60}});
+        let report = run_workload(&pod, script, true);
+        let held = pods_with(&report, |e| matches!(e, Event::FloorHeld { .. }));
+        let [held] = held.as_slice() else {
+            panic!("one replica held: {held:?}");
+        };
+        let of_held = |is: fn(&Event) -> bool| {
+            (report.records.iter())
+                .filter(|r| r.pod.as_deref() == Some(*held) && is(&r.event))
+                .map(|r| r.t)
+                .next()
+        };
+        let deferred = of_held(|e| matches!(e, Event::RestartDeferred { .. })).expect("deferred");
+        let killed = of_held(|e| matches!(e, Event::Killed { .. })).expect("killed in the end");
+        assert!(
+            killed >= deferred + Duration::from_secs(15)
+                && killed <= deferred + Duration::from_secs(15) + STATUS_RESYNC_PERIOD,
+            "deferred at {deferred:?}, killed at {killed:?}"
+        );
+    }
+
+    #[test]
+    fn replica_names_sort_in_their_order() {
+        assert_eq!(replica_names(None), [None]);
+        let names: Vec<String> = replica_names(Some(3)).into_iter().flatten().collect();
+        assert_eq!(names, ["replica-0", "replica-1", "replica-2"]);
+        let names: Vec<String> = replica_names(Some(11)).into_iter().flatten().collect();
+        assert_eq!(
+            (names[0].as_str(), names[10].as_str()),
+            ("replica-00", "replica-10")
+        );
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, names);
+    }
+
+    /// Replicas going and coming back at one time are counted once all
+    /// of that time's changes are in; a replica never Ready yet is not
+    /// counted.
+    #[test]
+    fn most_not_ready_counts_a_time_s_changes_together() {
+        let at = |t: u64, pod: &str, value: bool| Record {
+            t: Duration::from_secs(t),
+            pod: Some(pod.to_string()),
+            container: None,
+            instance: None,
+            event: Event::PodReady { value },
+        };
+        let records = [
+            at(0, "a", true),
+            at(0, "b", true),
+            at(5, "a", false),
+            at(7, "a", true),
+            at(7, "b", false),
+            at(9, "c", false),
+        ];
+        let summary = workload_summary(&records, &BTreeMap::new());
+        assert_eq!(summary.most_not_ready, 1);
     }
 }

@@ -17,6 +17,11 @@
 //! Windows are half-open, `[from, to)`, in seconds since the container
 //! instance the probe runs against started; only the last window may leave
 //! `to` out (open-ended). Time no window covers answers `success`.
+//!
+//! The workload form adds `replicas: N` (that many copies of the pod, each
+//! following the container scripts) and an `outage: {from, to}` in seconds
+//! since the simulation's start, half-open, during which every probe of
+//! every replica fails: a dependency they all share is down.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,6 +33,10 @@ use podprobe_core::spec::ProbeKind;
 
 /// The longest time a script may name: one week of virtual time.
 pub const MAX_SECONDS: u64 = 7 * 24 * 3600;
+
+/// The most replicas a workload script may have: each runs a prober of its
+/// own, and a hundred already draw a timeline no one reads.
+pub const MAX_REPLICAS: u64 = 100;
 
 /// What a scripted probe answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -97,6 +106,23 @@ impl ContainerScript {
     }
 }
 
+/// A stretch of the simulation during which every probe fails: a
+/// dependency every replica calls is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    /// Start, since the simulation's start (`t` 0 of the records).
+    pub from: Duration,
+    /// End (exclusive), after `from`.
+    pub to: Duration,
+}
+
+impl Outage {
+    /// Whether `t` (since the simulation's start) falls in the outage.
+    pub fn contains(&self, t: Duration) -> bool {
+        self.from <= t && t < self.to
+    }
+}
+
 /// A whole script.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Script {
@@ -105,6 +131,11 @@ pub struct Script {
     /// Scripts by container name; containers left out always succeed and
     /// start at once.
     pub containers: BTreeMap<String, ContainerScript>,
+    /// The workload form: how many replicas of the pod run (`None`: one
+    /// pod, reported without a `pod` field).
+    pub replicas: Option<u32>,
+    /// When every probe of every replica fails.
+    pub outage: Option<Outage>,
 }
 
 impl Script {
@@ -125,6 +156,22 @@ impl Script {
                 probed.join(", ")
             ),
         ))
+    }
+
+    /// Checks that the outage ends within the simulated `duration` (the
+    /// script's or `--duration`): time past it is never simulated.
+    pub fn check_outage(&self, duration: Duration) -> Result<(), ScriptError> {
+        match self.outage {
+            Some(outage) if outage.to > duration => Err(ScriptError::new(
+                "outage.to",
+                format!(
+                    "{} is past the end of the simulation ({}, the script's duration or --duration)",
+                    show_seconds(outage.to),
+                    show_seconds(duration)
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -155,7 +202,7 @@ impl fmt::Display for ScriptError {
     }
 }
 
-const TOP_LEVEL_FIELDS: &[&str] = &["duration", "containers"];
+const TOP_LEVEL_FIELDS: &[&str] = &["duration", "containers", "replicas", "outage"];
 const CONTAINER_FIELDS: &[&str] = &[
     "startAfter",
     "restartDelay",
@@ -164,6 +211,7 @@ const CONTAINER_FIELDS: &[&str] = &[
     "liveness",
 ];
 const WINDOW_FIELDS: &[&str] = &["from", "to", "result"];
+const OUTAGE_FIELDS: &[&str] = &["from", "to"];
 
 /// Parses a script document (YAML or JSON, already decoded).
 pub fn parse(doc: &Value) -> Result<Script, ScriptError> {
@@ -179,10 +227,49 @@ pub fn parse(doc: &Value) -> Result<Script, ScriptError> {
             containers.insert(name.clone(), script);
         }
     }
+    let replicas = present(root, "replicas").map(parse_replicas).transpose()?;
+    let outage = present(root, "outage").map(parse_outage).transpose()?;
     Ok(Script {
         duration,
         containers,
+        replicas,
+        outage,
     })
+}
+
+fn parse_replicas(doc: &Value) -> Result<u32, ScriptError> {
+    match doc.as_u64() {
+        Some(n @ 1..=MAX_REPLICAS) => Ok(n as u32),
+        _ => Err(ScriptError::new(
+            "replicas",
+            format!(
+                "expected a whole number from 1 to {MAX_REPLICAS}, got {}",
+                shown(doc)
+            ),
+        )),
+    }
+}
+
+fn parse_outage(doc: &Value) -> Result<Outage, ScriptError> {
+    let fields = mapping(doc, "outage")?;
+    check_fields(fields, "outage", OUTAGE_FIELDS)?;
+    let at = |name: &str| {
+        let path = format!("outage.{name}");
+        let value = present(fields, name).ok_or_else(|| ScriptError::new(&path, "required"))?;
+        seconds(value, &path)
+    };
+    let (from, to) = (at("from")?, at("to")?);
+    if to <= from {
+        return Err(ScriptError::new(
+            "outage.to",
+            format!(
+                "{} must be after from ({})",
+                show_seconds(to),
+                show_seconds(from)
+            ),
+        ));
+    }
+    Ok(Outage { from, to })
 }
 
 /// A positive number of seconds given on the command line (`--duration`);
@@ -391,6 +478,14 @@ fn one_of(names: &[&str]) -> String {
     }
 }
 
+/// A number as written, anything else by its type.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Number(n) => n.to_string(),
+        other => type_name(other).to_string(),
+    }
+}
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -513,7 +608,7 @@ containers:
     fn unknown_fields_are_rejected_with_the_known_ones() {
         assert_eq!(
             error("duraton: 5"),
-            "script: duraton: unknown field (expected duration or containers)"
+            "script: duraton: unknown field (expected duration, containers, replicas or outage)"
         );
         assert_eq!(
             error("containers: {app: {readyness: []}}"),
@@ -615,6 +710,87 @@ containers:
             r#"script: containers.ghost: the pod has no container or restartable init container "ghost" (it has: app, side)"#
         );
         script.check_containers(&["app", "ghost"]).unwrap();
+    }
+
+    #[test]
+    fn the_workload_form_parses_replicas_and_an_outage() {
+        let script = parse(&yaml(
+            "{duration: 90, replicas: 6, outage: {from: 30, to: 75.5}}",
+        ))
+        .unwrap();
+        assert_eq!(script.replicas, Some(6));
+        let outage = script.outage.unwrap();
+        assert_eq!(
+            outage,
+            Outage {
+                from: secs(30),
+                to: Duration::from_millis(75_500)
+            }
+        );
+        assert!(!outage.contains(Duration::from_millis(29_999)));
+        assert!(outage.contains(secs(30)));
+        assert!(outage.contains(Duration::from_millis(75_499)));
+        assert!(
+            !outage.contains(Duration::from_millis(75_500)),
+            "`to` is exclusive"
+        );
+        let single = parse(&yaml("duration: 9")).unwrap();
+        assert_eq!((single.replicas, single.outage), (None, None));
+    }
+
+    #[test]
+    fn replicas_are_a_whole_number_from_one_to_the_maximum() {
+        for (text, got) in [
+            ("replicas: 0", "0"),
+            ("replicas: 101", "101"),
+            ("replicas: -1", "-1"),
+            ("replicas: 2.5", "2.5"),
+            ("replicas: six", "a string"),
+        ] {
+            assert_eq!(
+                error(text),
+                format!("script: replicas: expected a whole number from 1 to 100, got {got}")
+            );
+        }
+        assert_eq!(parse(&yaml("replicas: 100")).unwrap().replicas, Some(100));
+        assert_eq!(parse(&yaml("replicas: 1")).unwrap().replicas, Some(1));
+    }
+
+    #[test]
+    fn an_outage_needs_both_ends_in_order() {
+        assert_eq!(
+            error("outage: {from: 40, to: 40}"),
+            "script: outage.to: 40 must be after from (40)"
+        );
+        assert_eq!(
+            error("outage: {from: 40, to: 10}"),
+            "script: outage.to: 10 must be after from (40)"
+        );
+        assert_eq!(error("outage: {from: 5}"), "script: outage.to: required");
+        assert_eq!(error("outage: {to: 5}"), "script: outage.from: required");
+        assert_eq!(
+            error("outage: {from: -5, to: 5}"),
+            "script: outage.from: must not be negative (got -5)"
+        );
+        assert_eq!(
+            error("outage: {from: 0, until: 5}"),
+            "script: outage.until: unknown field (expected from or to)"
+        );
+        assert_eq!(
+            error("outage: [0, 5]"),
+            "script: outage: expected a mapping, got a list"
+        );
+    }
+
+    #[test]
+    fn an_outage_ends_within_the_simulation() {
+        let script = parse(&yaml("outage: {from: 10, to: 60}")).unwrap();
+        assert_eq!(
+            script.check_outage(secs(45)).unwrap_err().to_string(),
+            "script: outage.to: 60 is past the end of the simulation (45, the script's duration or --duration)"
+        );
+        script.check_outage(secs(60)).unwrap();
+        Script::default().check_outage(secs(1)).unwrap();
     }
 
     #[test]

@@ -21,4 +21,8 @@ pub struct Simulation {
     pub gate: Option<AnnotatedProbes>,
     pub script: Script,
     pub duration: Duration,
+    /// Workload mode: whether the probes' `restartBudget` and
+    /// `readinessFloor` apply (`--without-guards` leaves them out, to see
+    /// the same workload as the kubelet alone would run it).
+    pub guards: bool,
 }

@@ -9,7 +9,9 @@
 //! mark per probe run coloured by result, its thresholds written above;
 //! `started` and `ready` as bands, filled while true; kills and the start
 //! of each instance as vertical markers. In gate mode a pod-level band shows
-//! the `podprobe.io/ready` condition.
+//! the `podprobe.io/ready` condition. In workload mode each replica gets a
+//! header and the same lanes, with a band for its `Ready`, and the outage
+//! is shaded across the plot.
 //!
 //! Everything the pod manifest names (pod and container names, kill and
 //! condition messages) is user input and goes through [`escape`]. The
@@ -20,8 +22,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::engine::{Event, Record, SimulationReport};
-use super::script::{ScriptedResult, show_seconds};
+use super::engine::{ContainerSummary, Event, Record, SimulationReport};
+use super::script::{Outage, ScriptedResult, show_seconds};
 use super::simulation::Simulation;
 use podprobe_core::spec::{ProbeKind, ProbeSpec};
 use podprobe_core::status::gate::READY_CONDITION;
@@ -45,6 +47,8 @@ const ERROR: &str = "#8c8c8c";
 const STARTED: &str = "#9ecae1";
 const READY: &str = "#3182bd";
 const CONDITION: &str = "#8e63b8";
+const POD_READY: &str = "#1b9e77";
+const OUTAGE: &str = "#d62728";
 const BAND_OFF: &str = "#eeeeee";
 const KILL: &str = "#d62728";
 const INSTANCE: &str = "#444444";
@@ -72,15 +76,23 @@ pub fn html(simulation: &Simulation, report: &SimulationReport) -> String {
     );
     out.push_str("<figure>\n");
     out.push_str(&svg(simulation, report));
-    out.push_str(
-        "</figure>\n<h2>Events</h2>\n<table>\n<thead><tr><th>t (s)</th><th>container</th>\
-                  <th>instance</th><th>event</th><th>detail</th></tr></thead>\n<tbody>\n",
+    // Workload mode: a column for the replica.
+    let workload = report.summary.workload.is_some();
+    let _ = write!(
+        out,
+        "</figure>\n<h2>Events</h2>\n<table>\n<thead><tr><th>t (s)</th>{}<th>container</th>\
+         <th>instance</th><th>event</th><th>detail</th></tr></thead>\n<tbody>\n",
+        if workload { "<th>pod</th>" } else { "" }
     );
     for record in &report.records {
         let (event, detail, class) = describe(record);
+        let pod = match &record.pod {
+            Some(pod) => format!("<td>{}</td>", escape(pod)),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "<tr><td class=\"t\">{}</td><td>{}</td><td>{}</td><td>{event}</td><td{}>{}</td></tr>",
+            "<tr><td class=\"t\">{}</td>{pod}<td>{}</td><td>{}</td><td>{event}</td><td{}>{}</td></tr>",
             show_seconds(record.t),
             escape(record.container.as_deref().unwrap_or("(pod)")),
             record.instance.map(|i| i.to_string()).unwrap_or_default(),
@@ -88,23 +100,51 @@ pub fn html(simulation: &Simulation, report: &SimulationReport) -> String {
             escape(&detail),
         );
     }
-    out.push_str(
-        "</tbody>\n</table>\n<h2>At the end</h2>\n<table>\n<thead><tr><th>container</th>\
-                  <th>restarts</th><th>started</th><th>ready</th></tr></thead>\n<tbody>\n",
-    );
-    for (name, summary) in &report.summary.containers {
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(name),
-            summary.restarts,
-            summary.started,
-            summary.ready
+    out.push_str("</tbody>\n</table>\n<h2>At the end</h2>\n");
+    // One pod's containers; in workload mode they are in each replica's.
+    if !workload {
+        out.push_str(
+            "<table>\n<thead><tr><th>container</th>\
+             <th>restarts</th><th>started</th><th>ready</th></tr></thead>\n<tbody>\n",
         );
+        for (name, summary) in &report.summary.containers {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(name),
+                summary.restarts,
+                summary.started,
+                summary.ready
+            );
+        }
+        out.push_str("</tbody>\n</table>\n");
     }
-    out.push_str("</tbody>\n</table>\n");
     if let Some(condition) = &report.summary.condition {
         let _ = writeln!(out, "<p>{READY_CONDITION}: {}</p>", escape(condition));
+    }
+    if let Some(numbers) = &report.summary.workload {
+        out.push_str(
+            "<table>\n<thead><tr><th>replica</th><th>restarts</th><th>Ready</th></tr></thead>\n<tbody>\n",
+        );
+        for (name, replica) in &report.summary.replicas {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(name),
+                replica.restarts,
+                replica.ready
+            );
+        }
+        let _ = writeln!(
+            out,
+            "</tbody>\n</table>\n<p>At most {} replicas not Ready at once; {} restarted; \
+             {} restart decisions deferred; {} floor decisions held a gate, {} let one go.</p>",
+            numbers.most_not_ready,
+            numbers.restarted,
+            numbers.deferred,
+            numbers.held,
+            numbers.released
+        );
     }
     out.push_str("</body>\n</html>\n");
     out
@@ -252,9 +292,23 @@ fn millis(d: Duration) -> u64 {
 /// The records sorted into what is drawn where.
 struct Timeline<'a> {
     end: Duration,
+    /// One pod, or in workload mode each replica in order.
+    pods: Vec<PodLanes<'a>>,
+    outage: Option<Outage>,
+}
+
+/// What is drawn for one pod.
+struct PodLanes<'a> {
+    /// Workload mode: the replica.
+    replica: Option<&'a str>,
     lanes: Vec<Lane<'a>>,
     /// Gate mode: the condition's changes (`True` or not).
     condition: Option<Vec<(Duration, bool)>>,
+    /// Workload mode: the changes of the replica's `Ready`.
+    ready: Option<Vec<(Duration, bool)>>,
+    /// Workload mode: the guards' decisions about it.
+    deferred: usize,
+    held: usize,
 }
 
 struct Lane<'a> {
@@ -311,6 +365,40 @@ impl<'a> Lane<'a> {
 
 impl<'a> Timeline<'a> {
     fn new(simulation: &'a Simulation, report: &'a SimulationReport) -> Self {
+        let pods = if report.summary.replicas.is_empty() {
+            vec![PodLanes::new(simulation, None, &report.records)]
+        } else {
+            (report.summary.replicas.keys())
+                .map(|name| {
+                    let records: Vec<&Record> = (report.records.iter())
+                        .filter(|r| r.pod.as_deref() == Some(name))
+                        .collect();
+                    PodLanes::new(simulation, Some(name), records)
+                })
+                .collect()
+        };
+        Timeline {
+            end: report.summary.duration,
+            pods,
+            outage: simulation.script.outage,
+        }
+    }
+
+    fn gated(&self) -> bool {
+        self.pods.iter().any(|pod| pod.condition.is_some())
+    }
+
+    fn workload(&self) -> bool {
+        self.pods.iter().any(|pod| pod.replica.is_some())
+    }
+}
+
+impl<'a> PodLanes<'a> {
+    fn new(
+        simulation: &'a Simulation,
+        replica: Option<&'a str>,
+        records: impl IntoIterator<Item = &'a Record>,
+    ) -> Self {
         let spec = simulation.pod.spec.as_ref();
         let mut lanes: Vec<Lane<'a>> = spec
             .into_iter()
@@ -320,13 +408,25 @@ impl<'a> Timeline<'a> {
                 Lane::new(&placed.container.name, init, simulation)
             })
             .collect();
-        let mut condition = simulation.gate.as_ref().map(|_| Vec::new());
-        for record in &report.records {
+        let mut pod = PodLanes {
+            replica,
+            lanes: Vec::new(),
+            condition: simulation.gate.as_ref().map(|_| Vec::new()),
+            ready: replica.map(|_| Vec::new()),
+            deferred: 0,
+            held: 0,
+        };
+        for record in records {
             let Some(name) = record.container.as_deref() else {
-                if let (Event::Condition { status, .. }, Some(changes)) =
-                    (&record.event, condition.as_mut())
-                {
-                    changes.push((record.t, status == "True"));
+                match (&record.event, pod.condition.as_mut(), pod.ready.as_mut()) {
+                    (Event::Condition { status, .. }, Some(changes), _) => {
+                        changes.push((record.t, status == "True"));
+                    }
+                    (Event::PodReady { value }, _, Some(changes)) => {
+                        changes.push((record.t, *value));
+                    }
+                    (Event::FloorHeld { .. }, _, _) => pod.held += 1,
+                    _ => {}
                 }
                 continue;
             };
@@ -363,18 +463,24 @@ impl<'a> Timeline<'a> {
                     grace_seconds: *grace_seconds,
                     message,
                 }),
-                Event::Condition { .. } => {}
+                Event::RestartDeferred { .. } => pod.deferred += 1,
+                Event::Condition { .. }
+                | Event::PodReady { .. }
+                | Event::FloorHeld { .. }
+                | Event::FloorReleased => {}
             }
         }
         for lane in &mut lanes {
             lane.rows
                 .retain(|row| row.spec.is_some() || !row.runs.is_empty());
         }
-        Timeline {
-            end: report.summary.duration,
-            lanes,
-            condition,
-        }
+        pod.lanes = lanes;
+        pod
+    }
+
+    /// How many bands its pod-level lane has.
+    fn pod_bands(&self) -> usize {
+        usize::from(self.condition.is_some()) + usize::from(self.ready.is_some())
     }
 }
 
@@ -480,6 +586,21 @@ fn describe(record: &Record) -> (&'static str, String, Option<&'static str>) {
             }
             ("condition", detail, None)
         }
+        Event::PodReady { value } => ("pod_ready", value.to_string(), None),
+        Event::RestartDeferred {
+            unavailable,
+            allowed,
+        } => (
+            "restart_deferred",
+            format!("{unavailable} unavailable, maxUnavailable allows {allowed}"),
+            None,
+        ),
+        Event::FloorHeld { ready, floor } => (
+            "floor_held",
+            format!("{ready} Ready without this one, minReady {floor}"),
+            None,
+        ),
+        Event::FloorReleased => ("floor_released", String::new(), None),
     }
 }
 
@@ -500,6 +621,7 @@ const MARKER_STRIP: f64 = 30.0;
 const PROBE_ROW: f64 = 32.0;
 const BAND_ROW: f64 = 20.0;
 const LANE_GAP: f64 = 16.0;
+const REPLICA_HEADER: f64 = 26.0;
 
 impl SvgWriter {
     fn new(end: Duration) -> Self {
@@ -532,20 +654,31 @@ impl SvgWriter {
             &format!("fill=\"{MUTED}\""),
             &subtitle(simulation, report),
         );
-        self.legend(70.0, timeline.condition.is_some());
+        self.legend(70.0, timeline.gated(), timeline.workload());
         self.y = 92.0;
         let plot_top = self.y;
         self.axis_grid(plot_top, timeline);
-        if let Some(changes) = &timeline.condition {
-            self.gate_lane(changes, timeline.end);
+        for pod in &timeline.pods {
+            let containers = match pod.replica {
+                Some(name) => {
+                    let summary = report.summary.replicas.get(name);
+                    self.replica_header(name, pod, summary.map_or(0, |s| s.restarts));
+                    summary.map(|s| &s.containers)
+                }
+                None => Some(&report.summary.containers),
+            };
+            if pod.pod_bands() > 0 {
+                self.pod_lane(pod, timeline.end);
+            }
+            for lane in &pod.lanes {
+                let restarts = containers
+                    .and_then(|c| c.get(lane.name))
+                    .map_or(0, |s: &ContainerSummary| s.restarts);
+                self.lane(lane, restarts, timeline.end);
+            }
         }
-        for lane in &timeline.lanes {
-            let restarts = report
-                .summary
-                .containers
-                .get(lane.name)
-                .map_or(0, |s| s.restarts);
-            self.lane(lane, restarts, timeline.end);
+        if let Some(outage) = timeline.outage {
+            self.outage(outage, plot_top);
         }
         self.axis(timeline.end);
     }
@@ -571,7 +704,7 @@ impl SvgWriter {
         );
     }
 
-    fn legend(&mut self, y: f64, gate: bool) {
+    fn legend(&mut self, y: f64, gate: bool, workload: bool) {
         let mut x = 16.0;
         self.text(x, y, 12.0, "start", "font-weight=\"bold\"", "probe run:");
         x += text_width("probe run:", 12.0) + 10.0;
@@ -589,6 +722,10 @@ impl SvgWriter {
         self.swatch(&mut x, y, READY, "ready", 22.0, 10.0);
         if gate {
             self.swatch(&mut x, y, CONDITION, READY_CONDITION, 22.0, 10.0);
+        }
+        if workload {
+            self.swatch(&mut x, y, POD_READY, "pod Ready", 22.0, 10.0);
+            self.swatch(&mut x, y, OUTAGE, "outage", 22.0, 10.0);
         }
         x += 8.0;
         self.marker_swatch(
@@ -642,12 +779,20 @@ impl SvgWriter {
     }
 
     fn lanes_height(&self, timeline: &Timeline<'_>) -> f64 {
-        let gate = if timeline.condition.is_some() {
-            LANE_HEADER + BAND_ROW + LANE_GAP
+        timeline.pods.iter().map(Self::pod_height).sum()
+    }
+
+    fn pod_height(pod: &PodLanes<'_>) -> f64 {
+        let header = if pod.replica.is_some() {
+            REPLICA_HEADER
         } else {
             0.0
         };
-        let lanes: f64 = timeline
+        let bands = match pod.pod_bands() {
+            0 => 0.0,
+            n => LANE_HEADER + BAND_ROW * n as f64 + LANE_GAP,
+        };
+        let lanes: f64 = pod
             .lanes
             .iter()
             .map(|lane| {
@@ -658,7 +803,7 @@ impl SvgWriter {
                     + LANE_GAP
             })
             .sum();
-        gate + lanes
+        header + bands + lanes
     }
 
     fn axis(&mut self, end: Duration) {
@@ -716,13 +861,82 @@ impl SvgWriter {
         self.y += LANE_HEADER;
     }
 
-    fn gate_lane(&mut self, changes: &[(Duration, bool)], end: Duration) {
+    /// The pod-level bands: the gate podprobe sets, and in workload mode
+    /// the replica's `Ready`.
+    fn pod_lane(&mut self, pod: &PodLanes<'_>, end: Duration) {
         self.body.push_str("<g class=\"gate\">\n");
-        self.lane_header("pod", "readiness gate set by podprobe");
-        let spans = true_spans(changes, end);
-        self.band(READY_CONDITION, "condition", CONDITION, &spans);
+        let note = if pod.condition.is_some() {
+            "readiness gate set by podprobe"
+        } else {
+            "the kubelet's Ready"
+        };
+        self.lane_header("pod", note);
+        if let Some(changes) = &pod.condition {
+            let spans = true_spans(changes, end);
+            self.band(READY_CONDITION, "condition", CONDITION, &spans);
+        }
+        if let Some(changes) = &pod.ready {
+            self.band("Ready", "pod-ready", POD_READY, &true_spans(changes, end));
+        }
         self.body.push_str("</g>\n");
         self.y += LANE_GAP;
+    }
+
+    /// Workload mode: the replica's name, restarts and what the guards
+    /// decided about it.
+    fn replica_header(&mut self, name: &str, pod: &PodLanes<'_>, restarts: u32) {
+        let y = self.y;
+        let _ = writeln!(
+            self.body,
+            "<rect class=\"replica\" x=\"8\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{}\" fill=\"#e8eef5\"/>",
+            WIDTH - 16.0,
+            REPLICA_HEADER - 4.0
+        );
+        let title = shorten(name);
+        self.text(
+            16.0,
+            y + 15.0,
+            15.0,
+            "start",
+            "font-weight=\"bold\"",
+            &title,
+        );
+        let times = |n: usize| {
+            if n == 1 {
+                "once".to_string()
+            } else {
+                format!("{n} times")
+            }
+        };
+        let note = format!(
+            "{restarts} restart{}; a restart deferred by the restartBudget {}, the gate held by the readinessFloor {}",
+            if restarts == 1 { "" } else { "s" },
+            times(pod.deferred),
+            times(pod.held),
+        );
+        let x = 16.0 + text_width(&title, 15.0) * 1.05 + 10.0;
+        self.text(
+            x,
+            y + 15.0,
+            12.0,
+            "start",
+            &format!("fill=\"{MUTED}\""),
+            &note,
+        );
+        self.y += REPLICA_HEADER;
+    }
+
+    /// Shades the outage over every lane, on top, see-through.
+    fn outage(&mut self, outage: Outage, top: f64) {
+        let (x, right) = (self.scale.x(outage.from), self.scale.x(outage.to));
+        let _ = writeln!(
+            self.body,
+            "<rect class=\"outage\" x=\"{x:.1}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{OUTAGE}\" fill-opacity=\"0.08\"><title>outage from {}s to {}s: every probe fails</title></rect>",
+            (right - x).max(0.5),
+            self.y - top,
+            show_seconds(outage.from),
+            show_seconds(outage.to)
+        );
     }
 
     fn lane(&mut self, lane: &Lane<'_>, restarts: u32, end: Duration) {

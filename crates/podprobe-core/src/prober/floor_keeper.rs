@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use crate::prober::workload_guard::RETRY;
+use crate::prober::workload_guard::{FloorDecision, GuardRecord, RETRY};
 use crate::spec::probe_spec::extension::workload_options::ReadinessFloor;
 use crate::status::gate::{FloorHold, readiness_failing};
 use crate::status::{Intent, Owned};
@@ -68,6 +68,21 @@ pub enum FloorVerdict {
     /// Let the gate go: the floor allows it, the pod is not Ready anyway,
     /// or the workload could not be read (the kubelet's behaviour).
     Release,
+}
+
+impl FloorVerdict {
+    /// What [`crate::prober::workload_guard::release`] decided, as the
+    /// keeper takes it, and the record to write first, if any.
+    pub fn of_release(decision: FloorDecision) -> (FloorVerdict, Option<GuardRecord>) {
+        match decision {
+            FloorDecision::Release(record) => (FloorVerdict::Release, record),
+            FloorDecision::Hold {
+                record,
+                ready,
+                floor,
+            } => (FloorVerdict::Hold(FloorHold { ready, floor }), record),
+        }
+    }
 }
 
 /// What the daemon does after [`FloorKeeper::admit`] or

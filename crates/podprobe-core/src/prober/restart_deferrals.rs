@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::prober::workload_guard::{RETRY, deferral_over};
+use crate::prober::workload_guard::{GuardRecord, RETRY, RestartDecision, deferral_over};
 use crate::spec::probe_spec::extension::workload_options::RestartBudget;
 
 /// A deferral no pod sync asked about for this long is over: the sync loop
@@ -48,6 +48,28 @@ pub enum Decision {
     Kill,
     /// No unit left.
     Wait { unavailable: usize, allowed: usize },
+}
+
+impl Decision {
+    /// What [`crate::prober::workload_guard::restart`] decided, as the
+    /// deferrals count it, and the record to write first, if any.
+    pub fn of_restart(decision: RestartDecision) -> (Decision, Option<GuardRecord>) {
+        match decision {
+            RestartDecision::Free(record) => (Decision::Kill, record),
+            RestartDecision::Take(record) => (Decision::Kill, Some(record)),
+            RestartDecision::Holding => (Decision::Kill, None),
+            RestartDecision::Defer {
+                unavailable,
+                allowed,
+            } => (
+                Decision::Wait {
+                    unavailable,
+                    allowed,
+                },
+                None,
+            ),
+        }
+    }
 }
 
 /// What to do after a decision.
