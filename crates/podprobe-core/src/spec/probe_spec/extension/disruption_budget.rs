@@ -29,6 +29,11 @@ pub const GUARDS_ANNOTATION: &str = "podprobe.io/guards";
 /// The guards the annotation may name.
 const GUARDS: [&str; 2] = ["readinessFloor", "restartBudget"];
 
+/// The longest annotation value read: both guards with room for spaces. A
+/// longer one is refused unread, so that a refusal never keeps a tenant's
+/// value (up to the API server's 256 KiB) in the message podprobe holds.
+const MAX_GUARDS_BYTES: usize = 64;
+
 /// An opted-in PodDisruptionBudget, as podprobe keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuardingBudget {
@@ -96,6 +101,9 @@ fn options(
     min_available: Option<&IntOrString>,
 ) -> Result<WorkloadOptions, FieldError> {
     let field = format!("metadata.annotations[{GUARDS_ANNOTATION}]");
+    if guards.len() > MAX_GUARDS_BYTES {
+        return Err(FieldError::too_long_bytes(field, MAX_GUARDS_BYTES));
+    }
     let mut named = Vec::new();
     for guard in guards.split(',').map(str::trim) {
         if !GUARDS.contains(&guard) {
@@ -261,6 +269,13 @@ mod tests {
         assert_eq!(
             refused("", Some(IntOrString::Int(1)), None),
             "metadata.annotations[podprobe.io/guards]: Invalid value: \"\": supported values: \"readinessFloor\", \"restartBudget\" (comma-separated)"
+        );
+        let long = "restartBudget,".repeat(20_000);
+        let why = refused(&long, Some(IntOrString::Int(1)), None);
+        assert!(
+            why.starts_with("metadata.annotations[podprobe.io/guards]: Too long")
+                && why.len() < 200,
+            "{why}"
         );
         assert_eq!(
             refused("restartBudget", Some(IntOrString::Int(0)), None),
