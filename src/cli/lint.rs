@@ -509,7 +509,12 @@ items:
 
     #[test]
     fn wg5_budgets_podprobe_cannot_apply_select_nothing_or_overlap_are_findings() {
+        // The other namespace's budget first: it must count for no pod here.
         let text = r#"
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: other, annotations: {podprobe.io/guards: restartBudget}}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
+---
 kind: Deployment
 metadata: {name: web, namespace: shop}
 spec:
@@ -530,10 +535,6 @@ metadata: {name: db, namespace: shop, annotations: {podprobe.io/guards: readines
 spec: {minAvailable: 1, selector: {matchLabels: {app: db}}}
 ---
 kind: PodDisruptionBudget
-metadata: {name: web, namespace: other, annotations: {podprobe.io/guards: restartBudget}}
-spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
----
-kind: PodDisruptionBudget
 metadata: {name: typo, namespace: shop, annotations: {podprobe.io/guards: restartbudget}}
 spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
 ---
@@ -552,11 +553,11 @@ spec: {maxUnavailable: 1, selector: {matchLabels: {app: nothing}}}
             findings,
             [
                 (
-                    "PodDisruptionBudget shop/db".to_string(),
+                    "PodDisruptionBudget other/web".to_string(),
                     "podprobe.io/guards: spec.selector selects none of the pod templates here: no pod would take its numbers".to_string()
                 ),
                 (
-                    "PodDisruptionBudget other/web".to_string(),
+                    "PodDisruptionBudget shop/db".to_string(),
                     "podprobe.io/guards: spec.selector selects none of the pod templates here: no pod would take its numbers".to_string()
                 ),
                 (
@@ -570,7 +571,12 @@ spec: {maxUnavailable: 1, selector: {matchLabels: {app: nothing}}}
             ]
         );
         // One budget alone: nothing to say.
-        let one = text.split("---").take(2).collect::<Vec<_>>().join("---");
+        let one = text
+            .split("---")
+            .skip(1)
+            .take(2)
+            .collect::<Vec<_>>()
+            .join("---");
         assert_eq!(budget_findings(&manifests(&one).unwrap()), []);
     }
 }
