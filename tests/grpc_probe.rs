@@ -1,6 +1,7 @@
 //! gRPC health probes against real loopback servers (spec G1-G7): tonic's
 //! own health service, small custom health services, a server without the
-//! health service and servers that do not speak gRPC at all.
+//! health service, HTTP/2 servers answering as no gRPC server would, and
+//! servers that do not speak gRPC at all.
 
 mod support {
     // Shared with the HTTP tests; gRPC uses part of it.
@@ -9,6 +10,11 @@ mod support {
 }
 
 use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::StreamBody;
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -353,7 +359,7 @@ async fn g3_user_agent_is_kube_probe() {
     assert_eq!(outcome.result, ProbeResult::Success);
     let seen_user_agent = seen.recv().await.expect("the server saw the Check");
     assert!(
-        seen_user_agent.starts_with(&format!("{} tonic/", user_agent())),
+        seen_user_agent.starts_with(&format!("{} podprobe/", user_agent())),
         "{seen_user_agent}"
     );
 }
@@ -616,4 +622,126 @@ async fn tls_grpc_presents_the_client_certificate_of_the_named_secret() {
     // Refused by the server after TLS 1.3's handshake completed on the
     // client's side; what the message should name then is item 1's (#14).
     assert_eq!(verdict.result, ProbeResult::Failure, "{verdict:?}");
+}
+
+/// An HTTP/2 server that answers every request with `answer()`'s frames:
+/// a status, headers and body frames (data and trailers).
+async fn serve_h2(
+    answer: fn() -> (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>),
+) -> u16 {
+    serve_raw(move |stream| async move {
+        let service = hyper::service::service_fn(move |_: hyper::Request<Incoming>| async move {
+            let (status, headers, frames) = answer();
+            let mut response = hyper::Response::builder().status(status);
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            let body = StreamBody::new(futures::stream::iter(
+                frames.into_iter().map(Ok::<_, Infallible>),
+            ));
+            Ok::<_, Infallible>(response.body(body).expect("a valid response"))
+        });
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await
+}
+
+fn trailers(fields: &[(&'static str, &'static str)]) -> Frame<Bytes> {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in fields {
+        map.insert(*name, http::HeaderValue::from_static(value));
+    }
+    Frame::trailers(map)
+}
+
+#[tokio::test]
+async fn g5_a_web_server_on_the_port_is_read_as_grpc_go_reads_it() {
+    let port = serve_h2(|| {
+        (
+            404,
+            vec![("content-type", "text/html")],
+            vec![Frame::data(Bytes::from_static(b"<h1>not here</h1>"))],
+        )
+    })
+    .await;
+    let outcome = probe("127.0.0.1", port, "", TIMEOUT).await;
+    assert_eq!(
+        outcome,
+        failure(
+            "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): \
+             unexpected HTTP status code received from server: 404 (Not Found); \
+             transport: received unexpected content-type \"text/html\""
+        )
+    );
+}
+
+#[tokio::test]
+async fn g5_answers_without_a_message_or_with_two_fail_as_in_grpc_go() {
+    let port = serve_h2(|| {
+        (
+            200,
+            vec![("content-type", "application/grpc")],
+            vec![trailers(&[("grpc-status", "0")])],
+        )
+    })
+    .await;
+    assert_eq!(
+        probe("127.0.0.1", port, "", TIMEOUT).await,
+        failure("error: health rpc probe failed: EOF")
+    );
+    // SERVING twice, in one DATA frame.
+    let port = serve_h2(|| {
+        (
+            200,
+            vec![("content-type", "application/grpc")],
+            vec![
+                Frame::data(Bytes::from_static(&[
+                    0, 0, 0, 0, 2, 8, 1, 0, 0, 0, 0, 2, 8, 1,
+                ])),
+                trailers(&[("grpc-status", "0")]),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(
+        probe("127.0.0.1", port, "", TIMEOUT).await,
+        failure(
+            "error: health rpc probe failed: rpc error: code = Unknown desc = \
+             grpc: client streaming protocol violation: get <nil>, want <EOF>"
+        )
+    );
+    // A message, then the stream's end without trailers.
+    let port = serve_h2(|| {
+        (
+            200,
+            vec![("content-type", "application/grpc")],
+            vec![Frame::data(Bytes::from_static(&[0, 0, 0, 0, 2, 8, 1]))],
+        )
+    })
+    .await;
+    assert_eq!(
+        probe("127.0.0.1", port, "", TIMEOUT).await,
+        failure(
+            "error: health rpc probe failed: rpc error: code = Internal desc = \
+             server closed the stream without sending trailers"
+        )
+    );
+    // The message and a failing status: the status wins.
+    let port = serve_h2(|| {
+        (
+            200,
+            vec![("content-type", "application/grpc")],
+            vec![
+                Frame::data(Bytes::from_static(&[0, 0, 0, 0, 2, 8, 1])),
+                trailers(&[("grpc-status", "14"), ("grpc-message", "going%20away")]),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(
+        probe("127.0.0.1", port, "", TIMEOUT).await,
+        failure("error: health rpc probe failed: rpc error: code = Unavailable desc = going away")
+    );
 }

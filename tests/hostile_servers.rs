@@ -623,21 +623,17 @@ fn check_verdict(behaviour: Behaviour, port: u16, verdict: &ProbeVerdict) {
             "timeout: health rpc did not complete within {TIMEOUT_SECONDS}s"
         )),
         // The length prefix alone is refused, before any of the message is
-        // buffered. grpc-go says `code = ResourceExhausted desc = grpc:
-        // received message larger than max (1073741824 vs. 4194304)`; tonic
-        // words it as below, with podprobe's smaller limit. Either way a
-        // failure.
+        // buffered, in grpc-go's words with podprobe's smaller limit (grpc-go:
+        // `(1073741824 vs. 4194304)`).
         Behaviour::GrpcHugeMessage => failure(format!(
-            "error: health rpc probe failed: rpc error: code = OutOfRange desc = Error, \
-             decoded message length too large: found {GIB} bytes, the limit is: \
-             {MAX_HEALTH_RESPONSE_BYTES} bytes"
+            "error: health rpc probe failed: rpc error: code = ResourceExhausted desc = grpc: \
+             received message larger than max ({GIB} vs. {MAX_HEALTH_RESPONSE_BYTES})"
         )),
         // grpc-go would take it and wait for the trailers until the
         // deadline; podprobe's limit is sized for a health response.
         Behaviour::GrpcHeldMessage => failure(format!(
-            "error: health rpc probe failed: rpc error: code = OutOfRange desc = Error, \
-             decoded message length too large: found {HELD_MESSAGE_BYTES} bytes, the limit \
-             is: {MAX_HEALTH_RESPONSE_BYTES} bytes"
+            "error: health rpc probe failed: rpc error: code = ResourceExhausted desc = grpc: \
+             received message larger than max ({HELD_MESSAGE_BYTES} vs. {MAX_HEALTH_RESPONSE_BYTES})"
         )),
     };
     let got = (

@@ -17,34 +17,36 @@
 //! like any failed attempt, and the deadline message then ends with it, as
 //! grpc-go's `WithReturnConnectionError` reports it.
 
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::Uri;
-use hyper_util::rt::TokioIo;
+use bytes::Bytes;
+use http::{Method, Request, Uri};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 
 use crate::probe::dial::{DialError, ProbeStream, dial};
 use crate::probe::tap::{ReadObserver, ReadTap};
 use crate::probe::tls;
-use crate::runtime::grpc_status::{GrpcStatus, without_status_details};
 use podprobe_core::spec::destinations::Destinations;
 use podprobe_core::spec::probe_spec::extension::TlsSettings;
 use podprobe_core::spec::{Attempt, Outcome, ProbeResult, join_host_port};
 use podprobe_core::util::gofmt::go_duration;
+
+mod batched_writes;
+mod health_call;
+
+use batched_writes::BatchedWrites;
+pub use health_call::MAX_HEALTH_RESPONSE_BYTES;
+use health_call::{Answer, CHECK_PATH, grpc_timeout, read_answer, request_message};
 
 /// grpc-go's connection backoff: first delay, growth factor, jitter, ceiling.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -84,7 +86,7 @@ pub async fn probe_with_tls(
 ) -> Attempt {
     let addr = join_host_port(host, port);
     let deadline = Instant::now() + timeout;
-    // The connector checks every address it dials too, but a refused dial
+    // The dialer checks every address it dials too, but a refused dial
     // would only show as the deadline grpc-go reports; say why instead.
     if let Ok(ip) = host.parse::<IpAddr>()
         && let Err(denied) = destinations.check(ip)
@@ -93,21 +95,30 @@ pub async fn probe_with_tls(
         let error = DialError::Denied { addr, denied };
         return Ok(Outcome::new(ProbeResult::Failure, error.to_string()));
     }
-    let endpoint = match endpoint(&addr, user_agent) {
-        Ok(endpoint) => endpoint,
-        Err(error) => return Ok(connect_error_outcome(&addr, &error)),
+    let uri = match format!("http://{addr}{CHECK_PATH}").parse::<Uri>() {
+        Ok(uri) => uri,
+        Err(error) => {
+            return Ok(failure(format!(
+                "error: failed to connect service at {addr:?}: invalid URI: {error}"
+            )));
+        }
     };
     let tls = tls.map(|settings| TlsTarget {
         config: tls::client_config(settings, &[b"h2"]),
         settings: settings.clone(),
     });
+    let call = Call {
+        uri,
+        user_agent: format!("{user_agent} {USER_AGENT_SUFFIX}"),
+        message: request_message(service),
+    };
     let target = Target {
         host,
         port,
         tls: tls.as_ref(),
     };
-    let channel = match connect(&endpoint, target, deadline, destinations).await {
-        Ok(channel) => channel,
+    let connected = match connect(&call, target, deadline, destinations).await {
+        Ok(connected) => connected,
         Err(last_tls_error) => {
             tracing::debug!(addr, service, "gRPC probe could not connect in time");
             let mut outcome = connect_timeout_outcome(&addr, timeout);
@@ -119,37 +130,54 @@ pub async fn probe_with_tls(
             return Ok(outcome);
         }
     };
-    let check = check(channel, service, deadline).await;
+    let check = check(connected, deadline).await;
     Ok(check_outcome(check, timeout))
 }
 
-/// The largest health response decoded. A `HealthCheckResponse` is a
-/// status number, a few bytes; grpc-go (the kubelet) accepts 4 MiB, which a
-/// server could send and then hold its trailers until the probe's timeout,
-/// pinning it per probe. Larger responses fail on their length prefix,
-/// before any of them is buffered.
-pub const MAX_HEALTH_RESPONSE_BYTES: usize = 4 * 1024;
+/// What podprobe adds to the kubelet's User-Agent, as grpc-go adds
+/// `grpc-go/<version>`.
+const USER_AGENT_SUFFIX: &str = concat!("podprobe/", env!("CARGO_PKG_VERSION"));
 
 /// HTTP/2 flow-control windows, per stream and per connection: how much a
 /// server can make podprobe buffer ahead of what it reads. grpc-go starts
 /// at 64 KiB too (and grows it by bandwidth estimates a probe never
-/// needs); hyper's client default is 2 MiB per stream and 5 MiB per
-/// connection.
+/// needs); h2's default is 64 KiB less one byte.
 const FLOW_CONTROL_WINDOW_BYTES: u32 = 64 * 1024;
 
 /// The largest response header block (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`);
 /// grpc-go and hyper allow 16 MiB.
 const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
-/// The channel settings: plain text to `addr`, the kubelet's user agent
-/// (tonic appends its own `tonic/<version>`, as grpc-go appends
-/// `grpc-go/<version>`), and what a server can make a probe hold bounded.
-fn endpoint(addr: &str, user_agent: &str) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .user_agent(user_agent)?
-        .initial_stream_window_size(FLOW_CONTROL_WINDOW_BYTES)
-        .initial_connection_window_size(FLOW_CONTROL_WINDOW_BYTES)
-        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES))
+/// The Check request, the same for every attempt of a probe.
+struct Call {
+    uri: Uri,
+    user_agent: String,
+    /// The length-prefixed `HealthCheckRequest`.
+    message: Bytes,
+}
+
+impl Call {
+    /// The request's head; `grpc-timeout` is what is left of `deadline`, as
+    /// grpc-go sends its context's deadline.
+    fn head(&self, deadline: Instant) -> Request<()> {
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        let headers = request.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        if let Ok(value) = http::HeaderValue::from_str(&self.user_agent) {
+            headers.insert(http::header::USER_AGENT, value);
+        }
+        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Ok(value) = http::HeaderValue::from_str(&grpc_timeout(left)) {
+            headers.insert("grpc-timeout", value);
+        }
+        request
+    }
 }
 
 /// Where a probe connects: host, port and, with `podprobe.tls`, how.
@@ -167,23 +195,37 @@ struct TlsTarget {
     config: Arc<ClientConfig>,
 }
 
-/// Connects as grpc-go's blocking dial does; when `deadline` passes first,
-/// the error is the last attempt's TLS failure text, if any.
+/// A probe's connection as h2 sees it: writes batched, reads watched for
+/// the server's SETTINGS.
+type ProbeConnection = BatchedWrites<ReadTap<GrpcStream, PrefaceWatch>>;
+
+/// A connection the server has started with SETTINGS, with the Check sent.
+struct Connected {
+    connection: h2::client::Connection<ProbeConnection, Bytes>,
+    /// Kept so that h2 does not end the connection with a GOAWAY before
+    /// the answer: with no request handle and no stream left, it would.
+    _requests: h2::client::SendRequest<Bytes>,
+    response: h2::client::ResponseFuture,
+}
+
+/// Connects as grpc-go's blocking dial does and sends the call; when
+/// `deadline` passes first, the error is the last attempt's TLS failure
+/// text, if any.
 async fn connect(
-    endpoint: &Endpoint,
+    call: &Call,
     target: Target<'_>,
     deadline: Instant,
     destinations: &Destinations,
-) -> Result<Channel, Option<String>> {
+) -> Result<Connected, Option<String>> {
     let (host, port) = (target.host, target.port);
     let mut retries = 0;
     let mut last_tls_error = None;
     loop {
         let backoff = reconnect_backoff(retries, rand::random());
         let attempt_deadline = deadline.min(Instant::now() + backoff.max(MIN_CONNECT_TIMEOUT));
-        let attempt = connect_once(endpoint, target, attempt_deadline, destinations);
+        let attempt = connect_once(call, target, attempt_deadline, deadline, destinations);
         match timeout_at(attempt_deadline, attempt).await {
-            Ok(Ok(channel)) => return Ok(channel),
+            Ok(Ok(connected)) => return Ok(connected),
             Ok(Err(error)) => {
                 tracing::debug!(%error, host, port, "gRPC connection attempt failed");
                 last_tls_error = error.tls_failure().or(last_tls_error);
@@ -204,32 +246,6 @@ async fn connect(
 /// every failed attempt as the deadline it eventually runs into.
 #[derive(Debug, thiserror::Error)]
 enum AttemptError {
-    #[error("{}", error_chain(.0))]
-    Transport(#[from] tonic::transport::Error),
-    #[error("the server did not start HTTP/2 with a SETTINGS frame")]
-    NotHttp2,
-}
-
-impl AttemptError {
-    /// Go's text for the TLS handshake failure that ended this attempt.
-    fn tls_failure(&self) -> Option<String> {
-        let AttemptError::Transport(error) = self else {
-            return None;
-        };
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-        while let Some(current) = source {
-            if let Some(ConnectError::Tls(text)) = current.downcast_ref::<ConnectError>() {
-                return Some(text.clone());
-            }
-            source = current.source();
-        }
-        None
-    }
-}
-
-/// Why the connector produced no connection.
-#[derive(Debug, thiserror::Error)]
-enum ConnectError {
     #[error(transparent)]
     Dial(#[from] DialError),
     #[error(transparent)]
@@ -237,29 +253,67 @@ enum ConnectError {
     /// The TLS handshake failed; Go's text.
     #[error("{0}")]
     Tls(String),
+    #[error(transparent)]
+    Http2(#[from] h2::Error),
+    #[error("the server did not start HTTP/2 with a SETTINGS frame")]
+    NotHttp2,
 }
 
-/// One attempt: dial, HTTP/2 handshake, then wait for the server's first
-/// frame, which must be SETTINGS (grpc-go's "server preface").
+impl AttemptError {
+    /// Go's text for the TLS handshake failure that ended this attempt.
+    fn tls_failure(&self) -> Option<String> {
+        match self {
+            AttemptError::Tls(text) => Some(text.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// One attempt: dial, TLS if asked, the HTTP/2 handshake and the Check,
+/// all in one write; then the server's first frame, which must be SETTINGS
+/// (grpc-go's "server preface") for the connection to count.
+///
+/// grpc-go sends the call only once the connection counts; sending it with
+/// the handshake saves a round of writes per probe and changes no outcome:
+/// an answer on a connection that does not count is never read.
 async fn connect_once(
-    endpoint: &Endpoint,
+    call: &Call,
     target: Target<'_>,
+    attempt_deadline: Instant,
     deadline: Instant,
     destinations: &Destinations,
-) -> Result<Channel, AttemptError> {
-    let (preface_tx, preface_rx) = oneshot::channel();
-    let connector = ProbeConnector {
-        host: target.host.to_owned(),
-        port: target.port,
-        tls: target.tls.cloned(),
-        deadline,
-        destinations: destinations.clone(),
-        preface: Some(preface_tx),
+) -> Result<Connected, AttemptError> {
+    let stream = dial(target.host, target.port, attempt_deadline, destinations).await?;
+    let stream = match target.tls {
+        None => GrpcStream::Plain(stream),
+        Some(tls) => {
+            let peer = stream.get_ref().peer_addr()?;
+            let name: ServerName<'static> = tls::server_name(&tls.settings, target.host, peer.ip());
+            let connected = tokio_rustls::TlsConnector::from(tls.config.clone())
+                .connect(name, stream)
+                .await
+                .map_err(|err| AttemptError::Tls(tls_handshake_text(&err)))?;
+            GrpcStream::Tls(Box::new(connected))
+        }
     };
-    let channel = endpoint.connect_with_connector(connector).await?;
-    match preface_rx.await {
-        Ok(true) => Ok(channel),
-        Ok(false) | Err(_) => Err(AttemptError::NotHttp2),
+    let (preface_tx, mut preface_rx) = oneshot::channel();
+    // Above TLS, so the preface is read in clear.
+    let io = BatchedWrites::new(ReadTap::new(stream, PrefaceWatch::new(preface_tx)));
+    let (mut requests, mut connection) = h2::client::Builder::new()
+        .initial_window_size(FLOW_CONTROL_WINDOW_BYTES)
+        .initial_connection_window_size(FLOW_CONTROL_WINDOW_BYTES)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .handshake::<_, Bytes>(io)
+        .await?;
+    let (response, mut body) = requests.send_request(call.head(deadline), false)?;
+    body.send_data(call.message.clone(), true)?;
+    tokio::select! {
+        biased;
+        verdict = &mut preface_rx => match verdict {
+            Ok(true) => Ok(Connected { connection, _requests: requests, response }),
+            Ok(false) | Err(_) => Err(AttemptError::NotHttp2),
+        },
+        ended = &mut connection => Err(ended.err().map_or(AttemptError::NotHttp2, AttemptError::Http2)),
     }
 }
 
@@ -284,33 +338,42 @@ fn reconnect_backoff(retries: u32, jitter_sample: f64) -> Duration {
 /// What the Check RPC came back with.
 #[derive(Debug)]
 enum Check {
-    /// The server answered with this `ServingStatus` number.
-    Responded(i32),
-    /// The RPC failed with this status.
-    Failed(tonic::Status),
+    /// The call ended with this answer.
+    Answered(Answer),
     /// The probe deadline passed first.
     TimedOut,
 }
 
-async fn check(channel: Channel, service: &str, deadline: Instant) -> Check {
-    let mut request = tonic::Request::new(HealthCheckRequest {
-        service: service.to_owned(),
-    });
-    // Sent as `grpc-timeout`, as grpc-go does with the context deadline.
-    request.set_timeout(deadline.saturating_duration_since(Instant::now()));
-    let mut client = HealthClient::new(without_status_details(channel))
-        .max_decoding_message_size(MAX_HEALTH_RESPONSE_BYTES);
-    let answer = timeout_at(deadline, client.check(request)).await;
+/// Reads the answer, driving the connection in the same task.
+async fn check(connected: Connected, deadline: Instant) -> Check {
+    let Connected {
+        mut connection,
+        _requests,
+        response,
+    } = connected;
+    let answer = read_answer(response);
+    tokio::pin!(answer);
+    let mut connection_open = true;
+    let answered = timeout_at(deadline, async {
+        loop {
+            tokio::select! {
+                answer = &mut answer => return answer,
+                // A lost connection fails the stream too; its error is the
+                // answer's to report.
+                _ = &mut connection, if connection_open => connection_open = false,
+            }
+        }
+    })
+    .await;
     // grpc-go's client gives up at its own deadline, so an answer seen only
     // then lost that race. It may be the server's reaction to the expired
     // `grpc-timeout` (tonic servers answer CANCELLED), not a health answer.
     if Instant::now() >= deadline {
         return Check::TimedOut;
     }
-    match answer {
+    match answered {
+        Ok(answer) => Check::Answered(answer),
         Err(_) => Check::TimedOut,
-        Ok(Err(status)) => Check::Failed(status),
-        Ok(Ok(response)) => Check::Responded(response.into_inner().status),
     }
 }
 
@@ -327,32 +390,28 @@ fn connect_timeout_outcome(addr: &str, timeout: Duration) -> Outcome {
     ))
 }
 
-fn connect_error_outcome(addr: &str, error: &tonic::transport::Error) -> Outcome {
-    failure(format!(
-        "error: failed to connect service at {addr:?}: {}",
-        error_chain(error)
-    ))
-}
-
 fn check_outcome(check: Check, timeout: Duration) -> Outcome {
-    match check {
-        Check::Responded(status) if status == ServingStatus::Serving as i32 => {
+    let answer = match check {
+        Check::TimedOut => return rpc_timeout(timeout),
+        Check::Answered(answer) => answer,
+    };
+    match answer {
+        Answer::Responded(status) if status == ServingStatus::Serving as i32 => {
             Outcome::new(ProbeResult::Success, "service healthy")
         }
-        Check::Responded(status) => failure(format!(
+        Answer::Responded(status) => failure(format!(
             "service unhealthy (responded with {:?})",
             serving_status_name(status)
         )),
-        Check::Failed(status) if status.code() == Code::Unimplemented => failure(format!(
+        Answer::Failed(status) if status.code == Code::Unimplemented => failure(format!(
             "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
-            status.message()
+            status.message
         )),
-        Check::Failed(status) if status.code() == Code::DeadlineExceeded => rpc_timeout(timeout),
-        Check::TimedOut => rpc_timeout(timeout),
-        Check::Failed(status) => failure(format!(
-            "error: health rpc probe failed: {}",
-            GrpcStatus::from(&status)
-        )),
+        Answer::Failed(status) if status.code == Code::DeadlineExceeded => rpc_timeout(timeout),
+        Answer::Failed(status) => failure(format!("error: health rpc probe failed: {status}")),
+        // grpc-go's unary call returns `io.EOF` itself here, and the kubelet
+        // prints it.
+        Answer::NoMessage => failure("error: health rpc probe failed: EOF".to_owned()),
     }
 }
 
@@ -369,69 +428,6 @@ fn serving_status_name(status: i32) -> String {
     ServingStatus::try_from(status)
         .map(|known| known.as_str_name().to_owned())
         .unwrap_or_else(|_| status.to_string())
-}
-
-/// An error and its causes, `: `-separated, like Go's wrapped errors.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// Dials with the probe dialer (T3) and reports, once, whether the server's
-/// first frame was SETTINGS.
-struct ProbeConnector {
-    host: String,
-    port: u16,
-    tls: Option<TlsTarget>,
-    deadline: Instant,
-    destinations: Destinations,
-    /// Taken by the first connection; tonic may reconnect later, after the
-    /// attempt is decided.
-    preface: Option<oneshot::Sender<bool>>,
-}
-
-impl tower::Service<Uri> for ProbeConnector {
-    type Response = TokioIo<ReadTap<GrpcStream, PrefaceWatch>>;
-    type Error = ConnectError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ConnectError>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _uri: Uri) -> Self::Future {
-        let (host, port, deadline) = (self.host.clone(), self.port, self.deadline);
-        let destinations = self.destinations.clone();
-        let preface = self.preface.take();
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            let stream = dial(&host, port, deadline, &destinations).await?;
-            let stream = match tls {
-                None => GrpcStream::Plain(stream),
-                Some(tls) => {
-                    let peer = stream.get_ref().peer_addr()?;
-                    let name: ServerName<'static> =
-                        tls::server_name(&tls.settings, &host, peer.ip());
-                    let connected = tokio_rustls::TlsConnector::from(tls.config)
-                        .connect(name, stream)
-                        .await
-                        .map_err(|err| ConnectError::Tls(tls_handshake_text(&err)))?;
-                    GrpcStream::Tls(Box::new(connected))
-                }
-            };
-            // Above TLS, so the preface is read in clear.
-            Ok(TokioIo::new(ReadTap::new(
-                stream,
-                PrefaceWatch::new(preface),
-            )))
-        })
-    }
 }
 
 /// Go's text for a failed TLS handshake of a gRPC connection.
@@ -529,10 +525,10 @@ struct PrefaceWatch {
 }
 
 impl PrefaceWatch {
-    fn new(verdict: Option<oneshot::Sender<bool>>) -> Self {
+    fn new(verdict: oneshot::Sender<bool>) -> Self {
         PrefaceWatch {
             sniffer: PrefaceSniffer::default(),
-            verdict,
+            verdict: Some(verdict),
         }
     }
 }
@@ -557,8 +553,16 @@ impl ReadObserver for PrefaceWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::grpc_status::GrpcStatus;
 
     const TIMEOUT: Duration = Duration::from_secs(2);
+
+    fn rpc_error(code: Code, message: &str) -> Check {
+        Check::Answered(Answer::Failed(GrpcStatus {
+            code,
+            message: message.to_owned(),
+        }))
+    }
 
     fn output(check: Check) -> (ProbeResult, String) {
         let outcome = check_outcome(check, TIMEOUT);
@@ -568,7 +572,9 @@ mod tests {
     #[test]
     fn g5_serving_is_success() {
         assert_eq!(
-            output(Check::Responded(ServingStatus::Serving as i32)),
+            output(Check::Answered(Answer::Responded(
+                ServingStatus::Serving as i32
+            ))),
             (ProbeResult::Success, "service healthy".to_owned())
         );
     }
@@ -592,7 +598,7 @@ mod tests {
         ];
         for (status, want) in cases {
             assert_eq!(
-                output(Check::Responded(status)),
+                output(Check::Answered(Answer::Responded(status))),
                 (ProbeResult::Failure, want.to_owned())
             );
         }
@@ -602,13 +608,11 @@ mod tests {
     fn g5_rpc_errors_read_like_grpc_go() {
         let cases = [
             (
-                Check::Failed(tonic::Status::unimplemented(
-                    "unknown service grpc.health.v1.Health",
-                )),
+                rpc_error(Code::Unimplemented, "unknown service grpc.health.v1.Health"),
                 "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): unknown service grpc.health.v1.Health",
             ),
             (
-                Check::Failed(tonic::Status::deadline_exceeded("whatever")),
+                rpc_error(Code::DeadlineExceeded, "whatever"),
                 "timeout: health rpc did not complete within 2s",
             ),
             (
@@ -616,11 +620,15 @@ mod tests {
                 "timeout: health rpc did not complete within 2s",
             ),
             (
-                Check::Failed(tonic::Status::not_found("unknown service")),
+                Check::Answered(Answer::NoMessage),
+                "error: health rpc probe failed: EOF",
+            ),
+            (
+                rpc_error(Code::NotFound, "unknown service"),
                 "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service",
             ),
             (
-                Check::Failed(tonic::Status::cancelled("Timeout expired")),
+                rpc_error(Code::Cancelled, "Timeout expired"),
                 "error: health rpc probe failed: rpc error: code = Canceled desc = Timeout expired",
             ),
         ];
