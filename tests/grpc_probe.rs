@@ -629,7 +629,19 @@ async fn tls_grpc_presents_the_client_certificate_of_the_named_secret() {
 async fn serve_h2(
     answer: fn() -> (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>),
 ) -> u16 {
-    serve_raw(move |stream| async move {
+    serve_h2_after(&[], answer).await
+}
+
+/// [`serve_h2`], with `first` written to each connection before the
+/// server's own preface.
+async fn serve_h2_after(
+    first: &'static [u8],
+    answer: fn() -> (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>),
+) -> u16 {
+    serve_raw(move |mut stream| async move {
+        if stream.write_all(first).await.is_err() {
+            return;
+        }
         let service = hyper::service::service_fn(move |_: hyper::Request<Incoming>| async move {
             let (status, headers, frames) = answer();
             let mut response = hyper::Response::builder().status(status);
@@ -743,5 +755,35 @@ async fn g5_answers_without_a_message_or_with_two_fail_as_in_grpc_go() {
     assert_eq!(
         probe("127.0.0.1", port, "", TIMEOUT).await,
         failure("error: health rpc probe failed: rpc error: code = Unavailable desc = going away")
+    );
+}
+
+/// A healthy answer: SERVING and status 0.
+fn serving() -> (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>) {
+    (
+        200,
+        vec![("content-type", "application/grpc")],
+        vec![
+            Frame::data(Bytes::from_static(&[0, 0, 0, 0, 2, 8, 1])),
+            trailers(&[("grpc-status", "0")]),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn g7_a_server_whose_first_frame_is_not_settings_is_never_connected() {
+    // The same server answers SERVING once its own preface comes first.
+    let port = serve_h2(serving).await;
+    assert_eq!(
+        probe("127.0.0.1", port, "", TIMEOUT).await,
+        Outcome::new(ProbeResult::Success, "service healthy")
+    );
+    // A PING frame on stream 0 before it: grpc-go's dial never completes,
+    // whatever follows.
+    const PING: &[u8] = &[0, 0, 8, 0x6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let port = serve_h2_after(PING, serving).await;
+    assert_eq!(
+        probe("127.0.0.1", port, "", SHORT_TIMEOUT).await,
+        connect_deadline(port, "500ms")
     );
 }
