@@ -11,11 +11,15 @@
 //! the kubelet, not in an immediate connection error.
 //!
 //! With `podprobe.tls` (#14) the connection is TLS (ALPN `h2`), made here
-//! over the probe dialer with tokio-rustls and handed to tonic as the
-//! connection, verified as an HTTPS probe is ([`crate::probe::tls`]); the
+//! over the probe dialer with tokio-rustls and HTTP/2 runs over it,
+//! verified as an HTTPS probe is ([`crate::probe::tls`]); the
 //! name is `serverName`, else the target address. A TLS failure is retried
 //! like any failed attempt, and the deadline message then ends with it, as
 //! grpc-go's `WithReturnConnectionError` reports it.
+//!
+//! The call is made with h2 in the probe's own task, its first frames in
+//! one write (`batched_writes`), and read as grpc-go reads it
+//! (`health_call`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;

@@ -7,9 +7,10 @@
 //! The sync loop asks for a failed container's kill at every pod sync (a
 //! result change, the 10 s resync); each ask is decided at most once at a
 //! time, a deferred one again at most every [`RETRY`]. A deferral no sync
-//! asked about for [`STALE`] is over (the probe passed again, or the
-//! container went), so a later failure waits its full `maxDeferralSeconds`
-//! again; one whose `maxDeferralSeconds` have passed ends in the kill.
+//! asked about for [`STALE`] is over (the container went, or its worker
+//! stopped: a failed liveness worker holds its failure until the container
+//! is replaced, D16, so a deferred kill is asked about until then), so a
+//! later failure waits its full `maxDeferralSeconds` again; one whose `maxDeferralSeconds` have passed ends in the kill.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
