@@ -624,20 +624,17 @@ async fn tls_grpc_presents_the_client_certificate_of_the_named_secret() {
     assert_eq!(verdict.result, ProbeResult::Failure, "{verdict:?}");
 }
 
-/// An HTTP/2 server that answers every request with `answer()`'s frames:
-/// a status, headers and body frames (data and trailers).
-async fn serve_h2(
-    answer: fn() -> (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>),
-) -> u16 {
+/// An HTTP/2 answer: status, headers and body frames (data and trailers).
+type H2Answer = (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>);
+
+/// An HTTP/2 server that answers every request with `answer()`.
+async fn serve_h2(answer: fn() -> H2Answer) -> u16 {
     serve_h2_after(&[], answer).await
 }
 
 /// [`serve_h2`], with `first` written to each connection before the
 /// server's own preface.
-async fn serve_h2_after(
-    first: &'static [u8],
-    answer: fn() -> (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>),
-) -> u16 {
+async fn serve_h2_after(first: &'static [u8], answer: fn() -> H2Answer) -> u16 {
     serve_raw(move |mut stream| async move {
         if stream.write_all(first).await.is_err() {
             return;
@@ -759,7 +756,7 @@ async fn g5_answers_without_a_message_or_with_two_fail_as_in_grpc_go() {
 }
 
 /// A healthy answer: SERVING and status 0.
-fn serving() -> (u16, Vec<(&'static str, &'static str)>, Vec<Frame<Bytes>>) {
+fn serving() -> H2Answer {
     (
         200,
         vec![("content-type", "application/grpc")],
