@@ -158,38 +158,29 @@ fn namespace_of(pdb: &PodDisruptionBudget) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    use podprobe_core::spec::probe_spec::extension::disruption_budget::GUARDS_ANNOTATION;
 
     use super::*;
+    use crate::testing::guarding_pdb;
 
     fn pdb(namespace: &str, name: &str, labels: usize) -> PodDisruptionBudget {
         let mut match_labels: BTreeMap<String, String> = (0..labels)
             .map(|i| (format!("k{i}"), "v".repeat(64)))
             .collect();
         match_labels.insert("app".into(), "web".into());
-        PodDisruptionBudget {
-            metadata: ObjectMeta {
-                namespace: Some(namespace.into()),
-                name: Some(name.into()),
-                annotations: Some(BTreeMap::from([(
-                    GUARDS_ANNOTATION.to_string(),
-                    "restartBudget".to_string(),
-                )])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PodDisruptionBudgetSpec {
-                max_unavailable: Some(IntOrString::Int(1)),
-                selector: Some(LabelSelector {
-                    match_labels: Some(match_labels),
-                    ..LabelSelector::default()
-                }),
-                ..PodDisruptionBudgetSpec::default()
-            }),
-            ..PodDisruptionBudget::default()
-        }
+        let selector = LabelSelector {
+            match_labels: Some(match_labels),
+            ..LabelSelector::default()
+        };
+        let max = Some(IntOrString::Int(1));
+        guarding_pdb(
+            (namespace, name),
+            Some("restartBudget"),
+            max,
+            None,
+            selector,
+        )
     }
 
     fn pod(namespace: &str) -> Pod {

@@ -248,36 +248,24 @@ impl<K: Killer + Clone + Send + Sync + 'static> Killer for BudgetedKiller<K> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    use podprobe_core::spec::probe_spec::extension::disruption_budget::GUARDS_ANNOTATION;
     use podprobe_core::testing::RecordingEvents;
     use prometheus_client::registry::Registry;
 
     use super::*;
-    use crate::testing::RecordingKiller;
+    use crate::testing::{RecordingKiller, guarding_pdb};
 
     fn pdb(name: &str) -> PodDisruptionBudget {
-        PodDisruptionBudget {
-            metadata: ObjectMeta {
-                namespace: Some("shop".into()),
-                name: Some(name.into()),
-                annotations: Some(BTreeMap::from([(
-                    GUARDS_ANNOTATION.to_string(),
-                    "restartBudget".to_string(),
-                )])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PodDisruptionBudgetSpec {
-                max_unavailable: Some(IntOrString::Int(1)),
-                selector: Some(LabelSelector::default()),
-                ..PodDisruptionBudgetSpec::default()
-            }),
-            ..PodDisruptionBudget::default()
-        }
+        let max = Some(IntOrString::Int(1));
+        guarding_pdb(
+            ("shop", name),
+            Some("restartBudget"),
+            max,
+            None,
+            LabelSelector::default(),
+        )
     }
 
     fn kill(kind: ProbeKind) -> ProbeKill {

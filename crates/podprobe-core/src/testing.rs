@@ -4,9 +4,10 @@
 //! observer that records what workers report, pods and container statuses
 //! of the worker tests), the desired status's (the running pod `shop/web-0`
 //! and its container statuses, probe views and conditions, the status
-//! patcher's pods and intents), and a client certificate.
+//! patcher's pods and intents), PodDisruptionBudgets and a client
+//! certificate.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +17,9 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodReadinessGate, PodSpec,
     PodStatus, Probe,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -26,6 +29,7 @@ use crate::prober::events::recorder::EventRecorder;
 use crate::prober::manager::{PodProbes, ProbeStateView};
 use crate::prober::results::CachedResult;
 use crate::prober::worker::{ProbeObserver, ProbeRun, ProbeRunner, StatusSource, WorkerConfig};
+use crate::spec::probe_spec::extension::disruption_budget::GUARDS_ANNOTATION;
 use crate::spec::probe_spec::{Handler, TcpSocketAction};
 use crate::spec::{
     Outcome, ProbeError, ProbeKind, ProbeResult, ProbeSpec, ProbeTarget, ProbeVerdict,
@@ -668,5 +672,36 @@ pub fn tracked_pod(mode: Mode, started_at: i64, own: Option<(&str, i64)>) -> Pod
             }]),
             ..PodStatus::default()
         }),
+    }
+}
+
+// PodDisruptionBudgets (WG5).
+
+/// A PodDisruptionBudget `namespace/name` selecting with `selector`,
+/// opted in with `podprobe.io/guards: <guards>` when `guards` is given,
+/// with `maxUnavailable: max` and `minAvailable: min`.
+pub fn guarding_pdb(
+    (namespace, name): (&str, &str),
+    guards: Option<&str>,
+    max: Option<IntOrString>,
+    min: Option<IntOrString>,
+    selector: LabelSelector,
+) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            namespace: (!namespace.is_empty()).then(|| namespace.into()),
+            name: Some(name.into()),
+            annotations: guards.map(|guards| {
+                BTreeMap::from([(GUARDS_ANNOTATION.to_string(), guards.to_string())])
+            }),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: max,
+            min_available: min,
+            selector: Some(selector),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
     }
 }

@@ -161,10 +161,8 @@ fn options(
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
     use super::*;
+    use crate::testing::guarding_pdb;
 
     fn pdb(
         name: &str,
@@ -172,24 +170,11 @@ mod tests {
         max: Option<IntOrString>,
         min: Option<IntOrString>,
     ) -> PodDisruptionBudget {
-        PodDisruptionBudget {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                annotations: guards
-                    .map(|g| BTreeMap::from([(GUARDS_ANNOTATION.to_string(), g.to_string())])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PodDisruptionBudgetSpec {
-                max_unavailable: max,
-                min_available: min,
-                selector: Some(LabelSelector {
-                    match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
-                    ..LabelSelector::default()
-                }),
-                ..PodDisruptionBudgetSpec::default()
-            }),
-            ..PodDisruptionBudget::default()
-        }
+        let selector = LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+            ..LabelSelector::default()
+        };
+        guarding_pdb(("", name), guards, max, min, selector)
     }
 
     fn read(guards: &str, max: Option<IntOrString>, min: Option<IntOrString>) -> WorkloadOptions {
