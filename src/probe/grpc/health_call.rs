@@ -20,6 +20,7 @@ use tonic::Code;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::runtime::grpc_status::GrpcStatus;
+use podprobe_core::util::gofmt::{go_quote, go_quote_bytes};
 
 /// The largest health response decoded. A `HealthCheckResponse` is a
 /// status number, a few bytes; grpc-go (the kubelet) accepts 4 MiB, which a
@@ -165,7 +166,7 @@ fn read_headers(
                     Code::Internal,
                     format!(
                         "transport: malformed grpc-status: strconv.ParseInt: parsing {}: {}",
-                        go_quote(&text),
+                        go_quote_bytes(value.as_bytes()),
                         go_parse_int_reason(&error)
                     ),
                 ));
@@ -182,7 +183,7 @@ fn read_headers(
             Some(value) if is_grpc_content_type(value.as_bytes()) => None,
             Some(value) => Some(format!(
                 "transport: received unexpected content-type {}",
-                go_quote(&String::from_utf8_lossy(value.as_bytes()))
+                go_quote_bytes(value.as_bytes())
             )),
         };
         let status_error = (http_status != StatusCode::OK).then(|| {
@@ -259,28 +260,6 @@ fn percent_decode(value: &[u8]) -> String {
         }
     }
     String::from_utf8_lossy(&decoded).into_owned()
-}
-
-/// Go's `%q` of a string, for the printable ASCII a header value holds
-/// (other bytes escaped as `\xNN`).
-fn go_quote(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            ' '..='~' => quoted.push(c),
-            _ => {
-                let mut utf8 = [0u8; 4];
-                for byte in c.encode_utf8(&mut utf8).bytes() {
-                    quoted.push_str(&format!("\\x{byte:02x}"));
-                }
-            }
-        }
-    }
-    quoted.push('"');
-    quoted
 }
 
 /// The reason strconv.ParseInt gives for a value Rust's parser refused.
