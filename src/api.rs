@@ -23,6 +23,7 @@ pub(crate) mod patcher;
 pub mod pdb_guards;
 pub(crate) mod pods;
 pub(crate) mod request_metrics;
+pub(crate) mod requests_in_flight;
 pub mod secret_cache;
 pub(crate) mod user_agent;
 pub(crate) mod watch_metrics;

@@ -47,6 +47,7 @@ CLUSTER = node.CLUSTER
 NODE_NAME = "podprobe-node"
 SELECTOR_LABEL = "podprobe.io/soak"
 MIB = 1024
+API_PORT = 6443  # hack/local-cluster.sh's kube-apiserver
 
 
 def log(msg):
@@ -212,6 +213,34 @@ def delete_all(api, timeout=300):
     log(f"pods still there after {timeout} s")
 
 
+def api_connections(pid, port=API_PORT):
+    """podprobe's established TCP connections to the API server: kube's
+    HTTP/1 pool opens one per request in flight and keeps it idle for 90 s."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        return ""
+    count = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            # remote address is ip:port in hex; state 01 is ESTABLISHED
+            if f[3] == "01" and int(f[2].rsplit(":", 1)[1], 16) == port and f[9] in inodes:
+                count += 1
+    return count
+
+
 class Sampler(threading.Thread):
     def __init__(self, out, period):
         super().__init__(daemon=True)
@@ -234,6 +263,7 @@ class Sampler(threading.Thread):
                 "generation",
                 "cycle",
                 "per_pod_entries",
+                "api_connections",
             ]
         )
         self.generation = 0
@@ -262,6 +292,7 @@ class Sampler(threading.Thread):
                 self.generation,
                 self.cycle,
                 g.get("podprobe_per_pod_entries", ""),
+                api_connections(p.pid),
             ]
             self.samples += 1
             self.writer.writerow(row)
