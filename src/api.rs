@@ -22,6 +22,7 @@ pub(crate) mod patch_metrics;
 pub(crate) mod patcher;
 pub mod pdb_guards;
 pub(crate) mod pods;
+pub(crate) mod request_kinds;
 pub(crate) mod request_metrics;
 pub(crate) mod requests_in_flight;
 pub mod secret_cache;

@@ -36,10 +36,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{Request, Response, Uri};
+use http::{Request, Response};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
+use crate::api::request_kinds::{is_event, is_watch};
 use crate::api::requests_in_flight::{MAX_API_REQUESTS_IN_FLIGHT, RequestsInFlightLayer};
 use podprobe_core::util::rate_limit::{RateLimit, TokenBucket};
 use podprobe_core::util::watch_activity::WatchActivity;
@@ -191,18 +192,6 @@ pub fn build(
         reviews,
         guards,
     })
-}
-
-/// Whether `uri` is a watch request (`?watch=true`, as kube sends it).
-pub(crate) fn is_watch(uri: &Uri) -> bool {
-    uri.query()
-        .is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"))
-}
-
-/// Whether `uri` is an Event request (podprobe writes `events.k8s.io`
-/// Events only), which has a limit of its own.
-pub(crate) fn is_event(uri: &Uri) -> bool {
-    uri.path().starts_with("/apis/events.k8s.io/")
 }
 
 /// The tower layer that holds requests, Event writes excepted, to a
@@ -383,19 +372,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_watch_requests_are_tracked() {
-        let uri = |s: &str| s.parse::<Uri>().unwrap();
-        assert!(is_watch(&uri(
-            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn&watch=true&timeoutSeconds=60"
-        )));
-        assert!(!is_watch(&uri(
-            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn"
-        )));
-        assert!(!is_watch(&uri("/api/v1/pods?labelSelector=watch%3Dtrue")));
-        assert!(!is_watch(&uri("/version")));
-    }
 
     /// Logs each wait, and how many requests were answered.
     #[derive(Default)]

@@ -28,7 +28,7 @@ use http::{Request, Response};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::api::apiclient::{is_event, is_watch};
+use crate::api::request_kinds::{is_event, is_watch};
 
 /// Requests the API client has in flight at once, watches and Event writes
 /// excepted: above what the rate limit lets through at an API server that
