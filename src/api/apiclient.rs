@@ -10,10 +10,7 @@
 //!
 //! Like the kubelet's clients, podprobe's sends at most a [`RateLimit`] of
 //! requests (the kubelet's `kubeAPIQPS` 50 and `kubeAPIBurst` 100 by
-//! default), so no burst of work, however large, floods the API server,
-//! and the main client has at most
-//! [`MAX_API_REQUESTS_IN_FLIGHT`](crate::api::requests_in_flight::MAX_API_REQUESTS_IN_FLIGHT)
-//! requests in flight, so it never opens more connections than that.
+//! default), so no burst of work, however large, floods the API server.
 //! Event writes are left out of that limit: they have their own
 //! (`events::DEFAULT_EVENT_QPS`), as the kubelet sends Events through a
 //! client of their own, so a flood of Events never holds a status patch.
@@ -36,12 +33,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{Request, Response};
+use http::{Request, Response, Uri};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use crate::api::request_kinds::{is_event, is_watch};
-use crate::api::requests_in_flight::{MAX_API_REQUESTS_IN_FLIGHT, RequestsInFlightLayer};
 use podprobe_core::util::rate_limit::{RateLimit, TokenBucket};
 use podprobe_core::util::watch_activity::WatchActivity;
 
@@ -178,7 +173,6 @@ pub fn build(
     let limited = |limit, name| LimitRequestsLayer::new(limit, name, observer.clone());
     let api = kube::client::ClientBuilder::try_from(config.clone())?
         .with_layer(&TrackWatchesLayer(activity))
-        .with_layer(&RequestsInFlightLayer::new(MAX_API_REQUESTS_IN_FLIGHT))
         .with_layer(&limited(limits.api, ClientName::Api))
         .build();
     let reviews = kube::client::ClientBuilder::try_from(config.clone())?
@@ -192,6 +186,18 @@ pub fn build(
         reviews,
         guards,
     })
+}
+
+/// Whether `uri` is a watch request (`?watch=true`, as kube sends it).
+fn is_watch(uri: &Uri) -> bool {
+    uri.query()
+        .is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"))
+}
+
+/// Whether `uri` is an Event request (podprobe writes `events.k8s.io`
+/// Events only), which has a limit of its own.
+fn is_event(uri: &Uri) -> bool {
+    uri.path().starts_with("/apis/events.k8s.io/")
 }
 
 /// The tower layer that holds requests, Event writes excepted, to a
@@ -373,6 +379,19 @@ where
 mod tests {
     use super::*;
 
+    #[test]
+    fn only_watch_requests_are_tracked() {
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        assert!(is_watch(&uri(
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn&watch=true&timeoutSeconds=60"
+        )));
+        assert!(!is_watch(&uri(
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn"
+        )));
+        assert!(!is_watch(&uri("/api/v1/pods?labelSelector=watch%3Dtrue")));
+        assert!(!is_watch(&uri("/version")));
+    }
+
     /// Logs each wait, and how many requests were answered.
     #[derive(Default)]
     struct Recorder {
@@ -477,129 +496,6 @@ mod tests {
         let mut answered = recorder.answered.lock().unwrap().clone();
         answered.sort();
         assert_eq!(answered, [api, reviews, guards]);
-    }
-
-    /// #39: however many requests the pods' tasks make at once, the API
-    /// client opens no more connections than it has slots, watches and the
-    /// Event writer excepted. The client as [`build`] makes it (kube's
-    /// HTTP/1 pool) against a server on 127.0.0.1 that holds every answer
-    /// until 64 requests wait and counts the connections it accepts.
-    #[tokio::test]
-    async fn rule9_6_api_requests_in_flight_and_their_connections_are_bounded() {
-        use crate::api::requests_in_flight::MAX_API_REQUESTS_IN_FLIGHT;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-
-        const REQUESTS: usize = 64;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let (waiting, most_waiting) =
-            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let open = Arc::new(tokio::sync::Notify::new());
-        let server = (
-            accepted.clone(),
-            waiting.clone(),
-            most_waiting.clone(),
-            open.clone(),
-        );
-        tokio::spawn(async move {
-            let (accepted, waiting, most_waiting, open) = server;
-            while let Ok((stream, _)) = listener.accept().await {
-                accepted.fetch_add(1, Ordering::SeqCst);
-                let (waiting, most_waiting, open) =
-                    (waiting.clone(), most_waiting.clone(), open.clone());
-                let answer = hyper::service::service_fn(move |request: Request<_>| {
-                    let (waiting, most_waiting, open) =
-                        (waiting.clone(), most_waiting.clone(), open.clone());
-                    async move {
-                        // Watches and Events answer at once; the rest wait
-                        // for the test to open the gate.
-                        if !is_watch(request.uri()) && !is_event(request.uri()) {
-                            let now = waiting.fetch_add(1, Ordering::SeqCst) + 1;
-                            most_waiting.fetch_max(now, Ordering::SeqCst);
-                            open.notified().await;
-                            waiting.fetch_sub(1, Ordering::SeqCst);
-                        }
-                        let body = http_body_util::Full::new(Bytes::from_static(b"{}"));
-                        Ok::<_, std::convert::Infallible>(Response::new(body))
-                    }
-                });
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), answer);
-                tokio::spawn(connection);
-            }
-        });
-        let unlimited = RateLimit::new(1e6, 1_000_000);
-        let limits = ClientLimits {
-            api: unlimited,
-            reviews: unlimited,
-            guards: unlimited,
-        };
-        let config = kube::Config::new(url.parse().unwrap());
-        let clients = build(
-            config,
-            WatchActivity::new(),
-            limits,
-            Arc::new(Recorder::default()),
-        )
-        .unwrap();
-        let get = |path: &str| {
-            Request::get(path)
-                .body(kube::client::Body::empty())
-                .unwrap()
-        };
-        let mut requests = tokio::task::JoinSet::new();
-        for i in 0..REQUESTS {
-            let (api, request) = (
-                clients.api.clone(),
-                get(&format!("/api/v1/namespaces/a/pods/p{i}")),
-            );
-            requests.spawn(async move { api.send(request).await.map(|r| r.status()) });
-        }
-        // Every slot taken: the server holds as many requests as there are
-        // slots, and no more arrive however long it waits.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while waiting.load(Ordering::SeqCst) < MAX_API_REQUESTS_IN_FLIGHT {
-            assert!(
-                Instant::now() < deadline,
-                "{} requests reached the server",
-                waiting.load(Ordering::SeqCst)
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // A watch and an Event write are not held behind them.
-        for path in [
-            "/api/v1/pods?watch=true",
-            "/apis/events.k8s.io/v1/namespaces/a/events",
-        ] {
-            let sent = tokio::time::timeout(Duration::from_secs(5), clients.api.send(get(path)));
-            assert!(
-                sent.await.is_ok_and(|r| r.is_ok()),
-                "{path} waited for a slot"
-            );
-        }
-        assert_eq!(waiting.load(Ordering::SeqCst), MAX_API_REQUESTS_IN_FLIGHT);
-        // Then the server answers, one gate opening at a time, until all
-        // are answered.
-        while !requests.is_empty() {
-            open.notify_waiters();
-            if let Ok(Some(done)) =
-                tokio::time::timeout(Duration::from_millis(5), requests.join_next()).await
-            {
-                assert!(done.unwrap().unwrap().is_success());
-            }
-        }
-        assert_eq!(
-            most_waiting.load(Ordering::SeqCst),
-            MAX_API_REQUESTS_IN_FLIGHT
-        );
-        // The held requests' connections, the watch's and the Event's (one
-        // or two, as the pool had one idle), and none for the 48 that waited.
-        let connections = accepted.load(Ordering::SeqCst);
-        assert!(
-            connections <= MAX_API_REQUESTS_IN_FLIGHT + 2,
-            "{connections} connections for {REQUESTS} requests"
-        );
     }
 
     #[tokio::test(start_paused = true)]
