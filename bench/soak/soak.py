@@ -47,7 +47,6 @@ CLUSTER = node.CLUSTER
 NODE_NAME = "podprobe-node"
 SELECTOR_LABEL = "podprobe.io/soak"
 MIB = 1024
-API_PORT = 6443  # hack/local-cluster.sh's kube-apiserver
 
 
 def log(msg):
@@ -213,7 +212,7 @@ def delete_all(api, timeout=300):
     log(f"pods still there after {timeout} s")
 
 
-def api_connections(pid, port=API_PORT):
+def api_connections(pid, port):
     """podprobe's established TCP connections to the API server: kube's
     HTTP/1 pool opens one per request in flight and keeps it idle for 90 s."""
     inodes = set()
@@ -242,9 +241,10 @@ def api_connections(pid, port=API_PORT):
 
 
 class Sampler(threading.Thread):
-    def __init__(self, out, period):
+    def __init__(self, out, period, api_port):
         super().__init__(daemon=True)
         self.period = period
+        self.api_port = api_port
         self.podprobe = None
         self.restarts = []
         self.start_t = time.monotonic()
@@ -292,7 +292,7 @@ class Sampler(threading.Thread):
                 self.generation,
                 self.cycle,
                 g.get("podprobe_per_pod_entries", ""),
-                api_connections(p.pid),
+                api_connections(p.pid, self.api_port),
             ]
             self.samples += 1
             self.writer.writerow(row)
@@ -446,7 +446,7 @@ def run(args):
     node.ensure_namespace(api)
     delete_all(api)
     names = [f"soak-{i:03d}" for i in range(args.pods)]
-    sampler = Sampler(args.out, args.sample_s)
+    sampler = Sampler(args.out, args.sample_s, api.port)
     sampler.podprobe = Podprobe(args, args.out, 0)
     sampler.start()
     log(f"podprobe pid {sampler.podprobe.pid}, metrics {sampler.podprobe.metrics}")
