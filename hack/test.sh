@@ -34,6 +34,9 @@ cd "$(dirname "$0")/.."
 
 cache_root="${PODPROBE_CACHE:-$HOME/.cache/podprobe}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache_root/target}"
+# A run builds each source once: incremental compilation's state would only
+# be written, never read, and it fills the disk over many runs.
+export CARGO_INCREMENTAL=0
 logs="${PODPROBE_TEST_LOGS:-$(mktemp -d /tmp/podprobe-test.XXXXXX)}"
 # hack/kind-e2e.sh keeps podprobe's logs there when a kind suite fails.
 export PODPROBE_TEST_LOGS="$logs"
@@ -187,6 +190,10 @@ phase core-deps core_deps
 phase clippy clippy_both
 phase build-tests cargo test --locked --workspace --features testing --no-fail-fast --no-run
 phase build-release cargo build --locked --release --bin podprobe
+# The cached target directory keeps only this run's outputs of the
+# workspace (hack/target-prune.sh): older test binaries, a whole set per
+# change, filled the disk.
+phase target-prune hack/target-prune.sh
 
 # Each chain's own time, though they ran beside the phases above.
 for chain in k8s-build go-tools; do
