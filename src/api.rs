@@ -1,4 +1,5 @@
-//! The Kubernetes API edge: the client ([`apiclient`]), the node's pod
+//! The Kubernetes API edge: the client ([`apiclient`]) and its HTTP/2
+//! connection ([`api_connection`]), the node's pod
 //! watch and store ([`pods`]), the status patcher ([`patcher`]), Events
 //! ([`events`]), the Secrets probes name ([`secret_cache`]) for client
 //! certificates ([`client_certificates`]) and header values
@@ -10,6 +11,7 @@
 //! ([`request_metrics`]), the pod watch ([`watch_metrics`]), Events
 //! ([`event_metrics`]) and status patches ([`patch_metrics`]).
 
+pub(crate) mod api_connection;
 pub(crate) mod apiclient;
 pub mod client_certificates;
 pub mod client_pem;

@@ -774,6 +774,92 @@ fn the_uninstall_query_lists_the_pods_that_use_the_gate() {
     );
 }
 
+/// Pods that turn ready at once: their status patches, Events and the pod
+/// watch share one HTTP/2 connection to the API server, as the kubelet's
+/// requests do, rather than a TLS connection each (#39 item 2). podprobe
+/// has one connection per client that made a request: the main one (the
+/// watch, reads, patches, Events) and the workload guards' (the
+/// PodDisruptionBudget watch); the review client is idle with
+/// `--metrics-auth none`. Over HTTP/1.1 the pod watch alone holds a
+/// connection, and every patch or Event write beside it needs another.
+#[test]
+fn pods_turning_ready_at_once_share_one_api_connection() {
+    const PODS: usize = 20;
+    const READY_NOW: &str =
+        r#"{"app": {"readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}}"#;
+    let rig = Rig::new();
+    for i in 0..PODS {
+        rig.create_pod(&format!("web-{i}"), READY_NOW);
+    }
+    for i in 0..PODS {
+        // Twenty busybox pods starting on a loaded two-core node.
+        rig.wait_condition(&format!("web-{i}"), GATE, "True", Duration::from_secs(120));
+    }
+    let port = cluster_port();
+    let connections = api_connections(rig.podprobe.pid(), port);
+    assert!(
+        (1..=2).contains(&connections),
+        "podprobe has {connections} connections to the API server (port {port}), \
+         one per client expected\n{}",
+        rig.diagnostics()
+    );
+}
+
+/// The local cluster's API server port, from its kubeconfig.
+fn cluster_port() -> u16 {
+    let server = cluster()
+        .kubectl(&[
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ])
+        .expect("kubectl config view");
+    let uri: http::Uri = server.trim().parse().expect("server URL");
+    uri.port_u16().unwrap_or(443)
+}
+
+/// How many established TCP connections process `pid` has to `port`: its
+/// sockets (`/proc/<pid>/fd`) found in its network namespace's tables.
+fn api_connections(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("podprobe's fds")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let remote_port = format!(":{port:04X}");
+    ["tcp", "tcp6"]
+        .iter()
+        .flat_map(|table| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .map(|line| {
+                    line.split_whitespace()
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|fields| {
+            fields.len() > 9
+                && fields[2].ends_with(&remote_port)
+                && fields[3] == "01"
+                && inodes.contains(&fields[9])
+        })
+        .count()
+}
+
 /// K6: a readiness probe that keeps failing runs on its period while the
 /// container is not ready, plus one run per kubelet pod sync (the pod's
 /// start, its initial result and the pod worker's resync, 60-90 s apart),

@@ -38,6 +38,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use podprobe_core::util::rate_limit::{RateLimit, TokenBucket};
+
+use crate::api::api_connection;
 use podprobe_core::util::watch_activity::WatchActivity;
 
 /// How long one API request (a status patch, a read, an Event, a review)
@@ -162,8 +164,8 @@ pub async fn bounded<T>(
 /// [`DEFAULT_API_BURST`]), [`Clients::reviews`] held to `limits.reviews`
 /// ([`DEFAULT_REVIEW_QPS`], [`DEFAULT_REVIEW_BURST`]), [`Clients::guards`]
 /// to `limits.guards` ([`DEFAULT_GUARD_QPS`], [`DEFAULT_GUARD_BURST`]),
-/// each request's wait told to `observer`. Each has its own connections,
-/// so none waits for another's either.
+/// each request's wait told to `observer`. Each has its own HTTP/2
+/// connection ([`api_connection`]), so none waits for another's either.
 pub fn build(
     config: kube::Config,
     activity: Arc<WatchActivity>,
@@ -171,14 +173,14 @@ pub fn build(
     observer: Arc<dyn RequestObserver>,
 ) -> Result<Clients, kube::Error> {
     let limited = |limit, name| LimitRequestsLayer::new(limit, name, observer.clone());
-    let api = kube::client::ClientBuilder::try_from(config.clone())?
+    let api = api_connection::client_builder(config.clone())?
         .with_layer(&TrackWatchesLayer(activity))
         .with_layer(&limited(limits.api, ClientName::Api))
         .build();
-    let reviews = kube::client::ClientBuilder::try_from(config.clone())?
+    let reviews = api_connection::client_builder(config.clone())?
         .with_layer(&limited(limits.reviews, ClientName::Reviews))
         .build();
-    let guards = kube::client::ClientBuilder::try_from(config)?
+    let guards = api_connection::client_builder(config)?
         .with_layer(&limited(limits.guards, ClientName::Guards))
         .build();
     Ok(Clients {
