@@ -38,9 +38,9 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use podprobe_core::util::rate_limit::{RateLimit, TokenBucket};
+use podprobe_core::util::watch_activity::WatchActivity;
 
 use crate::api::api_connection;
-use podprobe_core::util::watch_activity::WatchActivity;
 
 /// How long one API request (a status patch, a read, an Event, a review)
 /// may take before it counts as failed and is retried. An answer takes
