@@ -37,7 +37,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use podprobe_core::util::backoff::RetryPolicy;
@@ -184,6 +184,13 @@ pub struct NoopPatchObserver;
 #[cfg(test)]
 impl PatchObserver for NoopPatchObserver {}
 
+/// How many status requests (a patch, or the fresh read before it) are in
+/// flight at most, node-wide (Rule 6.3). The kubelet sends one at a time; a
+/// few more let podprobe's patches, whose answers come over one HTTP/2
+/// connection, keep up with the client's rate limit (50 a second) while the
+/// API server answers within 160 ms.
+pub const PATCHES_IN_FLIGHT: usize = 8;
+
 /// Coalescing, retrying status patcher.
 pub struct Patcher<A> {
     shared: Arc<Shared<A>>,
@@ -196,6 +203,8 @@ struct Shared<A> {
     clock: Arc<dyn Clock>,
     observer: Arc<dyn PatchObserver>,
     policy: RetryPolicy,
+    /// [`PATCHES_IN_FLIGHT`] turns, handed out first come, first served.
+    turns: Semaphore,
 }
 
 impl<A: StatusApi> Patcher<A> {
@@ -210,6 +219,7 @@ impl<A: StatusApi> Patcher<A> {
             clock,
             observer,
             policy,
+            turns: Semaphore::new(PATCHES_IN_FLIGHT),
         };
         Patcher {
             shared: Arc::new(shared),
@@ -329,7 +339,26 @@ impl<A: StatusApi> PodPatcher<'_, A> {
         let mut attempt = 0;
         let mut reread = false;
         loop {
-            match self.attempt(&intent, reread).await {
+            let outcome = {
+                // Held for the attempt only, not while waiting to retry.
+                // The semaphore is never closed.
+                let Ok(_turn) = self.shared.turns.acquire().await else {
+                    return;
+                };
+                // What the pod asked for while it waited for its turn
+                // replaces what it asked for before: never a stale patch,
+                // also once the pod is forgotten (the channel closed).
+                let newer = {
+                    let newest = intents.borrow_and_update();
+                    newest.has_changed().then(|| newest.clone()).flatten()
+                };
+                if let Some(newer) = newer {
+                    intent = newer;
+                    attempt = 0;
+                }
+                self.attempt(&intent, reread).await
+            };
+            match outcome {
                 Attempt::Done => return,
                 Attempt::Retry { reread: again } => reread = again,
             }
@@ -453,6 +482,8 @@ fn owned_summary(mode: Mode, pod: &Pod) -> String {
 #[cfg(test)]
 mod tests {
 
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use k8s_openapi::api::core::v1::ContainerStatus;
     use k8s_openapi::jiff::Timestamp;
     use tokio::time::Instant;
@@ -531,6 +562,109 @@ mod tests {
         assert_eq!(api.requests(), ["patch True", "patch True"]);
         let server = api.state().server.clone().unwrap();
         assert_eq!(own_condition(&server).unwrap().status, TRUE);
+    }
+
+    /// `n` more gated pods on `api` (`many-<i>`, not ready yet), and an
+    /// intent for each that makes it ready.
+    fn many(api: &FakeApi, n: usize) -> Vec<Intent> {
+        (0..n)
+            .map(|i| {
+                let (name, uid) = (format!("many-{i}"), format!("uid-{i}"));
+                let mut pod = gated_pod(Some(FALSE));
+                pod.metadata.name = Some(name.clone());
+                pod.metadata.uid = Some(uid.clone());
+                api.state().others.insert(name.clone(), pod);
+                Intent {
+                    name,
+                    uid,
+                    ..intent(true)
+                }
+            })
+            .collect()
+    }
+
+    /// A [`FakeApi`] that counts the requests in flight through it.
+    struct Counting {
+        api: Arc<FakeApi>,
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    impl Counting {
+        async fn counted<T>(&self, request: impl Future<Output = T>) -> T {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let answer = request.await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            answer
+        }
+    }
+
+    impl StatusApi for Arc<Counting> {
+        fn cached(&self, uid: &str) -> Option<Arc<Pod>> {
+            self.api.cached(uid)
+        }
+
+        async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ApiError> {
+            self.counted(self.api.get(namespace, name)).await
+        }
+
+        async fn patch_status(
+            &self,
+            namespace: &str,
+            name: &str,
+            patch: &Value,
+        ) -> Result<Pod, ApiError> {
+            self.counted(self.api.patch_status(namespace, name, patch))
+                .await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule6_3_status_requests_in_flight_are_bounded_node_wide() {
+        let fake = FakeApi::new(gated_pod(Some(FALSE)), true);
+        let api = Arc::new(Counting {
+            api: fake.clone(),
+            now: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+        });
+        let patcher = Patcher::new(
+            api.clone(),
+            Arc::new(TokioClock::new(Timestamp::UNIX_EPOCH)),
+            Arc::new(NoopPatchObserver),
+            RetryPolicy::default(),
+        );
+        let pods = 5 * PATCHES_IN_FLIGHT;
+        for intent in many(&fake, pods) {
+            patcher.submit(intent);
+        }
+        settle().await;
+        // The API server holds every answer: the bound is full, the rest
+        // wait for their turns.
+        assert_eq!(api.now.load(Ordering::SeqCst), PATCHES_IN_FLIGHT);
+        fake.hold.add_permits(1000);
+        assert!(patcher.shutdown(Duration::from_secs(1)).await);
+        assert_eq!(fake.requests(), vec!["patch True"; pods]);
+        assert_eq!(api.most.load(Ordering::SeqCst), PATCHES_IN_FLIGHT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule6_3_a_pod_waiting_for_its_turn_sends_only_its_newest_intent() {
+        let api = FakeApi::new(gated_pod(Some(FALSE)), true);
+        let patcher = patcher(&api);
+        for intent in many(&api, PATCHES_IN_FLIGHT) {
+            patcher.submit(intent);
+        }
+        settle().await;
+        // Every turn is taken; this pod's verdict is written as not ready
+        // (a reason and a message), then it turns ready while it waits.
+        patcher.submit(intent(false));
+        settle().await;
+        patcher.submit(intent(true));
+        api.hold.add_permits(1000);
+        assert!(patcher.shutdown(Duration::from_secs(1)).await);
+        // One patch for it, with the newest verdict.
+        assert_eq!(api.requests(), vec!["patch True"; PATCHES_IN_FLIGHT + 1]);
     }
 
     #[tokio::test(start_paused = true)]
