@@ -12,6 +12,9 @@
 //! result it settles on is written within 15 s of its last flip (by the
 //! next resync, or the one after it when the bucket was still empty). The same patch is not
 //! sent again for [`SENT_HOLD`] while the watch has not shown it yet.
+//! Node-wide, at most [`WRITES_IN_FLIGHT`] patches are in flight, in the
+//! order the pods asked; a pod waiting for its turn sends what its latest
+//! sync asked for when the turn comes, so waiting never makes a patch stale.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::marker_metrics::{MarkerMetrics, MarkerOutcome};
@@ -42,11 +46,20 @@ pub(super) const WRITE_BURST: u32 = 2;
 /// client's 50, which the status patches share).
 pub(super) const WRITE_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Marker patches in flight at most, node-wide, as the status patches'
+/// `patcher::PATCHES_IN_FLIGHT`: without a bound, the patches in flight are
+/// the write rate times the API server's answer time, and 300 pods turning
+/// ready under a loaded API server held a few hundred, each with its answer
+/// (bench/RESULTS.md, #39).
+pub(super) const WRITES_IN_FLIGHT: usize = 8;
+
 /// The marker writes of the node's pods.
 #[derive(Clone)]
 pub(super) struct MarkerWriter {
     api: Arc<dyn MarkerApi>,
     metrics: MarkerMetrics,
+    /// [`WRITES_IN_FLIGHT`] turns, first come, first served.
+    turns: Arc<Semaphore>,
     /// By pod UID, from the pod's first write until it is forgotten.
     pods: Arc<Mutex<HashMap<String, PodWrites>>>,
 }
@@ -67,6 +80,8 @@ struct Sent {
     at: Instant,
     /// Not answered yet.
     in_flight: bool,
+    /// Waiting for a turn: a newer patch the pod asks for replaces it.
+    queued: bool,
 }
 
 impl MarkerWriter {
@@ -74,6 +89,7 @@ impl MarkerWriter {
         MarkerWriter {
             api: Arc::new(api),
             metrics,
+            turns: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
             pods: Arc::default(),
         }
     }
@@ -100,6 +116,14 @@ impl MarkerWriter {
                 bucket: TokenBucket::new(WRITE_BURST, WRITE_INTERVAL, now),
                 sent: None,
             });
+            if let Some(last) = &mut writes.sent
+                && last.queued
+            {
+                // Sent when its turn comes, as asked for now; no token
+                // taken: it is the same write.
+                last.patch = patch;
+                return;
+            }
             if let Some(last) = &writes.sent
                 && (last.in_flight || (last.patch == patch && now < last.at + SENT_HOLD))
             {
@@ -115,14 +139,33 @@ impl MarkerWriter {
                 return;
             }
             writes.sent = Some(Sent {
-                patch: patch.clone(),
+                patch,
                 at: now,
                 in_flight: true,
+                queued: true,
             });
         }
         let (namespace, name) = (pod_namespace(pod).to_string(), pod_name(pod).to_string());
         let writer = self.clone();
         tokio::spawn(async move {
+            // The semaphore is never closed.
+            let Ok(_turn) = writer.turns.acquire().await else {
+                return;
+            };
+            // What the pod's latest sync asked for; nothing once the pod is
+            // forgotten or carries what it asked for.
+            let patch = lock(&writer.pods)
+                .get_mut(&uid)
+                .and_then(|writes| writes.sent.as_mut())
+                .filter(|sent| sent.queued)
+                .map(|sent| {
+                    sent.queued = false;
+                    sent.at = Instant::now();
+                    sent.patch.clone()
+                });
+            let Some(patch) = patch else {
+                return;
+            };
             match writer.api.patch_metadata(&namespace, &name, &patch).await {
                 Ok(()) => {
                     if let Some(sent) = lock(&writer.pods)
@@ -239,6 +282,70 @@ mod tests {
         writer.write(&pod, &markers.desired(&pod, &Cached(CachedResult::Failure)));
         tokio::task::yield_now().await;
         assert_eq!(api.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// Counts the patches asked for and records each once the test lets
+    /// it through.
+    #[derive(Clone)]
+    struct Held {
+        asked: Arc<AtomicUsize>,
+        hold: Arc<Semaphore>,
+        sent: Arc<Mutex<Vec<Value>>>,
+    }
+
+    impl MarkerApi for Held {
+        fn patch_metadata<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            patch: &'a Value,
+        ) -> BoxFuture<'a, Result<(), RequestError>> {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                self.hold.acquire().await.expect("open").forget();
+                self.sent.lock().unwrap().push(patch.clone());
+                Ok(())
+            })
+        }
+    }
+
+    /// MK4: node-wide, [`WRITES_IN_FLIGHT`] patches are in flight; a pod
+    /// that waits for its turn sends what it asked for last.
+    #[tokio::test(start_paused = true)]
+    async fn mk4_marker_writes_in_flight_are_bounded_node_wide() {
+        let (pod, markers) = marked_pod();
+        let api = Held {
+            asked: Arc::default(),
+            hold: Arc::new(Semaphore::new(0)),
+            sent: Arc::default(),
+        };
+        let writer = MarkerWriter::new(api.clone(), registered(MarkerMetrics::register).0);
+        let pods: Vec<Pod> = (0..=WRITES_IN_FLIGHT)
+            .map(|i| {
+                let mut pod = pod.clone();
+                pod.metadata.uid = Some(format!("u{i}"));
+                pod
+            })
+            .collect();
+        for pod in &pods {
+            writer.write(pod, &markers.desired(pod, &Cached(CachedResult::Success)));
+        }
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(api.asked.load(Ordering::SeqCst), WRITES_IN_FLIGHT);
+        // The last pod, still waiting, fails its probe.
+        let last = &pods[WRITES_IN_FLIGHT];
+        writer.write(last, &markers.desired(last, &Cached(CachedResult::Failure)));
+        api.hold.add_permits(100);
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        let sent = api.sent.lock().unwrap().clone();
+        assert_eq!(sent.len(), WRITES_IN_FLIGHT + 1);
+        let uid = format!("u{WRITES_IN_FLIGHT}");
+        let replica = serde_json::json!({"metadata": {"uid": uid, "labels": {"role": "replica"}}});
+        assert_eq!(sent.last(), Some(&replica));
     }
 
     /// MK4: a probe flapping 100 times in 10 s, each flip a sync of its
