@@ -11,7 +11,8 @@
 //! `--ignored`, exporting `PODPROBE_KIND_ENGINE` (docker or podman: the
 //! engine that runs the nodes, to read a node's files). Test pods are pinned with `spec.nodeName`, which
 //! the scheduler and a cordon leave alone, so the drain test cannot strand
-//! them.
+//! them; the workloads the guards' tests spread over the workers tolerate
+//! the cordon's taint for the same reason.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -1898,7 +1899,11 @@ enum Dependent {
 /// one of whose probes (`dependent`) checks that the node's directory `dir`
 /// (the shared dependency, as a hostPath) holds `up`.
 fn dependent_replica_set(name: &str, dir: &str, dependent: Dependent) -> Value {
-    let check = json!({"exec": {"command": ["test", "-f", "/dependency/up"]}});
+    // 5 s for the check: a loaded node's `runc exec` timing out must not
+    // look like the dependency failing (a flap before the outage is a
+    // replica down that the guards count, and one CI run's did).
+    let check = json!({"exec": {"command": ["test", "-f", "/dependency/up"]},
+                       "timeoutSeconds": 5});
     let probes = match dependent {
         Dependent::Liveness(budget) => {
             let mut liveness = check;
@@ -1959,6 +1964,12 @@ fn spread_workload(kind: &str, name: &str, probes: &Value, volumes: Value, mount
                 "spec": {
                     "readinessGates": [{"conditionType": GATE}],
                     "terminationGracePeriodSeconds": 2,
+                    // The drain test cordons a worker while these tests
+                    // run beside it: without this toleration every replica
+                    // created meanwhile lands on the other worker, which
+                    // the guards' tests do not stand (one CI run did).
+                    "tolerations": [{"key": "node.kubernetes.io/unschedulable",
+                                     "operator": "Exists", "effect": "NoSchedule"}],
                     "topologySpreadConstraints": [{
                         "maxSkew": 1,
                         "topologyKey": "kubernetes.io/hostname",
@@ -2008,6 +2019,28 @@ fn all_ready(ns: &str, app: &str) -> Result<(), String> {
     (ready == GUARD_REPLICAS)
         .then_some(())
         .ok_or(format!("{ready} of {} Ready", items.len()))
+}
+
+/// Waits until every replica of each of `apps` in `ns` is Ready, then
+/// checks what the guards' tests stand on: each app's replicas are on every
+/// worker, so that each node's podprobe decides for some of them.
+fn wait_ready_over_workers(ns: &Namespace, apps: &[&str]) {
+    let workers: std::collections::BTreeSet<String> = workers().into_iter().collect();
+    for app in apps {
+        ns.wait_for(&format!("every {app} replica Ready"), START, || {
+            all_ready(&ns.name, app)
+        });
+        let pods = cluster()
+            .json(&["-n", &ns.name, "get", "pods", "-l", &format!("app={app}")])
+            .unwrap_or_else(|e| panic!("list the {app} replicas: {e}"));
+        let nodes: std::collections::BTreeSet<String> = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["spec"]["nodeName"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(nodes, workers, "the {app} replicas are not on every worker");
+    }
 }
 
 /// What a [`PodWatch`] saw of the pods of ReplicaSets (told apart by their
@@ -2087,11 +2120,7 @@ fn wg2_liveness_restarts_of_a_workload_stay_within_its_budget() {
         &control_dir,
         Dependent::Liveness(None),
     ));
-    for app in ["guarded", "control"] {
-        ns.wait_for(&format!("every {app} replica Ready"), START, || {
-            all_ready(&ns.name, app)
-        });
-    }
+    wait_ready_over_workers(&ns, &["guarded", "control"]);
 
     let watch = PodWatch::start(&ns.name);
     dependency(&guarded_dir, false);
@@ -2205,11 +2234,7 @@ fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
             Dependent::Readiness(None),
         ));
     }
-    for app in APPS {
-        ns.wait_for(&format!("every {app} replica Ready"), START, || {
-            all_ready(&ns.name, app)
-        });
-    }
+    wait_ready_over_workers(&ns, &APPS);
 
     let watch = PodWatch::start(&ns.name);
     for app in APPS {
@@ -2430,11 +2455,7 @@ fn wg2_wg3_a_deployment_on_a_failing_dependency_keeps_its_floor_and_its_budget()
     );
     ns.create_pod(&server_dependent_deployment("guarded", Some(guard)));
     ns.create_pod(&server_dependent_deployment("control", None));
-    for app in ["guarded", "control"] {
-        ns.wait_for(&format!("every {app} replica Ready"), START, || {
-            all_ready(&ns.name, app)
-        });
-    }
+    wait_ready_over_workers(&ns, &["guarded", "control"]);
     let _scraper = metrics_scraper(&ns);
     let token = ns.kubectl(&["create", "token", "scraper"]);
     let token = token.trim();
