@@ -9,7 +9,9 @@
 //! ([`guard_decisions`], [`workload_members`], [`workload_lease`]) and the
 //! PodDisruptionBudgets that opt pods into it ([`pdb_guards`]); the metric families of the clients' requests
 //! ([`request_metrics`]), the pod watch ([`watch_metrics`]), Events
-//! ([`event_metrics`]) and status patches ([`patch_metrics`]).
+//! ([`event_metrics`]) and status patches ([`patch_metrics`]); the turns
+//! that bound the status and marker patches in flight node-wide
+//! ([`turns`]).
 
 pub(crate) mod api_connection;
 pub(crate) mod apiclient;
@@ -26,6 +28,7 @@ pub mod pdb_guards;
 pub(crate) mod pods;
 pub(crate) mod request_metrics;
 pub mod secret_cache;
+pub(crate) mod turns;
 pub(crate) mod user_agent;
 pub(crate) mod watch_metrics;
 pub mod workload_lease;

@@ -225,4 +225,14 @@ impl Exposition {
             .expect("a String takes any text");
         text
     }
+
+    /// The value of the sample `series` (its name and labels as exposed),
+    /// if there is one.
+    pub fn sample(&self, series: &str) -> Option<String> {
+        self.encode().lines().find_map(|line| {
+            line.strip_prefix(series)?
+                .strip_prefix(' ')
+                .map(str::to_string)
+        })
+    }
 }

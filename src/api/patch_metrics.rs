@@ -1,7 +1,8 @@
 //! The metrics of the status patcher: its `pods/status` patches by outcome
 //! (counted through [`PatchObserver`]), the time from a result to the
-//! patch it brought about, and its per-pod tasks (set by the daemon's sync
-//! loop at every resync).
+//! patch it brought about, the pods waiting for a turn and the requests in
+//! flight (kept by its [`Turns`](super::turns::Turns)), and its per-pod
+//! tasks (set by the daemon's sync loop at every resync).
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::patcher::PatchObserver;
+use super::turns::TurnGauges;
 
 /// Buckets of `podprobe_result_to_status_seconds`: from a millisecond, where
 /// an idle node's patches land, to the kubelet status manager's sync period
@@ -63,6 +65,7 @@ struct PatchLabels {
 pub struct PatchMetrics {
     status_patches: Family<PatchLabels, Counter>,
     result_to_status: Histogram,
+    turns: TurnGauges,
     patch_tasks: Gauge,
 }
 
@@ -72,6 +75,7 @@ impl PatchMetrics {
         let metrics = PatchMetrics {
             status_patches: Family::default(),
             result_to_status: Histogram::new(RESULT_TO_STATUS_BUCKETS),
+            turns: TurnGauges::default(),
             patch_tasks: Gauge::default(),
         };
         registry.register(
@@ -83,6 +87,16 @@ impl PatchMetrics {
             "podprobe_result_to_status_seconds",
             "Time from the end of a probe run that changed its cached result to the API server's acceptance of the status patch it brought about",
             metrics.result_to_status.clone(),
+        );
+        registry.register(
+            "podprobe_status_patches_waiting",
+            "Pods whose status patch waits for a turn (few status requests are in flight at once node-wide; a queue here means the API server answers slowly)",
+            metrics.turns.waiting.clone(),
+        );
+        registry.register(
+            "podprobe_status_patches_in_flight",
+            "Status requests sent and not answered yet (a patch of pods/status, or the read before it; bounded node-wide)",
+            metrics.turns.taken.clone(),
         );
         registry.register(
             "podprobe_status_patch_tasks",
@@ -130,5 +144,9 @@ impl PatchObserver for PatchMetrics {
 
     fn patch_conflict(&self) {
         self.count(PatchOutcome::Conflict);
+    }
+
+    fn turn_gauges(&self) -> TurnGauges {
+        self.turns.clone()
     }
 }

@@ -37,12 +37,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use podprobe_core::util::backoff::RetryPolicy;
 
 use crate::api::apiclient::{RequestError, bounded};
+use crate::api::turns::{TurnGauges, Turns};
 use kube::api::{Patch, PatchParams};
 use podprobe_core::prober::pod_store::PodStore;
 use podprobe_core::prober::worker::Clock;
@@ -174,6 +175,11 @@ pub trait PatchObserver: Send + Sync + 'static {
     /// A patch was rejected because another writer changed the pod first
     /// (a precondition failed); it is rebuilt from a fresh read.
     fn patch_conflict(&self) {}
+    /// Where the patcher's [`Turns`] count the pods waiting for a turn and
+    /// the requests in flight.
+    fn turn_gauges(&self) -> TurnGauges {
+        TurnGauges::default()
+    }
 }
 
 /// A [`PatchObserver`] that counts nothing (tests).
@@ -204,7 +210,7 @@ struct Shared<A> {
     observer: Arc<dyn PatchObserver>,
     policy: RetryPolicy,
     /// [`PATCHES_IN_FLIGHT`] turns, handed out first come, first served.
-    turns: Semaphore,
+    turns: Turns,
 }
 
 impl<A: StatusApi> Patcher<A> {
@@ -214,12 +220,13 @@ impl<A: StatusApi> Patcher<A> {
         observer: Arc<dyn PatchObserver>,
         policy: RetryPolicy,
     ) -> Self {
+        let turns = Turns::new(PATCHES_IN_FLIGHT, observer.turn_gauges());
         let shared = Shared {
             api,
             clock,
             observer,
             policy,
-            turns: Semaphore::new(PATCHES_IN_FLIGHT),
+            turns,
         };
         Patcher {
             shared: Arc::new(shared),
@@ -341,8 +348,7 @@ impl<A: StatusApi> PodPatcher<'_, A> {
         loop {
             let outcome = {
                 // Held for the attempt only, not while waiting to retry.
-                // The semaphore is never closed.
-                let Ok(_turn) = self.shared.turns.acquire().await else {
+                let Some(_turn) = self.shared.turns.take().await else {
                     return;
                 };
                 // What the pod asked for while it waited for its turn
@@ -493,8 +499,10 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::api::patch_metrics::PatchMetrics;
     use crate::testing::{
         FakeApi, UID, agent_pod, authority_intent, gate_intent as intent, gate_pod as gated_pod,
+        registered,
     };
     use podprobe_core::prober::worker::TokioClock;
     use podprobe_core::status::conditions::{FALSE, TRUE};
@@ -632,10 +640,11 @@ mod tests {
             now: AtomicUsize::new(0),
             most: AtomicUsize::new(0),
         });
+        let (metrics, exposition) = registered(PatchMetrics::register);
         let patcher = Patcher::new(
             api.clone(),
             Arc::new(TokioClock::new(Timestamp::UNIX_EPOCH)),
-            Arc::new(NoopPatchObserver),
+            Arc::new(metrics),
             RetryPolicy::default(),
         );
         let pods = 5 * PATCHES_IN_FLIGHT;
@@ -644,12 +653,25 @@ mod tests {
         }
         settle().await;
         // The API server holds every answer: the bound is full, the rest
-        // wait for their turns.
+        // wait for their turns, and the gauges say so.
         assert_eq!(api.now.load(Ordering::SeqCst), PATCHES_IN_FLIGHT);
+        let gauges = || {
+            [
+                "podprobe_status_patches_in_flight",
+                "podprobe_status_patches_waiting",
+            ]
+            .map(|series| exposition.sample(series))
+        };
+        let (in_flight, waiting) = (PATCHES_IN_FLIGHT, pods - PATCHES_IN_FLIGHT);
+        assert_eq!(
+            gauges(),
+            [Some(in_flight.to_string()), Some(waiting.to_string())]
+        );
         fake.hold.add_permits(1000);
         assert!(patcher.shutdown(Duration::from_secs(1)).await);
         assert_eq!(fake.requests(), vec!["patch True"; pods]);
         assert_eq!(api.most.load(Ordering::SeqCst), PATCHES_IN_FLIGHT);
+        assert_eq!(gauges(), [Some("0".to_string()), Some("0".to_string())]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,10 +1,13 @@
 //! The metrics of the marker writer ([`super::marker_sync`]): its patches
-//! of pod labels and annotations, by outcome (MK4).
+//! of pod labels and annotations, by outcome, and those waiting for a turn
+//! and in flight (MK4).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+
+use crate::api::turns::TurnGauges;
 
 /// What became of one marker patch (MK4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,18 +37,34 @@ struct MarkerLabels {
     outcome: &'static str,
 }
 
-/// The marker writer's metric family; a cheap handle (reference-counted).
+/// The marker writer's metrics; a cheap handle (reference-counted).
 #[derive(Debug, Clone)]
-pub struct MarkerMetrics(Family<MarkerLabels, Counter>);
+pub struct MarkerMetrics {
+    writes: Family<MarkerLabels, Counter>,
+    /// Kept by the writer's turns.
+    pub(super) turns: TurnGauges,
+}
 
 impl MarkerMetrics {
-    /// Registers `podprobe_marker_writes` in `registry`.
+    /// Registers `podprobe_marker_writes` and the turns' gauges in
+    /// `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let marker_writes = Family::<MarkerLabels, Counter>::default();
+        let turns = TurnGauges::default();
         registry.register(
             "podprobe_marker_writes",
             "Patches of pod labels and annotations that probe markers asked for (podprobe.markers), by outcome (sent: accepted; failed: an error, retried at the next resync; deferred: held back by the pod's marker write rate, sent by a later sync)",
             marker_writes.clone(),
+        );
+        registry.register(
+            "podprobe_marker_writes_waiting",
+            "Marker patches waiting for a turn (few are in flight at once node-wide; a queue here means the API server answers slowly)",
+            turns.waiting.clone(),
+        );
+        registry.register(
+            "podprobe_marker_writes_in_flight",
+            "Marker patches sent and not answered yet (bounded node-wide)",
+            turns.taken.clone(),
         );
         // Outcome series exist from the start, so a rate over them is
         // defined before the first write.
@@ -58,12 +77,15 @@ impl MarkerMetrics {
                 outcome: outcome.as_str(),
             });
         }
-        MarkerMetrics(marker_writes)
+        MarkerMetrics {
+            writes: marker_writes,
+            turns,
+        }
     }
 
     /// Counts one marker patch by its outcome.
     pub(super) fn marker_write(&self, outcome: MarkerOutcome) {
-        self.0
+        self.writes
             .get_or_create(&MarkerLabels {
                 outcome: outcome.as_str(),
             })

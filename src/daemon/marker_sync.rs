@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::marker_metrics::{MarkerMetrics, MarkerOutcome};
 use crate::api::marker_patch::MarkerApi;
+use crate::api::turns::Turns;
 use podprobe_core::prober::markers::{self, Desired};
 use podprobe_core::util::pod::{pod_name, pod_namespace};
 use podprobe_core::util::rate_limit::TokenBucket;
@@ -59,7 +59,7 @@ pub(super) struct MarkerWriter {
     api: Arc<dyn MarkerApi>,
     metrics: MarkerMetrics,
     /// [`WRITES_IN_FLIGHT`] turns, first come, first served.
-    turns: Arc<Semaphore>,
+    turns: Arc<Turns>,
     /// By pod UID, from the pod's first write until it is forgotten.
     pods: Arc<Mutex<HashMap<String, PodWrites>>>,
 }
@@ -86,10 +86,11 @@ struct Sent {
 
 impl MarkerWriter {
     pub(super) fn new(api: impl MarkerApi, metrics: MarkerMetrics) -> Self {
+        let turns = Arc::new(Turns::new(WRITES_IN_FLIGHT, metrics.turns.clone()));
         MarkerWriter {
             api: Arc::new(api),
             metrics,
-            turns: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
+            turns,
             pods: Arc::default(),
         }
     }
@@ -148,8 +149,7 @@ impl MarkerWriter {
         let (namespace, name) = (pod_namespace(pod).to_string(), pod_name(pod).to_string());
         let writer = self.clone();
         tokio::spawn(async move {
-            // The semaphore is never closed.
-            let Ok(_turn) = writer.turns.acquire().await else {
+            let Some(_turn) = writer.turns.take().await else {
                 return;
             };
             // What the pod's latest sync asked for; nothing once the pod is
@@ -209,6 +209,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures::future::BoxFuture;
+    use tokio::sync::Semaphore;
 
     use super::*;
     use crate::api::apiclient::RequestError;
@@ -319,7 +320,8 @@ mod tests {
             hold: Arc::new(Semaphore::new(0)),
             sent: Arc::default(),
         };
-        let writer = MarkerWriter::new(api.clone(), registered(MarkerMetrics::register).0);
+        let (marker_metrics, metrics) = registered(MarkerMetrics::register);
+        let writer = MarkerWriter::new(api.clone(), marker_metrics);
         let pods: Vec<Pod> = (0..=WRITES_IN_FLIGHT)
             .map(|i| {
                 let mut pod = pod.clone();
@@ -334,6 +336,17 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(api.asked.load(Ordering::SeqCst), WRITES_IN_FLIGHT);
+        let gauges = || {
+            [
+                "podprobe_marker_writes_in_flight",
+                "podprobe_marker_writes_waiting",
+            ]
+            .map(|series| metrics.sample(series))
+        };
+        assert_eq!(
+            gauges(),
+            [Some(WRITES_IN_FLIGHT.to_string()), Some("1".to_string())]
+        );
         // The last pod, still waiting, fails its probe.
         let last = &pods[WRITES_IN_FLIGHT];
         writer.write(last, &markers.desired(last, &Cached(CachedResult::Failure)));
@@ -343,6 +356,7 @@ mod tests {
         }
         let sent = api.sent.lock().unwrap().clone();
         assert_eq!(sent.len(), WRITES_IN_FLIGHT + 1);
+        assert_eq!(gauges(), [Some("0".to_string()), Some("0".to_string())]);
         let uid = format!("u{WRITES_IN_FLIGHT}");
         let replica = serde_json::json!({"metadata": {"uid": uid, "labels": {"role": "replica"}}});
         assert_eq!(sent.last(), Some(&replica));

@@ -9,10 +9,10 @@
 //! | probe workers | `prober_probe_total`, `prober_probe_duration_seconds` (the kubelet's, also on `/metrics/probes`), `podprobe_workers`, `podprobe_probe_errors` | [`super::probe_metrics`] |
 //! | budgets | `podprobe_budget_refusals`, `podprobe_probe_rate_delayed`, `podprobe_probe_rate_delay_seconds` | `daemon::budget_metrics` |
 //! | pod tracker | `podprobe_per_pod_entries`, `podprobe_pods_tracked`, `podprobe_liveness_paused_pods` | `daemon::tracker_metrics` |
-//! | marker writer | `podprobe_marker_writes` | `daemon::marker_metrics` |
+//! | marker writer | `podprobe_marker_writes`, `podprobe_marker_writes_waiting`, `podprobe_marker_writes_in_flight` | `daemon::marker_metrics` |
 //! | workload guard | `podprobe_restart_budget_decisions`, `podprobe_readiness_floor_decisions`, `podprobe_readiness_floor_held_pods` | `daemon::workload_guard_metrics` |
 //! | build | `podprobe_build_info` | [`super::build_info`] |
-//! | status patcher | `podprobe_status_patches`, `podprobe_result_to_status_seconds`, `podprobe_status_patch_tasks` | `api::patch_metrics` |
+//! | status patcher | `podprobe_status_patches`, `podprobe_result_to_status_seconds`, `podprobe_status_patches_waiting`, `podprobe_status_patches_in_flight`, `podprobe_status_patch_tasks` | `api::patch_metrics` |
 //! | API clients | `podprobe_api_rate_limiter_wait_seconds`, `podprobe_api_request_duration_seconds` | `api::request_metrics` |
 //! | Events | `podprobe_events`, `podprobe_event_cache_entries` | [`crate::api::event_metrics`] |
 //! | pod watch | `podprobe_pods_watched`, `podprobe_pod_watch_idle_seconds` | `api::watch_metrics` |
