@@ -62,6 +62,12 @@ fn podprobe_pods_change() -> std::sync::RwLockWriteGuard<'static, ()> {
     PODPROBE_PODS.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How long a test that runs alone waits for its namespace to be gone
+/// before the others run again: its pods' grace periods are 2 s at most,
+/// the rest is the kubelet and the API server working through many pods on
+/// a loaded machine.
+const ALONE_GONE_WITHIN: Duration = Duration::from_secs(180);
+
 fn setup(test: &str) -> Namespace {
     // Only hack/kind-e2e.sh sets it: these tests cordon, drain and upgrade,
     // which they must never do to another cluster that KUBECONFIG names.
@@ -1420,6 +1426,9 @@ fn status_requests_delay_no_gate() {
         within, patches,
         "gate patches later than {RESULT_TO_STATUS_BOUND} s after their probe run under the flood"
     );
+    // Fifty pods terminating load the node's kubelet: not beside the next
+    // test (the dependency test's control once restarted late under it).
+    ns.delete_and_wait(ALONE_GONE_WITHIN);
 }
 
 /// The marker writes podprobe counted on a node: (sent, deferred).
@@ -1855,14 +1864,7 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
     );
     assert_eq!(restarts, restarts_before, "podprobe restarted");
     for namespace in fillers.iter().chain([&ns]) {
-        // A namespace left behind is deleted again when dropped.
-        let _ = cluster().kubectl(&[
-            "delete",
-            "namespace",
-            &namespace.name,
-            "--wait=true",
-            "--timeout=180s",
-        ]);
+        namespace.delete_and_wait(ALONE_GONE_WITHIN);
     }
     let logs = podprobe_logs_on(&node);
     assert!(
@@ -1879,7 +1881,8 @@ fn hostile_pods_keep_neither_a_bystanders_probes_nor_podprobes_memory() {
 /// [`wg2_liveness_restarts_of_a_workload_stay_within_its_budget`].
 const GUARD_REPLICAS: usize = 6;
 
-/// How long the shared dependency stays down in that test: long enough for
+/// How long the shared dependency stays down at least in that test (then
+/// until its control shows, [`CONTROL_SHOWN_WITHIN`]): long enough for
 /// every unguarded replica's liveness probe to fail twice (1 s period) and
 /// its container to be restarted, and for the kubelet's crash-loop back-off
 /// (10 s, then 20 s) to hold one guarded replica down while the others'
@@ -2056,11 +2059,23 @@ struct WorkloadWatch {
 }
 
 impl WorkloadWatch {
-    fn follow(watch: &PodWatch, until: Instant) -> Self {
+    /// Follows `watch` for `outage`, and on until what it saw shows the
+    /// control (`shown`), for [`CONTROL_SHOWN_WITHIN`] more at most.
+    fn follow(watch: &PodWatch, outage: Duration, shown: impl Fn(&WorkloadWatch) -> bool) -> Self {
+        let start = Instant::now();
         let mut seen = WorkloadWatch::default();
         // The latest Ready of each pod, with its app.
         let mut ready = std::collections::HashMap::<String, (String, bool)>::new();
         loop {
+            let until = start
+                + if shown(&seen) {
+                    outage
+                } else {
+                    outage + CONTROL_SHOWN_WITHIN
+                };
+            if Instant::now() >= until {
+                return seen;
+            }
             let version = match watch.next_until(until) {
                 Ok(Some(version)) => version,
                 Ok(None) => return seen,
@@ -2087,7 +2102,30 @@ impl WorkloadWatch {
             *worst = (*worst).max(not_ready);
         }
     }
+
+    /// The most pods of `app` seen not Ready at once.
+    fn most_down(&self, app: &str) -> usize {
+        self.most.get(app).copied().unwrap_or(0)
+    }
+
+    /// How many pods of `app` were seen restarted.
+    fn restarted(&self, app: &str) -> usize {
+        self.restarts
+            .iter()
+            .filter(|(name, count)| name.starts_with(app) && **count > 0)
+            .count()
+    }
 }
+
+/// How much longer than its outage a guard test follows the pods until its
+/// control shows what an unguarded workload does (every replica NotReady,
+/// or restarted, together). The kubelet sets the pace there: it restarts a
+/// container podprobe stopped after its next relist (1 s) and a pod sync,
+/// and writes the restart count with the pod's status, all on the node's
+/// share of two loaded cores. In one CI run, with fifty pods terminating on
+/// that node, the control showed three of six replicas restarted 45 s into
+/// the outage, though podprobe had stopped every one within 18 s.
+const CONTROL_SHOWN_WITHIN: Duration = Duration::from_secs(60);
 
 /// WG2 on the kind cluster: two ReplicaSets of six replicas over both
 /// workers whose liveness probes depend on one thing each (a file per node,
@@ -2125,27 +2163,26 @@ fn wg2_liveness_restarts_of_a_workload_stay_within_its_budget() {
     let watch = PodWatch::start(&ns.name);
     dependency(&guarded_dir, false);
     dependency(&control_dir, false);
-    let seen = WorkloadWatch::follow(&watch, Instant::now() + DEPENDENCY_DOWN);
-    let (most, restarts) = (&seen.most, &seen.restarts);
-    let restarted = |app: &str| {
-        restarts
-            .iter()
-            .filter(|(name, count)| name.starts_with(app) && **count > 0)
-            .count()
+    let down = Instant::now();
+    let control_shown = |seen: &WorkloadWatch| {
+        seen.most_down("control") >= GUARD_REPLICAS / 2
+            && seen.restarted("control") == GUARD_REPLICAS
     };
+    let seen = WorkloadWatch::follow(&watch, DEPENDENCY_DOWN, control_shown);
+    let (most, restarts) = (&seen.most, &seen.restarts);
     eprintln!(
         "dependency down {} s: not Ready at once, at most: {most:?}; pods restarted: guarded {}, control {}",
-        DEPENDENCY_DOWN.as_secs(),
-        restarted("guarded"),
-        restarted("control")
+        down.elapsed().as_secs(),
+        seen.restarted("guarded"),
+        seen.restarted("control")
     );
     assert!(
-        most.get("control").copied().unwrap_or(0) >= GUARD_REPLICAS / 2
-            && restarted("control") == GUARD_REPLICAS,
-        "the control did not go down together (not Ready at once: {most:?}, restarted: {restarts:?}): the test shows nothing"
+        control_shown(&seen),
+        "the control did not go down together (not Ready at once: {most:?}, restarted: {restarts:?}): the test shows nothing\n{}",
+        ns.diagnostics()
     );
     assert_eq!(
-        most.get("guarded").copied().unwrap_or(0),
+        seen.most_down("guarded"),
         1,
         "guarded replicas not Ready at once, at most (the budget is 1): {most:?}"
     );
@@ -2186,7 +2223,8 @@ fn events_with_reason(ns: &str, reason: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// How long the shared dependency stays down in
+/// How long the shared dependency stays down at least (then until the
+/// control shows, [`CONTROL_SHOWN_WITHIN`]) in
 /// [`wg3_a_readiness_floor_keeps_half_of_a_workload_ready`]: every replica's
 /// readiness fails within a second (1 s period, threshold 1), and the held
 /// ones are decided again at the resyncs that follow (every 10 s).
@@ -2240,21 +2278,24 @@ fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
     for app in APPS {
         dependency(&dir(app), false);
     }
-    let seen = WorkloadWatch::follow(&watch, Instant::now() + READINESS_DOWN);
+    let down = Instant::now();
+    let seen = WorkloadWatch::follow(&watch, READINESS_DOWN, |seen| {
+        seen.most_down("control") == GUARD_REPLICAS
+    });
     eprintln!(
         "dependency down {} s: not Ready at once, at most: {:?}; held by the floor: {:?}",
-        READINESS_DOWN.as_secs(),
+        down.elapsed().as_secs(),
         seen.most,
         seen.held
     );
     assert_eq!(
-        seen.most.get("control").copied().unwrap_or(0),
+        seen.most_down("control"),
         GUARD_REPLICAS,
         "the control did not go NotReady together: the test shows nothing"
     );
     let held = events_with_reason(&ns.name, "ReadinessFloor");
     for app in ["floored", "budgeted"] {
-        let down = seen.most.get(app).copied().unwrap_or(0);
+        let down = seen.most_down(app);
         assert!(
             down <= GUARD_REPLICAS / 2,
             "{down} {app} replicas not Ready at once: below minReady 50 %\n{}",
@@ -2320,7 +2361,8 @@ fn wg3_a_readiness_floor_keeps_half_of_a_workload_ready() {
     });
 }
 
-/// How long the shared dependency stays down in
+/// How long the shared dependency stays down at least (then until the
+/// control shows, [`CONTROL_SHOWN_WITHIN`]) in
 /// [`wg2_wg3_a_deployment_on_a_failing_dependency_keeps_its_floor_and_its_budget`]:
 /// every replica's readiness fails within 2 s and its liveness within 3 s
 /// (1 s periods), and the held replicas' deferred restarts are decided again
@@ -2467,32 +2509,31 @@ fn wg2_wg3_a_deployment_on_a_failing_dependency_keeps_its_floor_and_its_budget()
 
     let watch = PodWatch::start(&ns.name);
     place(json!({"podprobe.io/no-such-node": "true"}));
-    let seen = WorkloadWatch::follow(&watch, Instant::now() + SERVER_DOWN);
-    let restarted = |app: &str| {
-        seen.restarts
-            .iter()
-            .filter(|(name, count)| name.starts_with(app) && **count > 0)
-            .count()
+    let down = Instant::now();
+    let control_shown = |seen: &WorkloadWatch| {
+        seen.most_down("control") == GUARD_REPLICAS && seen.restarted("control") == GUARD_REPLICAS
     };
+    let seen = WorkloadWatch::follow(&watch, SERVER_DOWN, control_shown);
     let (deferred, held) = (
         workers_sample(token, DEFERRED) - deferred_before,
         workers_sample(token, HELD) - held_before,
     );
     eprintln!(
         "dependency down {} s: not Ready at once, at most: {:?}; held by the floor: {:?}; restarted: guarded {}, control {}; decisions: {deferred} deferred, {held} held",
-        SERVER_DOWN.as_secs(),
+        down.elapsed().as_secs(),
         seen.most,
         seen.held,
-        restarted("guarded"),
-        restarted("control"),
+        seen.restarted("guarded"),
+        seen.restarted("control"),
     );
     assert!(
-        seen.most.get("control") == Some(&GUARD_REPLICAS) && restarted("control") == GUARD_REPLICAS,
-        "the control did not go down together (not Ready at once: {:?}, restarts: {:?}): the test shows nothing",
+        control_shown(&seen),
+        "the control did not go down together (not Ready at once: {:?}, restarts: {:?}): the test shows nothing\n{}",
         seen.most,
-        seen.restarts
+        seen.restarts,
+        ns.diagnostics()
     );
-    let guarded = seen.most.get("guarded").copied().unwrap_or(0);
+    let guarded = seen.most_down("guarded");
     assert!(
         guarded <= GUARD_REPLICAS / 2,
         "{guarded} guarded replicas not Ready at once: below minReady 50 %\n{}",
@@ -2504,9 +2545,9 @@ fn wg2_wg3_a_deployment_on_a_failing_dependency_keeps_its_floor_and_its_budget()
         seen.held
     );
     assert!(
-        restarted("guarded") <= GUARD_REPLICAS / 2,
+        seen.restarted("guarded") <= GUARD_REPLICAS / 2,
         "{} guarded replicas restarted: a replica the floor held Ready was restarted beyond the budget ({:?})",
-        restarted("guarded"),
+        seen.restarted("guarded"),
         seen.restarts
     );
     let why = events_with_reason(&ns.name, "LivenessRestartDeferred");

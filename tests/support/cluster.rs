@@ -431,6 +431,21 @@ impl Namespace {
     }
 }
 
+impl Namespace {
+    /// Deletes the namespace and waits up to `timeout` until it is gone, with
+    /// its pods: a test whose load must be its own (one that runs alone)
+    /// ends only when its pods no longer load the nodes. A namespace left
+    /// behind is deleted again when dropped.
+    pub fn delete_and_wait(&self, timeout: Duration) {
+        let timeout = format!("--timeout={}s", timeout.as_secs());
+        if let Err(e) =
+            cluster().kubectl(&["delete", "namespace", &self.name, "--wait=true", &timeout])
+        {
+            eprintln!("namespace {} not gone: {e}", self.name);
+        }
+    }
+}
+
 impl Drop for Namespace {
     fn drop(&mut self) {
         let _ = cluster().kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
