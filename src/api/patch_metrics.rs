@@ -72,37 +72,38 @@ pub struct PatchMetrics {
 impl PatchMetrics {
     /// Registers the patcher's families in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = PatchMetrics {
-            status_patches: Family::default(),
-            result_to_status: Histogram::new(RESULT_TO_STATUS_BUCKETS),
-            turns: TurnGauges::default(),
-            patch_tasks: Gauge::default(),
-        };
+        let status_patches = Family::default();
         registry.register(
             "podprobe_status_patches",
             "Patches of pods/status sent to the API server, by outcome (sent: accepted; conflict: another writer changed the pod first, rebuilt from a fresh read; failed: an error, retried later)",
-            metrics.status_patches.clone(),
+            status_patches.clone(),
         );
+        let result_to_status = Histogram::new(RESULT_TO_STATUS_BUCKETS);
         registry.register(
             "podprobe_result_to_status_seconds",
             "Time from the end of a probe run that changed its cached result to the API server's acceptance of the status patch it brought about",
-            metrics.result_to_status.clone(),
+            result_to_status.clone(),
         );
-        registry.register(
-            "podprobe_status_patches_waiting",
-            "Pods whose status patch waits for a turn (few status requests are in flight at once node-wide; a queue here means the API server answers slowly)",
-            metrics.turns.waiting.clone(),
+        let turns = TurnGauges::register(
+            registry,
+            "podprobe_status_patches",
+            [
+                "Pods whose status patch waits for a turn (few status requests are in flight at once node-wide; a queue here means the API server answers slowly)",
+                "Status requests sent and not answered yet (a patch of pods/status, or the read before it; bounded node-wide)",
+            ],
         );
-        registry.register(
-            "podprobe_status_patches_in_flight",
-            "Status requests sent and not answered yet (a patch of pods/status, or the read before it; bounded node-wide)",
-            metrics.turns.taken.clone(),
-        );
+        let patch_tasks = Gauge::default();
         registry.register(
             "podprobe_status_patch_tasks",
             "Per-pod status patch tasks alive (one per pod podprobe wrote status for, until the pod goes)",
-            metrics.patch_tasks.clone(),
+            patch_tasks.clone(),
         );
+        let metrics = PatchMetrics {
+            status_patches,
+            result_to_status,
+            turns,
+            patch_tasks,
+        };
         // Outcome series exist from the start, so a rate over them is
         // defined before the first patch.
         for outcome in [

@@ -5,6 +5,7 @@
 //! answers slowly shows as a queue on the node, not only as latency.
 
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// What [`Turns`] reports: the writes waiting for a turn and the turns
@@ -14,6 +15,22 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 pub struct TurnGauges {
     pub waiting: Gauge,
     pub taken: Gauge,
+}
+
+impl TurnGauges {
+    /// Registers `{writes}_waiting` and `{writes}_in_flight` in `registry`,
+    /// each with its help text.
+    pub fn register(registry: &mut Registry, writes: &str, help: [&str; 2]) -> Self {
+        let gauges = TurnGauges::default();
+        let [waiting, in_flight] = help;
+        registry.register(format!("{writes}_waiting"), waiting, gauges.waiting.clone());
+        registry.register(
+            format!("{writes}_in_flight"),
+            in_flight,
+            gauges.taken.clone(),
+        );
+        gauges
+    }
 }
 
 /// A fixed number of turns, handed out in the order they were asked for

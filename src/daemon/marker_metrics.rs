@@ -50,21 +50,18 @@ impl MarkerMetrics {
     /// `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let marker_writes = Family::<MarkerLabels, Counter>::default();
-        let turns = TurnGauges::default();
         registry.register(
             "podprobe_marker_writes",
             "Patches of pod labels and annotations that probe markers asked for (podprobe.markers), by outcome (sent: accepted; failed: an error, retried at the next resync; deferred: held back by the pod's marker write rate, sent by a later sync)",
             marker_writes.clone(),
         );
-        registry.register(
-            "podprobe_marker_writes_waiting",
-            "Marker patches waiting for a turn (few are in flight at once node-wide; a queue here means the API server answers slowly)",
-            turns.waiting.clone(),
-        );
-        registry.register(
-            "podprobe_marker_writes_in_flight",
-            "Marker patches sent and not answered yet (bounded node-wide)",
-            turns.taken.clone(),
+        let turns = TurnGauges::register(
+            registry,
+            "podprobe_marker_writes",
+            [
+                "Marker patches waiting for a turn (few are in flight at once node-wide; a queue here means the API server answers slowly)",
+                "Marker patches sent and not answered yet (bounded node-wide)",
+            ],
         );
         // Outcome series exist from the start, so a rate over them is
         // defined before the first write.
