@@ -382,8 +382,9 @@ def verdict(rows, duration_s):
 def single_life(rows, pods):
     """#39's verdict on one podprobe's life: the heap in use at each cycle's
     peak within 5 % of the fourth cycle's from then on (the first three
-    fill caches and the allocator's pools), RSS with every pod up under
-    64 MiB. Cycles whose pods were not all up are left out."""
+    fill caches and the allocator's pools), also read as the peaks from the
+    fourth on within a band of ±5 % around its middle; RSS with every pod
+    up under 64 MiB. Cycles whose pods were not all up are left out."""
     cycles = sorted({r[8] for r in rows if len(r) > 8 and r[8]})
     peaks, medians, rss_full = [], [], []
     for c in cycles:
@@ -405,6 +406,13 @@ def single_life(rows, pods):
         spread = [round(100 * (p - base) / base, 1) for _, p in peaks[3:]]
         result["heap_peaks_vs_4th_pct"] = spread
         result["heap_flat"] = all(abs(d) <= 5 for d in spread)
+        # The same rule with the band's middle as reference in place of
+        # one cycle's peak: half the spread of the peaks from the fourth on,
+        # against their midpoint. A low or high 4th wave alone no longer
+        # decides the verdict; growth still widens the band.
+        low, high = min(p for _, p in peaks[3:]), max(p for _, p in peaks[3:])
+        result["heap_peaks_band_pct"] = round(100 * (high - low) / (high + low), 1)
+        result["heap_peaks_in_5pct_band"] = result["heap_peaks_band_pct"] <= 5
         # A peak is one deletion wave's work in flight, which varies from
         # wave to wave; growth shows as a trend across cycles, so the
         # least-squares slope from the fourth cycle on is given beside it,
