@@ -128,8 +128,17 @@ class Podprobe:
             text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5).read().decode()
         except OSError:
             return {}
-        out = {}
-        for name, _, value in node.parse_prom(text):
+        # The text's size beside the heap: the figure is read before the
+        # text is written (src/server/metrics.rs), so a heap that moves with
+        # it would be a measuring artefact. The Event caches and dropped
+        # Events come from the same scrape: a second scraper's buffer
+        # would count in this one's heap figure.
+        out = {"scrape_bytes": len(text)}
+        for name, labels, value in node.parse_prom(text):
+            if name == "podprobe_event_cache_entries":
+                out[f"cache_{labels.get('cache', '')}"] = value
+            if name == "podprobe_events_total" and labels.get("outcome") == "dropped":
+                out["events_dropped"] = value
             if name in (
                 "podprobe_pods_tracked",
                 "podprobe_pods_watched",
@@ -264,6 +273,11 @@ class Sampler(threading.Thread):
                 "cycle",
                 "per_pod_entries",
                 "api_connections",
+                "scrape_bytes",
+                "event_aggregates",
+                "event_series",
+                "event_spam",
+                "events_dropped",
             ]
         )
         self.generation = 0
@@ -293,6 +307,11 @@ class Sampler(threading.Thread):
                 self.cycle,
                 g.get("podprobe_per_pod_entries", ""),
                 api_connections(p.pid, self.api_port),
+                g.get("scrape_bytes", ""),
+                g.get("cache_aggregates", ""),
+                g.get("cache_series", ""),
+                g.get("cache_spam", ""),
+                g.get("events_dropped", ""),
             ]
             self.samples += 1
             self.writer.writerow(row)
