@@ -1,6 +1,9 @@
 //! The order in which queued events go out: one queue per pod, the pods
 //! served in turn, so a pod that records thousands of events delays
-//! another pod's event by at most one of its own (rule 9.5).
+//! another pod's event by at most one of its own (rule 9.5). Equal events
+//! in a row are held as one entry with a count, so the queue's memory
+//! follows the different events queued, not the failures repeated while
+//! the API server is slow.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,11 +27,71 @@ impl PodKey {
     }
 }
 
+/// One pod's queued events, oldest first. Equal events recorded one after
+/// another (a failing probe's `Unhealthy`, once a period while the writer
+/// waits on a slow API server) are kept as one entry and a count: a full
+/// queue holds a few hundred entries, not a thousand copies, and is served
+/// and dropped from exactly as if each were queued on its own.
+#[derive(Debug, Default)]
+struct PodQueue {
+    runs: VecDeque<Run>,
+    /// Events queued, each of a run counted.
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Run {
+    event: PodEvent,
+    /// Events in the run, at least one.
+    count: usize,
+}
+
+impl PodQueue {
+    fn push(&mut self, event: PodEvent) {
+        self.len += 1;
+        match self.runs.back_mut() {
+            Some(last) if last.event == event => last.count += 1,
+            _ => self.runs.push_back(Run { event, count: 1 }),
+        }
+    }
+
+    fn pop_front(&mut self) -> Option<PodEvent> {
+        let first = self.runs.front_mut()?;
+        self.len -= 1;
+        if first.count > 1 {
+            first.count -= 1;
+            return Some(first.event.clone());
+        }
+        self.runs.pop_front().map(|run| run.event)
+    }
+
+    /// Takes out the oldest event that is not a `Killing`, or the oldest if
+    /// all are.
+    fn remove_oldest_but_killing(&mut self) -> Option<PodEvent> {
+        let oldest = self
+            .runs
+            .iter()
+            .position(|run| run.event.reason != reasons::KILLING)
+            .unwrap_or(0);
+        let run = self.runs.get_mut(oldest)?;
+        self.len -= 1;
+        if run.count > 1 {
+            run.count -= 1;
+            return Some(run.event.clone());
+        }
+        self.runs.remove(oldest).map(|run| run.event)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
 /// Per-pod FIFOs served round-robin, at most `pod_capacity` events of one
 /// pod and `capacity` in all.
 #[derive(Debug)]
 pub(super) struct FairQueue {
-    pods: HashMap<PodKey, VecDeque<PodEvent>>,
+    pods: HashMap<PodKey, PodQueue>,
     /// The pods with queued events, the one to serve next first.
     turns: VecDeque<PodKey>,
     len: usize,
@@ -55,14 +118,14 @@ impl FairQueue {
     /// another pod's.
     pub(super) fn push(&mut self, event: PodEvent) -> Option<PodEvent> {
         let pod = PodKey::of(&event);
-        let queued = self.pods.get(&pod).map_or(0, VecDeque::len);
+        let queued = self.pods.get(&pod).map_or(0, |queue| queue.len);
         let dropped = if queued >= self.pod_capacity {
             self.drop_one(&pod)
         } else if self.len >= self.capacity {
             let longest = self
                 .pods
                 .iter()
-                .max_by_key(|(_, queue)| queue.len())
+                .max_by_key(|(_, queue)| queue.len)
                 .map(|(longest, _)| longest.clone());
             longest.and_then(|longest| self.drop_one(&longest))
         } else {
@@ -72,7 +135,7 @@ impl FairQueue {
         if queue.is_empty() {
             self.turns.push_back(pod);
         }
-        queue.push_back(event);
+        queue.push(event);
         self.len += 1;
         dropped
     }
@@ -102,11 +165,7 @@ impl FairQueue {
     /// and a pod has one per kill, far fewer than failures.
     fn drop_one(&mut self, pod: &PodKey) -> Option<PodEvent> {
         let queue = self.pods.get_mut(pod)?;
-        let oldest = queue
-            .iter()
-            .position(|event| event.reason != reasons::KILLING)
-            .unwrap_or(0);
-        let dropped = queue.remove(oldest)?;
+        let dropped = queue.remove_oldest_but_killing()?;
         self.len -= 1;
         if queue.is_empty() {
             self.pods.remove(pod);
@@ -118,6 +177,12 @@ impl FairQueue {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Entries held: a run of equal events is one.
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.pods.values().map(|queue| queue.runs.len()).sum()
     }
 }
 
@@ -220,5 +285,48 @@ mod tests {
         assert_eq!(dropped.map(|e| e.note).as_deref(), Some("1"));
         assert_eq!(drain(&mut queue), ["b/1", "a/2"]);
         assert_eq!(queue.pop(), None);
+    }
+
+    #[test]
+    fn rule9_5_equal_events_in_a_row_are_one_entry_served_as_many() {
+        let mut queue = FairQueue::new(1000, 100);
+        for _ in 0..3 {
+            queue.push(event("a", reasons::UNHEALTHY, "1"));
+        }
+        queue.push(event("b", reasons::UNHEALTHY, "1"));
+        queue.push(event("a", reasons::UNHEALTHY, "1"));
+        queue.push(event("a", reasons::UNHEALTHY, "2"));
+        queue.push(event("a", reasons::UNHEALTHY, "1"));
+        assert_eq!(queue.len(), 7);
+        assert_eq!(queue.entries(), 4);
+        assert_eq!(
+            drain(&mut queue),
+            ["a/1", "b/1", "a/1", "a/1", "a/1", "a/2", "a/1"]
+        );
+        assert_eq!((queue.len(), queue.entries()), (0, 0));
+    }
+
+    #[test]
+    fn rule9_5_a_full_queue_of_equal_events_drops_them_one_at_a_time() {
+        let mut queue = FairQueue::new(4, 100);
+        queue.push(event("a", reasons::KILLING, "kill"));
+        for _ in 0..3 {
+            queue.push(event("a", reasons::UNHEALTHY, "1"));
+        }
+        let dropped = queue.push(event("b", reasons::UNHEALTHY, "1"));
+        assert_eq!(dropped.map(|e| e.note).as_deref(), Some("1"));
+        assert_eq!((queue.len(), queue.entries()), (4, 3));
+        assert_eq!(drain(&mut queue), ["a/kill", "b/1", "a/1", "a/1"]);
+    }
+
+    #[test]
+    fn rule9_5_a_pod_queue_full_of_one_failure_keeps_one_entry() {
+        let mut queue = FairQueue::new(1000, 100);
+        let dropped = (0..1000)
+            .filter(|_| queue.push(event("a", reasons::UNHEALTHY, "404")).is_some())
+            .count();
+        assert_eq!(dropped, 900);
+        assert_eq!((queue.len(), queue.entries()), (100, 1));
+        assert_eq!(drain(&mut queue).len(), 100);
     }
 }
