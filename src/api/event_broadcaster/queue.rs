@@ -56,13 +56,7 @@ impl PodQueue {
     }
 
     fn pop_front(&mut self) -> Option<PodEvent> {
-        let first = self.runs.front_mut()?;
-        self.len -= 1;
-        if first.count > 1 {
-            first.count -= 1;
-            return Some(first.event.clone());
-        }
-        self.runs.pop_front().map(|run| run.event)
+        self.take(0)
     }
 
     /// Takes out the oldest event that is not a `Killing`, or the oldest if
@@ -73,13 +67,19 @@ impl PodQueue {
             .iter()
             .position(|run| run.event.reason != reasons::KILLING)
             .unwrap_or(0);
-        let run = self.runs.get_mut(oldest)?;
+        self.take(oldest)
+    }
+
+    /// Takes one event out of the run at `index`: a copy while the run
+    /// holds more, the run's own event with its last.
+    fn take(&mut self, index: usize) -> Option<PodEvent> {
+        let run = self.runs.get_mut(index)?;
         self.len -= 1;
         if run.count > 1 {
             run.count -= 1;
             return Some(run.event.clone());
         }
-        self.runs.remove(oldest).map(|run| run.event)
+        self.runs.remove(index).map(|run| run.event)
     }
 
     fn is_empty(&self) -> bool {
