@@ -71,7 +71,7 @@ use crate::api::apiclient::{RequestError, bounded};
 use correlator::{Correlation, Correlator, EventWrite, SeriesUpdate};
 use podprobe_core::prober::events::recorder::{EventObserver, EventOutcome, EventRecorder};
 use podprobe_core::util::rate_limit::{RateLimit, TokenBucket};
-use queue::FairQueue;
+use queue::{FairQueue, OverflowChange};
 
 pub use podprobe_core::prober::events::record::{
     MAX_EVENT_NOTE_BYTES, PodEvent, REPORTING_CONTROLLER, pod_reference, reasons, series_patch,
@@ -144,9 +144,6 @@ impl Shared {
 pub struct EventSink {
     shared: Arc<Shared>,
     metrics: Arc<dyn EventObserver>,
-    /// Set while events are being dropped, so a full queue logs once per
-    /// episode instead of once per event.
-    dropping: Arc<AtomicBool>,
 }
 
 /// The receiving side of the event queue; [`EventQueue::run`] drains it.
@@ -170,7 +167,6 @@ pub fn channel_with(config: QueueConfig, metrics: impl EventObserver) -> (EventS
     let sink = EventSink {
         shared: shared.clone(),
         metrics: metrics.clone(),
-        dropping: Arc::default(),
     };
     let queue = EventQueue {
         shared,
@@ -186,7 +182,6 @@ impl Clone for EventSink {
         EventSink {
             shared: self.shared.clone(),
             metrics: self.metrics.clone(),
-            dropping: self.dropping.clone(),
         }
     }
 }
@@ -204,33 +199,30 @@ impl Drop for EventSink {
 impl EventSink {
     /// Queues `event` without waiting; if its pod's queue or the whole
     /// queue is full, first drops the oldest event of its pod's or the
-    /// longest queue (counted, logged once per episode). Ignores it after
-    /// shutdown.
+    /// longest queue (counted; logged when an overflow begins and ends, see
+    /// [`OverflowChange`]). Ignores it after shutdown.
     pub fn record(&self, event: PodEvent) {
         if !self.shared.open.load(Ordering::Relaxed) {
             tracing::debug!(reason = event.reason, "event after shutdown not recorded");
             return;
         }
-        let dropped = self.shared.queue().push(event);
+        let pushed = self.shared.queue().push(event);
         self.shared.wake.notify_one();
-        match dropped {
-            None => {
-                if self.dropping.swap(false, Ordering::Relaxed) {
-                    tracing::info!("event queue has room again");
-                }
+        if pushed.dropped.is_some() {
+            self.metrics.event_done(EventOutcome::Dropped);
+        }
+        match (pushed.overflow, &pushed.dropped) {
+            (Some(OverflowChange::Began), Some(dropped)) => tracing::warn!(
+                namespace = dropped.regarding.namespace.as_deref().unwrap_or_default(),
+                pod = dropped.regarding.name.as_deref().unwrap_or_default(),
+                container = dropped.container(),
+                reason = dropped.reason,
+                "event queue full: dropping the oldest events of the pods with the most queued"
+            ),
+            (Some(OverflowChange::Ended { dropped }), _) => {
+                tracing::info!(dropped, "event queue has room again");
             }
-            Some(dropped) => {
-                self.metrics.event_done(EventOutcome::Dropped);
-                if !self.dropping.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        namespace = dropped.regarding.namespace.as_deref().unwrap_or_default(),
-                        pod = dropped.regarding.name.as_deref().unwrap_or_default(),
-                        container = dropped.container(),
-                        reason = dropped.reason,
-                        "event queue full: dropping the oldest events of the pods with the most queued"
-                    );
-                }
-            }
+            _ => {}
         }
     }
 }

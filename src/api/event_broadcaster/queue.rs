@@ -3,7 +3,9 @@
 //! another pod's event by at most one of its own (rule 9.5). Equal events
 //! in a row are held as one entry with a count, so the queue's memory
 //! follows the different events queued, not the failures repeated while
-//! the API server is slow.
+//! the API server is slow. An overflow (events dropped) is one episode
+//! from its first drop until the queue has a quarter of its room back, so
+//! its log lines come once per episode, not at every event served.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -97,6 +99,38 @@ pub(super) struct FairQueue {
     len: usize,
     capacity: usize,
     pod_capacity: usize,
+    /// Set from the first drop of an overflow until it ends.
+    overflow: Option<Overflow>,
+}
+
+/// An overflow under way: the pod last made room in, and the events
+/// dropped since it began.
+#[derive(Debug)]
+struct Overflow {
+    pod: PodKey,
+    dropped: u64,
+}
+
+/// What [`FairQueue::push`] did besides queueing the event.
+#[derive(Debug, Default)]
+pub(super) struct Pushed {
+    /// The event dropped to make room.
+    pub(super) dropped: Option<PodEvent>,
+    /// Whether this push began or ended an overflow.
+    pub(super) overflow: Option<OverflowChange>,
+}
+
+/// The edges of an overflow, each seen once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OverflowChange {
+    /// This push dropped the first event of an overflow.
+    Began,
+    /// This push found room again after `dropped` events were dropped: no
+    /// drop now, and both the whole queue and the last pod made room in
+    /// at most three quarters full. Without that margin an overflow would
+    /// end and begin again at every event served while producers keep it
+    /// full.
+    Ended { dropped: u64 },
 }
 
 impl FairQueue {
@@ -108,36 +142,71 @@ impl FairQueue {
             len: 0,
             capacity: capacity.max(1),
             pod_capacity: pod_capacity.max(1),
+            overflow: None,
         }
     }
 
     /// Queues `event`, first dropping an event to make room if its pod's
-    /// queue or the whole queue is full; returns the event dropped. Room is
-    /// made in the pod's own queue, or, when the whole queue is full, in
-    /// the longest one: a pod that floods loses its own events, never
-    /// another pod's.
-    pub(super) fn push(&mut self, event: PodEvent) -> Option<PodEvent> {
+    /// queue or the whole queue is full; says which event was dropped and
+    /// whether an overflow began or ended. Room is made in the pod's own
+    /// queue, or, when the whole queue is full, in the longest one: a pod
+    /// that floods loses its own events, never another pod's.
+    pub(super) fn push(&mut self, event: PodEvent) -> Pushed {
         let pod = PodKey::of(&event);
-        let queued = self.pods.get(&pod).map_or(0, |queue| queue.len);
-        let dropped = if queued >= self.pod_capacity {
-            self.drop_one(&pod)
+        let queued = self.queued(&pod);
+        let made_room_in = if queued >= self.pod_capacity {
+            Some(pod.clone())
         } else if self.len >= self.capacity {
-            let longest = self
-                .pods
+            self.pods
                 .iter()
                 .max_by_key(|(_, queue)| queue.len)
-                .map(|(longest, _)| longest.clone());
-            longest.and_then(|longest| self.drop_one(&longest))
+                .map(|(longest, _)| longest.clone())
         } else {
             None
         };
+        let dropped = made_room_in
+            .as_ref()
+            .and_then(|victim| self.drop_one(victim));
         let queue = self.pods.entry(pod.clone()).or_default();
         if queue.is_empty() {
             self.turns.push_back(pod);
         }
         queue.push(event);
         self.len += 1;
-        dropped
+        let overflow = match (made_room_in, dropped.is_some()) {
+            (Some(victim), true) => self.dropped_from(victim),
+            _ => self.end_overflow_with_room(),
+        };
+        Pushed { dropped, overflow }
+    }
+
+    fn queued(&self, pod: &PodKey) -> usize {
+        self.pods.get(pod).map_or(0, |queue| queue.len)
+    }
+
+    fn dropped_from(&mut self, pod: PodKey) -> Option<OverflowChange> {
+        match &mut self.overflow {
+            Some(overflow) => {
+                overflow.pod = pod;
+                overflow.dropped += 1;
+                None
+            }
+            None => {
+                self.overflow = Some(Overflow { pod, dropped: 1 });
+                Some(OverflowChange::Began)
+            }
+        }
+    }
+
+    fn end_overflow_with_room(&mut self) -> Option<OverflowChange> {
+        let overflow = self.overflow.as_ref()?;
+        let room = self.len <= self.capacity * 3 / 4
+            && self.queued(&overflow.pod) <= self.pod_capacity * 3 / 4;
+        if !room {
+            return None;
+        }
+        let dropped = self.overflow.take().map_or(0, |overflow| overflow.dropped);
+        Some(OverflowChange::Ended { dropped })
     }
 
     /// The oldest event of the pod whose turn it is.
@@ -236,7 +305,7 @@ mod tests {
         queue.push(event("a", reasons::KILLING, "kill"));
         queue.push(event("a", reasons::UNHEALTHY, "1"));
         queue.push(event("a", reasons::UNHEALTHY, "2"));
-        let dropped = queue.push(event("a", reasons::UNHEALTHY, "3"));
+        let dropped = queue.push(event("a", reasons::UNHEALTHY, "3")).dropped;
         assert_eq!(dropped.map(|e| e.note).as_deref(), Some("1"));
         assert_eq!(drain(&mut queue), ["a/kill", "a/2", "a/3"]);
     }
@@ -248,7 +317,7 @@ mod tests {
             queue.push(event("a", reasons::UNHEALTHY, note));
         }
         queue.push(event("b", reasons::KILLING, "kill"));
-        let dropped = queue.push(event("c", reasons::UNHEALTHY, "1"));
+        let dropped = queue.push(event("c", reasons::UNHEALTHY, "1")).dropped;
         assert_eq!(dropped.map(|e| e.note).as_deref(), Some("1"));
         assert_eq!(queue.len(), 4);
         assert_eq!(drain(&mut queue), ["a/2", "b/kill", "c/1", "a/3"]);
@@ -263,6 +332,7 @@ mod tests {
             dropped += usize::from(
                 queue
                     .push(event("a", reasons::UNHEALTHY, &i.to_string()))
+                    .dropped
                     .is_some(),
             );
             if i == 5_000 {
@@ -281,7 +351,7 @@ mod tests {
         queue.push(event("a", reasons::UNHEALTHY, "1"));
         queue.push(event("b", reasons::UNHEALTHY, "1"));
         // a's only event gives way to its next, which waits behind b's.
-        let dropped = queue.push(event("a", reasons::UNHEALTHY, "2"));
+        let dropped = queue.push(event("a", reasons::UNHEALTHY, "2")).dropped;
         assert_eq!(dropped.map(|e| e.note).as_deref(), Some("1"));
         assert_eq!(drain(&mut queue), ["b/1", "a/2"]);
         assert_eq!(queue.pop(), None);
@@ -313,7 +383,7 @@ mod tests {
         for _ in 0..3 {
             queue.push(event("a", reasons::UNHEALTHY, "1"));
         }
-        let dropped = queue.push(event("b", reasons::UNHEALTHY, "1"));
+        let dropped = queue.push(event("b", reasons::UNHEALTHY, "1")).dropped;
         assert_eq!(dropped.map(|e| e.note).as_deref(), Some("1"));
         assert_eq!((queue.len(), queue.entries()), (4, 3));
         assert_eq!(drain(&mut queue), ["a/kill", "b/1", "a/1", "a/1"]);
@@ -323,10 +393,70 @@ mod tests {
     fn rule9_5_a_pod_queue_full_of_one_failure_keeps_one_entry() {
         let mut queue = FairQueue::new(1000, 100);
         let dropped = (0..1000)
-            .filter(|_| queue.push(event("a", reasons::UNHEALTHY, "404")).is_some())
+            .filter(|_| {
+                queue
+                    .push(event("a", reasons::UNHEALTHY, "404"))
+                    .dropped
+                    .is_some()
+            })
             .count();
         assert_eq!(dropped, 900);
         assert_eq!((queue.len(), queue.entries()), (100, 1));
         assert_eq!(drain(&mut queue).len(), 100);
+    }
+
+    /// The overflow changes of pushing `events` of `pod`.
+    fn changes(queue: &mut FairQueue, pod: &str, events: usize) -> Vec<OverflowChange> {
+        (0..events)
+            .filter_map(|i| {
+                queue
+                    .push(event(pod, reasons::UNHEALTHY, &i.to_string()))
+                    .overflow
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rule9_5_an_overflow_ends_once_a_quarter_of_the_room_is_back() {
+        use OverflowChange::{Began, Ended};
+        let mut queue = FairQueue::new(8, 100);
+        assert_eq!(changes(&mut queue, "a", 8), []);
+        assert_eq!(changes(&mut queue, "a", 3), [Began]);
+        // Served one at a time while producers keep it full: one episode,
+        // not a begin and an end at every event served.
+        for _ in 0..5 {
+            queue.pop();
+            assert_eq!(changes(&mut queue, "b", 1), []);
+            assert_eq!(changes(&mut queue, "a", 1), []);
+        }
+        assert_eq!(queue.len(), 8);
+        // Seven of eight queued after a push: still the same overflow.
+        queue.pop();
+        queue.pop();
+        assert_eq!(changes(&mut queue, "b", 1), []);
+        // Six of eight: room again, with the drops of the whole episode.
+        queue.pop();
+        queue.pop();
+        assert_eq!(changes(&mut queue, "b", 1), [Ended { dropped: 8 }]);
+        assert_eq!(changes(&mut queue, "b", 2), []);
+        assert_eq!(changes(&mut queue, "b", 1), [Began]);
+    }
+
+    #[test]
+    fn rule9_5_a_pod_that_floods_its_own_queue_is_one_overflow() {
+        use OverflowChange::{Began, Ended};
+        let mut queue = FairQueue::new(1000, 4);
+        assert_eq!(changes(&mut queue, "a", 5), [Began]);
+        // Other pods' events find room while a's queue stays full.
+        for _ in 0..3 {
+            assert_eq!(changes(&mut queue, "b", 1), []);
+            queue.pop();
+            assert_eq!(changes(&mut queue, "a", 1), []);
+        }
+        // a's queue back to three of four.
+        while queue.queued(&PodKey::of(&event("a", reasons::UNHEALTHY, ""))) > 3 {
+            queue.pop();
+        }
+        assert_eq!(changes(&mut queue, "c", 1), [Ended { dropped: 2 }]);
     }
 }
