@@ -112,7 +112,7 @@ struct Overflow {
 }
 
 /// What [`FairQueue::push`] did besides queueing the event.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Pushed {
     /// The event dropped to make room.
     pub(super) dropped: Option<PodEvent>,
