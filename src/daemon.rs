@@ -77,6 +77,7 @@ use crate::probe::run_probe::NetworkLimits;
 use crate::runtime::cri::{CriClient, CriError};
 use crate::server::delegated_auth::DelegatedAuth;
 use crate::server::health::{Health, Reachability, WATCH_TIMEOUT};
+use crate::server::in_flight::InFlightGauge;
 use crate::server::status_api::StatusApi;
 use crate::server::{Limits, MetricsAccess, Server, ServerConfig};
 use podprobe_core::prober::manager::ProberManager;
@@ -256,7 +257,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(given) => given,
         None => user_agent::of_node(client.clone(), &config.node_name).await,
     };
-    let prober = prober(&config, &kube_probe_version, &client, &cri);
+    let prober = prober(
+        &config,
+        &kube_probe_version,
+        &client,
+        &cri,
+        metrics.network_probes_in_flight.clone(),
+    );
     let (caches, receivers) = ProbeCaches::new();
     let manager = ProberManager::new(prober, cache.clone(), caches, clock.clone(), observer)
         .with_probe_rates(ProbeRates::new(
@@ -556,7 +563,13 @@ fn server_config(config: &Config, reviews: kube::Client) -> ServerConfig {
 /// The probe handlers as `podprobe run`'s flags configure them: exec
 /// through `cri`, network probes within the node's limits, the Secrets
 /// probes name read through `client`.
-fn prober(config: &Config, kube_probe_version: &str, client: &Client, cri: &CriClient) -> Prober {
+fn prober(
+    config: &Config,
+    kube_probe_version: &str,
+    client: &Client,
+    cri: &CriClient,
+    in_flight: InFlightGauge,
+) -> Prober {
     Prober::new(kube_probe_version, Some(cri.clone()))
         .with_destinations(config.destinations.clone())
         .with_network_limits(NetworkLimits {
@@ -568,6 +581,7 @@ fn prober(config: &Config, kube_probe_version: &str, client: &Client, cri: &CriC
                 1,
             ),
             max_timeout: config.max_network_timeout,
+            in_flight,
         })
         .with_client_certificates(ClientCertificates::new(
             KubeSecrets(client.clone()),

@@ -29,6 +29,7 @@ use podprobe::probe::Prober;
 use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
 use podprobe::probe::http::MAX_RESPONSE_HEAD_BYTES;
 use podprobe::probe::run_probe::NetworkLimits;
+use podprobe::server::in_flight::InFlightGauge;
 use podprobe_core::spec::probe_spec::{GrpcAction, Handler, HttpGetAction, HttpProtocol, Scheme};
 use podprobe_core::spec::verdict::MAX_PROBE_RETRIES;
 use podprobe_core::spec::{
@@ -36,6 +37,7 @@ use podprobe_core::spec::{
 };
 use podprobe_core::util::fair_slots::FairSlots;
 use podprobe_core::util::pod::ContainerIdentity;
+use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -893,6 +895,7 @@ async fn hostile_servers_get_verdicts_on_time_with_bounded_memory_and_descriptor
 /// that stalls before its head ends hold at most the pod's share of
 /// connections at once, each for at most the node's timeout cap, and
 /// another pod's probe through the same prober is answered at once.
+/// `podprobe_network_probes_in_flight` counts the attempts holding slots.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_pods_stalled_probes_hold_at_most_its_share_for_at_most_the_cap() {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -902,10 +905,13 @@ async fn one_pods_stalled_probes_hold_at_most_its_share_for_at_most_the_cap() {
     let payloads = Payloads::new();
     let stalled = Arc::new(HostileServer::start(Behaviour::SlowHead, payloads.clone()).await);
     let answering = HostileServer::start(Behaviour::EndlessBody, payloads).await;
+    let mut metrics = Registry::default();
+    let in_flight = InFlightGauge::register_network_probes(&mut metrics);
     let prober = Arc::new(
         Prober::new("1.35", None).with_network_limits(NetworkLimits {
             slots: FairSlots::with_guaranteed(64, PER_POD, 1),
             max_timeout: CAP,
+            in_flight,
         }),
     );
     let probe = |prober: Arc<Prober>, server: Arc<HostileServer>, pod: &'static str| async move {
@@ -933,11 +939,20 @@ async fn one_pods_stalled_probes_hold_at_most_its_share_for_at_most_the_cap() {
     // server has seen at most the pod's share of requests until then.
     tokio::time::sleep_until(started + CAP * 9 / 10).await;
     let first_wave = stalled.requests.load(Ordering::SeqCst);
+    let counted = network_probes_in_flight(&metrics);
     let (bystander_time, bystander) = probe(prober.clone(), Arc::new(answering), "bystander").await;
     let mut verdicts = Vec::new();
     while let Some(joined) = hostile.join_next().await {
         verdicts.push(joined.unwrap_or_else(|error| panic!("a probe task failed: {error}")));
     }
+    // The gauge counts the attempts holding a slot, not those waiting for
+    // one, and none once every probe has its verdict.
+    assert!(
+        (first_wave..=PER_POD).contains(&counted),
+        "{counted} network probes counted in flight with {first_wave} requests \
+         seen and {PER_POD} slots for the pod"
+    );
+    assert_eq!(network_probes_in_flight(&metrics), 0);
     eprintln!(
         "first wave {first_wave} requests; bystander in {bystander_time:.2?}; \
          all hostile verdicts in {:.2?}",
@@ -973,4 +988,14 @@ async fn one_pods_stalled_probes_hold_at_most_its_share_for_at_most_the_cap() {
             "neither the deadline nor a busy slot: {verdict:?}"
         );
     }
+}
+
+/// `podprobe_network_probes_in_flight`'s value in `metrics`.
+fn network_probes_in_flight(metrics: &Registry) -> usize {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, metrics).expect("a String takes any text");
+    text.lines()
+        .find_map(|line| line.strip_prefix("podprobe_network_probes_in_flight "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no podprobe_network_probes_in_flight in {text}"))
 }

@@ -470,6 +470,7 @@ fn dashboard_panels_each_have_a_query() {
         "podprobe_pods_tracked",
         "podprobe_pod_watch_idle_seconds",
         "podprobe_exec_in_flight",
+        "podprobe_network_probes_in_flight",
         "podprobe_events_total",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",

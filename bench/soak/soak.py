@@ -145,6 +145,7 @@ class Podprobe:
                 "podprobe_workers",
                 "podprobe_heap_in_use_bytes",
                 "podprobe_heap_free_bytes",
+                "podprobe_network_probes_in_flight",
             ):
                 out[name] = value
             if name == "podprobe_per_pod_entries":
@@ -278,6 +279,7 @@ class Sampler(threading.Thread):
                 "event_series",
                 "event_spam",
                 "events_dropped",
+                "network_probes_in_flight",
             ]
         )
         self.generation = 0
@@ -312,6 +314,7 @@ class Sampler(threading.Thread):
                 g.get("cache_series", ""),
                 g.get("cache_spam", ""),
                 g.get("events_dropped", ""),
+                g.get("podprobe_network_probes_in_flight", ""),
             ]
             self.samples += 1
             self.writer.writerow(row)
@@ -398,20 +401,36 @@ def verdict(rows, duration_s):
     }
 
 
+# Network probe attempts in flight (podprobe_network_probes_in_flight) at
+# or under which a sample counts as taken with probe work at rest: an
+# HTTP/1 attempt waiting for its answer holds about 30 KiB (its connection's
+# buffers and hyper's dispatch channel, bench/RESULTS.md), so 16 of them are
+# under half a MiB, well inside 5 % of the heap at 300 pods.
+AT_REST = 16
+
+
 def single_life(rows, pods):
     """#39's verdict on one podprobe's life: the heap in use at each cycle's
     peak within 5 % of the fourth cycle's from then on (the first three
     fill caches and the allocator's pools), also read as the peaks from the
     fourth on within a band of ±5 % around its middle; RSS with every pod
-    up under 64 MiB. Cycles whose pods were not all up are left out."""
+    up under 64 MiB. Cycles whose pods were not all up are left out.
+
+    The same verdict on each cycle's peak among the samples taken with at
+    most AT_REST network probes in flight, beside the heap's slope against
+    probes in flight: a cycle's highest sample is otherwise a draw on how
+    many probes of its dying pods wait for their timeout at that instant."""
     cycles = sorted({r[8] for r in rows if len(r) > 8 and r[8]})
-    peaks, medians, rss_full = [], [], []
+    peaks, rest_peaks, medians, rss_full = [], [], [], []
     for c in cycles:
         of = [r for r in rows if r[8] == c]
         full = [r for r in of if r[4] != "" and r[4] >= pods]
         if not full:
             continue
         peaks.append((c, max(r[2] for r in of if r[2] != "")))
+        at_rest = [r[2] for r in of if r[2] != "" and in_flight(r) is not None and in_flight(r) <= AT_REST]
+        if at_rest:
+            rest_peaks.append((c, max(at_rest)))
         heap_full = sorted(r[2] for r in full if r[2] != "")
         medians.append((c, heap_full[len(heap_full) // 2] if heap_full else None))
         rss_full.extend(r[1] for r in full)
@@ -420,31 +439,52 @@ def single_life(rows, pods):
         "cycle_heap_median_at_full_kib": medians,
         "rss_at_full_max_kib": max(rss_full, default=None),
     }
+    result.update(peak_verdict(peaks, "heap"))
     if len(peaks) >= 5:
-        base = peaks[3][1]
-        spread = [round(100 * (p - base) / base, 1) for _, p in peaks[3:]]
-        result["heap_peaks_vs_4th_pct"] = spread
-        result["heap_flat"] = all(abs(d) <= 5 for d in spread)
-        # The same rule with the band's middle as reference in place of
-        # one cycle's peak: half the spread of the peaks from the fourth on,
-        # against their midpoint. A low or high 4th wave alone no longer
-        # decides the verdict; growth still widens the band.
-        low, high = min(p for _, p in peaks[3:]), max(p for _, p in peaks[3:])
-        result["heap_peaks_band_pct"] = round(100 * (high - low) / (high + low), 1)
-        result["heap_peaks_in_5pct_band"] = result["heap_peaks_band_pct"] <= 5
-        # A peak is one deletion wave's work in flight, which varies from
-        # wave to wave; growth shows as a trend across cycles, so the
-        # least-squares slope from the fourth cycle on is given beside it,
-        # for the peaks and for the medians with every pod up.
-        result["heap_peak_trend_kib_per_cycle"] = slope(peaks[3:])
         full = [(c, m) for c, m in medians[3:] if m is not None]
         if len(full) >= 2:
             base = full[0][1]
             result["heap_medians_vs_4th_pct"] = [round(100 * (m - base) / base, 1) for _, m in full]
             result["heap_median_trend_kib_per_cycle"] = slope(full)
+    if rest_peaks:
+        result["probes_at_rest_at_most"] = AT_REST
+        result["cycle_heap_peaks_at_rest_kib"] = rest_peaks
+        result.update(peak_verdict(rest_peaks, "heap_at_rest"))
+        counted = [(in_flight(r), r[2]) for r in rows if in_flight(r) is not None and r[2] != "" and r[8] in dict(peaks)]
+        result["network_probes_in_flight_max"] = max(n for n, _ in counted)
+        # KiB of heap per probe in flight, over every sample of the judged
+        # cycles: what a cycle's highest sample adds for each probe waiting.
+        result["heap_kib_per_probe_in_flight"] = slope(counted)
     if rss_full:
         result["rss_under_64_mib"] = max(rss_full) < 64 * MIB
     return result
+
+
+def in_flight(row):
+    """A sample's network probes in flight, None where not recorded."""
+    return row[16] if len(row) > 16 and row[16] != "" else None
+
+
+def peak_verdict(peaks, name):
+    """The 5 % rule on per-cycle peaks from the fourth cycle on, against
+    the fourth and as a band around their middle, with their trend."""
+    if len(peaks) < 5:
+        return {}
+    base = peaks[3][1]
+    spread = [round(100 * (p - base) / base, 1) for _, p in peaks[3:]]
+    low, high = min(p for _, p in peaks[3:]), max(p for _, p in peaks[3:])
+    band = round(100 * (high - low) / (high + low), 1)
+    return {
+        f"{name}_peaks_vs_4th_pct": spread,
+        f"{name}_flat": all(abs(d) <= 5 for d in spread),
+        # The band's middle as reference in place of one cycle's peak: a
+        # low or high 4th wave alone no longer decides; growth still
+        # widens the band.
+        f"{name}_peaks_band_pct": band,
+        f"{name}_peaks_in_5pct_band": band <= 5,
+        # Growth shows as a trend across cycles.
+        f"{name}_peak_trend_kib_per_cycle": slope(peaks[3:]),
+    }
 
 
 def slope(points):

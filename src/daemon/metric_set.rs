@@ -18,7 +18,8 @@
 //! | pod watch | `podprobe_pods_watched`, `podprobe_pod_watch_idle_seconds` | `api::watch_metrics` |
 //! | `/metrics` authentication | `podprobe_metrics_auth_decisions` | [`crate::server::auth_metrics`] |
 //! | status API | `podprobe_probe_status_requests`, `podprobe_status_api_forwarded` | `server::status_api::status_api_metrics` |
-//! | CRI client | `podprobe_exec_in_flight` | [`crate::runtime::cri::InFlightGauge`] |
+//! | CRI client | `podprobe_exec_in_flight` | [`crate::server::in_flight::InFlightGauge`] |
+//! | network probes | `podprobe_network_probes_in_flight` | [`crate::server::in_flight::InFlightGauge`] |
 //! | process | `process_*`, `podprobe_heap_*` | `server::process_stats` |
 
 use std::sync::Arc;
@@ -35,8 +36,8 @@ use crate::api::event_metrics::EventMetrics;
 use crate::api::patch_metrics::PatchMetrics;
 use crate::api::request_metrics::RequestMetrics;
 use crate::api::watch_metrics::WatchMetrics;
-use crate::runtime::cri::InFlightGauge;
 use crate::server::auth_metrics::AuthDecisions;
+use crate::server::in_flight::InFlightGauge;
 use crate::server::metrics::Metrics;
 use crate::server::process_stats::ProcessCollector;
 use crate::server::status_api::StatusApiMetrics;
@@ -61,6 +62,7 @@ pub struct MetricSet {
     pub auth: AuthDecisions,
     pub(crate) status_api: StatusApiMetrics,
     pub exec_in_flight: InFlightGauge,
+    pub network_probes_in_flight: InFlightGauge,
 }
 
 impl MetricSet {
@@ -85,7 +87,8 @@ impl MetricSet {
         let markers = MarkerMetrics::register(&mut own);
         let workload_guard = WorkloadGuardMetrics::register(&mut own);
         let build_info = BuildInfo::register(&mut own);
-        let exec_in_flight = InFlightGauge::register(&mut own);
+        let exec_in_flight = InFlightGauge::register_exec(&mut own);
+        let network_probes_in_flight = InFlightGauge::register_network_probes(&mut own);
         let budgets = BudgetMetrics::register(&mut own);
         MetricSet {
             served: Metrics::new(prober, own),
@@ -102,6 +105,7 @@ impl MetricSet {
             auth,
             status_api,
             exec_in_flight,
+            network_probes_in_flight,
         }
     }
 }
@@ -159,6 +163,7 @@ mod tests {
             "podprobe_workers 3",
             "podprobe_pods_watched 2",
             "podprobe_exec_in_flight 0",
+            "podprobe_network_probes_in_flight 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

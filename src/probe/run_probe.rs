@@ -20,6 +20,7 @@ use podprobe_core::util::gofmt::go_quote;
 use std::sync::Arc;
 
 use crate::runtime::cri::CriClient;
+use crate::server::in_flight::{InFlightGauge, InFlightGuard};
 use podprobe_core::spec::client_identity::ClientIdentitySource;
 use podprobe_core::spec::header_secrets::HeaderSecretSource;
 use podprobe_core::util::fair_slots::{FairSlots, Slot, SlotsBusy};
@@ -46,6 +47,15 @@ pub struct NetworkLimits {
     /// The longest timeout a network probe runs with
     /// (`--max-network-timeout-seconds`).
     pub max_timeout: Duration,
+    /// Counts the attempts in flight (`podprobe_network_probes_in_flight`).
+    pub in_flight: InFlightGauge,
+}
+
+/// A network probe attempt in flight: its slot and its count in
+/// [`NetworkLimits::in_flight`], both given back when it ends.
+struct InFlight {
+    _slot: Option<Slot>,
+    _counted: InFlightGuard,
 }
 
 /// The error of an attempt that got no slot within its timeout.
@@ -279,17 +289,17 @@ impl Prober {
 }
 
 impl Prober {
-    /// A network probe's slot (none for exec probes, without limits, or
-    /// without a pod to charge it to) and the attempt's timeout: its own,
-    /// cut to the longest allowed. The wait for the slot, up to that
-    /// timeout, does not shorten the attempt (as for exec slots): a probe
-    /// kept waiting by other pods errors (no verdict) rather than failing
-    /// on a deadline the kubelet would not have set.
+    /// A network probe's place in flight (none for exec probes or without
+    /// limits; its slot none without a pod to charge it to) and the
+    /// attempt's timeout: its own, cut to the longest allowed. The wait for
+    /// the slot, up to that timeout, does not shorten the attempt (as for
+    /// exec slots): a probe kept waiting by other pods errors (no verdict)
+    /// rather than failing on a deadline the kubelet would not have set.
     async fn network_slot(
         &self,
         spec: &ProbeSpec,
         target: ProbeTarget<'_>,
-    ) -> Result<(Option<Slot>, Duration), ProbeError> {
+    ) -> Result<(Option<InFlight>, Duration), ProbeError> {
         let timeout = spec.timeout();
         let network = matches!(
             spec.handler,
@@ -302,12 +312,18 @@ impl Prober {
             true => limits.max_timeout,
             false => timeout.min(limits.max_timeout),
         };
-        let Some(identity) = target.identity else {
-            return Ok((None, timeout));
+        let slot = match target.identity {
+            Some(identity) => Some(
+                (limits.slots.acquire(identity.pod_uid, timeout).await)
+                    .map_err(|SlotsBusy| network_slots_busy(&limits.slots, timeout))?,
+            ),
+            None => None,
         };
-        let slot = (limits.slots.acquire(identity.pod_uid, timeout).await)
-            .map_err(|SlotsBusy| network_slots_busy(&limits.slots, timeout))?;
-        Ok((Some(slot), timeout))
+        let in_flight = InFlight {
+            _slot: slot,
+            _counted: limits.in_flight.enter(),
+        };
+        Ok((Some(in_flight), timeout))
     }
 
     /// `network: pod`: the network namespace of the target's pod, found

@@ -32,11 +32,10 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-mod in_flight;
 #[cfg(feature = "testing")]
 mod node_agent;
 
-pub use self::in_flight::{InFlightGauge, InFlightGuard};
+use crate::server::in_flight::InFlightGauge;
 
 /// Code generated from `proto/api.proto` by `build.rs`.
 mod v1 {

@@ -1,5 +1,7 @@
-//! A gauge of runtime calls in flight (`podprobe_exec_in_flight`),
-//! registered here and counted by the CRI client.
+//! Gauges of work in flight: the CRI client's `ExecSync` calls
+//! (`podprobe_exec_in_flight`) and the network probes' attempts
+//! (`podprobe_network_probes_in_flight`), each registered by the daemon and
+//! counted where the work runs.
 
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -12,13 +14,31 @@ pub struct InFlightGauge(Gauge);
 impl InFlightGauge {
     /// Registers `podprobe_exec_in_flight` in `registry`: the CRI client's
     /// `ExecSync` calls in flight.
-    pub fn register(registry: &mut Registry) -> Self {
-        let gauge = Gauge::default();
-        registry.register(
+    pub fn register_exec(registry: &mut Registry) -> Self {
+        Self::register(
+            registry,
             "podprobe_exec_in_flight",
             "CRI ExecSync calls of exec probes currently in flight",
-            gauge.clone(),
-        );
+        )
+    }
+
+    /// Registers `podprobe_network_probes_in_flight` in `registry`: the
+    /// attempts of HTTP, TCP and gRPC probes that hold a network probe slot
+    /// (`--max-concurrent-network-probes`). Each holds its connection and
+    /// buffers until its answer or its timeout, so on a node whose pods stop
+    /// answering at once this, not the number of pods, moves the heap
+    /// (bench/RESULTS.md, #39).
+    pub fn register_network_probes(registry: &mut Registry) -> Self {
+        Self::register(
+            registry,
+            "podprobe_network_probes_in_flight",
+            "HTTP, TCP and gRPC probe attempts currently in flight",
+        )
+    }
+
+    fn register(registry: &mut Registry, name: &str, help: &str) -> Self {
+        let gauge = Gauge::default();
+        registry.register(name, help, gauge.clone());
         InFlightGauge(gauge)
     }
 
@@ -47,7 +67,7 @@ mod tests {
 
     #[test]
     fn exec_in_flight_counts_live_guards() {
-        let (gauge, metrics) = registered(InFlightGauge::register);
+        let (gauge, metrics) = registered(InFlightGauge::register_exec);
         let first = gauge.enter();
         let second = gauge.enter();
         assert!(
