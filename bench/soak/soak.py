@@ -34,6 +34,7 @@ import csv
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -450,14 +451,30 @@ def single_life(rows, pods):
         result["probes_at_rest_at_most"] = AT_REST
         result["cycle_heap_peaks_at_rest_kib"] = rest_peaks
         result.update(peak_verdict(rest_peaks, "heap_at_rest"))
-        counted = [(in_flight(r), r[2]) for r in rows if in_flight(r) is not None and r[2] != "" and r[8] in dict(peaks)]
-        result["network_probes_in_flight_max"] = max(n for n, _ in counted)
-        # KiB of heap per probe in flight, over every sample of the judged
-        # cycles: what a cycle's highest sample adds for each probe waiting.
-        result["heap_kib_per_probe_in_flight"] = slope(counted)
+        judged = [r for r in rows if r[8] in dict(peaks) and r[2] != "" and in_flight(r) is not None]
+        result["network_probes_in_flight_max"] = max(in_flight(r) for r in judged)
+        result["heap_kib_per_probe_in_flight"] = kib_per_probe_in_flight(judged)
     if rss_full:
         result["rss_under_64_mib"] = max(rss_full) < 64 * MIB
     return result
+
+
+def kib_per_probe_in_flight(rows):
+    """What the heap holds for each network probe in flight: the slope of
+    each sample's heap over the median of its six neighbours against its
+    probes in flight over theirs. Across cycles the two move apart (the
+    waves' probes wait while their pods' state is freed), so only the
+    sample-to-sample difference isolates the probes' share."""
+    points = []
+    for i in range(3, len(rows) - 3):
+        near = rows[i - 3 : i] + rows[i + 1 : i + 4]
+        points.append(
+            (
+                in_flight(rows[i]) - statistics.median(in_flight(r) for r in near),
+                rows[i][2] - statistics.median(r[2] for r in near),
+            )
+        )
+    return slope(points) if len(points) >= 2 else None
 
 
 def in_flight(row):
