@@ -41,7 +41,6 @@ pub mod auth_metrics;
 mod connections;
 pub mod delegated_auth;
 pub mod health;
-pub mod in_flight;
 pub mod metrics;
 pub(crate) mod process_stats;
 mod review_turns;

@@ -29,7 +29,7 @@ use podprobe::probe::Prober;
 use podprobe::probe::grpc::MAX_HEALTH_RESPONSE_BYTES;
 use podprobe::probe::http::MAX_RESPONSE_HEAD_BYTES;
 use podprobe::probe::run_probe::NetworkLimits;
-use podprobe::server::in_flight::InFlightGauge;
+use podprobe::runtime::in_flight::InFlightGauge;
 use podprobe_core::spec::probe_spec::{GrpcAction, Handler, HttpGetAction, HttpProtocol, Scheme};
 use podprobe_core::spec::verdict::MAX_PROBE_RETRIES;
 use podprobe_core::spec::{

@@ -18,8 +18,8 @@
 //! | pod watch | `podprobe_pods_watched`, `podprobe_pod_watch_idle_seconds` | `api::watch_metrics` |
 //! | `/metrics` authentication | `podprobe_metrics_auth_decisions` | [`crate::server::auth_metrics`] |
 //! | status API | `podprobe_probe_status_requests`, `podprobe_status_api_forwarded` | `server::status_api::status_api_metrics` |
-//! | CRI client | `podprobe_exec_in_flight` | [`crate::server::in_flight::InFlightGauge`] |
-//! | network probes | `podprobe_network_probes_in_flight` | [`crate::server::in_flight::InFlightGauge`] |
+//! | CRI client | `podprobe_exec_in_flight` | [`crate::runtime::in_flight::InFlightGauge`] |
+//! | network probes | `podprobe_network_probes_in_flight` | [`crate::runtime::in_flight::InFlightGauge`] |
 //! | process | `process_*`, `podprobe_heap_*` | `server::process_stats` |
 
 use std::sync::Arc;
@@ -36,8 +36,8 @@ use crate::api::event_metrics::EventMetrics;
 use crate::api::patch_metrics::PatchMetrics;
 use crate::api::request_metrics::RequestMetrics;
 use crate::api::watch_metrics::WatchMetrics;
+use crate::runtime::in_flight::InFlightGauge;
 use crate::server::auth_metrics::AuthDecisions;
-use crate::server::in_flight::InFlightGauge;
 use crate::server::metrics::Metrics;
 use crate::server::process_stats::ProcessCollector;
 use crate::server::status_api::StatusApiMetrics;

@@ -20,7 +20,7 @@ use podprobe_core::util::gofmt::go_quote;
 use std::sync::Arc;
 
 use crate::runtime::cri::CriClient;
-use crate::server::in_flight::{InFlightGauge, InFlightGuard};
+use crate::runtime::in_flight::{InFlightGauge, InFlightGuard};
 use podprobe_core::spec::client_identity::ClientIdentitySource;
 use podprobe_core::spec::header_secrets::HeaderSecretSource;
 use podprobe_core::util::fair_slots::{FairSlots, Slot, SlotsBusy};

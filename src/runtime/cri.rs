@@ -35,7 +35,7 @@ use tonic::{Code, Status};
 #[cfg(feature = "testing")]
 mod node_agent;
 
-use crate::server::in_flight::InFlightGauge;
+use crate::runtime::in_flight::InFlightGauge;
 
 /// Code generated from `proto/api.proto` by `build.rs`.
 mod v1 {

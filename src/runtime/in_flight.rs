@@ -1,7 +1,8 @@
 //! Gauges of work in flight: the CRI client's `ExecSync` calls
 //! (`podprobe_exec_in_flight`) and the network probes' attempts
 //! (`podprobe_network_probes_in_flight`), each registered by the daemon and
-//! counted where the work runs.
+//! counted where the work runs. Here, in the runtime layer, because both
+//! the CRI client and the probe handlers count (tests/layering.rs).
 
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
