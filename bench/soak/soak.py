@@ -404,9 +404,9 @@ def verdict(rows, duration_s):
 
 # Network probe attempts in flight (podprobe_network_probes_in_flight) at
 # or under which a sample counts as taken with probe work at rest: an
-# HTTP/1 attempt waiting for its answer holds about 30 KiB (its connection's
+# HTTP/1 attempt waiting for its answer holds 20–38 KiB (its connection's
 # buffers and hyper's dispatch channel, bench/RESULTS.md), so 16 of them are
-# under half a MiB, well inside 5 % of the heap at 300 pods.
+# at most 0.6 MiB, inside 5 % of the heap at 300 pods.
 AT_REST = 16
 
 
@@ -451,7 +451,8 @@ def single_life(rows, pods):
         result["probes_at_rest_at_most"] = AT_REST
         result["cycle_heap_peaks_at_rest_kib"] = rest_peaks
         result.update(peak_verdict(rest_peaks, "heap_at_rest"))
-        judged = [r for r in rows if r[8] in dict(peaks) and r[2] != "" and in_flight(r) is not None]
+        cycles_judged = {c for c, _ in peaks}
+        judged = [r for r in rows if r[8] in cycles_judged and r[2] != "" and in_flight(r) is not None]
         result["network_probes_in_flight_max"] = max(in_flight(r) for r in judged)
         result["heap_kib_per_probe_in_flight"] = kib_per_probe_in_flight(judged)
     if rss_full:
