@@ -56,6 +56,7 @@ mod correlator;
 mod lru;
 mod queue;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -131,11 +132,19 @@ struct Shared {
     sinks: AtomicUsize,
     /// Cleared when the publisher is gone, so events are no longer queued.
     open: AtomicBool,
+    /// UIDs of pods deleted since the publisher's last check, whose
+    /// correlator entries it forgets then (at most the pods deleted from
+    /// the node in a [`SERIES_CHECK`]).
+    gone: Mutex<HashSet<String>>,
 }
 
 impl Shared {
     fn queue(&self) -> MutexGuard<'_, FairQueue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take_gone(&self) -> HashSet<String> {
+        std::mem::take(&mut self.gone.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -163,6 +172,7 @@ pub fn channel_with(config: QueueConfig, metrics: impl EventObserver) -> (EventS
         wake: Notify::new(),
         sinks: AtomicUsize::new(1),
         open: AtomicBool::new(true),
+        gone: Mutex::default(),
     });
     let sink = EventSink {
         shared: shared.clone(),
@@ -231,6 +241,19 @@ impl EventRecorder for EventSink {
     fn record(&self, event: PodEvent) {
         EventSink::record(self, event);
     }
+
+    /// Hands `uid` to the publisher, which forgets the pod's spam budget
+    /// and aggregates at its next check.
+    fn forget_pod(&self, uid: &str) {
+        if self.shared.open.load(Ordering::Relaxed) {
+            let mut gone = self
+                .shared
+                .gone
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            gone.insert(uid.to_string());
+        }
+    }
 }
 
 impl Drop for EventQueue {
@@ -261,6 +284,7 @@ impl EventQueue {
                     None => break,
                 },
                 _ = check.tick() => {
+                    correlator.forget_pods(&self.shared.take_gone());
                     for update in correlator.due(Instant::now()) {
                         wait_for_write(&mut writes).await;
                         publisher.update(&update).await;
@@ -717,6 +741,47 @@ mod tests {
         let received = received.lock().unwrap();
         let writes = |pod: &str| received.iter().filter(|r| r.pod == pod).count();
         (writes("pod-uid-reset"), writes("pod-uid-refused"))
+    }
+
+    /// #39: a deleted pod's spent budget leaves the correlator at the
+    /// publisher's next check, not when it has refilled two hours on;
+    /// another pod's stays, and so does the gone pod's series, whose Event
+    /// is still owed its last count.
+    #[tokio::test(start_paused = true)]
+    async fn rule9_4_a_deleted_pods_budget_is_forgotten_at_the_next_check() {
+        let (client, received) = fake_api(true);
+        let (metrics, exposition) = registered(EventMetrics::register);
+        let (sink, queue) = channel_with(QueueConfig::default(), metrics);
+        let publisher = tokio::spawn(async move { queue.run(client, "node").await });
+        let (gone, stays) = (liveness_of("uid-gone"), liveness_of("uid-stays"));
+        for port in 40_000..40_030 {
+            let output = format!("read tcp 10.0.0.1:{port}->10.0.0.2:8080: connection reset");
+            sink.record(failure(&gone, &output));
+            sink.record(failure(&stays, &output));
+        }
+        sink.forget_pod("uid-gone");
+        tokio::time::sleep(SERIES_CHECK + Duration::from_secs(1)).await;
+        let entries = |cache: &str| {
+            exposition
+                .sample(&format!(
+                    "podprobe_event_cache_entries{{cache=\"{cache}\"}}"
+                ))
+                .unwrap_or_else(|| panic!("no {cache} entries in {}", exposition.encode()))
+        };
+        assert_eq!(
+            (entries("spam"), entries("aggregates")),
+            ("1".into(), "1".into())
+        );
+        // Each pod's series: nine notes of their own, then the combined.
+        assert_eq!(entries("series"), "20");
+        drop(sink);
+        publisher.await.expect("publisher ends");
+        // The same writes for both, whatever the forgetting: nine Events,
+        // the combined one and its count of two, and at shutdown its last
+        // count.
+        let received = received.lock().unwrap();
+        let writes = |pod: &str| received.iter().filter(|r| r.pod == pod).count();
+        assert_eq!((writes("pod-uid-gone"), writes("pod-uid-stays")), (12, 12));
     }
 
     #[tokio::test(start_paused = true)]

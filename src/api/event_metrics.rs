@@ -43,7 +43,7 @@ impl EventMetrics {
         );
         registry.register(
             "podprobe_event_cache_entries",
-            "Entries of the Event correlator's caches after its last check, once a minute (aggregates: similar events' notes; series: counted events; spam: per-pod token buckets); each holds at most 4,096 and forgets what a new entry would equal",
+            "Entries of the Event correlator's caches after its last check, once a minute (aggregates: similar events' notes; series: counted events; spam: per-pod token buckets); each holds at most 4,096 and forgets what a new entry would equal, and the budgets and aggregates of pods deleted since the last check",
             metrics.event_cache_entries.clone(),
         );
         // Outcome series exist from the start, so a rate over them is

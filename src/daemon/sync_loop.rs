@@ -242,6 +242,7 @@ impl<R: ProbeRunner, A: StatusApi, K: Killer> SyncLoop<R, A, K> {
                     self.patcher.forget(uid);
                     self.markers.forget(uid);
                     self.floor.forget(uid);
+                    self.events.forget_pod(uid);
                 }
                 command.apply(&self.manager);
             }
@@ -1441,6 +1442,7 @@ mod tests {
                     entries.iter().all(|&(_, n)| n > 0),
                     "a structure is empty while 100 pods run, so the test shows nothing: {entries:?}"
                 );
+                assert!(sync.events.remembered_pods() > 0);
             }
             for pod in &pods {
                 sync.api.state().others.remove(pod_name(pod));
@@ -1467,6 +1469,9 @@ mod tests {
             entries.iter().all(|&(_, n)| n == 0),
             "entries left after every pod went: {entries:?}"
         );
+        // The Event correlator was told of every pod gone (its spam budgets
+        // would otherwise outlive them by up to two hours).
+        assert_eq!(sync.events.remembered_pods(), 0);
         let exposition = sync.daemon.metrics.served.encode();
         for (structure, _) in sync.daemon.per_pod_entries() {
             let line = format!("podprobe_per_pod_entries{{structure=\"{structure}\"}} 0\n");

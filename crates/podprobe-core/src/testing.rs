@@ -584,10 +584,12 @@ pub fn pem_pair() -> (String, String) {
 
 // Events: what the daemon's loop records.
 
-/// An [`EventRecorder`] that keeps every Event it is given.
+/// An [`EventRecorder`] that keeps every Event it is given, and the pods
+/// it holds Events of and was not told are gone.
 #[derive(Debug, Default)]
 pub struct RecordingEvents {
     events: Mutex<Vec<PodEvent>>,
+    remembered: Mutex<HashSet<String>>,
 }
 
 impl RecordingEvents {
@@ -600,11 +602,24 @@ impl RecordingEvents {
             .map(|e| e.reason)
             .collect()
     }
+
+    /// The pods with Events recorded that [`EventRecorder::forget_pod`]
+    /// was not called for since.
+    pub fn remembered_pods(&self) -> usize {
+        self.remembered.lock().unwrap().len()
+    }
 }
 
 impl EventRecorder for RecordingEvents {
     fn record(&self, event: PodEvent) {
+        if let Some(uid) = &event.regarding.uid {
+            self.remembered.lock().unwrap().insert(uid.clone());
+        }
         self.events.lock().unwrap().push(event);
+    }
+
+    fn forget_pod(&self, uid: &str) {
+        self.remembered.lock().unwrap().remove(uid);
     }
 }
 

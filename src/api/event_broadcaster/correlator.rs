@@ -29,8 +29,13 @@
 //! written, an aggregate idle for more than [`AGGREGATE_INTERVAL`], a full
 //! spam bucket. What is cached then follows the pods with recent Events,
 //! and no decision changes (client-go keeps them until they are evicted).
+//! A spent bucket refills only after up to two hours, though, and the pod
+//! it is for is usually long gone: [`Correlator::forget_pods`] drops the
+//! buckets and aggregates of deleted pods (#39: they made the heap rise
+//! for the first forty minutes of churn). Their series stay until they
+//! end: each owes its Event a count.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
@@ -354,6 +359,17 @@ impl Correlator {
         updates
     }
 
+    /// Forgets the spam buckets and aggregates of the pods of `gone` (by
+    /// UID), deleted from the node. Both are keyed by the pod's UID, which
+    /// no pod has again, so no later decision can differ.
+    pub(super) fn forget_pods(&mut self, gone: &HashSet<String>) {
+        let is_gone =
+            |object: &ObjectKey| object.uid.as_ref().is_some_and(|uid| gone.contains(uid));
+        self.spam.retain(|object, _| !is_gone(object));
+        self.aggregates
+            .retain(|similar, _| !is_gone(&similar.object));
+    }
+
     /// Entries of each cache: (aggregates, series, spam buckets).
     pub(super) fn entries(&self) -> (usize, usize, usize) {
         (self.aggregates.len(), self.series.len(), self.spam.len())
@@ -484,6 +500,29 @@ mod tests {
         let quiet = now + AGGREGATE_INTERVAL.max(SERIES_TTL).max(3 * SPAM_REFILL) + check;
         correlator.due(quiet);
         assert_eq!(correlator.entries(), (0, 0, 0));
+    }
+
+    /// #39: a deleted pod's spam bucket and aggregates go at once; its
+    /// series stay, owing their counts; another pod's entries stay.
+    #[test]
+    fn rule9_4_a_deleted_pods_budget_and_aggregates_are_forgotten() {
+        let mut correlator = Correlator::new();
+        let t0 = Instant::now();
+        for i in 0..30 {
+            correlator.correlate(unhealthy("a", "app", &format!("n{i}")), t0);
+        }
+        correlator.correlate(unhealthy("b", "app", "refused"), t0);
+        assert_eq!(correlator.entries(), (2, 11, 2));
+        correlator.forget_pods(&HashSet::from(["uid-a".to_string()]));
+        assert_eq!(correlator.entries(), (1, 11, 1));
+        // The forgetting changes no decision about the pod left.
+        for _ in 1..25 {
+            written(correlator.correlate(unhealthy("b", "app", "refused"), t0));
+        }
+        assert!(matches!(
+            correlator.correlate(unhealthy("b", "app", "refused"), t0),
+            Correlation::Filtered(_)
+        ));
     }
 
     #[test]

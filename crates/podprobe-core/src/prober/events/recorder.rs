@@ -51,6 +51,11 @@ pub trait EventRecorder: Debug + Send + Sync + 'static {
     /// Records `event`; it never waits, and may drop it (a full queue).
     fn record(&self, event: PodEvent);
 
+    /// The pod of `uid` is gone from the node: nothing kept for its
+    /// Events decides anything any more (a gone pod records none). A
+    /// recorder that keeps nothing per pod has nothing to forget.
+    fn forget_pod(&self, _uid: &str) {}
+
     /// Records `event` if it could be built.
     fn record_opt(&self, event: Option<PodEvent>) {
         match event {
