@@ -51,6 +51,8 @@
 //!   finds the event (K8). The kubelet needs no event to know.
 //! - The kubelet has one queue for all pods and drops the newcomer when it
 //!   is full.
+//! - A deleted pod's spam budget and aggregates are forgotten at the next
+//!   check ([`EventSink::forget_pod`]); client-go keeps them until evicted.
 
 mod correlator;
 mod lru;
