@@ -607,7 +607,7 @@ fn check_verdict(behaviour: Behaviour, port: u16, verdict: &ProbeVerdict) {
             "Get {url:?}: http2: too many 1xx informational responses"
         )),
         Behaviour::H2Preface => failure(format!(
-            "Get {url:?}: net/http: HTTP/1.x transport connection broken: invalid HTTP version parsed"
+            "Get {url:?}: net/http: HTTP/1.x transport connection broken: malformed HTTP status code \"*\""
         )),
         // Not an HTTP/2 server: the blocking dial tries again until its
         // deadline, as grpc-go's.

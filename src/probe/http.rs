@@ -14,6 +14,7 @@
 //! (no body read) and set expectations on the final response
 //! ([`Expect`]); without them the probe is exactly the kubelet's.
 
+mod http1;
 mod informational;
 mod request;
 mod transport;
@@ -26,8 +27,8 @@ use http::StatusCode;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+pub use self::http1::MAX_RESPONSE_HEAD_BYTES;
 use self::request::Hop;
-pub use self::transport::MAX_RESPONSE_HEAD_BYTES;
 use self::transport::{Exchange, TransportError};
 use podprobe_core::spec::destinations::Destinations;
 use podprobe_core::spec::probe_spec::HttpGetAction;
@@ -68,7 +69,7 @@ pub async fn probe(
         Err(client_error) => return Ok(Outcome::new(ProbeResult::Failure, client_error)),
     };
     let body = match action.extensions.method {
-        // A HEAD response has no body. hyper already gives it an empty
+        // A HEAD response has no body. The transport already gives it an empty
         // one (the request says HEAD); not reading at all keeps that so
         // whatever the transport.
         Method::Head => Vec::new(),
@@ -83,7 +84,7 @@ pub async fn probe(
                 },
             })?,
     };
-    let status = exchange.response.status();
+    let status = exchange.status;
     let expect = &action.extensions.expect;
     if let Some(message) = body_regex_failure(status, &body, expect, deadline).await {
         return Ok(Outcome::new(ProbeResult::Failure, message));
@@ -220,10 +221,10 @@ async fn follow_redirects(
                 client_error(hop.method, &hop.url.to_string(), &text)
             })?;
         sent += 1;
-        let Some(location) = redirect_location(&exchange.response) else {
+        let Some(location) = redirect_location(&exchange) else {
             return Ok(exchange);
         };
-        let status = exchange.response.status().as_u16();
+        let status = exchange.status.as_u16();
         let Some(next) = next_hop(first, &hop, status, &location)? else {
             return Ok(exchange);
         };
@@ -302,9 +303,9 @@ pub struct RedirectedRequest {
 
 /// The `Location` of a response Go's client would follow: 301, 302, 303,
 /// 307 or 308 with a non-empty first `Location` value.
-fn redirect_location(response: &http::Response<hyper::body::Incoming>) -> Option<String> {
-    let follows = matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308);
-    let location = response.headers().get(http::header::LOCATION)?;
+fn redirect_location(exchange: &Exchange) -> Option<String> {
+    let follows = matches!(exchange.status.as_u16(), 301 | 302 | 303 | 307 | 308);
+    let location = exchange.location.as_ref()?;
     let location = String::from_utf8_lossy(location.as_bytes());
     (follows && !location.is_empty()).then(|| location.into_owned())
 }

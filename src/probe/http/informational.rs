@@ -1,16 +1,16 @@
-//! Informational (1xx) responses counted before the final one, over
-//! HTTP/1.1 and HTTP/2, so that a server sending them without end is given
-//! up on as Go's transports do (`max1xxResponses`, 5 in `net/http` and in
-//! `x/net/http2`), not read until the deadline.
+//! Informational (1xx) responses counted before the final one over
+//! HTTP/2, so that a server sending them without end is given up on as Go's
+//! transports do (`max1xxResponses`, 5 in `net/http` and in `x/net/http2`),
+//! not read until the deadline. (The HTTP/1.1 exchange counts its own,
+//! [`super::http1`].)
 //!
-//! hyper reports 1xx responses of HTTP/1.1 to a callback and skips those of
-//! HTTP/2 silently, so on HTTP/2 the frames are counted as they are read
-//! ([`H2Headers`]): a HEADERS frame on the request's stream without
-//! END_STREAM is a 1xx response or the final one with a body (trailers
-//! always end the stream), so more than six of them mean more than five
-//! 1xx responses. (A sixth 1xx followed by a final response without a body
-//! is let through, which Go would refuse: the frames' HPACK is not
-//! decoded here.)
+//! hyper skips HTTP/2 1xx responses silently, so the frames are counted as
+//! they are read ([`H2Headers`]): a HEADERS frame on the request's stream
+//! without END_STREAM is a 1xx response or the final one with a body
+//! (trailers always end the stream), so more than six of them mean more
+//! than five 1xx responses. (A sixth 1xx followed by a final response
+//! without a body is let through, which Go would refuse: the frames' HPACK
+//! is not decoded here.)
 
 use std::io;
 use std::sync::Arc;
@@ -31,20 +31,6 @@ pub const MAX_INFORMATIONAL_RESPONSES: usize = 5;
 pub(super) struct Informational(Arc<(AtomicUsize, Notify)>);
 
 impl Informational {
-    /// Counts the HTTP/1.1 1xx responses of `request`, as hyper parses
-    /// them.
-    pub(super) fn count_http1<B>(request: &mut http::Request<B>) -> Self {
-        let counted = Informational::default();
-        let counter = counted.clone();
-        hyper::ext::on_informational(request, move |response| {
-            // 101 ends the exchange (an upgrade), as in Go.
-            if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-                counter.seen(MAX_INFORMATIONAL_RESPONSES);
-            }
-        });
-        counted
-    }
-
     /// One more response, of which `allowed` are: whether that is too many.
     fn seen(&self, allowed: usize) -> bool {
         let (seen, too_many) = &*self.0;

@@ -19,18 +19,20 @@
 //! `tls: failed to verify certificate: x509: ...` (the common causes).
 //! Approximated: DNS failures (`dial tcp: lookup <host>: no such host`,
 //! without Go's resolver address), other TLS failures (`tls: <rustls
-//! error>`), and malformed responses (`net/http: HTTP/1.x transport
-//! connection broken: <hyper error>`, where Go quotes the offending line),
-//! HTTP/2 protocol errors (hyper's text).
+//! error>`), malformed header lines (`net/http: HTTP/1.x transport
+//! connection broken: malformed MIME header: <what>`, where Go quotes the
+//! line; a malformed status line is worded as Go words it), HTTP/2
+//! protocol errors (hyper's text). The HTTP/1.1 exchange itself is
+//! [`super::http1`]; HTTP/2 is hyper's.
 
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Uri;
 use http::header::{HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
+use http::{StatusCode, Uri};
 use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -39,6 +41,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
+use super::http1::{self, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADER_LINES};
 use super::informational::{H2Headers, Informational};
 use super::request::{HeaderLine, Hop};
 use crate::probe::dial::{DialError, ProbeStream, dial, go_errno_text};
@@ -63,17 +66,6 @@ const H2_WINDOW_BYTES: u32 = 64 * 1024;
 /// HTTP/1.1 side reads of a response head.
 const H2_MAX_HEADER_LIST_BYTES: u32 = MAX_RESPONSE_HEAD_BYTES as u32;
 
-/// The largest HTTP/1.1 response head read (status line and header lines),
-/// and the most of a connection hyper buffers: as much as the HTTP/2 side
-/// accepts. Go's client reads up to 10 MiB (`MaxResponseHeaderBytes`) and
-/// hyper's would buffer about 400 KiB, which a server that sends a large
-/// head and stalls holds in podprobe's memory until the probe's deadline.
-pub const MAX_RESPONSE_HEAD_BYTES: usize = 64 * 1024;
-
-/// The most header lines of a response head: hyper's fixed limit (Go has
-/// none, but 64 KiB of head holds few more real ones).
-const MAX_RESPONSE_HEADER_LINES: usize = 100;
-
 /// Go's `Transport.TLSHandshakeTimeout` as the kubelet's transport defaults set it.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -89,9 +81,21 @@ pub enum TransportError {
 /// A response whose headers have arrived; the connection stays open until
 /// this is dropped.
 pub struct Exchange {
-    pub response: http::Response<Incoming>,
+    pub status: StatusCode,
+    /// The response's first `Location` value.
+    pub location: Option<HeaderValue>,
+    body: Body,
     addrs: ConnAddrs,
-    _connection: AbortOnDrop,
+}
+
+/// Where a response's body is read from.
+enum Body {
+    Http1(http1::Body),
+    /// hyper's body, and the task driving its connection.
+    Http2 {
+        incoming: Incoming,
+        _connection: AbortOnDrop,
+    },
 }
 
 /// Both ends of a connection, for Go-style read/write error texts.
@@ -119,8 +123,19 @@ impl Exchange {
         deadline: Option<Instant>,
     ) -> Result<Vec<u8>, TransportError> {
         let mut body = Vec::new();
+        let incoming = match &mut self.body {
+            Body::Http1(http1) => {
+                let addrs = self.addrs;
+                return match within(deadline, http1.read(&mut body, limit)).await {
+                    Err(_) => Err(TransportError::Timeout),
+                    Ok(Err(err)) => Err(TransportError::Failed(http1_body_error_text(err, addrs))),
+                    Ok(Ok(())) => Ok(body),
+                };
+            }
+            Body::Http2 { incoming, .. } => incoming,
+        };
         while body.len() < limit {
-            let frame = match within(deadline, self.response.body_mut().frame()).await {
+            let frame = match within(deadline, incoming.frame()).await {
                 Err(_) => return Err(TransportError::Timeout),
                 Ok(None) => break,
                 Ok(Some(Err(err))) => {
@@ -191,8 +206,7 @@ pub async fn exchange(
         if !tls {
             return match hop.protocol {
                 HttpProtocol::Http1 => {
-                    let request = http1_request(hop, target, &lines)?;
-                    Box::pin(send_http1(stream, request, addrs)).await
+                    Box::pin(send_http1(stream, hop, &target, &lines, addrs)).await
                 }
                 HttpProtocol::Http2 => {
                     let request = http2_request(hop, http::uri::Scheme::HTTP, target, &lines)?;
@@ -206,8 +220,7 @@ pub async fn exchange(
             let request = http2_request(hop, http::uri::Scheme::HTTPS, target, &lines)?;
             Box::pin(send_http2(stream, request, addrs)).await
         } else {
-            let request = http1_request(hop, target, &lines)?;
-            Box::pin(send_http1(stream, request, addrs)).await
+            Box::pin(send_http1(stream, hop, &target, &lines, addrs)).await
         }
     })
     .await
@@ -262,15 +275,6 @@ fn escape_request_line(target: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The HTTP/1.1 request: origin-form target and Go's header lines.
-fn http1_request(
-    hop: &Hop,
-    target: PathAndQuery,
-    lines: &[HeaderLine<'_>],
-) -> Result<Request, TransportError> {
-    build_request(hop, Uri::from(target), http::Version::HTTP_11, lines)
 }
 
 /// Header lines that Go's HTTP/2 transport does not send as headers (the
@@ -336,48 +340,55 @@ fn build_request(
     *request.version_mut() = version;
     let headers = request.headers_mut();
     for (name, value) in lines {
-        let invalid_name = || format!("net/http: invalid header field name {}", go_quote(name));
-        let invalid_value = || {
-            format!(
-                "net/http: invalid header field value for {}",
-                go_quote(name)
-            )
-        };
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| TransportError::Failed(invalid_name()))?;
-        let value = HeaderValue::from_bytes(value.as_bytes())
-            .map_err(|_| TransportError::Failed(invalid_value()))?;
+        let (name, value) = header(name, value)?;
         headers.append(name, value);
     }
     Ok(request)
 }
 
-/// Performs an HTTP/1.1 exchange over an established connection; header
-/// names go out in Go's canonical case.
+/// A header line as `http` holds it; Go's error text for one that cannot
+/// be sent.
+fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), TransportError> {
+    let invalid_name = || format!("net/http: invalid header field name {}", go_quote(name));
+    let invalid_value = || {
+        format!(
+            "net/http: invalid header field value for {}",
+            go_quote(name)
+        )
+    };
+    let name = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| TransportError::Failed(invalid_name()))?;
+    let value = HeaderValue::from_bytes(value.as_bytes())
+        .map_err(|_| TransportError::Failed(invalid_value()))?;
+    Ok((name, value))
+}
+
+/// Performs an HTTP/1.1 exchange over an established connection: `hop`'s
+/// request to the origin-form `target` with Go's header `lines`.
 async fn send_http1<S>(
     stream: S,
-    request: Request,
+    hop: &Hop,
+    target: &PathAndQuery,
+    lines: &[HeaderLine<'_>],
     addrs: ConnAddrs,
 ) -> Result<Exchange, TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
-        .title_case_headers(true)
-        .max_buf_size(MAX_RESPONSE_HEAD_BYTES)
-        .max_header_size(MAX_RESPONSE_HEAD_BYTES)
-        .handshake(TokioIo::new(stream))
+    for (name, value) in lines {
+        header(name, value)?;
+    }
+    let head = http1::request_head(hop.method.as_str(), target.as_str(), lines);
+    let body = hop.body.as_deref().unwrap_or_default();
+    let response = http1::send(Box::new(stream), head, body, hop.method == Method::Head)
         .await
-        .map_err(|e| TransportError::Failed(response_error_text(&e, addrs)))?;
-    let mut request = request;
-    let informational = Informational::count_http1(&mut request);
-    let response = async {
-        tokio::select! {
-            response = sender.send_request(request) => response.map_err(Some),
-            () = informational.too_many() => Err(None),
-        }
-    };
-    finish(connection, response, addrs, "net/http").await
+        .map_err(|err| TransportError::Failed(http1_response_error_text(err, addrs)))?;
+    Ok(Exchange {
+        status: response.status,
+        location: response.location,
+        body: Body::Http1(response.body),
+        addrs,
+    })
 }
 
 /// Performs an HTTP/2 exchange over a TLS connection that negotiated `h2`,
@@ -407,17 +418,15 @@ where
             response = sender.send_request(request) => response.map_err(Some),
         }
     };
-    finish(connection, response, addrs, "http2").await
+    finish(connection, response, addrs).await
 }
 
 /// Drives `connection` in its own task while waiting for `response`, which
-/// fails with `None` after too many 1xx responses (Go's error names the
-/// transport: `net/http` or `http2`).
+/// fails with `None` after too many 1xx responses.
 async fn finish<C>(
     connection: C,
     response: impl Future<Output = Result<http::Response<Incoming>, Option<hyper::Error>>>,
     addrs: ConnAddrs,
-    transport: &str,
 ) -> Result<Exchange, TransportError>
 where
     C: Future + Send + 'static,
@@ -430,13 +439,18 @@ where
     let response = response.await.map_err(|e| {
         TransportError::Failed(match e {
             Some(e) => response_error_text(&e, addrs),
-            None => format!("{transport}: too many 1xx informational responses"),
+            None => "http2: too many 1xx informational responses".into(),
         })
     })?;
+    let (parts, incoming) = response.into_parts();
     Ok(Exchange {
-        response,
+        status: parts.status,
+        location: parts.headers.get(http::header::LOCATION).cloned(),
+        body: Body::Http2 {
+            incoming,
+            _connection: connection,
+        },
         addrs,
-        _connection: connection,
     })
 }
 
@@ -539,29 +553,65 @@ impl ReadObserver for FirstBytes {
 /// Go's text for an error before the response headers arrived.
 fn response_error_text(err: &hyper::Error, addrs: ConnAddrs) -> String {
     if let Some(io_err) = source_io_error(err) {
-        // With TLS 1.3 a server refusing the client's certificate says so
-        // after the client's side of the handshake is done: on the first read.
-        if let Some(tls_err) = io_err
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<rustls::Error>())
-        {
-            return tls::error_text(tls_err);
-        }
-        return match io_err.kind() {
-            io::ErrorKind::UnexpectedEof => "EOF".into(),
-            _ => io_error_text(io_err, addrs),
-        };
+        return io_response_error_text(io_err, addrs);
     }
     if err.is_incomplete_message() {
         return "EOF".into();
     }
-    if err.is_parse_too_large() {
-        return format!(
+    err.to_string()
+}
+
+/// Go's text for a read or write that failed before a response arrived.
+fn io_response_error_text(err: &io::Error, addrs: ConnAddrs) -> String {
+    // With TLS 1.3 a server refusing the client's certificate says so
+    // after the client's side of the handshake is done: on the first read.
+    if let Some(tls_err) = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        return tls::error_text(tls_err);
+    }
+    match err.kind() {
+        io::ErrorKind::UnexpectedEof => "EOF".into(),
+        _ => io_error_text(err, addrs),
+    }
+}
+
+/// Go's text for an HTTP/1.1 exchange that produced no response.
+fn http1_response_error_text(err: http1::Error, addrs: ConnAddrs) -> String {
+    match err {
+        http1::Error::Io(err) => io_response_error_text(&err, addrs),
+        http1::Error::Eof | http1::Error::UnexpectedEof => "EOF".into(),
+        http1::Error::HeadTooLarge => format!(
             "net/http: server response headers exceeded {MAX_RESPONSE_HEAD_BYTES} bytes or \
              {MAX_RESPONSE_HEADER_LINES} lines; aborted"
-        );
+        ),
+        http1::Error::TooManyInformational => {
+            "net/http: too many 1xx informational responses".into()
+        }
+        http1::Error::Malformed(what) => {
+            format!("net/http: HTTP/1.x transport connection broken: {what}")
+        }
     }
-    format!("net/http: HTTP/1.x transport connection broken: {err}")
+}
+
+/// Go's text for an error while reading an HTTP/1.1 body.
+fn http1_body_error_text(err: http1::Error, addrs: ConnAddrs) -> String {
+    match err {
+        http1::Error::Io(err) if err.kind() != io::ErrorKind::UnexpectedEof => {
+            io_error_text(&err, addrs)
+        }
+        http1::Error::Io(_) | http1::Error::Eof | http1::Error::UnexpectedEof => {
+            "unexpected EOF".into()
+        }
+        http1::Error::HeadTooLarge => {
+            format!("http: trailers exceeded {MAX_RESPONSE_HEAD_BYTES} bytes")
+        }
+        http1::Error::Malformed(what) => what,
+        http1::Error::TooManyInformational => {
+            "net/http: too many 1xx informational responses".into()
+        }
+    }
 }
 
 /// Go's text for an error while reading the body.
