@@ -122,7 +122,34 @@ cleanup() {
   if [ "$started_cluster" = yes ]; then hack/local-cluster.sh down || true; fi
   if [ "$started_cri" = yes ]; then hack/containerd.sh down || true; fi
   summary
+  # Last, so that a run whose output is read from its end shows it.
+  if [ -s "$logs/cluster-diagnostics.txt" ]; then
+    echo
+    echo "---- the local cluster when a phase on it failed ($logs/cluster-diagnostics.txt, head)"
+    head -n 24 "$logs/cluster-diagnostics.txt"
+  fi
   exit $status
+}
+
+# What a failed phase on the local cluster needs read first, written once
+# (before the cluster goes down) to $logs/cluster-diagnostics.txt: disk,
+# nodes, why sandboxes or containers were not created, the kubelet's and
+# containerd's last errors. Each line is cut at 240 characters.
+cluster_diagnostics() {
+  local dir=/tmp/podprobe-cluster out="$logs/cluster-diagnostics.txt"
+  [ -e "$out" ] && return 0
+  {
+    echo "after phase $1: $(df -h --output=avail,pcent / | tail -n 1 | tr -s ' ') free on /"
+    "$PODPROBE_KUBECTL" --kubeconfig "$dir/admin.kubeconfig" get nodes --no-headers 2>&1 | head -n 4
+    "$PODPROBE_KUBECTL" --kubeconfig "$dir/admin.kubeconfig" get events -A --no-headers \
+      --field-selector type=Warning --sort-by=.lastTimestamp \
+      -o custom-columns=REASON:.reason,COUNT:.count,MESSAGE:.message 2>&1 |
+      grep -v -E '^(Unhealthy|BackOff|Killing|ProbeTimeoutCapped) ' | tail -n 6
+    echo "kubelet:"
+    grep -E '^E[0-9]{4} ' "$dir/logs/kubelet.log" 2>/dev/null | tail -n 4
+    echo "containerd:"
+    grep -E 'level=error' "$dir/containerd/containerd.log" 2>/dev/null | tail -n 4
+  } 2>&1 | cut -c1-240 >"$out"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -224,6 +251,7 @@ fi
 phase images hack/image.sh agnhost
 
 phase tests cargo test --locked --workspace --features testing --no-fail-fast
+if [ "$last_rc" != 0 ]; then cluster_diagnostics tests; fi
 
 # The fault suite (tests/faults.rs, #[ignore]d in a plain `cargo test`): API
 # server stopped and stalled, containerd and podprobe SIGKILLed, churn,
@@ -249,6 +277,7 @@ e2e_authority() {
   return "$rc"
 }
 PODPROBE_AGENT_NODE_UP=1 phase e2e-authority e2e_authority
+if [ "$last_rc" != 0 ]; then cluster_diagnostics e2e-authority; fi
 
 # The local cluster's part is done: take down what this run started, so the
 # kind cluster has the machine's two cores to itself.

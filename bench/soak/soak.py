@@ -454,9 +454,32 @@ def single_life(rows, pods):
         cycles_judged = {c for c, _ in peaks}
         judged = [r for r in rows if r[8] in cycles_judged and r[2] != "" and in_flight(r) is not None]
         result["network_probes_in_flight_max"] = max(in_flight(r) for r in judged)
-        result["heap_kib_per_probe_in_flight"] = kib_per_probe_in_flight(judged)
+        per_probe = kib_per_probe_in_flight(judged)
+        result["heap_kib_per_probe_in_flight"] = per_probe
+        if per_probe is not None:
+            result.update(less_in_flight(rows, pods, cycles_judged, per_probe))
     if rss_full:
         result["rss_under_64_mib"] = max(rss_full) < 64 * MIB
+    return result
+
+
+def less_in_flight(rows, pods, cycles, per_probe):
+    """The same verdict on each sample's heap less what its network probes
+    in flight hold (`per_probe` KiB each, this run's own slope), with every
+    pod up: the level the probes waiting at that instant ride on. Also the
+    band of the cycles' medians of that level."""
+    peaks, medians = [], []
+    for c in sorted(cycles):
+        level = sorted(
+            r[2] - per_probe * in_flight(r)
+            for r in rows
+            if r[8] == c and r[2] != "" and r[4] != "" and r[4] >= pods and in_flight(r) is not None
+        )
+        if level:
+            peaks.append((c, round(level[-1])))
+            medians.append((c, round(level[len(level) // 2])))
+    result = peak_verdict(peaks, "heap_less_in_flight")
+    result.update(peak_verdict(medians, "heap_less_in_flight_median"))
     return result
 
 
