@@ -139,12 +139,12 @@ cluster_diagnostics() {
   local dir=/tmp/podprobe-cluster out="$logs/cluster-diagnostics.txt"
   [ -e "$out" ] && return 0
   {
-    echo "after phase $1: $(df -h --output=avail,pcent / | tail -n 1 | tr -s ' ') free on /"
+    echo "after phase $1; / avail, use%:$(df -h --output=avail,pcent / | tail -n 1 | tr -s ' ')"
     "$PODPROBE_KUBECTL" --kubeconfig "$dir/admin.kubeconfig" get nodes --no-headers 2>&1 | head -n 4
     "$PODPROBE_KUBECTL" --kubeconfig "$dir/admin.kubeconfig" get events -A --no-headers \
       --field-selector type=Warning --sort-by=.lastTimestamp \
       -o custom-columns=REASON:.reason,COUNT:.count,MESSAGE:.message 2>&1 |
-      grep -v -E '^(Unhealthy|BackOff|Killing|ProbeTimeoutCapped) ' | tail -n 6
+      grep -v -E '^(Unhealthy|BackOff|Killing|ProbeTimeoutCapped|MissingClusterDNS) ' | tail -n 6
     echo "kubelet:"
     grep -E '^E[0-9]{4} ' "$dir/logs/kubelet.log" 2>/dev/null | tail -n 4
     echo "containerd:"
