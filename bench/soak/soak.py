@@ -404,9 +404,9 @@ def verdict(rows, duration_s):
 
 # Network probe attempts in flight (podprobe_network_probes_in_flight) at
 # or under which a sample counts as taken with probe work at rest: an
-# HTTP/1 attempt waiting for its answer holds 20–38 KiB (its connection's
-# buffers and hyper's dispatch channel, bench/RESULTS.md), so 16 of them are
-# at most 0.6 MiB, inside 5 % of the heap at 300 pods.
+# HTTP/1 attempt waiting for its answer held 20–38 KiB with hyper's client
+# and holds about 8 KiB since (bench/RESULTS.md), so 16 of them are at most
+# 0.6 MiB, inside 5 % of the heap at 300 pods.
 AT_REST = 16
 
 
