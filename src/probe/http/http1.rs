@@ -145,11 +145,8 @@ pub async fn send(
     let mut informational = 0;
     loop {
         let Some(head) = parse_head(conn.pending(), head_request)? else {
-            match conn.fill(MAX_RESPONSE_HEAD_BYTES).await? {
-                Some(0) => return Err(Error::Eof),
-                Some(_) => continue,
-                None => return Err(Error::HeadTooLarge),
-            }
+            conn.read_line_end(MAX_RESPONSE_HEAD_BYTES).await?;
+            continue;
         };
         conn.consume(head.len);
         if let Some(framing) = head.framing {
@@ -418,9 +415,15 @@ impl Body {
     /// The next line without its CRLF (or bare LF), at most `max` bytes
     /// (else `too_long`'s error).
     async fn line(&mut self, max: usize, too_long: fn() -> Error) -> Result<Vec<u8>, Error> {
+        // Each byte is looked at once, however the line arrives.
+        let mut scanned = 0;
         loop {
             let pending = self.conn.pending();
-            if let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            if let Some(end) = pending[scanned..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|i| scanned + i)
+            {
                 let line = pending[..end]
                     .strip_suffix(b"\r")
                     .unwrap_or(&pending[..end]);
@@ -434,6 +437,7 @@ impl Body {
             if pending.len() > max + 1 {
                 return Err(too_long());
             }
+            scanned = pending.len();
             match self.conn.fill(max + 2).await? {
                 Some(0) => return Err(Error::UnexpectedEof),
                 Some(_) => {}
@@ -486,6 +490,22 @@ impl Conn {
         if self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;
+        }
+    }
+
+    /// Reads until a line ends in what arrives: only then can an
+    /// incomplete head parse further, and a head dripped byte by byte is
+    /// parsed once a line, not once a byte (which would cost the square of
+    /// its length).
+    async fn read_line_end(&mut self, max: usize) -> Result<(), Error> {
+        loop {
+            let before = self.pending().len();
+            match self.fill(max).await? {
+                Some(0) => return Err(Error::Eof),
+                Some(_) if self.pending()[before..].contains(&b'\n') => return Ok(()),
+                Some(_) => {}
+                None => return Err(Error::HeadTooLarge),
+            }
         }
     }
 
