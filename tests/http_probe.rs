@@ -505,6 +505,20 @@ async fn h16_invalid_header_name_fails_before_connecting() {
     assert_eq!(server.connections(), 0);
 }
 
+/// Go's transport sets no bound on a header name's length (hyper's types
+/// refuse 64 KiB and more): a pod's long name is sent as it is.
+#[tokio::test]
+async fn h16_a_header_name_of_64_kib_and_more_is_sent() {
+    let server = answering(200, b"").await;
+    let name = format!("X-A{}", "a".repeat(70_000));
+    let got = outcome(&with_headers(action(server.port(), "/"), &[(&name, "v")])).await;
+    let start: String = got.output.chars().take(120).collect();
+    assert_eq!(got.result, ProbeResult::Success, "{start}");
+    let received = server.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].header(&name), ["v"]);
+}
+
 #[tokio::test]
 async fn h18_unbuildable_request_is_an_unknown_error() {
     let mut bad_host = action(80, "/");

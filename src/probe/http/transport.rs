@@ -375,9 +375,8 @@ async fn send_http1<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    for (name, value) in lines {
-        header(name, value)?;
-    }
+    // The lines were checked as Go's transport checks them
+    // (`Hop::header_lines`); the head is written from them as they are.
     let head = http1::request_head(hop.method.as_str(), target.as_str(), lines);
     let body = hop.body.as_deref().unwrap_or_default();
     let response = http1::send(Box::new(stream), head, body, hop.method == Method::Head)
