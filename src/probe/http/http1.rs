@@ -457,15 +457,16 @@ fn chunk_line_too_long() -> Error {
     Error::Malformed("header line too long".into())
 }
 
-/// The size on a chunk-size line, before any extension.
+/// The size on a chunk-size line, before any extension: hex digits, then
+/// optional whitespace (hyper's rule: no sign, no leading whitespace).
 fn chunk_size(line: &[u8]) -> Result<u64, Error> {
     let digits = line
         .split(|&b| b == b';')
         .next()
         .unwrap_or_default()
-        .trim_ascii();
+        .trim_ascii_end();
     let invalid = || Error::Malformed("invalid byte in chunk length".into());
-    if digits.is_empty() || digits.len() > 16 {
+    if digits.is_empty() || digits.len() > 16 || !digits.iter().all(u8::is_ascii_hexdigit) {
         return Err(invalid());
     }
     let digits = std::str::from_utf8(digits).map_err(|_| invalid())?;
@@ -636,7 +637,16 @@ mod tests {
         assert_eq!(chunk_size(b"1a").unwrap(), 26);
         assert_eq!(chunk_size(b"1A ; name=value").unwrap(), 26);
         assert_eq!(chunk_size(b"0").unwrap(), 0);
-        for bad in [&b""[..], b"x", b"-1", b"11111111111111111"] {
+        assert_eq!(chunk_size(b"ff\t").unwrap(), 255);
+        for bad in [
+            &b""[..],
+            b"x",
+            b"-1",
+            b"+1",
+            b" 1",
+            b"; name=value",
+            b"11111111111111111",
+        ] {
             assert!(chunk_size(bad).is_err(), "{bad:?}");
         }
     }
