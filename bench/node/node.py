@@ -191,14 +191,17 @@ def proc_rss_kib(pid):
 
 def node_cpu_ticks():
     """The whole machine's busy time (/proc/stat: user, nice, system, irq,
-    softirq; not idle, iowait or steal) and its softirq share. With tick
-    accounting (no CONFIG_IRQ_TIME_ACCOUNTING) a process is charged the
-    softirq work that interrupted it, so per-process figures can move work
-    between processes; the machine's total cannot."""
+    softirq; not idle, iowait or steal), its softirq share, and the time
+    the hypervisor gave to others (steal). With tick accounting (no
+    CONFIG_IRQ_TIME_ACCOUNTING) a process is charged the softirq work that
+    interrupted it, so per-process figures can move work between
+    processes; the machine's total cannot. Ticks stolen by the host are
+    charged to no process: a window with much steal measures less CPU for
+    the same work (round 3 of 2026-12-03's rounds in bench/RESULTS.md)."""
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
-    return {"node": user + nice + system + irq + softirq, "node_softirq": softirq}
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return {"node": user + nice + system + irq + softirq, "node_softirq": softirq, "node_steal": steal}
 
 
 def cluster_shims():
@@ -859,9 +862,9 @@ def per_round(runs):
     print(
         "| workload | round | load A / B / C | equal load | kubelet A−B | kubelet A−C | podprobe B−A "
         "| floor C | podprobe / floor | podprobe / kubelet (A−B) | podprobe / kubelet (A−C) "
-        "| kubelet B − C | node A − B | node B − C | softirq B − C |"
+        "| kubelet B − C | node A − B | node B − C | softirq B − C | steal % A / B / C |"
     )
-    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for (workload, number), sides in sorted(rounds.items()):
         if not {"A", "B", "C"} <= sides.keys():
             continue
@@ -889,11 +892,18 @@ def per_round(runs):
         loads = [sides[x]["loadavg_1m_steady"] for x in "ABC"]
         mean = sum(loads) / 3
         equal = all(abs(x - mean) <= 0.2 * mean for x in loads)
+        # Of one core's time; "–" for results recorded before steal was.
+        steal = " / ".join(
+            format(sides[x]["steady"]["cpu_s"]["node_steal"] / sides[x]["steady"]["wall_s"] * 100, ".1f")
+            if "node_steal" in sides[x]["steady"]["cpu_s"]
+            else "–"
+            for x in "ABC"
+        )
         print(
             f"| {workload} | {number} | {' / '.join(format(x, '.1f') for x in loads)} | "
             f"{'yes' if equal else '**no**'} | {saved_b:.0f} | {saved_c:.0f} | {spent:.0f} | {floor_us:.0f} | "
             f"{spent / floor_us:.2f} | {spent / saved_b:.2f} | {spent / saved_c:.2f} | {idle_diff:+.0f} | "
-            f"{node['A − B']:.0f} | {node['B − C']:+.0f} | {node['softirq']:+.0f} |"
+            f"{node['A − B']:.0f} | {node['B − C']:+.0f} | {node['softirq']:+.0f} | {steal} |"
         )
 
 
