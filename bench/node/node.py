@@ -872,7 +872,7 @@ def per_round(runs):
         for side, r in sides.items():
             st = r["steady"]
             w = st["wall_s"]
-            pct[side] = {k: st["cpu_s"].get(k, float("nan")) / w for k in ("kubelet", "podprobe", "node", "node_softirq")}
+            pct[side] = {k: st["cpu_s"].get(k, float("nan")) / w for k in ("kubelet", "podprobe", "node", "node_softirq", "node_steal")}
         a, b, c = (sides[x] for x in "ABC")
         probes_s = (
             probes_total(a, "kubelet") / a["steady"]["wall_s"]
@@ -892,13 +892,8 @@ def per_round(runs):
         loads = [sides[x]["loadavg_1m_steady"] for x in "ABC"]
         mean = sum(loads) / 3
         equal = all(abs(x - mean) <= 0.2 * mean for x in loads)
-        # Of one core's time; "–" for results recorded before steal was.
-        steal = " / ".join(
-            format(sides[x]["steady"]["cpu_s"]["node_steal"] / sides[x]["steady"]["wall_s"] * 100, ".1f")
-            if "node_steal" in sides[x]["steady"]["cpu_s"]
-            else "–"
-            for x in "ABC"
-        )
+        # Of one core's time; "–" (NaN) for results recorded before steal was.
+        steal = " / ".join("–" if v != v else format(v * 100, ".1f") for v in (pct[x]["node_steal"] for x in "ABC"))
         print(
             f"| {workload} | {number} | {' / '.join(format(x, '.1f') for x in loads)} | "
             f"{'yes' if equal else '**no**'} | {saved_b:.0f} | {saved_c:.0f} | {spent:.0f} | {floor_us:.0f} | "
