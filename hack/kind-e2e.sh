@@ -237,10 +237,7 @@ up() {
 run_tests() {
     cd "$ROOT"
     # tests/e2e_kind.rs runs `kubectl podprobe` from beside its own binary.
-    # Built with the workspace's features, as hack/test.sh builds the tests, so
-    # that its dependencies are reused (`-p kubectl-podprobe` alone unifies
-    # other features and rebuilt them: 54 s of a cold run).
-    cargo build --locked --workspace --features testing --bin kubectl-podprobe >&2
+    cargo build --locked -p kubectl-podprobe >&2
     local rc=0
     KUBECONFIG="$KUBECONFIG_PATH" PODPROBE_E2E_DEPLOYED=1 PODPROBE_KIND_ENGINE="$ENGINE" \
         cargo test --locked --features testing --no-fail-fast \

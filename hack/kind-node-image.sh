@@ -10,11 +10,6 @@
 #                                          the sandbox image's name on stdout
 #                                          (hack/kind-upgrade.sh loads them into
 #                                          a running node)
-#   hack/kind-node-image.sh --base-rootfs  only the cached Debian root filesystem,
-#                                          built if missing, and its path
-#                                          (hack/test.sh builds it beside the
-#                                          Rust builds, off the cold run's
-#                                          critical path)
 #
 # The image is a Debian bookworm root filesystem (debootstrap from Debian's
 # archive: systemd, iptables, runc, the CNI plugins), plus
@@ -152,11 +147,6 @@ control_plane_images() {
 }
 
 main() {
-    if [ "${1:-}" = --base-rootfs ]; then
-        [ "$(id -u)" = 0 ] || die "must run as root (debootstrap)"
-        base_rootfs
-        return
-    fi
     if [ "${1:-}" = --control-plane-images ]; then
         [ $# = 3 ] || die "usage: $0 --control-plane-images VERSION DIR"
         version=$2

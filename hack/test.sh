@@ -25,7 +25,7 @@
 # ${PODPROBE_CACHE:-~/.cache/podprobe}, outside the checkout, so a fresh
 # clone on the same machine rebuilds only podprobe itself. The release
 # binary is built once, for the images and the agent node. The Go builds
-# (niced) run side by side with the Rust builds.
+# (one core, niced) run side by side with the Rust builds.
 #
 # Stops what it started (the containerd, the clusters, the agent node); a
 # cluster or agent node that was already up is left running.
@@ -166,15 +166,11 @@ eval "$(hack/containerd.sh env)"
 export PODPROBE_CRI_ENDPOINT
 
 # The Go builds in the background, while cargo builds (niced; seconds when
-# cached), in two chains side by side: Kubernetes (hack/k8s-build.sh, 27-32
-# minutes cold on two cores beside the Rust builds, the cold run's critical
-# path), and the tools: helm and promtool (hack/helm.sh, hack/promtool.sh)
-# for tests/chart.rs, tests/monitoring.rs and the Helm installs, containerd 2
-# and kind (hack/containerd-build.sh, hack/kind.sh) for the kind cluster,
-# then the kind node image's Debian root filesystem (debootstrap, about a
-# minute; the tools chain ends long before Kubernetes does, so kind-up need
-# not wait for it).
-kind_base_rootfs() { hack/kind-node-image.sh --base-rootfs; }
+# cached), in two chains side by side: Kubernetes (about 18 minutes cold on
+# two cores, one package at a time), and the tools: helm and promtool
+# (hack/helm.sh, hack/promtool.sh) for tests/chart.rs, tests/monitoring.rs
+# and the Helm installs, containerd 2 and kind (hack/containerd-build.sh,
+# hack/kind.sh) for the kind cluster.
 # go_chain NAME SCRIPT...: runs the scripts one after the other, logging to
 # $logs/NAME.log; writes "status seconds" to $logs/NAME.status.
 go_chain() {
@@ -188,7 +184,7 @@ go_chain() {
 }
 go_chain k8s-build hack/k8s-build.sh &
 go_pids=("$!")
-go_chain go-tools hack/helm.sh hack/promtool.sh hack/containerd-build.sh hack/kind.sh kind_base_rootfs &
+go_chain go-tools hack/helm.sh hack/promtool.sh hack/containerd-build.sh hack/kind.sh &
 go_pids+=("$!")
 
 # Every cargo test and clippy here passes `--features testing` (Cargo.toml):
